@@ -1,0 +1,9 @@
+/* cli.h — the subcommand entry points that server/main.c dispatches to. Each returns the process exit
+ * status (0 ok, 1 failure, 2 usage error) and never calls exit(). argv[0] is the subcommand's name. */
+#ifndef TW_CLI_H
+#define TW_CLI_H
+
+int tw_convert_main(int argc, char **argv);
+int tw_inspect_main(int argc, char **argv);
+
+#endif

@@ -1,0 +1,50 @@
+/* main.c — the `tower` binary: the subcommand table and the only place that calls exit().
+ *
+ * Each subcommand lives in its module as `int tw_<cmd>_main(int argc, char **argv)` and returns the
+ * process exit status; argv[0] is the subcommand name. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct {
+    const char *name;
+    int (*main)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command COMMANDS[] = {
+    {"convert", tw_convert_main, "convert IDX, CSV or NumPy data into TFRecord files of tf.train.Example"},
+    {"inspect", tw_inspect_main, "describe a TFRecord or tfevents file (records, schema, tags)"},
+};
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: tower <command> [options]\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        fprintf(out, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
+    fprintf(out, "\n'tower <command> --help' describes a command's options.\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        exit(2);
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        exit(0);
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("tower %s\n", TW_VERSION);
+        exit(0);
+    }
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        if (!strcmp(argv[1], COMMANDS[i].name))
+            exit(COMMANDS[i].main(argc - 1, argv + 1));
+    fprintf(stderr, "tower: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    exit(2);
+}
