@@ -1,0 +1,350 @@
+/* inspect.c — `tower inspect FILE [--json]`: what is inside a TFRecord or tfevents file.
+ *
+ * Owns: the inspect subcommand. For a TFRecord of tf.train.Example: record count, the feature schema
+ * (kind and value counts per feature name) and the first records' values. For a tfevents file: the
+ * file version, every tag with its kind, point count and step range, the graph and session-log
+ * events. Streams the file once in constant memory. Does not own the formats (tfrecord.c, example.c,
+ * the generated event protos) — it only reads them. */
+#include <getopt.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "event.pb-c.h"
+#include "example.h"
+#include "tfrecord.h"
+
+enum { MAX_SCHEMA = 256, MAX_SHOWN_BYTES = 65536 };
+
+typedef struct {
+    const char *path;
+    int json;
+    long limit;               /* records shown in full */
+    tw_tfrecord_options opts;
+} options;
+
+static const char USAGE[] =
+    "usage: tower inspect FILE [--json] [--limit N] [--compression auto|none|gzip|zlib]\n"
+    "                          [--max-record-bytes N]\n"
+    "\n"
+    "Describes a TFRecord file of tf.train.Example (record count, feature schema, first records) or a\n"
+    "TensorBoard event file (tags with their kinds and step ranges, graph, session log).\n"
+    "\n"
+    "  --json                 print one JSON object instead of text\n"
+    "  --limit N              records shown in full (default 3)\n"
+    "  --compression C        auto (default: detected from the first bytes), none, gzip or zlib\n"
+    "  --max-record-bytes N   refuse records longer than N bytes (default 268435456)\n";
+
+/* ------------------------------------------------------------------ Examples */
+
+static json_t *feature_values(const tw_feature *f)
+{
+    json_t *values = json_array();
+    for (size_t i = 0; i < f->count; i++) {
+        if (f->kind == TW_FEATURE_FLOAT)
+            json_array_append_new(values, json_real(f->floats[i]));
+        else if (f->kind == TW_FEATURE_INT64)
+            json_array_append_new(values, json_integer(f->int64s[i]));
+        else {
+            size_t len;
+            const uint8_t *p = tw_feature_bytes_at(f, i, &len);
+            size_t shown = len < MAX_SHOWN_BYTES ? len : MAX_SHOWN_BYTES;
+            char *hex = malloc(2 * shown + 1);
+            for (size_t k = 0; hex && k < shown; k++)
+                snprintf(hex + 2 * k, 3, "%02x", p[k]);
+            if (hex)
+                hex[2 * shown] = 0;
+            json_array_append_new(values, json_string(hex ? hex : ""));
+            free(hex);
+        }
+    }
+    return values;
+}
+
+static json_t *example_json(const tw_example *ex)
+{
+    json_t *obj = json_object();
+    for (size_t i = 0; i < tw_example_feature_count(ex); i++) {
+        tw_feature f;
+        tw_example_feature_at(ex, i, &f);
+        json_object_set_new(obj, f.name, json_pack("{s:s, s:o}", "kind", tw_feature_kind_name(f.kind),
+                                                   "values", feature_values(&f)));
+    }
+    return obj;
+}
+
+/* Folds one Example into schema: {name: {kind, min_count, max_count, present}}. */
+static tw_status schema_add(json_t *schema, const tw_example *ex, const char *path, int64_t at,
+                            tw_error *err)
+{
+    for (size_t i = 0; i < tw_example_feature_count(ex); i++) {
+        tw_feature f;
+        tw_example_feature_at(ex, i, &f);
+        json_t *s = json_object_get(schema, f.name);
+        if (!s) {
+            if (json_object_size(schema) >= MAX_SCHEMA)
+                return tw_error_set(err, TW_ERR_TOO_LARGE, path, at,
+                                    "more than %d distinct feature names", MAX_SCHEMA);
+            s = json_pack("{s:s, s:I, s:I, s:I}", "kind", tw_feature_kind_name(f.kind), "min_count",
+                          (json_int_t)f.count, "max_count", (json_int_t)f.count, "present",
+                          (json_int_t)0);
+            json_object_set_new(schema, f.name, s);
+        }
+        if (strcmp(json_string_value(json_object_get(s, "kind")), tw_feature_kind_name(f.kind)))
+            json_object_set_new(s, "kind", json_string("mixed"));
+        json_int_t n = (json_int_t)f.count;
+        if (n < json_integer_value(json_object_get(s, "min_count")))
+            json_object_set_new(s, "min_count", json_integer(n));
+        if (n > json_integer_value(json_object_get(s, "max_count")))
+            json_object_set_new(s, "max_count", json_integer(n));
+        json_object_set_new(s, "present",
+                            json_integer(json_integer_value(json_object_get(s, "present")) + 1));
+    }
+    return TW_OK;
+}
+
+static tw_status scan_examples(tw_tfrecord_reader *r, const options *o, json_t *out,
+                               const uint8_t *first, size_t first_len, tw_error *err)
+{
+    json_t *schema = json_object(), *shown = json_array();
+    json_object_set_new(out, "schema", schema);
+    json_object_set_new(out, "first_records", shown);
+    const uint8_t *data = first;
+    size_t len = first_len;
+    tw_status s = TW_OK;
+    for (uint64_t i = 0; s == TW_OK; i++) {
+        int64_t at = (int64_t)tw_tfrecord_reader_offset(r) - (int64_t)(len + 16);
+        tw_example *ex;
+        TW_TRY(tw_example_parse(data, len, o->path, at, &ex, err));
+        s = schema_add(schema, ex, o->path, at, err);
+        if (s == TW_OK && (long)i < o->limit)
+            json_array_append_new(shown, example_json(ex));
+        tw_example_destroy(ex);
+        if (s == TW_OK)
+            s = tw_tfrecord_read(r, &data, &len, err);
+    }
+    return s == TW_END ? TW_OK : s;
+}
+
+/* ------------------------------------------------------------------ Events */
+
+static const char *value_kind(const Twpb__Summary__Value *v)
+{
+    switch (v->value_case) {
+    case TWPB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE: return "scalar";
+    case TWPB__SUMMARY__VALUE__VALUE_HISTO: return "histogram";
+    case TWPB__SUMMARY__VALUE__VALUE_TENSOR:
+        if (v->metadata && v->metadata->plugin_data && v->metadata->plugin_data->plugin_name[0])
+            return v->metadata->plugin_data->plugin_name;
+        return "tensor";
+    default: return "other";
+    }
+}
+
+static void tag_add(json_t *tags, const char *tag, const char *kind, int64_t step)
+{
+    json_t *t = json_object_get(tags, tag);
+    if (!t) {
+        json_object_set_new(tags, tag, json_pack("{s:s, s:I, s:I, s:I}", "kind", kind, "count",
+                                                 (json_int_t)0, "first_step", (json_int_t)step,
+                                                 "last_step", (json_int_t)step));
+        t = json_object_get(tags, tag);
+    }
+    json_object_set_new(t, "count", json_integer(json_integer_value(json_object_get(t, "count")) + 1));
+    json_object_set_new(t, "last_step", json_integer(step));
+}
+
+static tw_status add_event(json_t *out, const Twpb__Event *ev)
+{
+    json_t *tags = json_object_get(out, "tags");
+    switch (ev->what_case) {
+    case TWPB__EVENT__WHAT_FILE_VERSION:
+        json_object_set_new(out, "file_version", json_string(ev->file_version));
+        break;
+    case TWPB__EVENT__WHAT_GRAPH_DEF:
+        json_object_set_new(out, "graph_bytes", json_integer((json_int_t)ev->graph_def.len));
+        break;
+    case TWPB__EVENT__WHAT_SESSION_LOG:
+        if (ev->session_log->status == TWPB__SESSION_LOG__SESSION_STATUS__START)
+            json_array_append_new(json_object_get(out, "session_starts"), json_integer(ev->step));
+        break;
+    case TWPB__EVENT__WHAT_SUMMARY:
+        for (size_t i = 0; i < ev->summary->n_value; i++)
+            tag_add(tags, ev->summary->value[i]->tag, value_kind(ev->summary->value[i]), ev->step);
+        break;
+    default:
+        break;
+    }
+    return TW_OK;
+}
+
+static tw_status scan_events(tw_tfrecord_reader *r, const options *o, json_t *out,
+                             const uint8_t *first, size_t first_len, tw_error *err)
+{
+    json_object_set_new(out, "tags", json_object());
+    json_object_set_new(out, "session_starts", json_array());
+    const uint8_t *data = first;
+    size_t len = first_len;
+    tw_status s = TW_OK;
+    while (s == TW_OK) {
+        Twpb__Event *ev = twpb__event__unpack(NULL, len, data);
+        if (!ev) {
+            int64_t at = (int64_t)tw_tfrecord_reader_offset(r) - (int64_t)(len + 16);
+            return tw_error_set(err, TW_ERR_CORRUPT, o->path, at,
+                                "record of %zu bytes is not a valid Event protobuf", len);
+        }
+        add_event(out, ev);
+        twpb__event__free_unpacked(ev, NULL);
+        s = tw_tfrecord_read(r, &data, &len, err);
+    }
+    return s == TW_END ? TW_OK : s;
+}
+
+/* An event file: the name says so, or the first record is an Event carrying a file_version. */
+static int looks_like_events(const char *path, const uint8_t *data, size_t len)
+{
+    const char *base = strrchr(path, '/');
+    if (strstr(base ? base + 1 : path, "tfevents"))
+        return 1;
+    Twpb__Event *ev = twpb__event__unpack(NULL, len, data);
+    int yes = ev && ev->what_case == TWPB__EVENT__WHAT_FILE_VERSION &&
+              !strncmp(ev->file_version, "brain.Event:", 12);
+    twpb__event__free_unpacked(ev, NULL);
+    return yes;
+}
+
+static tw_status inspect_file(const options *o, json_t *out, tw_error *err)
+{
+    tw_tfrecord_reader *r;
+    TW_TRY(tw_tfrecord_reader_open(o->path, &o->opts, &r, err));
+    const uint8_t *data;
+    size_t len;
+    tw_status s = tw_tfrecord_read(r, &data, &len, err);
+    int events = s == TW_OK && looks_like_events(o->path, data, len);
+    json_object_set_new(out, "type", json_string(events ? "tfevents" : "tfrecord"));
+    json_object_set_new(out, "compression",
+                        json_string(tw_compression_name(tw_tfrecord_reader_compression(r))));
+    if (s == TW_OK)
+        s = events ? scan_events(r, o, out, data, len, err)
+                   : scan_examples(r, o, out, data, len, err);
+    else if (s == TW_END)
+        s = TW_OK;
+    json_object_set_new(out, "records", json_integer((json_int_t)tw_tfrecord_reader_records(r)));
+    tw_tfrecord_reader_close(r);
+    return s;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static void print_text(const json_t *out)
+{
+    printf("%s: %s, compression %s, %lld records\n", json_string_value(json_object_get(out, "file")),
+           json_string_value(json_object_get(out, "type")),
+           json_string_value(json_object_get(out, "compression")),
+           (long long)json_integer_value(json_object_get(out, "records")));
+    const char *key;
+    json_t *v;
+    json_t *schema = json_object_get(out, "schema");
+    json_object_foreach(schema, key, v)
+        printf("  feature %-20s %-6s values per record %lld..%lld, in %lld records\n", key,
+               json_string_value(json_object_get(v, "kind")),
+               (long long)json_integer_value(json_object_get(v, "min_count")),
+               (long long)json_integer_value(json_object_get(v, "max_count")),
+               (long long)json_integer_value(json_object_get(v, "present")));
+    size_t i;
+    json_array_foreach(json_object_get(out, "first_records"), i, v) {
+        char *s = json_dumps(v, JSON_COMPACT | JSON_REAL_PRECISION(9));
+        printf("  record %zu: %.400s%s\n", i, s, strlen(s) > 400 ? "..." : "");
+        free(s);
+    }
+    json_t *fv = json_object_get(out, "file_version");
+    if (fv)
+        printf("  file_version %s\n", json_string_value(fv));
+    if (json_object_get(out, "graph_bytes"))
+        printf("  graph: %lld bytes\n",
+               (long long)json_integer_value(json_object_get(out, "graph_bytes")));
+    json_object_foreach(json_object_get(out, "tags"), key, v)
+        printf("  tag %-40s %-10s %lld points, steps %lld..%lld\n", key,
+               json_string_value(json_object_get(v, "kind")),
+               (long long)json_integer_value(json_object_get(v, "count")),
+               (long long)json_integer_value(json_object_get(v, "first_step")),
+               (long long)json_integer_value(json_object_get(v, "last_step")));
+    json_array_foreach(json_object_get(out, "session_starts"), i, v)
+        printf("  session START at step %lld\n", (long long)json_integer_value(v));
+}
+
+/* Parses argv into *o. Returns 0 to go on, else the exit status (0 for --help, 2 for usage). */
+static int parse_args(int argc, char **argv, options *o)
+{
+    static const struct option longs[] = {
+        {"json", no_argument, 0, 'j'},          {"limit", required_argument, 0, 'l'},
+        {"compression", required_argument, 0, 'c'}, {"max-record-bytes", required_argument, 0, 'm'},
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->limit = 3;
+    tw_tfrecord_options_default(&o->opts);
+    optind = 1;
+    int c;
+    char *end;
+    tw_error err;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case 'j': o->json = 1; break;
+        case 'l':
+            o->limit = strtol(optarg, &end, 10);
+            if (*end || o->limit < 0) {
+                fprintf(stderr, "tower inspect: --limit needs a number >= 0, got '%s'\n", optarg);
+                return 2;
+            }
+            break;
+        case 'c':
+            if (tw_compression_parse(optarg, 1, &o->opts.compression, &err) != TW_OK) {
+                fprintf(stderr, "tower inspect: --compression: %s\n", err.message);
+                return 2;
+            }
+            break;
+        case 'm':
+            o->opts.max_record_bytes = strtoull(optarg, &end, 10);
+            if (*end || !o->opts.max_record_bytes) {
+                fprintf(stderr, "tower inspect: --max-record-bytes needs a number > 0\n");
+                return 2;
+            }
+            break;
+        case 'h': fputs(USAGE, stdout); return -1;
+        default: fputs(USAGE, stderr); return 2;
+        }
+    }
+    if (optind != argc - 1) {
+        fprintf(stderr, "tower inspect: expected exactly one FILE\n%s", USAGE);
+        return 2;
+    }
+    o->path = argv[optind];
+    return 0;
+}
+
+int tw_inspect_main(int argc, char **argv)
+{
+    options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    json_t *out = json_pack("{s:s}", "file", o.path);
+    tw_error err;
+    tw_error_clear(&err);
+    tw_status s = inspect_file(&o, out, &err);
+    if (s == TW_OK) {
+        if (o.json) {
+            json_dumpf(out, stdout, JSON_INDENT(1) | JSON_REAL_PRECISION(9));
+            putchar('\n');
+        } else
+            print_text(out);
+    } else {
+        char msg[1200];
+        tw_error_format(&err, msg, sizeof msg);
+        fprintf(stderr, "tower inspect: %s\n", msg);
+    }
+    json_decref(out);
+    return s == TW_OK ? 0 : 1;
+}
