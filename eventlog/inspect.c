@@ -37,6 +37,13 @@ static const char USAGE[] =
     "  --compression C        auto (default: detected from the first bytes), none, gzip or zlib\n"
     "  --max-record-bytes N   refuse records longer than N bytes (default 268435456)\n";
 
+/* Offset of the record just read, whose payload had len bytes. */
+static int64_t record_offset(const tw_tfrecord_reader *r, size_t len)
+{
+    return (int64_t)tw_tfrecord_reader_offset(r) -
+           (int64_t)(len + TW_TFRECORD_HEADER_BYTES + TW_TFRECORD_FOOTER_BYTES);
+}
+
 /* ------------------------------------------------------------------ Examples */
 
 static json_t *feature_values(const tw_feature *f)
@@ -115,7 +122,7 @@ static tw_status scan_examples(tw_tfrecord_reader *r, const options *o, json_t *
     size_t len = first_len;
     tw_status s = TW_OK;
     for (uint64_t i = 0; s == TW_OK; i++) {
-        int64_t at = (int64_t)tw_tfrecord_reader_offset(r) - (int64_t)(len + 16);
+        int64_t at = record_offset(r, len);
         tw_example *ex;
         TW_TRY(tw_example_parse(data, len, o->path, at, &ex, err));
         s = schema_add(schema, ex, o->path, at, err);
@@ -156,7 +163,7 @@ static void tag_add(json_t *tags, const char *tag, const char *kind, int64_t ste
     json_object_set_new(t, "last_step", json_integer(step));
 }
 
-static tw_status add_event(json_t *out, const Twpb__Event *ev)
+static void add_event(json_t *out, const Twpb__Event *ev)
 {
     json_t *tags = json_object_get(out, "tags");
     switch (ev->what_case) {
@@ -177,7 +184,6 @@ static tw_status add_event(json_t *out, const Twpb__Event *ev)
     default:
         break;
     }
-    return TW_OK;
 }
 
 static tw_status scan_events(tw_tfrecord_reader *r, const options *o, json_t *out,
@@ -190,11 +196,9 @@ static tw_status scan_events(tw_tfrecord_reader *r, const options *o, json_t *ou
     tw_status s = TW_OK;
     while (s == TW_OK) {
         Twpb__Event *ev = twpb__event__unpack(NULL, len, data);
-        if (!ev) {
-            int64_t at = (int64_t)tw_tfrecord_reader_offset(r) - (int64_t)(len + 16);
-            return tw_error_set(err, TW_ERR_CORRUPT, o->path, at,
+        if (!ev)
+            return tw_error_set(err, TW_ERR_CORRUPT, o->path, record_offset(r, len),
                                 "record of %zu bytes is not a valid Event protobuf", len);
-        }
         add_event(out, ev);
         twpb__event__free_unpacked(ev, NULL);
         s = tw_tfrecord_read(r, &data, &len, err);

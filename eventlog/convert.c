@@ -1,0 +1,804 @@
+/* convert.c — sources -> Examples -> train/test TFRecords + meta JSON. See convert.h.
+ *
+ * A source is a small table of functions (next, describe, close) over one of the readers; the loop in
+ * write_source() is the same for all of them. Each Example is built in one reused tw_example_builder
+ * whose features point at the reader's item bytes and at scalars in the source struct, so a record
+ * costs no allocation and no copy before protobuf-c packs it. Outputs are tw_atomic_file temporaries
+ * that are committed together at the very end. */
+#include "convert.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "atomic_file.h"
+#include "csv.h"
+#include "example.h"
+#include "idx.h"
+#include "npy.h"
+
+enum { MAX_HISTOGRAM = 65536, PATH_BYTES = 4096 };
+
+static const uint64_t DEFAULT_MAX_BYTES = 16ull << 30;
+
+/* ================================ options ================================ */
+
+void tw_convert_options_default(tw_convert_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->compression = TW_COMPRESSION_NONE;
+    o->test_fraction = -1;
+    o->seed = 0;
+    o->max_bytes = DEFAULT_MAX_BYTES;
+}
+
+const char *tw_convert_source_name(tw_convert_source s)
+{
+    switch (s) {
+    case TW_CONVERT_IDX: return "idx";
+    case TW_CONVERT_CSV: return "csv";
+    case TW_CONVERT_NPY: return "npy";
+    }
+    return "?";
+}
+
+tw_status tw_convert_meta_path(const char *output, char *buf, size_t size, tw_error *err)
+{
+    static const char ext[] = ".tfrecord";
+    size_t n = strlen(output), e = sizeof ext - 1;
+    int strip = n > e && !strcmp(output + n - e, ext);
+    int w = snprintf(buf, size, "%.*s.meta.json", (int)(strip ? n - e : n), output);
+    if (w < 0 || (size_t)w >= size)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "output path is too long");
+    return TW_OK;
+}
+
+/* One option pair: both or neither. */
+static tw_status need_both(const char *a, const char *a_flag, const char *b, const char *b_flag,
+                           tw_error *err)
+{
+    if (!a != !b)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s needs %s", a ? a_flag : b_flag,
+                            a ? b_flag : a_flag);
+    return TW_OK;
+}
+
+static tw_status check_source(const tw_convert_options *o, tw_convert_source *source,
+                              tw_error *err)
+{
+    int idx = o->images || o->labels, csv = o->csv || o->label_column;
+    int npy = o->npy_features || o->npy_labels;
+    if (idx + csv + npy != 1)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "give exactly one source: --images/--labels, --csv/--label-column or "
+                            "--npy-features/--npy-labels");
+    TW_TRY(need_both(o->images, "--images", o->labels, "--labels", err));
+    TW_TRY(need_both(o->csv, "--csv", o->label_column, "--label-column", err));
+    TW_TRY(need_both(o->npy_features, "--npy-features", o->npy_labels, "--npy-labels", err));
+    TW_TRY(need_both(o->test_images, "--test-images", o->test_labels, "--test-labels", err));
+    *source = idx ? TW_CONVERT_IDX : csv ? TW_CONVERT_CSV : TW_CONVERT_NPY;
+    return TW_OK;
+}
+
+static tw_status check_split(const tw_convert_options *o, tw_convert_source source, tw_error *err)
+{
+    int pair = o->test_images != NULL, fraction = o->test_fraction >= 0;
+    if (pair && source != TW_CONVERT_IDX)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "--test-images/--test-labels need an IDX source (--images/--labels)");
+    if (pair && fraction)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "--test-fraction and --test-images/--test-labels exclude each other");
+    if (fraction && !(o->test_fraction <= 1))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--test-fraction must be in [0, 1]");
+    if ((pair || fraction) && !o->test_output)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "--test-output is needed with --test-fraction or --test-images");
+    if (o->test_output && !pair && !fraction)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "--test-output needs --test-fraction or --test-images/--test-labels");
+    return TW_OK;
+}
+
+/* No output may share its path with another output or with an input. */
+static tw_status check_paths(const tw_convert_options *o, const char *meta, tw_error *err)
+{
+    const char *outs[] = {o->output, o->test_output, meta};
+    const char *all[] = {o->output, o->test_output, meta, o->images, o->labels, o->test_images,
+                         o->test_labels, o->csv, o->npy_features, o->npy_labels};
+    for (size_t i = 0; i < 3; i++)
+        for (size_t j = i + 1; j < sizeof all / sizeof all[0]; j++)
+            if (outs[i] && all[j] && !strcmp(outs[i], all[j]))
+                return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                                    "'%s' is named twice: every output needs a path of its own",
+                                    outs[i]);
+    return TW_OK;
+}
+
+tw_status tw_convert_check(const tw_convert_options *o, tw_convert_source *source, tw_error *err)
+{
+    TW_TRY(check_source(o, source, err));
+    TW_TRY(check_split(o, *source, err));
+    if (!o->output || !o->output[0])
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "-o/--output is required");
+    if (o->max_bytes == 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--max-bytes must be positive");
+    char meta[PATH_BYTES];
+    if (!o->meta)
+        TW_TRY(tw_convert_meta_path(o->output, meta, sizeof meta, err));
+    return check_paths(o, o->meta ? o->meta : meta, err);
+}
+
+/* ================================ sources ================================ */
+
+typedef struct {
+    int64_t i; /* the label, for integer-labelled sources */
+    double f;  /* the label as a double, always (statistics, float labels) */
+} label_value;
+
+typedef struct source source;
+struct source {
+    const char *kind;  /* "idx", "csv", "npy" */
+    uint64_t count;    /* examples next() will yield */
+    int int_labels;    /* label feature is int64 (else float) */
+    /* Builds the next Example into b (reset by the caller); TW_END after the last. */
+    tw_status (*next)(source *s, tw_example_builder *b, label_value *label, tw_error *err);
+    /* Adds "features", "shape" and "dtype" (and any source-specific keys) to the meta object. */
+    tw_status (*describe)(const source *s, json_t *meta, tw_error *err);
+    void (*close)(source *s);
+    int64_t label_i;   /* the current label, borrowed by the Example being built */
+    float label_f;
+};
+
+static tw_status nomem(tw_error *err)
+{
+    return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+}
+
+/* Sets key on obj, stealing value; a NULL value (jansson out of memory) is an error. */
+static tw_status put(json_t *obj, const char *key, json_t *value, tw_error *err)
+{
+    TW_CHECK_FOREIGN(value && json_object_set_new(obj, key, value) == 0, err, TW_ERR_NOMEM,
+                     "jansson");
+    return TW_OK;
+}
+
+static tw_status put_features(json_t *meta, const char *const *names, const char *const *kinds,
+                              size_t n, tw_error *err)
+{
+    json_t *f = json_object();
+    TW_TRY(put(meta, "features", f, err));
+    for (size_t i = 0; i < n; i++)
+        TW_TRY(put(f, names[i], json_string(kinds[i]), err));
+    return TW_OK;
+}
+
+static const char *label_kind(const source *s) { return s->int_labels ? "int64" : "float"; }
+
+/* Adds the label feature: int64 from label->i, or float from label->f, through the source's slots. */
+static tw_status add_label(source *s, tw_example_builder *b, const label_value *label,
+                           tw_error *err)
+{
+    if (s->int_labels) {
+        s->label_i = label->i;
+        return tw_example_add_int64s(b, "label", &s->label_i, 1, err);
+    }
+    s->label_f = (float)label->f;
+    return tw_example_add_floats(b, "label", &s->label_f, 1, err);
+}
+
+/* Advances two readers that hold the same number of items: both end together (the second one's end is
+ * still checked for trailing data). a and b are their statuses, b from a call made only if a was OK or
+ * TW_END. */
+static tw_status lockstep(tw_status a, tw_status b, tw_error *err)
+{
+    if (b < 0)
+        return b;
+    if (a != b)
+        return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "paired inputs ended apart");
+    return a;
+}
+
+/* ---- idx ---- */
+
+typedef struct {
+    source base;
+    tw_idx_reader *images, *labels;
+    int64_t dims[4];       /* size, height, width, depth: borrowed by every Example */
+} idx_source;
+
+static uint32_t idx_magic(const tw_idx_header *h) { return (uint32_t)h->type << 8 | (uint32_t)h->rank; }
+
+static tw_status idx_next(source *s, tw_example_builder *b, label_value *label, tw_error *err)
+{
+    idx_source *x = (idx_source *)s;
+    const uint8_t *image, *lab;
+    tw_status si = tw_idx_next(x->images, &image, err);
+    if (si < 0)
+        return si;
+    TW_TRY(lockstep(si, tw_idx_next(x->labels, &lab, err), err));
+    label->i = lab[0];
+    label->f = lab[0];
+    TW_TRY(tw_example_add_bytes1(b, "image_raw", image, (size_t)x->dims[0], err));
+    TW_TRY(add_label(s, b, label, err));
+    static const char *const names[4] = {"size", "height", "width", "depth"};
+    for (int i = 0; i < 4; i++)
+        TW_TRY(tw_example_add_int64s(b, names[i], &x->dims[i], 1, err));
+    return TW_OK;
+}
+
+static tw_status idx_describe(const source *s, json_t *meta, tw_error *err)
+{
+    const idx_source *x = (const idx_source *)s;
+    static const char *const names[] = {"image_raw", "label", "size", "height", "width", "depth"};
+    static const char *const kinds[] = {"bytes", "int64", "int64", "int64", "int64", "int64"};
+    TW_TRY(put_features(meta, names, kinds, 6, err));
+    TW_TRY(put(meta, "shape", json_pack("[III]", (json_int_t)x->dims[1], (json_int_t)x->dims[2],
+                                        (json_int_t)x->dims[3]), err));
+    return put(meta, "dtype", json_string("uint8"), err);
+}
+
+static void idx_close(source *s)
+{
+    idx_source *x = (idx_source *)s;
+    tw_idx_close(x->images);
+    tw_idx_close(x->labels);
+    free(x);
+}
+
+/* Images must be idx3/idx4, labels idx1, with equal counts. */
+static tw_status idx_check(const idx_source *x, tw_error *err)
+{
+    const tw_idx_header *hi = tw_idx_reader_header(x->images), *hl = tw_idx_reader_header(x->labels);
+    if (hi->rank != 3 && hi->rank != 4)
+        return tw_error_set(err, TW_ERR_INVALID, tw_idx_reader_name(x->images), 0,
+                            "not an IDX images file: magic 0x%08x has %d dimensions (expected "
+                            "0x00000803 or 0x00000804)", idx_magic(hi), hi->rank);
+    if (hl->rank != 1)
+        return tw_error_set(err, TW_ERR_INVALID, tw_idx_reader_name(x->labels), 0,
+                            "not an IDX labels file: magic 0x%08x has %d dimensions (expected "
+                            "0x00000801)", idx_magic(hl), hl->rank);
+    if (hi->count != hl->count)
+        return tw_error_set(err, TW_ERR_INVALID, tw_idx_reader_name(x->labels), 4,
+                            "the labels file declares %llu labels but the images file %s declares "
+                            "%llu images", (unsigned long long)hl->count,
+                            tw_idx_reader_name(x->images), (unsigned long long)hi->count);
+    return TW_OK;
+}
+
+static tw_status idx_open(const char *images, const char *labels, uint64_t max_bytes,
+                          source **out, tw_error *err)
+{
+    idx_source *x = calloc(1, sizeof *x);
+    if (!x)
+        return nomem(err);
+    x->base = (source){"idx", 0, 1, idx_next, idx_describe, idx_close, 0, 0};
+    *out = &x->base;
+    TW_TRY(tw_idx_open(images, max_bytes, &x->images, err));
+    TW_TRY(tw_idx_open(labels, max_bytes, &x->labels, err));
+    TW_TRY(idx_check(x, err));
+    const tw_idx_header *h = tw_idx_reader_header(x->images);
+    x->base.count = h->count;
+    x->dims[0] = (int64_t)h->item_bytes;
+    x->dims[1] = h->dims[1];
+    x->dims[2] = h->dims[2];
+    x->dims[3] = h->rank == 4 ? h->dims[3] : 1;
+    return TW_OK;
+}
+
+/* The test pair must hold images of the training images' shape. */
+static tw_status idx_same_shape(const source *train, const source *test, tw_error *err)
+{
+    const idx_source *a = (const idx_source *)train, *b = (const idx_source *)test;
+    if (!memcmp(a->dims, b->dims, sizeof a->dims))
+        return TW_OK;
+    return tw_error_set(err, TW_ERR_INVALID, tw_idx_reader_name(b->images), 8,
+                        "test images are %lldx%lldx%lld but the training images are "
+                        "%lldx%lldx%lld", (long long)b->dims[1], (long long)b->dims[2],
+                        (long long)b->dims[3], (long long)a->dims[1], (long long)a->dims[2],
+                        (long long)a->dims[3]);
+}
+
+/* ---- csv ---- */
+
+typedef struct {
+    source base;
+    tw_csv_reader *r;
+    tw_csv_schema schema;
+    float *features;   /* [schema.n_features] the current row, borrowed by the Example */
+    uint64_t rows;     /* rows yielded in pass 2 */
+} csv_source;
+
+static tw_status csv_changed(const csv_source *x, tw_error *err)
+{
+    return tw_error_set_line(err, TW_ERR_INVALID, tw_csv_name(x->r), tw_csv_line(x->r),
+                             "the file changed between the validation pass and the writing pass");
+}
+
+static tw_status csv_next(source *s, tw_example_builder *b, label_value *label, tw_error *err)
+{
+    csv_source *x = (csv_source *)s;
+    tw_csv_label cell;
+    tw_status st = tw_csv_next_example(x->r, &x->schema, x->features, &cell, err);
+    if (st == TW_END)
+        return x->rows == x->schema.rows ? TW_END : csv_changed(x, err);
+    TW_TRY(st);
+    if (++x->rows > x->schema.rows || (s->int_labels && !cell.is_int))
+        return csv_changed(x, err);
+    label->i = cell.i;
+    label->f = cell.f;
+    TW_TRY(tw_example_add_floats(b, "features", x->features, x->schema.n_features, err));
+    return add_label(s, b, label, err);
+}
+
+static tw_status csv_describe(const source *s, json_t *meta, tw_error *err)
+{
+    const csv_source *x = (const csv_source *)s;
+    const char *const names[] = {"features", "label"};
+    const char *const kinds[] = {"float", label_kind(s)};
+    TW_TRY(put_features(meta, names, kinds, 2, err));
+    TW_TRY(put(meta, "shape", json_integer((json_int_t)x->schema.n_features), err));
+    TW_TRY(put(meta, "dtype", json_string("float32"), err));
+    return put(meta, "label_column",
+               json_string(tw_csv_column_name(x->r, x->schema.label_column)), err);
+}
+
+static void csv_close(source *s)
+{
+    csv_source *x = (csv_source *)s;
+    tw_csv_close(x->r);
+    free(x->features);
+    free(x);
+}
+
+static tw_status csv_open(const char *path, const char *label_column, uint64_t max_bytes,
+                          source **out, tw_error *err)
+{
+    csv_source *x = calloc(1, sizeof *x);
+    if (!x)
+        return nomem(err);
+    x->base = (source){"csv", 0, 1, csv_next, csv_describe, csv_close, 0, 0};
+    *out = &x->base;
+    TW_TRY(tw_csv_open(path, max_bytes, &x->r, err));
+    TW_TRY(tw_csv_scan(x->r, label_column, &x->schema, err));
+    if (!(x->features = malloc(x->schema.n_features * sizeof *x->features)))
+        return nomem(err);
+    x->base.count = x->schema.rows;
+    x->base.int_labels = x->schema.int_labels;
+    return TW_OK;
+}
+
+/* ---- npy ---- */
+
+typedef struct {
+    source base;
+    tw_npy_reader *features, *labels;
+    int64_t shape[TW_NPY_MAX_RANK]; /* per-example dims, borrowed by every Example */
+    size_t rank;                    /* per-example rank (features rank - 1) */
+    const char *dtype;              /* "uint8" or "float32", borrowed by every Example */
+} npy_source;
+
+static uint64_t get_le(const uint8_t *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = n; i-- > 0;)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Decodes one little-endian label element of dtype d. */
+static void npy_label(tw_npy_dtype d, const uint8_t *p, label_value *out)
+{
+    uint64_t bits = get_le(p, tw_npy_dtype_size(d));
+    uint32_t b32 = (uint32_t)bits;
+    float f32;
+    double f64;
+    switch (d) {
+    case TW_NPY_UINT8: out->i = (int64_t)bits; break;
+    case TW_NPY_INT32: out->i = (int32_t)b32; break;
+    case TW_NPY_INT64: out->i = (int64_t)bits; break;
+    case TW_NPY_FLOAT32: memcpy(&f32, &b32, 4); out->f = f32; return;
+    case TW_NPY_FLOAT64: memcpy(&f64, &bits, 8); out->f = f64; return;
+    }
+    out->f = (double)out->i;
+}
+
+static tw_status npy_next(source *s, tw_example_builder *b, label_value *label, tw_error *err)
+{
+    npy_source *x = (npy_source *)s;
+    const uint8_t *item, *lab;
+    tw_status sf = tw_npy_next(x->features, &item, err);
+    if (sf < 0)
+        return sf;
+    TW_TRY(lockstep(sf, tw_npy_next(x->labels, &lab, err), err));
+    const tw_npy_header *hf = tw_npy_reader_header(x->features);
+    npy_label(tw_npy_reader_header(x->labels)->dtype, lab, label);
+    TW_TRY(tw_example_add_bytes1(b, "image_raw", item, (size_t)hf->item_bytes, err));
+    TW_TRY(tw_example_add_int64s(b, "shape", x->shape, x->rank, err));
+    TW_TRY(tw_example_add_bytes1(b, "dtype", x->dtype, strlen(x->dtype), err));
+    return add_label(s, b, label, err);
+}
+
+static tw_status npy_describe(const source *s, json_t *meta, tw_error *err)
+{
+    const npy_source *x = (const npy_source *)s;
+    const char *const names[] = {"image_raw", "shape", "dtype", "label"};
+    const char *const kinds[] = {"bytes", "int64", "bytes", label_kind(s)};
+    TW_TRY(put_features(meta, names, kinds, 4, err));
+    json_t *shape = json_array();
+    TW_TRY(put(meta, "shape", shape, err));
+    for (size_t i = 0; i < x->rank; i++)
+        TW_CHECK_FOREIGN(json_array_append_new(shape, json_integer(x->shape[i])) == 0, err,
+                         TW_ERR_NOMEM, "jansson");
+    return put(meta, "dtype", json_string(x->dtype), err);
+}
+
+static void npy_close(source *s)
+{
+    npy_source *x = (npy_source *)s;
+    tw_npy_close(x->features);
+    tw_npy_close(x->labels);
+    free(x);
+}
+
+static int64_t dict_offset(const tw_npy_header *h) { return h->major == 1 ? 10 : 12; }
+
+/* Features: uint8 or float32, rank >= 1. Labels: one number per example. Equal first dimensions. */
+static tw_status npy_check(const npy_source *x, tw_error *err)
+{
+    const tw_npy_header *hf = tw_npy_reader_header(x->features);
+    const tw_npy_header *hl = tw_npy_reader_header(x->labels);
+    const char *nf = tw_npy_reader_name(x->features), *nl = tw_npy_reader_name(x->labels);
+    if (hf->dtype != TW_NPY_UINT8 && hf->dtype != TW_NPY_FLOAT32)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, nf, dict_offset(hf),
+                            "features of dtype %s are not supported (uint8 '|u1' or float32 '<f4')",
+                            tw_npy_dtype_name(hf->dtype));
+    if (hl->rank > 2 || (hl->rank == 2 && hl->shape[1] != 1))
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, nl, dict_offset(hl),
+                            "labels must have shape (N,) or (N, 1): one number per example");
+    if (hf->count != hl->count)
+        return tw_error_set(err, TW_ERR_INVALID, nl, dict_offset(hl),
+                            "the labels have %llu rows but the features %s have %llu",
+                            (unsigned long long)hl->count, nf, (unsigned long long)hf->count);
+    return TW_OK;
+}
+
+static tw_status npy_open(const char *features, const char *labels, uint64_t max_bytes,
+                          source **out, tw_error *err)
+{
+    npy_source *x = calloc(1, sizeof *x);
+    if (!x)
+        return nomem(err);
+    x->base = (source){"npy", 0, 1, npy_next, npy_describe, npy_close, 0, 0};
+    *out = &x->base;
+    TW_TRY(tw_npy_open(features, max_bytes, &x->features, err));
+    TW_TRY(tw_npy_open(labels, max_bytes, &x->labels, err));
+    TW_TRY(npy_check(x, err));
+    const tw_npy_header *hf = tw_npy_reader_header(x->features);
+    tw_npy_dtype dl = tw_npy_reader_header(x->labels)->dtype;
+    x->base.count = hf->count;
+    x->base.int_labels = dl != TW_NPY_FLOAT32 && dl != TW_NPY_FLOAT64;
+    x->rank = (size_t)hf->rank - 1;
+    for (size_t i = 0; i < x->rank; i++)
+        x->shape[i] = (int64_t)hf->shape[i + 1];
+    x->dtype = tw_npy_dtype_name(hf->dtype);
+    return TW_OK;
+}
+
+/* ================================ splits ================================ */
+
+typedef struct {
+    int64_t *keys;     /* [cap] distinct integer labels, ascending */
+    uint64_t *counts;  /* [cap] examples per key */
+    size_t n, cap;
+    int overflow;      /* more than MAX_HISTOGRAM distinct labels: histogram dropped */
+    double min, max, sum;
+} label_stats;
+
+typedef struct {
+    const char *path;            /* borrowed from the options */
+    tw_atomic_file *file;
+    tw_tfrecord_writer *writer;
+    uint64_t count;
+    label_stats stats;
+} split;
+
+/* Counts one integer label; past MAX_HISTOGRAM distinct values the histogram is dropped. */
+static tw_status histogram_add(label_stats *st, int64_t key, tw_error *err)
+{
+    size_t lo = 0, hi = st->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (st->keys[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    if (lo < st->n && st->keys[lo] == key) {
+        st->counts[lo]++;
+        return TW_OK;
+    }
+    if (st->n == MAX_HISTOGRAM) {
+        st->overflow = 1;
+        return TW_OK;
+    }
+    if (st->n == st->cap) {
+        size_t cap = st->cap ? st->cap * 2 : 16;
+        int64_t *k = realloc(st->keys, cap * sizeof *k);
+        if (k)
+            st->keys = k;
+        uint64_t *c = k ? realloc(st->counts, cap * sizeof *c) : NULL;
+        if (!c)
+            return nomem(err);
+        st->counts = c;
+        st->cap = cap;
+    }
+    memmove(st->keys + lo + 1, st->keys + lo, (st->n - lo) * sizeof *st->keys);
+    memmove(st->counts + lo + 1, st->counts + lo, (st->n - lo) * sizeof *st->counts);
+    st->keys[lo] = key;
+    st->counts[lo] = 1;
+    st->n++;
+    return TW_OK;
+}
+
+static tw_status stats_add(label_stats *st, uint64_t seen, int int_labels, const label_value *l,
+                           tw_error *err)
+{
+    if (seen == 0 || l->f < st->min)
+        st->min = l->f;
+    if (seen == 0 || l->f > st->max)
+        st->max = l->f;
+    st->sum += l->f;
+    return int_labels && !st->overflow ? histogram_add(st, l->i, err) : TW_OK;
+}
+
+static tw_status split_open(split *sp, const char *path, tw_compression c, tw_error *err)
+{
+    sp->path = path;
+    TW_TRY(tw_atomic_file_create(path, &sp->file, err));
+    return tw_tfrecord_writer_create(tw_atomic_file_fd(sp->file), c, path, &sp->writer, err);
+}
+
+static tw_status split_write(split *sp, tw_example_builder *b, int int_labels,
+                             const label_value *l, tw_error *err)
+{
+    const uint8_t *data;
+    size_t len;
+    TW_TRY(tw_example_serialize(b, &data, &len, err));
+    TW_TRY(tw_tfrecord_write(sp->writer, data, len, err));
+    TW_TRY(stats_add(&sp->stats, sp->count, int_labels, l, err));
+    sp->count++;
+    return TW_OK;
+}
+
+static void split_cleanup(split *sp)
+{
+    tw_tfrecord_writer_destroy(sp->writer);
+    tw_atomic_file_destroy(sp->file); /* removes the temporary unless committed */
+    free(sp->stats.keys);
+    free(sp->stats.counts);
+}
+
+/* ========================= selection sampling ========================= */
+
+/* Knuth's Algorithm S (TAOCP vol. 2, 3.4.2): example t of N is selected with probability
+ * (n - selected) / (N - t), which selects exactly n with every subset equally likely. */
+typedef struct {
+    uint64_t total, want;      /* N and n */
+    uint64_t seen, selected;
+    uint64_t state;            /* splitmix64 */
+} sampler;
+
+static uint64_t splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static int sampler_pick(sampler *s)
+{
+    uint64_t left = s->total - s->seen++;
+    int pick = splitmix64(&s->state) % left < s->want - s->selected;
+    s->selected += (uint64_t)pick;
+    return pick;
+}
+
+/* ============================== conversion ============================== */
+
+typedef struct {
+    const tw_convert_options *o;
+    tw_convert_source kind;
+    source *train_src, *test_src; /* test_src: the --test-images pair, or NULL */
+    tw_example_builder *builder;
+    split train, test;
+    int has_test;
+    char meta_path[PATH_BYTES];
+    tw_atomic_file *meta;
+} conversion;
+
+static tw_status open_source(const tw_convert_options *o, tw_convert_source kind, int test,
+                             source **out, tw_error *err)
+{
+    if (test)
+        return idx_open(o->test_images, o->test_labels, o->max_bytes, out, err);
+    if (kind == TW_CONVERT_IDX)
+        return idx_open(o->images, o->labels, o->max_bytes, out, err);
+    if (kind == TW_CONVERT_CSV)
+        return csv_open(o->csv, o->label_column, o->max_bytes, out, err);
+    return npy_open(o->npy_features, o->npy_labels, o->max_bytes, out, err);
+}
+
+/* Writes every example of src into `to`, or, with a sampler, the sampled ones into c->test. */
+static tw_status write_source(conversion *c, source *src, split *to, sampler *smp, tw_error *err)
+{
+    for (;;) {
+        label_value label = {0, 0};
+        tw_example_builder_reset(c->builder);
+        tw_status s = src->next(src, c->builder, &label, err);
+        if (s == TW_END)
+            return TW_OK;
+        TW_TRY(s);
+        split *dest = smp && sampler_pick(smp) ? &c->test : to;
+        TW_TRY(split_write(dest, c->builder, src->int_labels, &label, err));
+    }
+}
+
+static tw_status write_all(conversion *c, tw_error *err)
+{
+    const tw_convert_options *o = c->o;
+    if (o->test_fraction >= 0) {
+        uint64_t n = c->train_src->count;
+        sampler smp = {n, (uint64_t)(o->test_fraction * (double)n + 0.5), 0, 0, o->seed}; /* round */
+        return write_source(c, c->train_src, &c->train, &smp, err);
+    }
+    TW_TRY(write_source(c, c->train_src, &c->train, NULL, err));
+    return c->test_src ? write_source(c, c->test_src, &c->test, NULL, err) : TW_OK;
+}
+
+/* ================================== meta ================================== */
+
+/* Adds splits[name] = {"path", "count", "label_histogram" | "label_stats"}. */
+static tw_status split_json(json_t *splits, const char *name, const split *sp, int int_labels,
+                            tw_error *err)
+{
+    json_t *j = json_object();
+    TW_TRY(put(splits, name, j, err));
+    TW_TRY(put(j, "path", json_string(sp->path), err));
+    TW_TRY(put(j, "count", json_integer((json_int_t)sp->count), err));
+    const label_stats *st = &sp->stats;
+    if (int_labels && !st->overflow) {
+        json_t *h = json_object();
+        TW_TRY(put(j, "label_histogram", h, err));
+        for (size_t i = 0; i < st->n; i++) {
+            char key[24];
+            snprintf(key, sizeof key, "%lld", (long long)st->keys[i]);
+            TW_TRY(put(h, key, json_integer((json_int_t)st->counts[i]), err));
+        }
+        return TW_OK;
+    }
+    json_t *stats = sp->count ? json_pack("{s:f, s:f, s:f}", "min", st->min, "max", st->max, "mean",
+                                          st->sum / (double)sp->count)
+                              : json_pack("{s:n, s:n, s:n}", "min", "max", "mean");
+    return put(j, "label_stats", stats, err);
+}
+
+static tw_status build_meta(const conversion *c, json_t *meta, tw_error *err)
+{
+    TW_TRY(put(meta, "format_version", json_integer(1), err));
+    TW_TRY(put(meta, "source", json_string(tw_convert_source_name(c->kind)), err));
+    TW_TRY(c->train_src->describe(c->train_src, meta, err));
+    TW_TRY(put(meta, "compression", json_string(tw_compression_name(c->o->compression)), err));
+    json_t *splits = json_object();
+    TW_TRY(put(meta, "splits", splits, err));
+    int int_labels = c->train_src->int_labels;
+    TW_TRY(split_json(splits, "train", &c->train, int_labels, err));
+    return c->has_test ? split_json(splits, "test", &c->test, int_labels, err) : TW_OK;
+}
+
+/* Writes the meta JSON to its temporary file (committed with the outputs). */
+static tw_status write_meta(conversion *c, tw_error *err)
+{
+    json_t *meta = json_object();
+    if (!meta)
+        return nomem(err);
+    tw_status s = build_meta(c, meta, err);
+    char *text = s == TW_OK ? json_dumps(meta, JSON_INDENT(2)) : NULL;
+    json_decref(meta);
+    if (s == TW_OK && !text)
+        s = nomem(err);
+    if (s == TW_OK)
+        s = tw_atomic_file_create(c->meta_path, &c->meta, err);
+    if (s == TW_OK)
+        s = tw_write_all(tw_atomic_file_fd(c->meta), text, strlen(text), c->meta_path, err);
+    if (s == TW_OK)
+        s = tw_write_all(tw_atomic_file_fd(c->meta), "\n", 1, c->meta_path, err);
+    free(text);
+    return s;
+}
+
+/* ============================== conversion ============================== */
+
+/* Renames every output into place; if one fails, removes those already renamed. */
+static tw_status commit_all(conversion *c, tw_error *err)
+{
+    tw_atomic_file *files[3] = {c->train.file, c->has_test ? c->test.file : NULL, c->meta};
+    for (size_t i = 0; i < 3; i++) {
+        if (!files[i])
+            continue;
+        tw_status s = tw_atomic_file_commit(files[i], err);
+        if (s == TW_OK)
+            continue;
+        for (size_t j = 0; j < i; j++)
+            if (files[j])
+                unlink(tw_atomic_file_path(files[j]));
+        return s;
+    }
+    return TW_OK;
+}
+
+static tw_status finish(conversion *c, tw_error *err)
+{
+    TW_TRY(tw_tfrecord_writer_finish(c->train.writer, err));
+    if (c->has_test)
+        TW_TRY(tw_tfrecord_writer_finish(c->test.writer, err));
+    TW_TRY(write_meta(c, err));
+    return commit_all(c, err);
+}
+
+/* Opens the sources: inputs are checked against each other before any output exists. */
+static tw_status open_sources(conversion *c, tw_error *err)
+{
+    const tw_convert_options *o = c->o;
+    TW_TRY(open_source(o, c->kind, 0, &c->train_src, err));
+    if (!o->test_images)
+        return TW_OK;
+    TW_TRY(open_source(o, c->kind, 1, &c->test_src, err));
+    return idx_same_shape(c->train_src, c->test_src, err);
+}
+
+static tw_status run(conversion *c, tw_error *err)
+{
+    const tw_convert_options *o = c->o;
+    TW_TRY(tw_convert_check(o, &c->kind, err));
+    if (!o->meta)
+        TW_TRY(tw_convert_meta_path(o->output, c->meta_path, sizeof c->meta_path, err));
+    else if (snprintf(c->meta_path, sizeof c->meta_path, "%s", o->meta) >= (int)sizeof c->meta_path)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--meta path is too long");
+    TW_TRY(open_sources(c, err));
+    TW_TRY(tw_example_builder_create(&c->builder, err));
+    c->has_test = o->test_output != NULL;
+    TW_TRY(split_open(&c->train, o->output, o->compression, err));
+    if (c->has_test)
+        TW_TRY(split_open(&c->test, o->test_output, o->compression, err));
+    TW_TRY(write_all(c, err));
+    return finish(c, err);
+}
+
+tw_status tw_convert(const tw_convert_options *o, tw_convert_result *res, tw_error *err)
+{
+    conversion c;
+    memset(&c, 0, sizeof c);
+    c.o = o;
+    tw_status s = run(&c, err);
+    if (s == TW_OK && res) {
+        memset(res, 0, sizeof *res);
+        res->source = c.kind;
+        res->train_count = c.train.count;
+        res->test_count = c.test.count;
+        res->has_test = c.has_test;
+        snprintf(res->meta_path, sizeof res->meta_path, "%s", c.meta_path);
+    }
+    split_cleanup(&c.train);
+    split_cleanup(&c.test);
+    tw_atomic_file_destroy(c.meta);
+    tw_example_builder_destroy(c.builder);
+    if (c.train_src)
+        c.train_src->close(c.train_src);
+    if (c.test_src)
+        c.test_src->close(c.test_src);
+    return s;
+}

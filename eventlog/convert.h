@@ -1,0 +1,88 @@
+/* convert.h — dataset conversion: IDX, CSV or NumPy sources into TFRecord files of tf.train.Example,
+ * with an optional test split and a JSON description (meta) of the result.
+ *
+ * Owns: which features each source becomes (below), the train/test split (a second IDX pair, or an
+ * exact seeded fraction by selection sampling — Knuth's Algorithm S: streaming, no buffering, exactly
+ * round(F·N) test examples, halves rounded away from zero), the label statistics, the meta JSON, and the
+ * all-or-nothing output protocol: every output is written to a temporary file and renamed into place
+ * only after the whole conversion succeeded; on any error no output file or temporary file is left.
+ * Does not own: parsing the inputs (idx.c, csv.c, npy.c), TFRecord framing (tfrecord.c), the command
+ * line (convert_main.c).
+ *
+ * Features written per Example:
+ *   idx: image_raw (bytes, the h·w·d uint8 pixels), label (int64), size (int64, h·w·d), height, width,
+ *        depth (int64; depth 1 for 3-D IDX, the 4th dimension for 4-D IDX)
+ *   csv: features (float list, every non-label column in file order), label (int64 when every label cell
+ *        is an integer literal, else float)
+ *   npy: image_raw (bytes, one example's raw little-endian bytes), shape (int64 list, per-example dims),
+ *        dtype (bytes "uint8" or "float32"), label (int64 for |u1/<i4/<i8 labels, float for <f4/<f8)
+ *
+ * Memory is constant in the number of examples (readers stream; CSV is read twice). Thread-safety: a
+ * conversion touches only its own state; concurrent conversions to different outputs are fine. */
+#ifndef TW_CONVERT_H
+#define TW_CONVERT_H
+
+#include <stdint.h>
+
+#include "status.h"
+#include "tfrecord.h"
+
+typedef enum {
+    TW_CONVERT_IDX = 0,
+    TW_CONVERT_CSV = 1,
+    TW_CONVERT_NPY = 2,
+} tw_convert_source;
+
+/* Every string is borrowed for the duration of tw_convert. Set exactly one source group. */
+typedef struct {
+    const char *images, *labels;           /* IDX images (idx3/idx4) and labels (idx1) */
+    const char *test_images, *test_labels; /* optional second IDX pair: all of it goes to the test split */
+    const char *csv, *label_column;        /* CSV file and the name of its label column */
+    const char *npy_features, *npy_labels; /* NumPy arrays, examples along the first axis */
+    const char *output;                    /* train TFRecord path (required) */
+    const char *test_output;               /* test TFRecord path (required with a test split) */
+    const char *meta;                      /* meta JSON path; NULL: see tw_convert_meta_path */
+    tw_compression compression;            /* of both TFRecord outputs; default NONE */
+    double test_fraction;                  /* in [0, 1]; < 0 (default) = no fraction split */
+    uint64_t seed;                         /* selection-sampling seed; default 0 */
+    uint64_t max_bytes;                    /* budget on content bytes per input file; default 16 GiB */
+} tw_convert_options;
+
+typedef struct {
+    tw_convert_source source;
+    uint64_t train_count;   /* examples in output */
+    uint64_t test_count;    /* examples in test_output (0 without a split) */
+    int has_test;           /* 1 when test_output was written */
+    char meta_path[4096];   /* where the meta JSON went */
+} tw_convert_result;
+
+/* All defaults, in one place. */
+void tw_convert_options_default(tw_convert_options *o);
+
+/* Checks that the options name exactly one complete source, the outputs a split needs, a fraction in
+ * [0, 1], a non-zero budget, and no output path equal to another output or an input (by spelling).
+ * Fills *source. Errors: TW_ERR_INVALID, naming the options by their command-line spelling. */
+tw_status tw_convert_check(const tw_convert_options *o, tw_convert_source *source, tw_error *err);
+
+/* The default meta path for output: a trailing ".tfrecord" replaced by ".meta.json", else output +
+ * ".meta.json". Writes into buf[size]. Errors: TW_ERR_INVALID when it does not fit. */
+tw_status tw_convert_meta_path(const char *output, char *buf, size_t size, tw_error *err);
+
+/* "idx", "csv", "npy". */
+const char *tw_convert_source_name(tw_convert_source s);
+
+/* Runs the conversion described by o and fills *res (may be NULL). On success the outputs and the meta
+ * file are in place; on failure none of them was created or replaced and no temporary file remains
+ * (a failure while renaming the outputs into place removes the ones already renamed).
+ *
+ * Meta JSON: {"format_version": 1, "source", "features": {name: kind}, "shape" ([h, w, d] for idx, the
+ * feature count for csv, the per-example shape for npy), "dtype", "compression", ("label_column" for
+ * csv), "splits": {"train": {"path", "count", ...}, "test": {...}}} where each split has
+ * "label_histogram" {"<label>": count} for integer labels (up to 65536 distinct values) and otherwise
+ * "label_stats" {"min", "max", "mean"}.
+ *
+ * Errors: those of tw_convert_check, of the readers (naming the file and byte offset or line), of the
+ * writers, and TW_ERR_INVALID for sources that disagree (image and label counts, test shape). */
+tw_status tw_convert(const tw_convert_options *o, tw_convert_result *res, tw_error *err);
+
+#endif
