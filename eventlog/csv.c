@@ -250,7 +250,7 @@ tw_status tw_csv_open(const char *path, uint64_t max_bytes, tw_csv_reader **out,
 {
     *out = NULL;
     tw_gzfile *in;
-    TW_TRY(tw_gzfile_open(path, max_bytes, &in, err));
+    TW_TRY(tw_gzfile_open(path, TW_COMPRESSION_AUTO, max_bytes, &in, err));
     return reader_start(in, out, err);
 }
 
@@ -259,7 +259,7 @@ tw_status tw_csv_open_mem(const void *data, size_t n, const char *name, uint64_t
 {
     *out = NULL;
     tw_gzfile *in;
-    TW_TRY(tw_gzfile_open_mem(data, n, name, max_bytes, &in, err));
+    TW_TRY(tw_gzfile_open_mem(data, n, name, TW_COMPRESSION_AUTO, max_bytes, &in, err));
     return reader_start(in, out, err);
 }
 

@@ -1,9 +1,11 @@
-/* gzfile.h — read a file (or a memory buffer) that is either raw or gzip-compressed as one byte stream,
- * with a budget on the bytes it may produce.
+/* gzfile.h — read a file (or a memory buffer) that is raw, gzip- or zlib-compressed as one byte stream,
+ * with a budget on the bytes it may produce. The one inflate loop of Tower: converters read IDX, CSV and
+ * NPY inputs through it, and the TFRecord reader reads GZIP and ZLIB TFRecords through it.
  *
- * Owns: detecting gzip by content (the 1f 8b magic, never the file name), inflating it with zlib
- * (concatenated gzip members are accepted, as gunzip does), the decompressed-size budget that stops a gzip
- * bomb, and telling a truncated or corrupt compressed stream apart, with the byte offset in the file.
+ * Owns: tw_compression; detecting gzip by content (the 1f 8b magic, never the file name) when asked to;
+ * inflating with zlib (concatenated gzip members are accepted, as gunzip and TensorFlow do; a zlib stream
+ * must end the file), the decompressed-size budget that stops a gzip bomb, and telling a truncated or
+ * corrupt compressed stream apart, with the byte offset in the file.
  * Does not own: what the bytes mean (IDX, CSV and NPY parse them) or writing anything.
  *
  * Memory is constant: a 1 MiB input buffer and, for gzip, 1 MiB of output; a gzip *file* is inflated
@@ -20,21 +22,33 @@
 
 #include "status.h"
 
+typedef enum {
+    TW_COMPRESSION_NONE = 0,
+    TW_COMPRESSION_GZIP = 1,
+    TW_COMPRESSION_ZLIB = 2,
+    TW_COMPRESSION_AUTO = 3, /* readers only: gzip if the stream starts with 1f 8b, else none */
+} tw_compression;
+
+/* Parses "none" / "" / "gzip" / "zlib" (any case; "auto" only when allow_auto). */
+tw_status tw_compression_parse(const char *s, int allow_auto, tw_compression *out, tw_error *err);
+const char *tw_compression_name(tw_compression c);
+
 typedef struct tw_gzfile tw_gzfile;
 
-/* Opens path. max_bytes caps the content bytes (decompressed, or raw for a plain file) the stream may
+/* Opens path, compressed as c (TW_COMPRESSION_AUTO: detected). max_bytes caps the content bytes (decompressed, or raw for a plain file) the stream may
  * yield; 0 means no cap. Producing byte max_bytes + 1 fails with TW_ERR_TOO_LARGE. Caller owns *out.
  * Errors: TW_ERR_IO (open/read), TW_ERR_NOMEM. */
-tw_status tw_gzfile_open(const char *path, uint64_t max_bytes, tw_gzfile **out, tw_error *err);
+tw_status tw_gzfile_open(const char *path, tw_compression c, uint64_t max_bytes, tw_gzfile **out,
+                         tw_error *err);
 
 /* Like tw_gzfile_open over n bytes of memory (borrowed: must outlive the reader). name (copied, may be
  * NULL) labels errors. */
-tw_status tw_gzfile_open_mem(const void *data, size_t n, const char *name, uint64_t max_bytes,
-                             tw_gzfile **out, tw_error *err);
+tw_status tw_gzfile_open_mem(const void *data, size_t n, const char *name, tw_compression c,
+                             uint64_t max_bytes, tw_gzfile **out, tw_error *err);
 
 /* Makes content bytes available without copying: *data points at *avail bytes owned by f, valid until
  * the next call on f other than the accessors. *avail == 0 only at the clean end of the stream (for gzip:
- * after a complete member whose CRC and length checked out). Errors: TW_ERR_TRUNCATED (the file ends
+ * after a complete member whose CRC and length checked out; an empty file is an empty stream). Errors: TW_ERR_TRUNCATED (the file ends
  * inside compressed data), TW_ERR_CORRUPT (bad gzip data or trailer), TW_ERR_TOO_LARGE (budget),
  * TW_ERR_IO. After an error every later call repeats it. */
 tw_status tw_gzfile_peek(tw_gzfile *f, const uint8_t **data, size_t *avail, tw_error *err);
@@ -52,8 +66,8 @@ tw_status tw_gzfile_rewind(tw_gzfile *f, tw_error *err);
 /* Content bytes consumed so far = offset of the next byte. */
 uint64_t tw_gzfile_offset(const tw_gzfile *f);
 
-/* 1 when the stream is gzip-compressed. */
-int tw_gzfile_is_gzip(const tw_gzfile *f);
+/* How the stream is compressed (never TW_COMPRESSION_AUTO: the detected kind). */
+tw_compression tw_gzfile_compression(const tw_gzfile *f);
 
 /* The name errors are reported against (borrowed from f). */
 const char *tw_gzfile_name(const tw_gzfile *f);

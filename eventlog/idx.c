@@ -130,7 +130,7 @@ tw_status tw_idx_open(const char *path, uint64_t max_bytes, tw_idx_reader **out,
 {
     *out = NULL;
     tw_gzfile *in;
-    TW_TRY(tw_gzfile_open(path, max_bytes, &in, err));
+    TW_TRY(tw_gzfile_open(path, TW_COMPRESSION_AUTO, max_bytes, &in, err));
     return reader_start(in, out, err);
 }
 
@@ -139,7 +139,7 @@ tw_status tw_idx_open_mem(const void *data, size_t n, const char *name, uint64_t
 {
     *out = NULL;
     tw_gzfile *in;
-    TW_TRY(tw_gzfile_open_mem(data, n, name, max_bytes, &in, err));
+    TW_TRY(tw_gzfile_open_mem(data, n, name, TW_COMPRESSION_AUTO, max_bytes, &in, err));
     return reader_start(in, out, err);
 }
 
@@ -147,7 +147,7 @@ const tw_idx_header *tw_idx_reader_header(const tw_idx_reader *r) { return &r->h
 
 const char *tw_idx_reader_name(const tw_idx_reader *r) { return tw_gzfile_name(r->in); }
 
-int tw_idx_reader_is_gzip(const tw_idx_reader *r) { return tw_gzfile_is_gzip(r->in); }
+int tw_idx_reader_is_gzip(const tw_idx_reader *r) { return tw_gzfile_compression(r->in) == TW_COMPRESSION_GZIP; }
 
 uint64_t tw_idx_reader_items(const tw_idx_reader *r) { return r->items.done; }
 

@@ -1,16 +1,11 @@
 /* tfrecord.c — TFRecord framing over plain files and one zlib/gzip deflate stream. See tfrecord.h.
  *
- * Layers, bottom up: raw input (fd or memory) -> optional inflate -> the logical byte stream that
- * read_stream() serves -> record framing. The writer mirrors it: framing -> optional deflate -> a
- * 256 KiB buffer -> write(2). */
+ * Reader: record framing over a tw_gzfile byte stream (which reads, inflates and enforces the budget).
+ * Writer: framing -> optional deflate -> a 256 KiB buffer -> write(2). */
 #include "tfrecord.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include "atomic_file.h"
@@ -19,34 +14,6 @@
 enum { BUF_BYTES = 256 * 1024, ZLIB_WINDOW_BITS = 15, GZIP_WINDOW_BITS = 15 + 16 };
 
 static const uint64_t DEFAULT_MAX_RECORD = 256ull << 20;
-
-tw_status tw_compression_parse(const char *s, int allow_auto, tw_compression *out, tw_error *err)
-{
-    if (!s[0] || !strcasecmp(s, "none"))
-        *out = TW_COMPRESSION_NONE;
-    else if (!strcasecmp(s, "gzip"))
-        *out = TW_COMPRESSION_GZIP;
-    else if (!strcasecmp(s, "zlib"))
-        *out = TW_COMPRESSION_ZLIB;
-    else if (allow_auto && !strcasecmp(s, "auto"))
-        *out = TW_COMPRESSION_AUTO;
-    else
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "unknown compression '%s' (expected none, gzip or zlib%s)", s,
-                            allow_auto ? " or auto" : "");
-    return TW_OK;
-}
-
-const char *tw_compression_name(tw_compression c)
-{
-    switch (c) {
-    case TW_COMPRESSION_NONE: return "none";
-    case TW_COMPRESSION_GZIP: return "gzip";
-    case TW_COMPRESSION_ZLIB: return "zlib";
-    case TW_COMPRESSION_AUTO: return "auto";
-    }
-    return "?";
-}
 
 static void put_le64(uint8_t *p, uint64_t v)
 {
@@ -226,22 +193,11 @@ void tw_tfrecord_writer_destroy(tw_tfrecord_writer *w)
 /* =============================== reader =============================== */
 
 struct tw_tfrecord_reader {
-    int fd;                 /* owned, -1 for a memory source */
-    char *name;             /* owned */
+    tw_gzfile *in;          /* owned: the (decompressed) byte stream */
     tw_tfrecord_options opts;
-    tw_compression comp;    /* resolved, never AUTO */
-    const uint8_t *in;      /* raw input window: own buffer, or the caller's memory */
-    uint8_t *in_buf;        /* [BUF_BYTES] owned when reading a file */
-    size_t in_len, in_pos;
-    int in_eof;             /* the raw source has no more bytes */
-    z_stream zs;
-    int z_ready, z_ended, z_any_input;
-    uint8_t *out;           /* [BUF_BYTES] inflated bytes when comp != NONE */
-    size_t out_len, out_pos;
     uint8_t *rec;           /* record buffer [rec_cap], grows up to max_record_bytes + 4 */
     size_t rec_cap;
     uint64_t offset;        /* logical offset of the next record */
-    uint64_t total;         /* logical bytes served so far */
     uint64_t records;
     tw_error failure;       /* sticky error, status TW_OK while healthy */
 };
@@ -253,103 +209,24 @@ void tw_tfrecord_options_default(tw_tfrecord_options *o)
     o->max_total_bytes = 0;
 }
 
-/* Refills the raw window from the fd. Returns bytes now available (0 at end of file). */
-static tw_status raw_fill(tw_tfrecord_reader *r, tw_error *err)
-{
-    if (r->in_pos < r->in_len || r->in_eof)
-        return TW_OK;
-    if (r->fd < 0) {
-        r->in_eof = 1;
-        return TW_OK;
-    }
-    ssize_t got;
-    do
-        got = read(r->fd, r->in_buf, BUF_BYTES);
-    while (got < 0 && errno == EINTR);
-    if (got < 0)
-        return tw_error_errno(err, r->name, "read failed");
-    r->in_len = (size_t)got;
-    r->in_pos = 0;
-    r->in_eof = got == 0;
-    return TW_OK;
-}
+/* Where the reader's bytes come from: a path, or memory (data/n) labelled by name. */
+typedef struct {
+    const char *path;
+    const void *data;
+    size_t n;
+    const char *name;
+} source;
 
-/* Inflates more bytes into r->out. Leaves out_len == 0 only at a clean end of the stream. */
-static tw_status inflate_fill(tw_tfrecord_reader *r, tw_error *err)
-{
-    r->out_pos = r->out_len = 0;
-    while (r->out_len == 0) {
-        TW_TRY(raw_fill(r, err));
-        if (r->in_pos == r->in_len) {
-            if (r->z_ended || !r->z_any_input)
-                return TW_OK;
-            return tw_error_set(err, TW_ERR_TRUNCATED, r->name, (int64_t)r->total,
-                                "truncated %s stream: the file ends inside compressed data",
-                                tw_compression_name(r->comp));
-        }
-        if (r->z_ended) {
-            if (r->comp != TW_COMPRESSION_GZIP)
-                return tw_error_set(err, TW_ERR_CORRUPT, r->name, (int64_t)r->total,
-                                    "trailing bytes after the end of the zlib stream");
-            inflateReset(&r->zs); /* TF accepts concatenated gzip members */
-            r->z_ended = 0;
-        }
-        r->z_any_input = 1;
-        r->zs.next_in = (Bytef *)(r->in + r->in_pos);
-        r->zs.avail_in = (uInt)(r->in_len - r->in_pos);
-        r->zs.next_out = r->out;
-        r->zs.avail_out = BUF_BYTES;
-        int rc = inflate(&r->zs, Z_NO_FLUSH);
-        r->in_pos = r->in_len - r->zs.avail_in;
-        r->out_len = BUF_BYTES - r->zs.avail_out;
-        if (rc == Z_STREAM_END)
-            r->z_ended = 1;
-        else if (rc == Z_MEM_ERROR)
-            return tw_error_set(err, TW_ERR_NOMEM, r->name, (int64_t)r->total, "out of memory");
-        else if (rc != Z_OK && rc != Z_BUF_ERROR)
-            return tw_error_set(err, TW_ERR_CORRUPT, r->name, (int64_t)r->total,
-                                "invalid %s data: %s", tw_compression_name(r->comp),
-                                r->zs.msg ? r->zs.msg : "inflate failed");
-    }
-    return TW_OK;
-}
-
-/* Copies up to n logical bytes into dst; *got < n only at the end of the stream. */
-static tw_status read_stream(tw_tfrecord_reader *r, uint8_t *dst, size_t n, size_t *got,
+static tw_status open_source(const source *src, tw_compression c, uint64_t budget, tw_gzfile **out,
                              tw_error *err)
 {
-    *got = 0;
-    while (*got < n) {
-        const uint8_t *src;
-        size_t avail;
-        if (r->comp == TW_COMPRESSION_NONE) {
-            TW_TRY(raw_fill(r, err));
-            src = r->in + r->in_pos;
-            avail = r->in_len - r->in_pos;
-        } else {
-            if (r->out_pos == r->out_len)
-                TW_TRY(inflate_fill(r, err));
-            src = r->out + r->out_pos;
-            avail = r->out_len - r->out_pos;
-        }
-        if (avail == 0)
-            break;
-        size_t take = n - *got < avail ? n - *got : avail;
-        memcpy(dst + *got, src, take);
-        *got += take;
-        if (r->comp == TW_COMPRESSION_NONE)
-            r->in_pos += take;
-        else
-            r->out_pos += take;
-        r->total += take;
-        if (r->opts.max_total_bytes && r->total > r->opts.max_total_bytes)
-            return tw_error_set(err, TW_ERR_TOO_LARGE, r->name, (int64_t)r->total,
-                                "data exceeds the size budget of %llu bytes",
-                                (unsigned long long)r->opts.max_total_bytes);
-    }
-    return TW_OK;
+    if (src->path)
+        return tw_gzfile_open(src->path, c, budget, out, err);
+    return tw_gzfile_open_mem(src->data, src->n, src->name, c, budget, out, err);
 }
 
+/* TFRecord's own detection (FORMATS.md §1): gzip by its magic; uncompressed when the first length CRC
+ * checks out; zlib by a valid zlib header; uncompressed otherwise, so the reader reports the bad CRC. */
 static tw_compression detect(const uint8_t *p, size_t n)
 {
     if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
@@ -361,36 +238,39 @@ static tw_compression detect(const uint8_t *p, size_t n)
     return TW_COMPRESSION_NONE;
 }
 
-static tw_status reader_start(tw_tfrecord_reader *r, tw_error *err)
+/* Opens the byte stream; for TW_COMPRESSION_AUTO it looks at the raw first bytes, then reopens with the
+ * compression they show. */
+static tw_status reader_open(const source *src, const tw_tfrecord_options *opts,
+                             tw_tfrecord_reader **out, tw_error *err)
 {
-    TW_TRY(raw_fill(r, err));
-    if (r->comp == TW_COMPRESSION_AUTO)
-        r->comp = detect(r->in + r->in_pos, r->in_len - r->in_pos);
-    if (r->comp == TW_COMPRESSION_NONE)
-        return TW_OK;
-    if (!(r->out = malloc(BUF_BYTES)))
-        return tw_error_set(err, TW_ERR_NOMEM, r->name, -1, "out of memory");
-    int bits = r->comp == TW_COMPRESSION_GZIP ? GZIP_WINDOW_BITS : ZLIB_WINDOW_BITS;
-    TW_CHECK_FOREIGN(inflateInit2(&r->zs, bits) == Z_OK, err, TW_ERR_NOMEM, "zlib inflateInit2");
-    r->z_ready = 1;
-    return TW_OK;
-}
-
-static tw_status reader_new(const char *name, const tw_tfrecord_options *opts,
-                            tw_tfrecord_reader **out, tw_error *err)
-{
+    *out = NULL;
     tw_tfrecord_reader *r = calloc(1, sizeof *r);
-    if (!r || !(r->name = strdup(name ? name : "<memory>"))) {
-        free(r);
-        return tw_error_set(err, TW_ERR_NOMEM, name, -1, "out of memory");
-    }
-    r->fd = -1;
+    if (!r)
+        return tw_error_set(err, TW_ERR_NOMEM, src->path, -1, "out of memory");
     if (opts)
         r->opts = *opts;
     else
         tw_tfrecord_options_default(&r->opts);
-    r->comp = r->opts.compression;
     tw_error_clear(&r->failure);
+    tw_compression c = r->opts.compression;
+    tw_status s = TW_OK;
+    if (c == TW_COMPRESSION_AUTO) {
+        const uint8_t *head;
+        size_t n;
+        s = open_source(src, TW_COMPRESSION_NONE, 0, &r->in, err);
+        if (s == TW_OK)
+            s = tw_gzfile_peek(r->in, &head, &n, err);
+        if (s == TW_OK)
+            c = detect(head, n);
+        tw_gzfile_close(r->in);
+        r->in = NULL;
+    }
+    if (s == TW_OK)
+        s = open_source(src, c, r->opts.max_total_bytes, &r->in, err);
+    if (s != TW_OK) {
+        tw_tfrecord_reader_close(r);
+        return s;
+    }
     *out = r;
     return TW_OK;
 }
@@ -398,42 +278,16 @@ static tw_status reader_new(const char *name, const tw_tfrecord_options *opts,
 tw_status tw_tfrecord_reader_open(const char *path, const tw_tfrecord_options *opts,
                                   tw_tfrecord_reader **out, tw_error *err)
 {
-    *out = NULL;
-    tw_tfrecord_reader *r;
-    TW_TRY(reader_new(path, opts, &r, err));
-    tw_status s = TW_OK;
-    r->fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (r->fd < 0)
-        s = tw_error_errno(err, path, "cannot open");
-    else if (!(r->in_buf = malloc(BUF_BYTES)))
-        s = tw_error_set(err, TW_ERR_NOMEM, path, -1, "out of memory");
-    r->in = r->in_buf;
-    if (s == TW_OK)
-        s = reader_start(r, err);
-    if (s != TW_OK) {
-        tw_tfrecord_reader_close(r);
-        return s;
-    }
-    *out = r;
-    return TW_OK;
+    const source src = {.path = path};
+    return reader_open(&src, opts, out, err);
 }
 
 tw_status tw_tfrecord_reader_open_mem(const void *data, size_t n, const char *name,
                                       const tw_tfrecord_options *opts, tw_tfrecord_reader **out,
                                       tw_error *err)
 {
-    *out = NULL;
-    tw_tfrecord_reader *r;
-    TW_TRY(reader_new(name, opts, &r, err));
-    r->in = data;
-    r->in_len = n;
-    tw_status s = reader_start(r, err);
-    if (s != TW_OK) {
-        tw_tfrecord_reader_close(r);
-        return s;
-    }
-    *out = r;
-    return TW_OK;
+    const source src = {.data = data, .n = n, .name = name};
+    return reader_open(&src, opts, out, err);
 }
 
 static tw_status ensure_record_buffer(tw_tfrecord_reader *r, size_t need, tw_error *err)
@@ -445,7 +299,7 @@ static tw_status ensure_record_buffer(tw_tfrecord_reader *r, size_t need, tw_err
         cap *= 2;
     uint8_t *p = realloc(r->rec, cap);
     if (!p)
-        return tw_error_set(err, TW_ERR_NOMEM, r->name, (int64_t)r->offset,
+        return tw_error_set(err, TW_ERR_NOMEM, tw_gzfile_name(r->in), (int64_t)r->offset,
                             "out of memory for a record of %zu bytes", need);
     r->rec = p;
     r->rec_cap = cap;
@@ -458,30 +312,30 @@ static tw_status read_record(tw_tfrecord_reader *r, const uint8_t **data, size_t
     uint8_t header[TW_TFRECORD_HEADER_BYTES];
     size_t got;
     int64_t at = (int64_t)r->offset;
-    TW_TRY(read_stream(r, header, sizeof header, &got, err));
+    TW_TRY(tw_gzfile_read(r->in, header, sizeof header, &got, err));
     if (got == 0)
         return TW_END;
     if (got < sizeof header)
-        return tw_error_set(err, TW_ERR_TRUNCATED, r->name, at,
+        return tw_error_set(err, TW_ERR_TRUNCATED, tw_gzfile_name(r->in), at,
                             "truncated record: header has %zu of 12 bytes", got);
     if (tw_crc32c_mask(tw_crc32c(header, 8)) != get_le32(header + 8))
-        return tw_error_set(err, TW_ERR_CORRUPT, r->name, at,
+        return tw_error_set(err, TW_ERR_CORRUPT, tw_gzfile_name(r->in), at,
                             "corrupted record: length CRC mismatch%s",
                             at == 0 ? " (is this a TFRecord file?)" : "");
     uint64_t n = get_le64(header);
     if (n > r->opts.max_record_bytes)
-        return tw_error_set(err, TW_ERR_TOO_LARGE, r->name, at,
+        return tw_error_set(err, TW_ERR_TOO_LARGE, tw_gzfile_name(r->in), at,
                             "record length %llu exceeds the cap of %llu bytes",
                             (unsigned long long)n, (unsigned long long)r->opts.max_record_bytes);
     size_t need = (size_t)n + TW_TFRECORD_FOOTER_BYTES;
     TW_TRY(ensure_record_buffer(r, need, err));
-    TW_TRY(read_stream(r, r->rec, need, &got, err));
+    TW_TRY(tw_gzfile_read(r->in, r->rec, need, &got, err));
     if (got < need)
-        return tw_error_set(err, TW_ERR_TRUNCATED, r->name, at,
+        return tw_error_set(err, TW_ERR_TRUNCATED, tw_gzfile_name(r->in), at,
                             "truncated record: %llu payload bytes expected, %zu present",
                             (unsigned long long)n, got >= 4 ? got - 4 : 0);
     if (tw_crc32c_mask(tw_crc32c(r->rec, (size_t)n)) != get_le32(r->rec + n))
-        return tw_error_set(err, TW_ERR_CORRUPT, r->name, at, "corrupted record: data CRC mismatch");
+        return tw_error_set(err, TW_ERR_CORRUPT, tw_gzfile_name(r->in), at, "corrupted record: data CRC mismatch");
     r->offset += TW_TFRECORD_HEADER_BYTES + need;
     r->records++;
     *data = r->rec;
@@ -512,19 +366,16 @@ uint64_t tw_tfrecord_reader_offset(const tw_tfrecord_reader *r) { return r->offs
 
 uint64_t tw_tfrecord_reader_records(const tw_tfrecord_reader *r) { return r->records; }
 
-tw_compression tw_tfrecord_reader_compression(const tw_tfrecord_reader *r) { return r->comp; }
+tw_compression tw_tfrecord_reader_compression(const tw_tfrecord_reader *r)
+{
+    return tw_gzfile_compression(r->in);
+}
 
 void tw_tfrecord_reader_close(tw_tfrecord_reader *r)
 {
     if (!r)
         return;
-    if (r->fd >= 0)
-        close(r->fd);
-    if (r->z_ready)
-        inflateEnd(&r->zs);
-    free(r->in_buf);
-    free(r->out);
+    tw_gzfile_close(r->in);
     free(r->rec);
-    free(r->name);
     free(r);
 }

@@ -4,8 +4,10 @@
  * masked CRC32C of the payload) and the one-deflate-stream-per-file compression TensorFlow uses
  * (§1.4). Does not own: what a payload means (Example, Event) or where the file lives.
  *
- * The reader streams in constant memory: an input buffer, an inflate buffer and one record buffer that
- * grows to the largest record seen, never past max_record_bytes. It verifies both CRCs and tells a
+ * The reader streams in constant memory: the buffers of its tw_gzfile byte stream (which also does the
+ * inflating, the decompression budget and concatenated gzip members) and one record buffer that grows
+ * to the largest record seen, never past max_record_bytes. TW_COMPRESSION_AUTO tells gzip (magic),
+ * uncompressed (a valid length CRC at byte 0) and zlib (a zlib header) apart. It verifies both CRCs and tells a
  * clean end (TW_END) from a truncated record (TW_ERR_TRUNCATED) from a corrupted one (TW_ERR_CORRUPT),
  * each with the byte offset of the record (in the decompressed stream for GZIP/ZLIB files).
  * Neither reader nor writer is thread-safe; use one per thread. */
@@ -15,20 +17,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gzfile.h"
 #include "status.h"
 
-typedef enum {
-    TW_COMPRESSION_NONE = 0,
-    TW_COMPRESSION_GZIP = 1,
-    TW_COMPRESSION_ZLIB = 2,
-    TW_COMPRESSION_AUTO = 3, /* reader only: detect from the first bytes */
-} tw_compression;
-
 enum { TW_TFRECORD_HEADER_BYTES = 12, TW_TFRECORD_FOOTER_BYTES = 4 };
-
-/* Parses "none" / "" / "gzip" / "zlib" (any case; "auto" only when allow_auto). */
-tw_status tw_compression_parse(const char *s, int allow_auto, tw_compression *out, tw_error *err);
-const char *tw_compression_name(tw_compression c);
 
 /* ---- writer ---- */
 
@@ -59,7 +51,7 @@ void tw_tfrecord_writer_destroy(tw_tfrecord_writer *w);
 /* ---- reader ---- */
 
 typedef struct {
-    tw_compression compression; /* TW_COMPRESSION_AUTO by default */
+    tw_compression compression; /* TW_COMPRESSION_AUTO by default (see above) */
     uint64_t max_record_bytes;  /* a larger length field is TW_ERR_TOO_LARGE; default 256 MiB */
     uint64_t max_total_bytes;   /* budget on decompressed bytes (gzip bombs), 0 = none (default) */
 } tw_tfrecord_options;

@@ -18,7 +18,7 @@ for arg in "$@"; do
 done
 
 apt_runtime=(build-essential cmake pkg-config ca-certificates
-  zlib1g-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev libmicrohttpd-dev
+  zlib1g-dev libisal-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev libmicrohttpd-dev
   libopenblas-dev libsqlite3-dev libjs-chart.js dataset-fashion-mnist)
 apt_test=(clang libclang-rt-dev libcmocka-dev python3 python3-venv python3-pip)
 

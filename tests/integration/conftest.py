@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-BUILD = pathlib.Path(os.environ.get("TOWER_BUILD", ROOT / "build"))
+BUILD = pathlib.Path(os.environ.get("TOWER_BUILD", ROOT / "build")).resolve()
 FASHION = pathlib.Path("/usr/share/datasets/fashion-mnist")
 
 

@@ -19,12 +19,12 @@ typedef struct {
     size_t len;
 } blob;
 
-/* gzip-compresses n bytes (one member). Caller frees .data. */
-static blob gz(const void *data, size_t n)
+/* Compresses n bytes as one gzip member (window_bits 31) or zlib stream (15). Caller frees .data. */
+static blob deflate_as(const void *data, size_t n, int window_bits)
 {
     z_stream zs;
     memset(&zs, 0, sizeof zs);
-    assert_int_equal(deflateInit2(&zs, 6, Z_DEFLATED, 31, 8, Z_DEFAULT_STRATEGY), Z_OK);
+    assert_int_equal(deflateInit2(&zs, 6, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY), Z_OK);
     blob b;
     b.len = deflateBound(&zs, (uLong)n) + 64;
     b.data = malloc(b.len);
@@ -37,6 +37,8 @@ static blob gz(const void *data, size_t n)
     deflateEnd(&zs);
     return b;
 }
+
+static blob gz(const void *data, size_t n) { return deflate_as(data, n, 31); }
 
 /* Reads the whole stream into a fresh buffer; returns the status that ended it. */
 static tw_status slurp(tw_gzfile *f, uint8_t **out, size_t *len, tw_error *err)
@@ -74,8 +76,9 @@ static void test_plain_memory(void **state)
     uint8_t *src = pattern(3000000);
     tw_gzfile *f;
     tw_error err;
-    assert_int_equal(tw_gzfile_open_mem(src, 3000000, "p.bin", 0, &f, &err), TW_OK);
-    assert_false(tw_gzfile_is_gzip(f));
+    assert_int_equal(tw_gzfile_open_mem(src, 3000000, "p.bin", TW_COMPRESSION_AUTO,
+                                        0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_compression(f), TW_COMPRESSION_NONE);
     assert_string_equal(tw_gzfile_name(f), "p.bin");
     uint8_t *got;
     size_t len;
@@ -95,8 +98,9 @@ static void test_gzip_detected_by_content(void **state)
     blob z = gz(src, 2500000);
     tw_gzfile *f;
     tw_error err;
-    assert_int_equal(tw_gzfile_open_mem(z.data, z.len, "x.idx", 0, &f, &err), TW_OK);
-    assert_true(tw_gzfile_is_gzip(f));
+    assert_int_equal(tw_gzfile_open_mem(z.data, z.len, "x.idx", TW_COMPRESSION_AUTO,
+                                        0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_compression(f), TW_COMPRESSION_GZIP);
     uint8_t buf[10];
     size_t got;
     assert_int_equal(tw_gzfile_read(f, buf, 10, &got, &err), TW_OK);
@@ -122,7 +126,8 @@ static void test_concatenated_members(void **state)
     memcpy(both + a.len, b.data, b.len);
     tw_gzfile *f;
     tw_error err;
-    assert_int_equal(tw_gzfile_open_mem(both, a.len + b.len, "c.gz", 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(both, a.len + b.len, "c.gz", TW_COMPRESSION_AUTO,
+                                        0, &f, &err), TW_OK);
     uint8_t *got;
     size_t len;
     assert_int_equal(slurp(f, &got, &len, &err), TW_OK);
@@ -143,7 +148,8 @@ static void test_truncated_gzip(void **state)
     size_t cut = z.len / 2;
     tw_gzfile *f;
     tw_error err;
-    assert_int_equal(tw_gzfile_open_mem(z.data, cut, "t.gz", 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(z.data, cut, "t.gz", TW_COMPRESSION_AUTO,
+                                        0, &f, &err), TW_OK);
     uint8_t *got;
     size_t len;
     assert_int_equal(slurp(f, &got, &len, &err), TW_ERR_TRUNCATED);
@@ -157,7 +163,8 @@ static void test_truncated_gzip(void **state)
     /* cut inside the 8-byte trailer: all data decodes, the check still fails */
     tw_gzfile_close(f);
     free(got);
-    assert_int_equal(tw_gzfile_open_mem(z.data, z.len - 3, "t.gz", 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(z.data, z.len - 3, "t.gz", TW_COMPRESSION_AUTO,
+                                        0, &f, &err), TW_OK);
     assert_int_equal(slurp(f, &got, &len, &err), TW_ERR_TRUNCATED);
     free(got);
     tw_gzfile_close(f);
@@ -173,7 +180,8 @@ static void test_corrupt_gzip(void **state)
     z.data[z.len - 6] ^= 0x55; /* the CRC-32 in the trailer */
     tw_gzfile *f;
     tw_error err;
-    assert_int_equal(tw_gzfile_open_mem(z.data, z.len, "k.gz", 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(z.data, z.len, "k.gz", TW_COMPRESSION_AUTO,
+                                        0, &f, &err), TW_OK);
     uint8_t *got;
     size_t len;
     assert_int_equal(slurp(f, &got, &len, &err), TW_ERR_CORRUPT);
@@ -193,7 +201,8 @@ static void test_trailing_garbage_after_gzip(void **state)
     memcpy(more + z.len, "JUNK", 4);
     tw_gzfile *f;
     tw_error err;
-    assert_int_equal(tw_gzfile_open_mem(more, z.len + 4, "g.gz", 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(more, z.len + 4, "g.gz", TW_COMPRESSION_AUTO,
+                                        0, &f, &err), TW_OK);
     uint8_t *got;
     size_t len;
     assert_int_equal(slurp(f, &got, &len, &err), TW_ERR_CORRUPT);
@@ -213,12 +222,13 @@ static void test_budget_exact_edge(void **state)
     tw_error err;
     uint8_t *got;
     size_t len;
-    assert_int_equal(tw_gzfile_open_mem(src, 1000, "b", 1000, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(src, 1000, "b", TW_COMPRESSION_AUTO,
+                                        1000, &f, &err), TW_OK);
     assert_int_equal(slurp(f, &got, &len, &err), TW_OK);
     assert_int_equal(len, 1000);
     free(got);
     tw_gzfile_close(f);
-    assert_int_equal(tw_gzfile_open_mem(src, 1000, "b", 999, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(src, 1000, "b", TW_COMPRESSION_AUTO, 999, &f, &err), TW_OK);
     assert_int_equal(slurp(f, &got, &len, &err), TW_ERR_TOO_LARGE);
     assert_int_equal(len, 999);
     assert_int_equal(err.offset, 999);
@@ -237,7 +247,8 @@ static void test_gzip_bomb_stops_at_budget(void **state)
     assert_true(z.len < 200000);
     tw_gzfile *f;
     tw_error err;
-    assert_int_equal(tw_gzfile_open_mem(z.data, z.len, "bomb.gz", 1u << 20, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(z.data, z.len, "bomb.gz", TW_COMPRESSION_AUTO,
+                                        1u << 20, &f, &err), TW_OK);
     uint8_t *got;
     size_t len;
     assert_int_equal(slurp(f, &got, &len, &err), TW_ERR_TOO_LARGE);
@@ -255,7 +266,8 @@ static void test_rewind(void **state)
     blob z = gz("0123456789", 10);
     tw_gzfile *f;
     tw_error err;
-    assert_int_equal(tw_gzfile_open_mem(z.data, z.len, "r.gz", 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(z.data, z.len, "r.gz", TW_COMPRESSION_AUTO,
+                                        0, &f, &err), TW_OK);
     uint8_t buf[16];
     size_t got;
     assert_int_equal(tw_gzfile_read(f, buf, 16, &got, &err), TW_OK);
@@ -289,7 +301,7 @@ static void test_file_open_and_missing(void **state)
     fclose(fp);
     tw_gzfile *f;
     tw_error err;
-    assert_int_equal(tw_gzfile_open(path, 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open(path, TW_COMPRESSION_AUTO, 0, &f, &err), TW_OK);
     uint8_t buf[20];
     size_t got;
     assert_int_equal(tw_gzfile_read(f, buf, 20, &got, &err), TW_OK);
@@ -301,7 +313,8 @@ static void test_file_open_and_missing(void **state)
     tw_gzfile_close(f);
     remove(path);
     free(z.data);
-    assert_int_equal(tw_gzfile_open("/nonexistent/x.gz", 0, &f, &err), TW_ERR_IO);
+    assert_int_equal(tw_gzfile_open("/nonexistent/x.gz", TW_COMPRESSION_AUTO,
+                                    0, &f, &err), TW_ERR_IO);
     assert_null(f);
     assert_string_equal(err.file, "/nonexistent/x.gz");
 }
@@ -324,7 +337,7 @@ static void test_file_prefetch_rewind_and_close(void **state)
     tw_error err;
     uint8_t *got;
     size_t len;
-    assert_int_equal(tw_gzfile_open(path, 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open(path, TW_COMPRESSION_AUTO, 0, &f, &err), TW_OK);
     uint8_t *part = malloc(1500000);
     assert_int_equal(tw_gzfile_read(f, part, 1500000, &len, &err), TW_OK);
     assert_int_equal(len, 1500000);
@@ -338,7 +351,7 @@ static void test_file_prefetch_rewind_and_close(void **state)
     assert_int_equal(tw_gzfile_read(f, part, 10, &len, &err), TW_OK);
     tw_gzfile_close(f);
     /* the budget applies to the prefetched stream too */
-    assert_int_equal(tw_gzfile_open(path, 5000000, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open(path, TW_COMPRESSION_AUTO, 5000000, &f, &err), TW_OK);
     assert_int_equal(slurp(f, &got, &len, &err), TW_ERR_TOO_LARGE);
     assert_int_equal(len, 5000000);
     free(got);
@@ -347,7 +360,7 @@ static void test_file_prefetch_rewind_and_close(void **state)
     fp = fopen(path, "wb");
     fwrite(z.data, 1, z.len / 2, fp);
     fclose(fp);
-    assert_int_equal(tw_gzfile_open(path, 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open(path, TW_COMPRESSION_AUTO, 0, &f, &err), TW_OK);
     assert_int_equal(slurp(f, &got, &len, &err), TW_ERR_TRUNCATED);
     assert_int_equal(err.offset, (int64_t)(z.len / 2));
     free(got);
@@ -366,7 +379,7 @@ static void test_items_truncated_and_trailing(void **state)
     tw_error err;
     tw_gzfile_items it;
     const uint8_t *item;
-    assert_int_equal(tw_gzfile_open_mem(data, 13, "i", 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(data, 13, "i", TW_COMPRESSION_AUTO, 0, &f, &err), TW_OK);
     uint8_t hdr[3];
     size_t got;
     assert_int_equal(tw_gzfile_read(f, hdr, 3, &got, &err), TW_OK);
@@ -380,7 +393,7 @@ static void test_items_truncated_and_trailing(void **state)
     tw_gzfile_items_cleanup(&it);
     tw_gzfile_close(f);
 
-    assert_int_equal(tw_gzfile_open_mem(data, 13, "i", 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(data, 13, "i", TW_COMPRESSION_AUTO, 0, &f, &err), TW_OK);
     assert_int_equal(tw_gzfile_read(f, hdr, 3, &got, &err), TW_OK);
     assert_int_equal(tw_gzfile_items_init(&it, f, 2, 4, 11, 0, &err), TW_OK);
     assert_int_equal(tw_gzfile_next_item(f, &it, &item, &err), TW_OK);
@@ -393,17 +406,81 @@ static void test_items_truncated_and_trailing(void **state)
     tw_gzfile_close(f);
 
     /* declared size past the budget: refused before any data is read */
-    assert_int_equal(tw_gzfile_open_mem(data, 13, "i", 12, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_open_mem(data, 13, "i", TW_COMPRESSION_AUTO, 12, &f, &err), TW_OK);
     assert_int_equal(tw_gzfile_items_init(&it, f, 3, 4, 15, 4, &err), TW_ERR_TOO_LARGE);
     assert_int_equal(err.offset, 4);
     tw_gzfile_items_cleanup(&it);
     tw_gzfile_close(f);
 }
 
+/* ZLIB is never detected, only asked for: it reads back, must end the file, and may not be truncated.
+ * An empty file is an empty stream in every mode. */
+static void test_zlib_mode_and_empty_files(void **state)
+{
+    (void)state;
+    const char text[] = "zlib-wrapped content, as TensorFlow's ZLIB TFRecords are";
+    blob z = deflate_as(text, sizeof text, 15);
+    blob more = {malloc(z.len + 1), z.len + 1};
+    memcpy(more.data, z.data, z.len);
+    more.data[z.len] = 0x78;
+    tw_gzfile *f;
+    tw_error err;
+    char got[sizeof text];
+    size_t n;
+    assert_int_equal(tw_gzfile_open_mem(z.data, z.len, "z", TW_COMPRESSION_ZLIB, 0, &f, &err), TW_OK);
+    assert_int_equal(tw_gzfile_read(f, got, sizeof got, &n, &err), TW_OK);
+    assert_int_equal(n, sizeof text);
+    assert_string_equal(got, text);
+    assert_int_equal(tw_gzfile_read(f, got, 1, &n, &err), TW_OK);
+    assert_int_equal(n, 0);
+    tw_gzfile_close(f);
+    assert_int_equal(tw_gzfile_open_mem(more.data, more.len, "z", TW_COMPRESSION_ZLIB, 0, &f, &err),
+                     TW_OK);
+    assert_int_equal(tw_gzfile_read(f, got, sizeof got, &n, &err), TW_OK);
+    assert_int_equal(tw_gzfile_read(f, got, 1, &n, &err), TW_ERR_CORRUPT);
+    assert_non_null(strstr(err.message, "trailing bytes after the end of the zlib stream"));
+    tw_gzfile_close(f);
+    assert_int_equal(tw_gzfile_open_mem(z.data, z.len - 2, "z", TW_COMPRESSION_ZLIB, 0, &f, &err),
+                     TW_OK);
+    assert_int_equal(tw_gzfile_read(f, got, sizeof got, &n, &err), TW_OK); /* the data is whole */
+    assert_int_equal(tw_gzfile_read(f, got, 1, &n, &err), TW_ERR_TRUNCATED); /* its trailer is not */
+    assert_non_null(strstr(err.message, "truncated zlib stream"));
+    tw_gzfile_close(f);
+    const tw_compression modes[] = {TW_COMPRESSION_NONE, TW_COMPRESSION_GZIP, TW_COMPRESSION_ZLIB,
+                                    TW_COMPRESSION_AUTO};
+    for (size_t k = 0; k < 4; k++) {
+        assert_int_equal(tw_gzfile_open_mem("", 0, "e", modes[k], 0, &f, &err), TW_OK);
+        assert_int_equal(tw_gzfile_read(f, got, 1, &n, &err), TW_OK);
+        assert_int_equal(n, 0);
+        tw_gzfile_close(f);
+    }
+    free(more.data);
+    free(z.data);
+}
+
+static void test_compression_parse(void **state)
+{
+    (void)state;
+    tw_compression c;
+    tw_error err;
+    assert_int_equal(tw_compression_parse("GZIP", 0, &c, &err), TW_OK);
+    assert_int_equal(c, TW_COMPRESSION_GZIP);
+    assert_int_equal(tw_compression_parse("", 0, &c, &err), TW_OK);
+    assert_int_equal(c, TW_COMPRESSION_NONE);
+    assert_int_equal(tw_compression_parse("auto", 0, &c, &err), TW_ERR_INVALID);
+    assert_int_equal(tw_compression_parse("auto", 1, &c, &err), TW_OK);
+    assert_int_equal(c, TW_COMPRESSION_AUTO);
+    assert_int_equal(tw_compression_parse("snappy", 1, &c, &err), TW_ERR_INVALID);
+    assert_non_null(strstr(err.message, "snappy"));
+    assert_string_equal(tw_compression_name(TW_COMPRESSION_ZLIB), "zlib");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain_memory),
+        cmocka_unit_test(test_zlib_mode_and_empty_files),
+        cmocka_unit_test(test_compression_parse),
         cmocka_unit_test(test_gzip_detected_by_content),
         cmocka_unit_test(test_concatenated_members),
         cmocka_unit_test(test_truncated_gzip),

@@ -287,20 +287,6 @@ static void test_file_reader_streams_big_records(void **state)
     assert_string_equal(err.file, path);
 }
 
-static void test_compression_parse(void **state)
-{
-    (void)state;
-    tw_compression c;
-    tw_error err;
-    assert_int_equal(tw_compression_parse("GZIP", 0, &c, &err), TW_OK);
-    assert_int_equal(c, TW_COMPRESSION_GZIP);
-    assert_int_equal(tw_compression_parse("", 0, &c, &err), TW_OK);
-    assert_int_equal(c, TW_COMPRESSION_NONE);
-    assert_int_equal(tw_compression_parse("auto", 0, &c, &err), TW_ERR_INVALID);
-    assert_int_equal(tw_compression_parse("snappy", 1, &c, &err), TW_ERR_INVALID);
-    assert_non_null(strstr(err.message, "snappy"));
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -313,7 +299,6 @@ int main(void)
         cmocka_unit_test(test_gzip_budget),
         cmocka_unit_test(test_trailing_garbage_after_zlib),
         cmocka_unit_test(test_file_reader_streams_big_records),
-        cmocka_unit_test(test_compression_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
