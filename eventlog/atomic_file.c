@@ -48,7 +48,7 @@ int tw_atomic_file_fd(const tw_atomic_file *f) { return f->fd; }
 
 const char *tw_atomic_file_path(const tw_atomic_file *f) { return f->path; }
 
-static tw_status fsync_dir_of(const char *path, tw_error *err)
+tw_status tw_fsync_dir_of(const char *path, tw_error *err)
 {
     char *copy = strdup(path);
     if (!copy)
@@ -75,7 +75,7 @@ tw_status tw_atomic_file_commit(tw_atomic_file *f, tw_error *err)
     if (rename(f->tmp_path, f->path) != 0)
         return tw_error_errno(err, f->path, "rename of temporary file failed");
     f->committed = 1;
-    return fsync_dir_of(f->path, err);
+    return tw_fsync_dir_of(f->path, err);
 }
 
 void tw_atomic_file_destroy(tw_atomic_file *f)

@@ -27,6 +27,9 @@ tw_status tw_atomic_file_commit(tw_atomic_file *f, tw_error *err);
 /* Removes the temporary file if it was not committed, closes it and frees f. NULL-safe. */
 void tw_atomic_file_destroy(tw_atomic_file *f);
 
+/* fsyncs the folder that holds path, so a new or renamed entry in it is durable. */
+tw_status tw_fsync_dir_of(const char *path, tw_error *err);
+
 /* Writes all n bytes to fd, retrying on EINTR and short writes. Reports errors against `name`. */
 tw_status tw_write_all(int fd, const void *data, size_t n, const char *name, tw_error *err);
 

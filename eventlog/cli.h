@@ -5,5 +5,6 @@
 
 int tw_convert_main(int argc, char **argv);
 int tw_inspect_main(int argc, char **argv);
+int tw_train_main(int argc, char **argv);   /* engine/train_main.c */
 
 #endif

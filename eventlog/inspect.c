@@ -1,19 +1,25 @@
-/* inspect.c — `tower inspect FILE [--json]`: what is inside a TFRecord or tfevents file.
+/* inspect.c — `tower inspect FILE [--json]`: what is inside a TFRecord, tfevents or safetensors file.
  *
  * Owns: the inspect subcommand. For a TFRecord of tf.train.Example: record count, the feature schema
  * (kind and value counts per feature name) and the first records' values. For a tfevents file: the
  * file version, every tag with its kind, point count and step range, the graph and session-log
- * events. Streams the file once in constant memory. Does not own the formats (tfrecord.c, example.c,
- * the generated event protos) — it only reads them. */
+ * events. Both are streamed once in constant memory. For a safetensors file (recognised by its bytes,
+ * not its name; read whole, as its reader does): the metadata and each tensor's dtype, shape and
+ * place, with count, min, max, mean, sum, NaN/Inf counts and the first values of F32 tensors. Does not
+ * own the formats (tfrecord.c, example.c, the generated event protos, safetensors.c) — it only reads
+ * them. */
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "crc32c.h"
 #include "event.pb-c.h"
 #include "example.h"
+#include "safetensors.h"
 #include "tfrecord.h"
 
 enum { MAX_SCHEMA = 256, MAX_SHOWN_BYTES = 65536 };
@@ -29,11 +35,13 @@ static const char USAGE[] =
     "usage: tower inspect FILE [--json] [--limit N] [--compression auto|none|gzip|zlib]\n"
     "                          [--max-record-bytes N]\n"
     "\n"
-    "Describes a TFRecord file of tf.train.Example (record count, feature schema, first records) or a\n"
-    "TensorBoard event file (tags with their kinds and step ranges, graph, session log).\n"
+    "Describes a TFRecord file of tf.train.Example (record count, feature schema, first records), a\n"
+    "TensorBoard event file (tags with their kinds and step ranges, graph, session log) or a\n"
+    "safetensors file (metadata; per tensor dtype, shape and, for F32, count, min, max, mean, sum and\n"
+    "the first values).\n"
     "\n"
     "  --json                 print one JSON object instead of text\n"
-    "  --limit N              records shown in full (default 3)\n"
+    "  --limit N              records shown in full, or values shown per tensor (default 3)\n"
     "  --compression C        auto (default: detected from the first bytes), none, gzip or zlib\n"
     "  --max-record-bytes N   refuse records longer than N bytes (default 268435456)\n";
 
@@ -219,8 +227,100 @@ static int looks_like_events(const char *path, const uint8_t *data, size_t len)
     return yes;
 }
 
+/* ------------------------------------------------------------------ safetensors */
+
+/* A safetensors file starts with an 8-byte length and a JSON object: '{' then '"', '}' or white space.
+ * A TFRecord has the masked CRC32C of its first 8 bytes at bytes 8..11 instead, a gzip file 0, 2 or 4
+ * at byte 8; only an automatic --compression looks. */
+static int looks_like_safetensors(const options *o)
+{
+    uint8_t p[12];
+    FILE *f = o->opts.compression == TW_COMPRESSION_AUTO ? fopen(o->path, "rb") : NULL;
+    size_t n = f ? fread(p, 1, sizeof p, f) : 0;
+    if (f)
+        fclose(f);
+    if (n < 10 || p[8] != '{' || !p[9] || !strchr("\"} \t\r\n", p[9]))
+        return 0;
+    uint32_t crc = (uint32_t)p[8] | (uint32_t)p[9] << 8 | (uint32_t)p[10] << 16 | (uint32_t)p[11] << 24;
+    return n < 12 || crc != tw_crc32c_mask(tw_crc32c(p, 8));
+}
+
+/* A JSON number, or "NaN" / "Infinity" / "-Infinity", which JSON cannot hold as numbers. */
+static json_t *json_number(double v)
+{
+    if (isfinite(v))
+        return json_real(v);
+    return json_string(isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
+}
+
+/* Adds count, min, max, mean, sum (NaNs left out of all but count, and counted in nan), inf and the
+ * first `limit` values of an F32 tensor to obj. */
+static void f32_stats(const tw_st_info *t, long limit, json_t *obj)
+{
+    double sum = 0, lo = INFINITY, hi = -INFINITY;
+    uint64_t nan = 0, inf = 0;
+    json_t *first = json_array();
+    for (uint64_t i = 0; i < t->count; i++) {
+        float v;
+        memcpy(&v, t->data + i * sizeof v, sizeof v);
+        if ((long)i < limit)
+            json_array_append_new(first, json_number(v));
+        nan += isnan(v) != 0;
+        inf += isinf(v) != 0;
+        if (isnan(v))
+            continue;
+        sum += v;
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    int any = t->count > nan;
+    json_object_set_new(obj, "min", any ? json_number(lo) : json_null());
+    json_object_set_new(obj, "max", any ? json_number(hi) : json_null());
+    json_object_set_new(obj, "mean", any ? json_number(sum / (double)(t->count - nan)) : json_null());
+    json_object_set_new(obj, "sum", json_number(sum));
+    json_object_set_new(obj, "nan", json_integer((json_int_t)nan));
+    json_object_set_new(obj, "inf", json_integer((json_int_t)inf));
+    json_object_set_new(obj, "first", first);
+}
+
+static json_t *tensor_json(const tw_st_info *t, long limit)
+{
+    json_t *shape = json_array();
+    for (int i = 0; i < t->rank; i++)
+        json_array_append_new(shape, json_integer((json_int_t)t->shape[i]));
+    json_t *obj = json_pack("{s:s, s:o, s:I, s:I, s:I}", "dtype", tw_st_dtype_name(t->dtype), "shape",
+                            shape, "count", (json_int_t)t->count, "offset", (json_int_t)t->offset,
+                            "bytes", (json_int_t)t->nbytes);
+    if (obj && t->dtype == TW_ST_F32)
+        f32_stats(t, limit, obj);
+    return obj;
+}
+
+static tw_status inspect_safetensors(const options *o, json_t *out, tw_error *err)
+{
+    tw_safetensors *st;
+    TW_TRY(tw_safetensors_read(o->path, &st, err));
+    json_t *meta = json_object(), *tensors = json_object();
+    for (size_t i = 0; i < tw_safetensors_meta_count(st); i++)
+        json_object_set_new(meta, tw_safetensors_meta_at(st, i)->key,
+                            json_string(tw_safetensors_meta_at(st, i)->value));
+    for (size_t i = 0; i < tw_safetensors_count(st); i++)
+        json_object_set_new(tensors, tw_safetensors_at(st, i)->name,
+                            tensor_json(tw_safetensors_at(st, i), o->limit));
+    json_object_set_new(out, "type", json_string("safetensors"));
+    json_object_set_new(out, "header_bytes", json_integer((json_int_t)tw_safetensors_header_bytes(st)));
+    json_object_set_new(out, "metadata", meta);
+    json_object_set_new(out, "tensors", tensors);
+    tw_safetensors_free(st);
+    return TW_OK;
+}
+
+/* ------------------------------------------------------------------ dispatch */
+
 static tw_status inspect_file(const options *o, json_t *out, tw_error *err)
 {
+    if (looks_like_safetensors(o))
+        return inspect_safetensors(o, out, err);
     tw_tfrecord_reader *r;
     TW_TRY(tw_tfrecord_reader_open(o->path, &o->opts, &r, err));
     const uint8_t *data;
@@ -242,8 +342,54 @@ static tw_status inspect_file(const options *o, json_t *out, tw_error *err)
 
 /* ------------------------------------------------------------------ output */
 
+/* A JSON number or the string standing for a non-finite one, as text. */
+static void print_number(const char *label, const json_t *v)
+{
+    if (json_is_number(v))
+        printf(" %s %.9g", label, json_number_value(v));
+    else if (json_is_string(v))
+        printf(" %s %s", label, json_string_value(v));
+}
+
+static void print_safetensors(const json_t *out)
+{
+    const json_t *tensors = json_object_get(out, "tensors");
+    printf("%s: safetensors, %zu tensors, header %lld bytes\n",
+           json_string_value(json_object_get(out, "file")), json_object_size(tensors),
+           (long long)json_integer_value(json_object_get(out, "header_bytes")));
+    const char *key;
+    json_t *v;
+    json_object_foreach(json_object_get(out, "metadata"), key, v)
+        printf("  metadata %s = %.200s%s\n", key, json_string_value(v),
+               strlen(json_string_value(v)) > 200 ? "..." : "");
+    json_object_foreach((json_t *)tensors, key, v) {
+        char *shape = json_dumps(json_object_get(v, "shape"), JSON_COMPACT);
+        printf("  tensor %-30s %-5s %-16s %lld values", key,
+               json_string_value(json_object_get(v, "dtype")), shape ? shape : "?",
+               (long long)json_integer_value(json_object_get(v, "count")));
+        free(shape);
+        print_number("min", json_object_get(v, "min"));
+        print_number("max", json_object_get(v, "max"));
+        print_number("mean", json_object_get(v, "mean"));
+        print_number("sum", json_object_get(v, "sum"));
+        json_int_t nan = json_integer_value(json_object_get(v, "nan"));
+        json_int_t inf = json_integer_value(json_object_get(v, "inf"));
+        if (nan || inf)
+            printf(" nan %lld inf %lld", (long long)nan, (long long)inf);
+        const json_t *values = json_object_get(v, "first");
+        char *first = values ? json_dumps(values, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+        printf("%s%.300s%s\n", first ? " first " : "", first ? first : "",
+               first && strlen(first) > 300 ? "..." : "");
+        free(first);
+    }
+}
+
 static void print_text(const json_t *out)
 {
+    if (!strcmp(json_string_value(json_object_get(out, "type")), "safetensors")) {
+        print_safetensors(out);
+        return;
+    }
     printf("%s: %s, compression %s, %lld records\n", json_string_value(json_object_get(out, "file")),
            json_string_value(json_object_get(out, "type")),
            json_string_value(json_object_get(out, "compression")),

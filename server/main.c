@@ -17,6 +17,7 @@ typedef struct {
 static const command COMMANDS[] = {
     {"convert", tw_convert_main, "convert IDX, CSV or NumPy data into TFRecord files of tf.train.Example"},
     {"inspect", tw_inspect_main, "describe a TFRecord or tfevents file (records, schema, tags)"},
+    {"train", tw_train_main, "train a model from a JSON run config; events and checkpoints in --logdir"},
 };
 
 static void usage(FILE *out)

@@ -2,11 +2,15 @@
  *
  *   tw_bench crc [MiB]          CRC32C throughput of the SSE4.2 and portable paths over one buffer
  *   tw_bench read FILE [LABEL]  reads every record of a TFRecord file and parses it as an Example,
- *                               touching the label and every byte of image_raw, as a trainer would */
+ *                               touching the label and every byte of image_raw, as a trainer would
+ *   tw_bench gemm M N K [TA TB] OpenBLAS sgemm throughput on that shape (row-major, optional
+ *                               transposes), and the OpenBLAS core it ran on */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <cblas.h>
 
 #include "crc32c.h"
 #include "example.h"
@@ -92,12 +96,43 @@ static int bench_read(const char *path, const char *label_name)
     return 0;
 }
 
+static int bench_gemm(int m, int n, int k, int ta, int tb)
+{
+    float *a = calloc((size_t)m * k, sizeof(float)), *b = calloc((size_t)k * n, sizeof(float));
+    float *c = calloc((size_t)m * n, sizeof(float));
+    if (!a || !b || !c)
+        return 1;
+    for (size_t i = 0; i < (size_t)m * k; i++)
+        a[i] = (float)(i % 7) * 0.1f;
+    for (size_t i = 0; i < (size_t)k * n; i++)
+        b[i] = (float)(i % 5) * 0.1f;
+    int reps = 0;
+    double t0 = now(), dt;
+    do {
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+                    n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n);
+        reps++;
+    } while ((dt = now() - t0) < 0.5);
+    printf("{\"bench\":\"sgemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"ta\":%d,\"tb\":%d,"
+           "\"gflops\":%.2f,\"openblas_core\":\"%s\",\"threads\":%d}\n",
+           m, n, k, ta, tb, 2.0 * m * n * k * reps / dt / 1e9, openblas_get_corename(),
+           openblas_get_num_threads());
+    free(a);
+    free(b);
+    free(c);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 5 && !strcmp(argv[1], "gemm"))
+        return bench_gemm(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc > 5 && atoi(argv[5]),
+                          argc > 6 && atoi(argv[6]));
     if (argc >= 2 && !strcmp(argv[1], "crc"))
         return bench_crc(argc > 2 ? (size_t)atoi(argv[2]) : 64);
     if (argc >= 3 && !strcmp(argv[1], "read"))
         return bench_read(argv[2], argc > 3 ? argv[3] : "label");
-    fprintf(stderr, "usage: tw_bench crc [MiB] | tw_bench read FILE [LABEL]\n");
+    fprintf(stderr, "usage: tw_bench crc [MiB] | tw_bench read FILE [LABEL] | "
+                    "tw_bench gemm M N K [TA TB]\n");
     return 2;
 }

@@ -1,0 +1,222 @@
+/* backend.h — the engine <-> backend interface: one table of operations, one instance per tower.
+ *
+ * Owns: the operation table a backend implements (CPU here, CUDA in kernels/), the checked wrappers the
+ * engine calls (backend.c), and the registry that creates a backend by name. Tensors cross the
+ * interface as tw_tensor views (a buffer handle plus a byte offset), never as raw device pointers: only
+ * the backend dereferences tw_buffer.data. Every operation returns a tw_status; asynchronous failures of
+ * a device surface at the latest from tw_backend_sync.
+ *
+ * Layouts: row-major; images and volumes channels-last (NHWC / NDHWC, as TensorFlow); fp32 unless an
+ * argument says int32. Shapes are in each wrapper's comment.
+ *
+ * Thread-safety: one backend instance is used by one thread at a time (its tower's); different
+ * instances may run concurrently. tw_backend_allreduce_avg is called by one thread for the whole group. */
+#ifndef TW_BACKEND_H
+#define TW_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "elementwise.h"
+#include "status.h"
+
+/* A block of backend memory. bytes is the size; data is the backend's own address (host or device). */
+typedef struct tw_buffer {
+    size_t bytes;
+    void *data;
+} tw_buffer;
+
+/* A view into a buffer at a byte offset. */
+typedef struct {
+    tw_buffer *buf;
+    size_t offset;
+} tw_tensor;
+
+static inline tw_tensor tw_tensor_of(tw_buffer *b) { return (tw_tensor){b, 0}; }
+
+/* The view `floats` fp32 values further on. */
+static inline tw_tensor tw_tensor_at(tw_tensor t, size_t floats)
+{
+    t.offset += floats * sizeof(float);
+    return t;
+}
+
+/* The window of a convolution or pooling over 2-D images or 3-D volumes (2-D: every *_d field 1, pads 0).
+ * Input [batch, in_d, in_h, in_w, in_c], output [batch, out_d, out_h, out_w, ...]. pad_* is the padding
+ * before the first element of each spatial dimension (TensorFlow's SAME puts the odd one after). */
+typedef struct {
+    int batch;
+    int in_d, in_h, in_w, in_c;
+    int k_d, k_h, k_w;
+    int s_d, s_h, s_w;
+    int pad_d, pad_h, pad_w;
+    int out_d, out_h, out_w;
+} tw_window;
+
+/* Fills out_* and pad_* of w from the input, kernel and strides: SAME (same != 0) or VALID, as
+ * TensorFlow computes them. Returns TW_ERR_INVALID when a VALID window does not fit. */
+tw_status tw_window_resolve(tw_window *w, int same, tw_error *err);
+
+typedef enum { TW_OPT_SGD = 0, TW_OPT_MOMENTUM = 1, TW_OPT_ADAM = 2 } tw_optimizer_kind;
+
+/* One fused update over the flat parameter arena (n values), for this step. */
+typedef struct {
+    tw_optimizer_kind kind;
+    float lr;                   /* learning rate of this step (after decay) */
+    float momentum;             /* MOMENTUM */
+    float adam_alpha;           /* ADAM: lr * sqrt(1 - beta2^t) / (1 - beta1^t) for this step t */
+    float beta1, beta2, epsilon;
+    float l2;                   /* g += l2 * w on the first l2_count values (the weights), before the step */
+    size_t l2_count;
+    float ema_decay;            /* effective decay of this step; the shadows follow the new weights */
+    int ema;                    /* 1: update the EMA shadows */
+} tw_update;
+
+typedef struct tw_backend_ops tw_backend_ops;
+typedef struct tw_backend tw_backend;
+
+/* The table a backend fills in. ctx is the backend's own state. Argument checks are done by the
+ * wrappers below before an op is called, so ops may assume valid views and sizes. */
+struct tw_backend_ops {
+    const char *kind; /* "cpu", "cuda" */
+    tw_status (*create)(int device, void **ctx, char *name, size_t name_size, tw_error *err);
+    void (*destroy)(void *ctx);
+    tw_status (*alloc)(void *ctx, size_t bytes, tw_buffer **out, tw_error *err);
+    void (*free)(void *ctx, tw_buffer *b);
+    tw_status (*upload)(void *ctx, tw_tensor dst, const void *src, size_t bytes, tw_error *err);
+    tw_status (*download)(void *ctx, void *dst, tw_tensor src, size_t bytes, tw_error *err);
+    tw_status (*zero)(void *ctx, tw_tensor t, size_t bytes, tw_error *err);
+    tw_status (*gemm)(void *ctx, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                      tw_tensor a, tw_tensor b, float beta, tw_tensor c, tw_error *err);
+    tw_status (*bias_add)(void *ctx, tw_tensor y, tw_tensor bias, int rows, int cols, tw_error *err);
+    tw_status (*bias_grad)(void *ctx, tw_tensor dbias, tw_tensor dy, int rows, int cols,
+                           tw_error *err);
+    tw_status (*act_fwd)(void *ctx, tw_activation a, tw_tensor y, tw_tensor x, size_t n,
+                         tw_error *err);
+    tw_status (*act_bwd)(void *ctx, tw_activation a, tw_tensor dx, tw_tensor dy, tw_tensor y,
+                         size_t n, tw_error *err);
+    tw_status (*dropout_fwd)(void *ctx, tw_tensor y, tw_tensor x, size_t n, float rate,
+                             uint64_t seed, tw_error *err);
+    tw_status (*dropout_bwd)(void *ctx, tw_tensor dx, tw_tensor dy, size_t n, float rate,
+                             uint64_t seed, tw_error *err);
+    tw_status (*im2col)(void *ctx, const tw_window *w, tw_tensor cols, tw_tensor x, tw_error *err);
+    tw_status (*col2im)(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor cols, tw_error *err);
+    tw_status (*maxpool_fwd)(void *ctx, const tw_window *w, tw_tensor y, tw_tensor argmax,
+                             tw_tensor x, tw_error *err);
+    tw_status (*maxpool_bwd)(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy,
+                             tw_tensor argmax, tw_error *err);
+    tw_status (*xent_fwd)(void *ctx, tw_tensor loss, tw_tensor probs, tw_tensor logits,
+                          tw_tensor labels, int rows, int classes, tw_error *err);
+    tw_status (*xent_bwd)(void *ctx, tw_tensor dlogits, tw_tensor probs, tw_tensor labels,
+                          int rows, int classes, float scale, tw_error *err);
+    tw_status (*mse_fwd)(void *ctx, tw_tensor loss, tw_tensor pred, tw_tensor target, int rows,
+                         int cols, tw_error *err);
+    tw_status (*mse_bwd)(void *ctx, tw_tensor dpred, tw_tensor pred, tw_tensor target, size_t n,
+                         float scale, tw_error *err);
+    tw_status (*sum_squares)(void *ctx, tw_tensor out, tw_tensor x, size_t n, tw_error *err);
+    tw_status (*update)(void *ctx, const tw_update *u, tw_tensor params, tw_tensor grads,
+                        tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err);
+    tw_status (*allreduce_avg)(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
+                               tw_error *err);
+    tw_status (*sync)(void *ctx, tw_error *err);
+};
+
+/* ---- lifecycle and registry (backend.c; the one file with #ifdef TW_HAVE_CUDA) ---- */
+
+/* Creates a backend instance. kind: "cpu", "cuda" or "auto" (cuda when a device exists, else cpu);
+ * device: the GPU index (ignored by "cpu"). Caller owns *out. Errors: TW_ERR_UNSUPPORTED when the kind
+ * is not built in or has no such device. */
+tw_status tw_backend_create(const char *kind, int device, tw_backend **out, tw_error *err);
+void tw_backend_destroy(tw_backend *b); /* NULL-safe */
+const char *tw_backend_name(const tw_backend *b);  /* "cpu", "cuda:0" */
+const char *tw_backend_kind(const tw_backend *b);  /* "cpu", "cuda" */
+
+/* Number of devices a kind offers (cpu: 1). */
+int tw_backend_devices(const char *kind);
+
+/* ---- memory ---- */
+
+tw_status tw_backend_alloc(tw_backend *b, size_t bytes, tw_buffer **out, tw_error *err);
+void tw_backend_free(tw_backend *b, tw_buffer *buf); /* NULL-safe */
+tw_status tw_backend_upload(tw_backend *b, tw_tensor dst, const void *src, size_t bytes,
+                            tw_error *err);
+tw_status tw_backend_download(tw_backend *b, void *dst, tw_tensor src, size_t bytes,
+                              tw_error *err);
+tw_status tw_backend_zero(tw_backend *b, tw_tensor t, size_t bytes, tw_error *err);
+
+/* ---- compute ---- */
+
+/* C[m,n] = alpha * op(A) op(B) + beta * C; op(A) is [m,k] (A stored [k,m] when trans_a), op(B) is [k,n]
+ * (B stored [n,k] when trans_b). All row-major fp32, leading dimensions packed. */
+tw_status tw_gemm(tw_backend *b, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                  tw_tensor a, tw_tensor bm, float beta, tw_tensor c, tw_error *err);
+
+/* y[rows, cols] += bias[cols]. */
+tw_status tw_bias_add(tw_backend *b, tw_tensor y, tw_tensor bias, int rows, int cols, tw_error *err);
+
+/* dbias[cols] = sum over rows of dy[rows, cols] (overwrites). */
+tw_status tw_bias_grad(tw_backend *b, tw_tensor dbias, tw_tensor dy, int rows, int cols,
+                       tw_error *err);
+
+/* y[n] = act(x[n]) (y may be x); dx[n] = act'(y) * dy[n] (dx may be dy). */
+tw_status tw_act_fwd(tw_backend *b, tw_activation a, tw_tensor y, tw_tensor x, size_t n,
+                     tw_error *err);
+tw_status tw_act_bwd(tw_backend *b, tw_activation a, tw_tensor dx, tw_tensor dy, tw_tensor y,
+                     size_t n, tw_error *err);
+
+/* y[n] = x[n] * tw_dropout_scale(seed, i, rate); dx[n] = dy[n] * the same scale. */
+tw_status tw_dropout_fwd(tw_backend *b, tw_tensor y, tw_tensor x, size_t n, float rate,
+                         uint64_t seed, tw_error *err);
+tw_status tw_dropout_bwd(tw_backend *b, tw_tensor dx, tw_tensor dy, size_t n, float rate,
+                         uint64_t seed, tw_error *err);
+
+/* cols[batch*out_d*out_h*out_w, k_d*k_h*k_w*in_c] from x[batch, in_d, in_h, in_w, in_c] (zeros where
+ * the window hangs over the padding); col2im adds cols back into dx (which it zeroes first). */
+tw_status tw_im2col(tw_backend *b, const tw_window *w, tw_tensor cols, tw_tensor x, tw_error *err);
+tw_status tw_col2im(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor cols, tw_error *err);
+
+/* y[batch, out_d, out_h, out_w, in_c] = max over each window of x; argmax (int32, same shape as y)
+ * holds the flat index into x of each maximum (padding never wins). bwd: dx (zeroed first) gets dy
+ * at the argmax positions. */
+tw_status tw_maxpool_fwd(tw_backend *b, const tw_window *w, tw_tensor y, tw_tensor argmax,
+                         tw_tensor x, tw_error *err);
+tw_status tw_maxpool_bwd(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy,
+                         tw_tensor argmax, tw_error *err);
+
+/* Sparse softmax cross-entropy with the max-shift (FORMATS.md §6.3): loss[rows], probs[rows, classes]
+ * from logits[rows, classes] and labels[rows] (int32, each in [0, classes): the caller checks).
+ * bwd: dlogits = (probs - onehot(labels)) * scale. */
+tw_status tw_xent_fwd(tw_backend *b, tw_tensor loss, tw_tensor probs, tw_tensor logits,
+                      tw_tensor labels, int rows, int classes, tw_error *err);
+tw_status tw_xent_bwd(tw_backend *b, tw_tensor dlogits, tw_tensor probs, tw_tensor labels,
+                      int rows, int classes, float scale, tw_error *err);
+
+/* Squared error: loss[rows] = sum over cols of (pred - target)^2; bwd: dpred[n] = 2 (pred - target) *
+ * scale. (tf.losses.mean_squared_error's mean is loss summed / (rows*cols), i.e. scale 1/(rows*cols).) */
+tw_status tw_mse_fwd(tw_backend *b, tw_tensor loss, tw_tensor pred, tw_tensor target, int rows,
+                     int cols, tw_error *err);
+tw_status tw_mse_bwd(tw_backend *b, tw_tensor dpred, tw_tensor pred, tw_tensor target, size_t n,
+                     float scale, tw_error *err);
+
+/* out[1] = sum of x[n]^2. */
+tw_status tw_sum_squares(tw_backend *b, tw_tensor out, tw_tensor x, size_t n, tw_error *err);
+
+/* ---- update and collectives ---- */
+
+/* The step over the flat arenas, all [n] fp32: params updated from grads (plus L2 on the first
+ * u->l2_count values); slot1 = momentum accumulator or Adam m, slot2 = Adam v (unused slots may be any
+ * view); then, when u->ema, ema = shadow of the new params. */
+tw_status tw_update_step(tw_backend *b, const tw_update *u, tw_tensor params, tw_tensor grads,
+                         tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err);
+
+/* Every backend's bufs[i] ([n] fp32) becomes the mean over the group (all of one kind). */
+tw_status tw_backend_allreduce_avg(tw_backend *const *towers, int n_towers, const tw_tensor *bufs,
+                                   size_t n, tw_error *err);
+
+/* Waits for the backend's queued work; reports an asynchronous failure. */
+tw_status tw_backend_sync(tw_backend *b, tw_error *err);
+
+/* The CPU backend's table (cpu_backend.c). */
+extern const tw_backend_ops tw_cpu_backend_ops;
+
+#endif

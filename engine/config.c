@@ -1,0 +1,1063 @@
+/* config.c — the run configuration: JSON text -> tw_config, strictly, and back to canonical JSON.
+ *
+ * Owns: the schema of the config document, every default (tw_config_defaults), the decoder and the
+ * encoder. The schema is one table per JSON object: each row is a key, its kind, where its value
+ * lives in tw_config, its range, whether it is required, and which variants (values of the object's
+ * "type" key) accept it. The decoder and the encoder both walk these tables, so a key cannot be read
+ * and then forgotten by tw_config_to_json, and the ranges live in one place. Decoding is strict
+ * (DESIGN.md rule 10): an unknown key, a key the object's type does not use, a duplicate, a wrong
+ * type, a number out of range or a path too long is TW_ERR_INVALID with one message that starts with
+ * the key path ("model.layers[2].units: must be in [1, 65536], got 0"); "config" names the document.
+ *
+ * jansson parses. Written here is only what jansson does not do: a nesting cap of MAX_DEPTH levels
+ * (jansson recurses 2048 deep) and the key path of a syntax error (jansson gives a byte position), both
+ * by one small scan of the text (text_scan) that tracks containers, keys and indices.
+ *
+ * Does not own: whether the dataset exists and fits the model (the input pipeline and the model check
+ * that). No global state; not thread-safe per struct. */
+#include "config.h"
+
+#include <float.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    MAX_CONFIG_BYTES = 1 << 20, /* config text cap, for files and for request bodies */
+    MAX_DEPTH = 32,             /* deepest nesting of objects and arrays accepted */
+    KEY_PATH = 256,             /* room for a key path in messages */
+    MAX_KEYS = 32,              /* most keys one schema has */
+};
+
+/* ---- the schema ---------------------------------------------------------------------------------- */
+
+typedef enum {
+    K_INT,    /* int, in [ilo, ihi] */
+    K_INT64,  /* int64_t, in [ilo, ihi] */
+    K_UINT64, /* uint64_t, in [ilo, ihi] (ilo >= 0) */
+    K_FLOAT,  /* float from any JSON number, in flo..fhi (ends open with F_LO_OPEN / F_HI_OPEN) */
+    K_BOOL,   /* int 0 or 1 from true / false */
+    K_ENUM,   /* int-sized enum from a string: names[value]; a NULL name is not accepted */
+    K_STRING, /* char[TW_NAME_BYTES], 1..63 bytes, no control characters; F_IDENT: a layer name */
+    K_PATH,   /* char[TW_PATH_BYTES]; relative paths are joined to base_dir */
+    K_SHAPE,  /* int[4] from 1 to 4 integers in [ilo, ihi]; their count is an int at aux */
+    K_WINDOW, /* int[3] [d, h, w] from an int or a list of 2 (2-D variants) or 3 (3-D) in [ilo, ihi] */
+    K_OBJECT, /* a nested object, decoded by sub at base + offset */
+    K_LAYERS, /* tw_layer_config[TW_MAX_LAYERS] at offset, 1 to TW_MAX_LAYERS; count at aux */
+} field_kind;
+
+enum {
+    F_REQUIRED = 1,  /* absent is an error */
+    F_NULLABLE = 2,  /* null means absent (K_PATH: ""; K_OBJECT: the NULL-named variant) */
+    F_LO_OPEN = 4,   /* K_FLOAT: flo itself is out of range */
+    F_HI_OPEN = 8,   /* K_FLOAT: fhi itself is out of range */
+    F_IDENT = 16,    /* K_STRING: a layer name (valid_layer_name) */
+    F_VARIANT = 32,  /* K_ENUM: the object's "type": decoded first; selects the other keys */
+};
+
+typedef struct schema schema;
+
+typedef struct {
+    const char *key;
+    field_kind kind;
+    size_t offset;            /* where the value lives in the object's struct */
+    unsigned flags;           /* F_* */
+    unsigned variants;        /* bit v: used when the variant is v; 0: used by every variant */
+    int64_t ilo, ihi;         /* integer kinds */
+    double flo, fhi;          /* K_FLOAT */
+    const char *const *names; /* K_ENUM */
+    int n_names;
+    const schema *sub; /* K_OBJECT */
+    size_t aux;        /* K_SHAPE, K_LAYERS: offset of the int count */
+} field;
+
+struct schema {
+    const field *fields;
+    int n;
+};
+
+#define BIT(v) (1u << (v))
+#define NAMES(a) .names = (a), .n_names = (int)(sizeof(a) / sizeof *(a))
+#define IRANGE(lo, hi) .ilo = (lo), .ihi = (hi)
+#define FRANGE(lo, hi) .flo = (lo), .fhi = (hi)
+#define SCHEMA(a) {(a), (int)(sizeof(a) / sizeof *(a))}
+
+_Static_assert(sizeof(tw_layer_type) == sizeof(int) && sizeof(tw_activation) == sizeof(int) &&
+                   sizeof(tw_init_kind) == sizeof(int) && sizeof(tw_loss_kind) == sizeof(int) &&
+                   sizeof(tw_optimizer_kind) == sizeof(int),
+               "enums are stored as int");
+_Static_assert(TW_LAYER_FLATTEN == 6 && TW_ACT_SIGMOID == 3 && TW_INIT_CONSTANT == 3 &&
+                   TW_LOSS_MSE == 1 && TW_OPT_ADAM == 2,
+               "the name tables below are indexed by these enums");
+
+static const char *const LAYER_TYPES[] = {"dense",      "conv2d",  "max_pool2d", "conv3d",
+                                          "max_pool3d", "dropout", "flatten"};
+static const char *const ACTIVATIONS[] = {"linear", "relu", "tanh", "sigmoid"};
+static const char *const INITS[] = {"truncated_normal", "glorot_uniform", "zeros", "constant"};
+static const char *const PADDINGS[] = {"valid", "same"};
+static const char *const LOSSES[] = {"softmax_cross_entropy", "mean_squared_error"};
+static const char *const OPTIMIZERS[] = {"sgd", "momentum", "adam"};
+static const char *const DECAYS[] = {NULL, "exponential"}; /* 0: no decay, written as null */
+
+const char *tw_layer_type_name(tw_layer_type t)
+{
+    return (unsigned)t < sizeof LAYER_TYPES / sizeof *LAYER_TYPES ? LAYER_TYPES[t] : "?";
+}
+
+enum {
+    WEIGHTED = BIT(TW_LAYER_DENSE) | BIT(TW_LAYER_CONV2D) | BIT(TW_LAYER_CONV3D),
+    CONVS = BIT(TW_LAYER_CONV2D) | BIT(TW_LAYER_CONV3D),
+    POOLS = BIT(TW_LAYER_MAX_POOL2D) | BIT(TW_LAYER_MAX_POOL3D),
+    LAYERS_3D = BIT(TW_LAYER_CONV3D) | BIT(TW_LAYER_MAX_POOL3D),
+};
+
+#define INIT_AT(m) offsetof(tw_init, m)
+static const field INIT_FIELDS[] = {
+    {.key = "type", .kind = K_ENUM, .offset = INIT_AT(kind), .flags = F_VARIANT | F_REQUIRED,
+     NAMES(INITS)},
+    {.key = "stddev", .kind = K_FLOAT, .offset = INIT_AT(stddev), .flags = F_LO_OPEN,
+     .variants = BIT(TW_INIT_TRUNCATED_NORMAL), FRANGE(0, FLT_MAX)},
+    {.key = "value", .kind = K_FLOAT, .offset = INIT_AT(value), .variants = BIT(TW_INIT_CONSTANT),
+     FRANGE(-FLT_MAX, FLT_MAX)},
+};
+static const schema INIT_SCHEMA = SCHEMA(INIT_FIELDS);
+
+#define LAYER_AT(m) offsetof(tw_layer_config, m)
+static const field LAYER_FIELDS[] = {
+    {.key = "type", .kind = K_ENUM, .offset = LAYER_AT(type), .flags = F_VARIANT | F_REQUIRED,
+     NAMES(LAYER_TYPES)},
+    {.key = "name", .kind = K_STRING, .offset = LAYER_AT(name), .flags = F_IDENT,
+     .variants = WEIGHTED},
+    {.key = "units", .kind = K_INT, .offset = LAYER_AT(units), .flags = F_REQUIRED,
+     .variants = BIT(TW_LAYER_DENSE), IRANGE(1, 65536)},
+    {.key = "filters", .kind = K_INT, .offset = LAYER_AT(filters), .flags = F_REQUIRED,
+     .variants = CONVS, IRANGE(1, 4096)},
+    {.key = "kernel", .kind = K_WINDOW, .offset = LAYER_AT(kernel), .flags = F_REQUIRED,
+     .variants = CONVS, IRANGE(1, 64)},
+    {.key = "pool", .kind = K_WINDOW, .offset = LAYER_AT(kernel), .flags = F_REQUIRED,
+     .variants = POOLS, IRANGE(1, 64)},
+    {.key = "strides", .kind = K_WINDOW, .offset = LAYER_AT(strides), .variants = CONVS | POOLS,
+     IRANGE(1, 64)},
+    {.key = "padding", .kind = K_ENUM, .offset = LAYER_AT(same_padding), .variants = CONVS | POOLS,
+     NAMES(PADDINGS)},
+    {.key = "activation", .kind = K_ENUM, .offset = LAYER_AT(activation), .variants = WEIGHTED,
+     NAMES(ACTIVATIONS)},
+    {.key = "rate", .kind = K_FLOAT, .offset = LAYER_AT(rate), .flags = F_REQUIRED | F_HI_OPEN,
+     .variants = BIT(TW_LAYER_DROPOUT), FRANGE(0, 1)},
+    {.key = "weight_init", .kind = K_OBJECT, .offset = LAYER_AT(weight_init), .variants = WEIGHTED,
+     .sub = &INIT_SCHEMA},
+    {.key = "bias_init", .kind = K_OBJECT, .offset = LAYER_AT(bias_init), .variants = WEIGHTED,
+     .sub = &INIT_SCHEMA},
+};
+static const schema LAYER_SCHEMA = SCHEMA(LAYER_FIELDS);
+
+#define AT(m) offsetof(tw_config, m)
+static const field DATASET_FIELDS[] = {
+    {.key = "train", .kind = K_PATH, .offset = AT(train_path), .flags = F_REQUIRED},
+    {.key = "test", .kind = K_PATH, .offset = AT(test_path), .flags = F_NULLABLE},
+    {.key = "image_feature", .kind = K_STRING, .offset = AT(image_feature)},
+    {.key = "label_feature", .kind = K_STRING, .offset = AT(label_feature)},
+    {.key = "shape", .kind = K_SHAPE, .offset = AT(shape), .flags = F_REQUIRED, IRANGE(1, 65536),
+     .aux = AT(rank)},
+    {.key = "scale", .kind = K_FLOAT, .offset = AT(scale), .flags = F_LO_OPEN, FRANGE(0, FLT_MAX)},
+    {.key = "shuffle_buffer", .kind = K_INT, .offset = AT(shuffle_buffer), IRANGE(1, 10000000)},
+};
+static const schema DATASET_SCHEMA = SCHEMA(DATASET_FIELDS);
+
+static const field MODEL_FIELDS[] = {
+    {.key = "layers", .kind = K_LAYERS, .offset = AT(layers), .flags = F_REQUIRED,
+     .aux = AT(n_layers)},
+};
+static const schema MODEL_SCHEMA = SCHEMA(MODEL_FIELDS);
+
+static const field OPTIMIZER_FIELDS[] = {
+    {.key = "type", .kind = K_ENUM, .offset = AT(optimizer), .flags = F_VARIANT,
+     NAMES(OPTIMIZERS)},
+    {.key = "learning_rate", .kind = K_FLOAT, .offset = AT(learning_rate), .flags = F_LO_OPEN,
+     FRANGE(0, FLT_MAX)},
+    {.key = "momentum", .kind = K_FLOAT, .offset = AT(momentum), .flags = F_HI_OPEN,
+     .variants = BIT(TW_OPT_MOMENTUM), FRANGE(0, 1)},
+    {.key = "beta1", .kind = K_FLOAT, .offset = AT(beta1), .flags = F_HI_OPEN,
+     .variants = BIT(TW_OPT_ADAM), FRANGE(0, 1)},
+    {.key = "beta2", .kind = K_FLOAT, .offset = AT(beta2), .flags = F_HI_OPEN,
+     .variants = BIT(TW_OPT_ADAM), FRANGE(0, 1)},
+    {.key = "epsilon", .kind = K_FLOAT, .offset = AT(epsilon), .flags = F_LO_OPEN,
+     .variants = BIT(TW_OPT_ADAM), FRANGE(0, FLT_MAX)},
+};
+static const schema OPTIMIZER_SCHEMA = SCHEMA(OPTIMIZER_FIELDS);
+
+static const field DECAY_FIELDS[] = {
+    {.key = "type", .kind = K_ENUM, .offset = AT(lr_decay), .flags = F_VARIANT | F_REQUIRED,
+     NAMES(DECAYS)},
+    {.key = "decay_steps", .kind = K_INT64, .offset = AT(decay_steps), .flags = F_REQUIRED,
+     IRANGE(1, INT64_MAX)},
+    {.key = "decay_rate", .kind = K_FLOAT, .offset = AT(decay_rate),
+     .flags = F_REQUIRED | F_LO_OPEN, FRANGE(0, 1)},
+    {.key = "staircase", .kind = K_BOOL, .offset = AT(staircase)},
+};
+static const schema DECAY_SCHEMA = SCHEMA(DECAY_FIELDS);
+
+static const field CONFIG_FIELDS[] = {
+    {.key = "dataset", .kind = K_OBJECT, .flags = F_REQUIRED, .sub = &DATASET_SCHEMA},
+    {.key = "model", .kind = K_OBJECT, .flags = F_REQUIRED, .sub = &MODEL_SCHEMA},
+    {.key = "loss", .kind = K_ENUM, .offset = AT(loss), NAMES(LOSSES)},
+    {.key = "optimizer", .kind = K_OBJECT, .sub = &OPTIMIZER_SCHEMA},
+    {.key = "lr_decay", .kind = K_OBJECT, .flags = F_NULLABLE, .sub = &DECAY_SCHEMA},
+    {.key = "l2", .kind = K_FLOAT, .offset = AT(l2), FRANGE(0, FLT_MAX)},
+    {.key = "ema_decay", .kind = K_FLOAT, .offset = AT(ema_decay), .flags = F_HI_OPEN,
+     FRANGE(0, 1)},
+    {.key = "batch_size", .kind = K_INT, .offset = AT(batch_size), IRANGE(1, 65536)},
+    {.key = "towers", .kind = K_INT, .offset = AT(towers), IRANGE(1, 64)},
+    {.key = "steps", .kind = K_INT64, .offset = AT(steps), IRANGE(1, 1000000000)},
+    {.key = "seed", .kind = K_UINT64, .offset = AT(seed), IRANGE(0, INT64_MAX)},
+    {.key = "summary_every", .kind = K_INT64, .offset = AT(summary_every), IRANGE(1, INT64_MAX)},
+    {.key = "eval_every", .kind = K_INT64, .offset = AT(eval_every), IRANGE(1, INT64_MAX)},
+    {.key = "checkpoint_every", .kind = K_INT64, .offset = AT(checkpoint_every),
+     IRANGE(1, INT64_MAX)},
+    {.key = "keep_checkpoints", .kind = K_INT, .offset = AT(keep_checkpoints), IRANGE(1, 1000)},
+};
+static const schema CONFIG_SCHEMA = SCHEMA(CONFIG_FIELDS);
+
+/* ---- defaults ------------------------------------------------------------------------------------ */
+
+static void layer_defaults(tw_layer_config *l)
+{
+    l->type = TW_LAYER_DENSE;
+    l->activation = TW_ACT_NONE;
+    l->weight_init = (tw_init){TW_INIT_TRUNCATED_NORMAL, 0.1f, 0.0f};
+    l->bias_init = (tw_init){TW_INIT_ZEROS, 0.1f, 0.0f};
+    for (int i = 0; i < 3; i++)
+        l->kernel[i] = l->strides[i] = 1;
+    l->same_padding = 1;
+}
+
+/* The name of the k-th layer with variables (1-based) when the config gives none. */
+static void default_layer_name(char *name, size_t size, int k)
+{
+    snprintf(name, size, "layer%d", k);
+}
+
+void tw_config_defaults(tw_config *c)
+{
+    memset(c, 0, sizeof *c);
+    snprintf(c->image_feature, sizeof c->image_feature, "%s", "image_raw");
+    snprintf(c->label_feature, sizeof c->label_feature, "%s", "label");
+    c->scale = 1.0f / 255.0f;
+    c->shuffle_buffer = 10000;
+    for (int i = 0; i < TW_MAX_LAYERS; i++)
+        layer_defaults(&c->layers[i]);
+    c->loss = TW_LOSS_SOFTMAX_XENT;
+    c->optimizer = TW_OPT_SGD;
+    c->learning_rate = 0.001f;
+    c->momentum = 0.9f;
+    c->beta1 = 0.9f;
+    c->beta2 = 0.999f;
+    c->epsilon = 1e-8f;
+    c->lr_decay = 0;
+    c->decay_steps = 1;
+    c->decay_rate = 1.0f;
+    c->staircase = 0;
+    c->batch_size = 32;
+    c->towers = 1;
+    c->steps = 1000;
+    c->seed = 1;
+    c->summary_every = 100;
+    c->eval_every = 1000;
+    c->checkpoint_every = 1000;
+    c->keep_checkpoints = 5;
+}
+
+/* ---- small helpers ------------------------------------------------------------------------------- */
+
+static int load_int(const char *base, size_t off)
+{
+    int v;
+    memcpy(&v, base + off, sizeof v);
+    return v;
+}
+
+static void store_int(char *base, size_t off, int v) { memcpy(base + off, &v, sizeof v); }
+
+static int applies(const field *f, int variant)
+{
+    return !f->variants || (f->variants & BIT(variant));
+}
+
+static int is_3d(int layer_type) { return (LAYERS_3D & BIT(layer_type)) != 0; }
+
+static const field *variant_field(const schema *s)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->fields[i].flags & F_VARIANT)
+            return &s->fields[i];
+    return NULL;
+}
+
+static const char *enum_name(const field *f, int v)
+{
+    return v >= 0 && v < f->n_names ? f->names[v] : NULL;
+}
+
+/* Copies s into out for a message: printable ASCII kept, every other byte '?', at most max bytes. */
+static void sanitize(char *out, size_t size, const char *s, size_t max)
+{
+    size_t n = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p && n + 1 < size && n < max; p++)
+        out[n++] = (*p >= 0x20 && *p < 0x7f) ? (char)*p : '?';
+    out[n] = '\0';
+}
+
+/* Key paths longer than KEY_PATH end in "...". */
+static void mark_truncated(char out[KEY_PATH], int n)
+{
+    if (n >= KEY_PATH)
+        memcpy(out + KEY_PATH - 4, "...", 4);
+}
+
+static void join_key(char out[KEY_PATH], const char *parent, const char *key)
+{
+    char k[64];
+    sanitize(k, sizeof k, key, 63);
+    mark_truncated(out, snprintf(out, KEY_PATH, "%s%s%s", parent, parent[0] ? "." : "", k));
+}
+
+static void join_index(char out[KEY_PATH], const char *parent, size_t i)
+{
+    mark_truncated(out, snprintf(out, KEY_PATH, "%s[%zu]", parent, i));
+}
+
+/* Fills *err with "<path>: <message>" (path "" is the whole document, "config"); TW_ERR_INVALID. */
+__attribute__((format(printf, 3, 4))) static tw_status fail(tw_error *err, const char *path,
+                                                            const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: %s", path[0] ? path : "config", msg);
+}
+
+/* A JSON value as a message shows it: 12, 0.5, 'text', true, null, an object, an array. */
+static const char *describe(const json_t *v, char *buf, size_t size)
+{
+    char text[48];
+    switch (json_typeof(v)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: snprintf(buf, size, "an array of %zu", json_array_size(v)); return buf;
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    case JSON_NULL: return "null";
+    case JSON_INTEGER: snprintf(buf, size, "%lld", (long long)json_integer_value(v)); return buf;
+    case JSON_REAL:
+        snprintf(buf, size, "%.9g", json_real_value(v));
+        if (!strpbrk(buf, ".eEin"))
+            strncat(buf, ".0", size - strlen(buf) - 1);
+        return buf;
+    case JSON_STRING:
+        sanitize(text, sizeof text, json_string_value(v), 40);
+        snprintf(buf, size, "'%s'", text);
+        return buf;
+    }
+    return "a value";
+}
+
+static tw_status type_error(tw_error *err, const char *path, const char *expected, const json_t *v)
+{
+    char buf[64];
+    return fail(err, path, "must be %s, got %s", expected, describe(v, buf, sizeof buf));
+}
+
+/* Levenshtein distance of a and b; a large number when either is longer than 63 bytes. */
+static int edit_distance(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b);
+    if (n > 63 || m > 63)
+        return 1000;
+    int row[64];
+    for (size_t j = 0; j <= m; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= m; j++) {
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            diag = row[j];
+            row[j] = best;
+        }
+    }
+    return row[m];
+}
+
+/* The candidates a message offers for a misspelt key or value. */
+typedef struct {
+    const char *name[MAX_KEYS];
+    int n;
+} choices;
+
+static void choices_add(choices *c, const char *name)
+{
+    if (name && c->n < MAX_KEYS)
+        c->name[c->n++] = name;
+}
+
+/* Writes "(did you mean 'x'?)" for a close candidate, else "(expected one of: a, b, c)". */
+static void suggest(const choices *c, const char *s, char *out, size_t size)
+{
+    const char *best = NULL;
+    int best_d = 1000;
+    for (int i = 0; i < c->n; i++) {
+        int d = edit_distance(s, c->name[i]);
+        if (d < best_d && d <= (strlen(c->name[i]) >= 5 ? 2 : 1)) {
+            best = c->name[i];
+            best_d = d;
+        }
+    }
+    if (best) {
+        snprintf(out, size, "(did you mean '%s'?)", best);
+        return;
+    }
+    size_t n = (size_t)snprintf(out, size, "(expected one of:");
+    for (int i = 0; i < c->n && n < size; i++)
+        n += (size_t)snprintf(out + n, size - n, "%s %s", i ? "," : "", c->name[i]);
+    if (n < size)
+        snprintf(out + n, size - n, ")");
+}
+
+/* ---- the text scan: nesting depth and the key path at a byte position ---------------------------- */
+
+typedef struct {
+    int is_object;
+    int expect_key; /* objects: the next string is a key */
+    int has_key;    /* objects: key holds the key whose value comes now */
+    size_t index;   /* arrays: the element now */
+    char key[64];
+} scan_frame;
+
+static void scan_path(const scan_frame *f, int depth, char out[KEY_PATH])
+{
+    char parent[KEY_PATH];
+    out[0] = '\0';
+    for (int i = 0; i < depth; i++) {
+        snprintf(parent, sizeof parent, "%s", out);
+        if (!f[i].is_object)
+            join_index(out, parent, f[i].index);
+        else if (f[i].has_key)
+            join_key(out, parent, f[i].key);
+    }
+}
+
+/* Walks text[0, stop) as JSON, tracking open containers, the key of each object and the index in each
+ * array. Returns 1 when nesting goes past MAX_DEPTH (path: where), else 0 (path: the key path at stop).
+ * Any bytes are accepted: stray brackets and unterminated strings only end the walk. */
+static int text_scan(const char *text, size_t stop, char out[KEY_PATH])
+{
+    scan_frame f[MAX_DEPTH];
+    int depth = 0, in_string = 0, escaped = 0, in_key = 0;
+    size_t key_len = 0;
+    for (size_t i = 0; i < stop; i++) {
+        char ch = text[i];
+        if (in_string) {
+            if (!escaped && ch == '"') {
+                in_string = 0;
+                if (in_key) {
+                    f[depth - 1].key[key_len] = '\0';
+                    f[depth - 1].has_key = 1;
+                    f[depth - 1].expect_key = in_key = 0;
+                }
+                continue;
+            }
+            escaped = !escaped && ch == '\\';
+            if (in_key && key_len < sizeof f[0].key - 1)
+                f[depth - 1].key[key_len++] = ch;
+            continue;
+        }
+        if (ch == '"') {
+            in_string = 1;
+            in_key = depth > 0 && f[depth - 1].is_object && f[depth - 1].expect_key;
+            if (in_key)
+                f[depth - 1].has_key = 0, key_len = 0;
+        } else if (ch == '{' || ch == '[') {
+            if (depth == MAX_DEPTH) {
+                scan_path(f, depth, out);
+                return 1;
+            }
+            f[depth++] = (scan_frame){.is_object = ch == '{', .expect_key = ch == '{'};
+        } else if ((ch == '}' || ch == ']') && depth > 0) {
+            depth--;
+        } else if (ch == ',' && depth > 0) {
+            if (f[depth - 1].is_object)
+                f[depth - 1].expect_key = 1, f[depth - 1].has_key = 0;
+            else
+                f[depth - 1].index++;
+        }
+    }
+    scan_path(f, depth, out);
+    return 0;
+}
+
+/* A jansson decode error as "<key path>: <what>" (the path found by scanning up to its position). */
+static tw_status syntax_error(const char *text, size_t len, const json_error_t *je, tw_error *err)
+{
+    char path[KEY_PATH], what[200], text_part[160];
+    size_t stop = je->position >= 0 && (size_t)je->position < len ? (size_t)je->position : len;
+    text_scan(text, stop, path);
+    switch (json_error_code(je)) {
+    case json_error_numeric_overflow: snprintf(what, sizeof what, "number out of range"); break;
+    case json_error_duplicate_key: snprintf(what, sizeof what, "duplicate key"); break;
+    case json_error_null_character: snprintf(what, sizeof what, "\\u0000 is not allowed"); break;
+    case json_error_invalid_utf8: snprintf(what, sizeof what, "invalid UTF-8"); break;
+    default:
+        sanitize(text_part, sizeof text_part, je->text, 150);
+        snprintf(what, sizeof what, "invalid JSON: %s", text_part);
+    }
+    return fail(err, path, "%s (line %d, column %d)", what, je->line, je->column);
+}
+
+/* ---- decoding ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    const char *base_dir; /* NULL or "": paths stay as given */
+    tw_error *err;
+} decoder;
+
+static tw_status decode_object(const schema *s, json_t *obj, const char *path, char *base,
+                               const decoder *d);
+
+static tw_status get_integer(const json_t *v, const char *path, int64_t lo, int64_t hi,
+                             int64_t *out, tw_error *err)
+{
+    if (!json_is_integer(v))
+        return type_error(err, path, "an integer", v);
+    long long i = json_integer_value(v);
+    if (i < lo || i > hi) {
+        if (hi == INT64_MAX)
+            return fail(err, path, "must be >= %lld, got %lld", (long long)lo, i);
+        return fail(err, path, "must be in [%lld, %lld], got %lld", (long long)lo, (long long)hi, i);
+    }
+    *out = i;
+    return TW_OK;
+}
+
+static void store_integer(const field *f, char *base, int64_t i)
+{
+    if (f->kind == K_INT) {
+        store_int(base, f->offset, (int)i);
+    } else if (f->kind == K_INT64) {
+        memcpy(base + f->offset, &i, sizeof i);
+    } else {
+        uint64_t u = (uint64_t)i;
+        memcpy(base + f->offset, &u, sizeof u);
+    }
+}
+
+static tw_status float_range_error(const field *f, const char *path, double got, tw_error *err)
+{
+    const char *lo = (f->flags & F_LO_OPEN) ? ">" : ">=";
+    if (f->fhi >= FLT_MAX)
+        return fail(err, path, "must be %s %g, got %.9g", lo, f->flo, got);
+    return fail(err, path, "must be in %c%g, %g%c, got %.9g", (f->flags & F_LO_OPEN) ? '(' : '[',
+                f->flo, f->fhi, (f->flags & F_HI_OPEN) ? ')' : ']', got);
+}
+
+/* Any JSON number that is a finite float (after rounding to float) within the field's range. */
+static tw_status decode_float(const field *f, const json_t *v, const char *path, char *base,
+                              tw_error *err)
+{
+    if (!json_is_number(v))
+        return type_error(err, path, "a number", v);
+    double d = json_number_value(v);
+    if (!(fabs(d) <= FLT_MAX))
+        return fail(err, path, "must fit a 32-bit float, got %.9g", d);
+    float x = (float)d;
+    int below = (f->flags & F_LO_OPEN) ? !(x > f->flo) : !(x >= f->flo);
+    int above = (f->flags & F_HI_OPEN) ? !(x < f->fhi) : !(x <= f->fhi);
+    if (below || above)
+        return float_range_error(f, path, d, err);
+    memcpy(base + f->offset, &x, sizeof x);
+    return TW_OK;
+}
+
+static tw_status decode_enum(const field *f, const json_t *v, const char *path, char *base,
+                             tw_error *err)
+{
+    if (!json_is_string(v))
+        return type_error(err, path, "a string", v);
+    const char *s = json_string_value(v);
+    choices c = {.n = 0};
+    for (int i = 0; i < f->n_names; i++) {
+        if (f->names[i] && strcmp(s, f->names[i]) == 0) {
+            store_int(base, f->offset, i);
+            return TW_OK;
+        }
+        choices_add(&c, f->names[i]);
+    }
+    char shown[48], hint[300];
+    sanitize(shown, sizeof shown, s, 40);
+    suggest(&c, s, hint, sizeof hint);
+    return fail(err, path, "unknown value '%s' %s", shown, hint);
+}
+
+static int alnum(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+}
+
+/* A layer name, a TensorFlow scope: letters, digits and _ - . /, where the name and every part after
+ * a '/' start with a letter or a digit (so "a/b_1" but not "_a", "a//b" or "a/"). */
+static int valid_layer_name(const char *s)
+{
+    size_t i = 0;
+    for (; s[i]; i++) {
+        int starts_part = i == 0 || s[i - 1] == '/';
+        if (starts_part ? !alnum(s[i]) : !(alnum(s[i]) || strchr("_-./", s[i])))
+            return 0;
+    }
+    return i > 0 && s[i - 1] != '/';
+}
+
+static int has_control_char(const char *s)
+{
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return 1;
+    return 0;
+}
+
+static tw_status decode_string(const field *f, const json_t *v, const char *path, char *base,
+                               tw_error *err)
+{
+    if (!json_is_string(v))
+        return type_error(err, path, "a string", v);
+    const char *s = json_string_value(v);
+    size_t n = strlen(s);
+    if (n == 0 || n >= TW_NAME_BYTES)
+        return fail(err, path, "must be 1 to %d bytes long, got %zu", TW_NAME_BYTES - 1, n);
+    if ((f->flags & F_IDENT) && !valid_layer_name(s))
+        return fail(err, path, "must be letters, digits and _ - . /, each '/' part starting with "
+                               "a letter or digit");
+    if (!(f->flags & F_IDENT) && has_control_char(s))
+        return fail(err, path, "must not hold control characters");
+    memcpy(base + f->offset, s, n + 1);
+    return TW_OK;
+}
+
+/* A dataset path: non-empty; relative ones joined to base_dir; the result under TW_PATH_BYTES. */
+static tw_status decode_path(const field *f, const json_t *v, const char *path, char *base,
+                             const decoder *d)
+{
+    if (!json_is_string(v))
+        return type_error(d->err, path, "a string", v);
+    const char *s = json_string_value(v);
+    if (!s[0])
+        return fail(d->err, path, "must not be empty");
+    const char *dir = (s[0] != '/' && d->base_dir) ? d->base_dir : "";
+    size_t dl = strlen(dir);
+    const char *sep = (dl && dir[dl - 1] != '/') ? "/" : "";
+    int n = snprintf(base + f->offset, TW_PATH_BYTES, "%s%s%s", dir, sep, s);
+    if (n < 0 || n >= TW_PATH_BYTES)
+        return fail(d->err, path, "path longer than %d bytes", TW_PATH_BYTES - 1);
+    return TW_OK;
+}
+
+static tw_status decode_shape(const field *f, const json_t *v, const char *path, char *base,
+                              tw_error *err)
+{
+    if (!json_is_array(v))
+        return type_error(err, path, "an array of 1 to 4 integers", v);
+    size_t n = json_array_size(v);
+    if (n < 1 || n > 4)
+        return fail(err, path, "must have 1 to 4 entries, got %zu", n);
+    int dims[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        char item[KEY_PATH];
+        int64_t x;
+        join_index(item, path, i);
+        TW_TRY(get_integer(json_array_get(v, i), item, f->ilo, f->ihi, &x, err));
+        dims[i] = (int)x;
+    }
+    memcpy(base + f->offset, dims, sizeof dims);
+    store_int(base, f->aux, (int)n);
+    return TW_OK;
+}
+
+/* A window as [d, h, w]: an int for every spatial dim, or a list of dims (2 or 3) values; d = 1 in 2-D. */
+static tw_status decode_window(const field *f, const json_t *v, const char *path, char *base,
+                               size_t dims, tw_error *err)
+{
+    int w[3] = {1, 1, 1};
+    int64_t x;
+    if (json_is_integer(v)) {
+        TW_TRY(get_integer(v, path, f->ilo, f->ihi, &x, err));
+        for (size_t i = 3 - dims; i < 3; i++)
+            w[i] = (int)x;
+    } else if (json_is_array(v) && json_array_size(v) == dims) {
+        for (size_t i = 0; i < dims; i++) {
+            char item[KEY_PATH];
+            join_index(item, path, i);
+            TW_TRY(get_integer(json_array_get(v, i), item, f->ilo, f->ihi, &x, err));
+            w[3 - dims + i] = (int)x;
+        }
+    } else {
+        char buf[64];
+        return fail(err, path, "must be an integer or an array of %zu integers, got %s", dims,
+                    describe(v, buf, sizeof buf));
+    }
+    memcpy(base + f->offset, w, sizeof w);
+    return TW_OK;
+}
+
+static tw_status decode_layer(json_t *v, const char *path, tw_layer_config *l, const decoder *d)
+{
+    TW_TRY(decode_object(&LAYER_SCHEMA, v, path, (char *)l, d));
+    if ((POOLS & BIT(l->type)) && !json_object_get(v, "strides"))
+        memcpy(l->strides, l->kernel, sizeof l->strides);
+    return TW_OK;
+}
+
+static tw_status decode_layers(const field *f, const json_t *v, const char *path, char *base,
+                               const decoder *d)
+{
+    if (!json_is_array(v))
+        return type_error(d->err, path, "an array of layers", v);
+    size_t n = json_array_size(v);
+    if (n < 1 || n > TW_MAX_LAYERS)
+        return fail(d->err, path, "must have 1 to %d layers, got %zu", TW_MAX_LAYERS, n);
+    tw_layer_config *layers = (tw_layer_config *)(void *)(base + f->offset);
+    for (size_t i = 0; i < n; i++) {
+        char item[KEY_PATH];
+        join_index(item, path, i);
+        TW_TRY(decode_layer(json_array_get(v, i), item, &layers[i], d));
+    }
+    store_int(base, f->aux, (int)n);
+    return TW_OK;
+}
+
+static tw_status decode_value(const field *f, json_t *v, const char *path, char *base, int variant,
+                              const decoder *d)
+{
+    int64_t i;
+    switch (f->kind) {
+    case K_INT:
+    case K_INT64:
+    case K_UINT64:
+        TW_TRY(get_integer(v, path, f->ilo, f->ihi, &i, d->err));
+        store_integer(f, base, i);
+        return TW_OK;
+    case K_FLOAT: return decode_float(f, v, path, base, d->err);
+    case K_BOOL:
+        if (!json_is_boolean(v))
+            return type_error(d->err, path, "true or false", v);
+        store_int(base, f->offset, json_is_true(v));
+        return TW_OK;
+    case K_ENUM: return decode_enum(f, v, path, base, d->err);
+    case K_STRING: return decode_string(f, v, path, base, d->err);
+    case K_PATH: return decode_path(f, v, path, base, d);
+    case K_SHAPE: return decode_shape(f, v, path, base, d->err);
+    case K_WINDOW: return decode_window(f, v, path, base, is_3d(variant) ? 3 : 2, d->err);
+    case K_OBJECT: return decode_object(f->sub, v, path, base + f->offset, d);
+    case K_LAYERS: return decode_layers(f, v, path, base, d);
+    }
+    return fail(d->err, path, "internal: unknown field kind");
+}
+
+/* Decodes obj's value of f, if any: absent is an error only for F_REQUIRED, null is absent for
+ * F_NULLABLE. */
+static tw_status decode_member(const field *f, json_t *obj, const char *path, char *base,
+                               int variant, const field *vf, const decoder *d)
+{
+    char child[KEY_PATH];
+    join_key(child, path, f->key);
+    json_t *v = json_object_get(obj, f->key);
+    if (!v && !(f->flags & F_REQUIRED))
+        return TW_OK;
+    if (!v && f->variants && vf)
+        return fail(d->err, child, "is required for type '%s'", enum_name(vf, variant));
+    if (!v)
+        return fail(d->err, child, "is required");
+    if (json_is_null(v) && (f->flags & F_NULLABLE))
+        return TW_OK;
+    return decode_value(f, v, child, base, variant, d);
+}
+
+/* Every key of obj must be one of s's keys; an unknown one gets a suggestion. */
+static tw_status check_known_keys(const schema *s, json_t *obj, const char *path, tw_error *err)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach (obj, key, v) {
+        choices c = {.n = 0};
+        int known = 0;
+        for (int i = 0; i < s->n && !known; i++) {
+            known = strcmp(key, s->fields[i].key) == 0;
+            choices_add(&c, s->fields[i].key);
+        }
+        if (!known) {
+            char child[KEY_PATH], hint[300];
+            join_key(child, path, key);
+            suggest(&c, key, hint, sizeof hint);
+            return fail(err, child, "unknown key %s", hint);
+        }
+    }
+    return TW_OK;
+}
+
+/* Every key of obj must be used by the object's variant (its "type"). */
+static tw_status check_variant_keys(const schema *s, json_t *obj, const char *path, const field *vf,
+                                    int variant, tw_error *err)
+{
+    for (int i = 0; i < s->n; i++) {
+        const field *f = &s->fields[i];
+        if (!applies(f, variant) && json_object_get(obj, f->key)) {
+            char child[KEY_PATH];
+            join_key(child, path, f->key);
+            return fail(err, child, "is not used by type '%s'", enum_name(vf, variant));
+        }
+    }
+    return TW_OK;
+}
+
+static tw_status decode_object(const schema *s, json_t *obj, const char *path, char *base,
+                               const decoder *d)
+{
+    if (!json_is_object(obj))
+        return type_error(d->err, path, "an object", obj);
+    TW_TRY(check_known_keys(s, obj, path, d->err));
+    const field *vf = variant_field(s);
+    int variant = 0;
+    if (vf) {
+        TW_TRY(decode_member(vf, obj, path, base, 0, NULL, d));
+        variant = load_int(base, vf->offset);
+        TW_TRY(check_variant_keys(s, obj, path, vf, variant, d->err));
+    }
+    for (int i = 0; i < s->n; i++) {
+        const field *f = &s->fields[i];
+        if (f != vf && applies(f, variant))
+            TW_TRY(decode_member(f, obj, path, base, variant, vf, d));
+    }
+    return TW_OK;
+}
+
+/* Gives unnamed layers with variables their default names; every name must be unique. */
+static tw_status name_layers(tw_config *c, tw_error *err)
+{
+    int k = 0;
+    for (int i = 0; i < c->n_layers; i++) {
+        tw_layer_config *l = &c->layers[i];
+        if (!(WEIGHTED & BIT(l->type)))
+            continue;
+        int given = l->name[0] != '\0';
+        k++;
+        if (!given)
+            default_layer_name(l->name, sizeof l->name, k);
+        for (int j = 0; j < i; j++) {
+            if (strcmp(l->name, c->layers[j].name) == 0) {
+                char path[KEY_PATH];
+                snprintf(path, sizeof path, "model.layers[%d].name", i);
+                return fail(err, path, "%s'%s' is already the name of model.layers[%d]",
+                            given ? "" : "the default name ", l->name, j);
+            }
+        }
+    }
+    return TW_OK;
+}
+
+tw_status tw_config_parse(const char *json, size_t len, const char *base_dir, tw_config *c,
+                          tw_error *err)
+{
+    if (!json || !c)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "config: no text or no struct");
+    if (len > MAX_CONFIG_BYTES)
+        return tw_error_set(err, TW_ERR_TOO_LARGE, NULL, -1,
+                            "config: %zu bytes, more than the %d allowed", len, MAX_CONFIG_BYTES);
+    char path[KEY_PATH];
+    if (text_scan(json, len, path))
+        return fail(err, path, "nested deeper than %d levels", MAX_DEPTH);
+    json_error_t je;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return syntax_error(json, len, &je, err);
+    tw_config_defaults(c);
+    decoder d = {base_dir && base_dir[0] ? base_dir : NULL, err};
+    tw_status st = decode_object(&CONFIG_SCHEMA, root, "", (char *)c, &d);
+    json_decref(root);
+    if (st == TW_OK)
+        st = name_layers(c, err);
+    return st;
+}
+
+/* ---- loading ------------------------------------------------------------------------------------- */
+
+/* Reads the whole file at path into *text (caller frees), refusing more than MAX_CONFIG_BYTES. */
+static tw_status read_capped(const char *path, char **text, size_t *len, tw_error *err)
+{
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return tw_error_errno(err, path, "cannot open config");
+    char *buf = malloc(MAX_CONFIG_BYTES + 1);
+    if (!buf) {
+        fclose(fp);
+        return tw_error_set(err, TW_ERR_NOMEM, path, -1, "no memory for the config text");
+    }
+    size_t n = fread(buf, 1, MAX_CONFIG_BYTES + 1, fp);
+    tw_status st = TW_OK;
+    if (ferror(fp))
+        st = tw_error_errno(err, path, "cannot read config");
+    else if (n > MAX_CONFIG_BYTES)
+        st = tw_error_set(err, TW_ERR_TOO_LARGE, path, -1, "config: more than %d bytes",
+                          MAX_CONFIG_BYTES);
+    fclose(fp);
+    if (st != TW_OK) {
+        free(buf);
+        return st;
+    }
+    *text = buf;
+    *len = n;
+    return TW_OK;
+}
+
+tw_status tw_config_load(const char *path, tw_config *c, tw_error *err)
+{
+    const char *slash = strrchr(path, '/');
+    char dir[TW_PATH_BYTES] = "";
+    if (slash && (size_t)(slash - path) >= sizeof dir)
+        return tw_error_set(err, TW_ERR_INVALID, path, -1, "config path too long");
+    if (slash)
+        memcpy(dir, path, slash == path ? 1 : (size_t)(slash - path));
+    char *text = NULL;
+    size_t len = 0;
+    TW_TRY(read_capped(path, &text, &len, err));
+    tw_status st = tw_config_parse(text, len, dir, c, err);
+    free(text);
+    if (st != TW_OK && err)
+        snprintf(err->file, sizeof err->file, "%s", path);
+    return st;
+}
+
+/* ---- encoding ------------------------------------------------------------------------------------ */
+
+/* The double with the fewest significant digits that rounds to x as a float: 0.1f is written 0.1. */
+static double shortest(float x)
+{
+    char buf[32];
+    for (int p = 1; p <= 9; p++) {
+        snprintf(buf, sizeof buf, "%.*g", p, x);
+        double d = strtod(buf, NULL);
+        if (fabs(d) <= FLT_MAX && (float)d == x)
+            return d;
+    }
+    return x;
+}
+
+static json_t *encode_object(const schema *s, const char *base);
+
+static json_t *encode_int_list(const int *v, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_integer(v[i])) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
+static json_t *encode_layers(const field *f, const char *base)
+{
+    int n = load_int(base, f->aux);
+    json_t *a = n >= 0 && n <= TW_MAX_LAYERS ? json_array() : NULL;
+    for (int i = 0; a && i < n; i++) {
+        const char *layer = base + f->offset + (size_t)i * sizeof(tw_layer_config);
+        if (json_array_append_new(a, encode_object(&LAYER_SCHEMA, layer)) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+/* The value of f in the struct at base, as JSON (new reference; NULL when it cannot be written). */
+static json_t *encode_value(const field *f, const char *base, int variant)
+{
+    const char *p = base + f->offset;
+    int64_t i64;
+    uint64_t u64;
+    float x;
+    switch (f->kind) {
+    case K_INT: return json_integer(load_int(base, f->offset));
+    case K_INT64: memcpy(&i64, p, sizeof i64); return json_integer(i64);
+    case K_UINT64:
+        memcpy(&u64, p, sizeof u64);
+        return u64 <= INT64_MAX ? json_integer((json_int_t)u64) : NULL;
+    case K_FLOAT: memcpy(&x, p, sizeof x); return json_real(shortest(x));
+    case K_BOOL: return json_boolean(load_int(base, f->offset));
+    case K_ENUM: {
+        const char *name = enum_name(f, load_int(base, f->offset));
+        return name ? json_string(name) : NULL;
+    }
+    case K_STRING: return json_string(p);
+    case K_PATH: return (!p[0] && (f->flags & F_NULLABLE)) ? json_null() : json_string(p);
+    case K_SHAPE: {
+        int rank = load_int(base, f->aux);
+        return rank >= 0 && rank <= 4 ? encode_int_list((const int *)(const void *)p, rank) : NULL;
+    }
+    case K_WINDOW: {
+        int dims = is_3d(variant) ? 3 : 2;
+        return encode_int_list((const int *)(const void *)p + (3 - dims), dims);
+    }
+    case K_OBJECT: return encode_object(f->sub, p);
+    case K_LAYERS: return encode_layers(f, base);
+    }
+    return NULL;
+}
+
+/* The object of schema s; null when its variant has no name (no lr_decay). */
+static json_t *encode_object(const schema *s, const char *base)
+{
+    const field *vf = variant_field(s);
+    int variant = vf ? load_int(base, vf->offset) : 0;
+    if (vf && !enum_name(vf, variant))
+        return variant >= 0 && variant < vf->n_names ? json_null() : NULL;
+    json_t *o = json_object();
+    for (int i = 0; o && i < s->n; i++) {
+        const field *f = &s->fields[i];
+        if (applies(f, variant) && json_object_set_new(o, f->key, encode_value(f, base, variant))) {
+            json_decref(o);
+            return NULL;
+        }
+    }
+    return o;
+}
+
+char *tw_config_to_json(const tw_config *c)
+{
+    json_t *root = encode_object(&CONFIG_SCHEMA, (const char *)c);
+    char *text = root ? json_dumps(root, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(9))
+                      : NULL;
+    json_decref(root);
+    return text;
+}
+
+tw_status tw_config_override_towers(tw_config *c, int towers, tw_error *err)
+{
+    if (towers == 0)
+        return TW_OK;
+    tw_config changed = *c;
+    changed.towers = towers;
+    char *text = tw_config_to_json(&changed);
+    if (!text)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "config: cannot encode it (no memory)");
+    tw_config checked;
+    tw_status st = tw_config_parse(text, strlen(text), NULL, &checked, err);
+    free(text);
+    if (st == TW_OK)
+        *c = checked;
+    return st;
+}

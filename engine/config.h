@@ -1,0 +1,114 @@
+/* config.h — the run configuration: a JSON document (the contract `tower train` and the HTTP API share)
+ * decoded strictly into tw_config.
+ *
+ * Owns: the struct, every default (tw_config_defaults, the only place defaults live), and the one
+ * validation function: unknown keys are refused by name, duplicate keys rejected, every number
+ * range-checked, paths resolved against the config file's folder. A typo is an error naming the key,
+ * never a default. Does not own: whether the dataset files exist and fit the model (the input pipeline
+ * and the model check that, through tw_config_check_data). Not thread-safe per struct; no global state. */
+#ifndef TW_CONFIG_H
+#define TW_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "status.h"
+
+enum { TW_MAX_LAYERS = 32, TW_PATH_BYTES = 4096, TW_NAME_BYTES = 64 };
+
+typedef enum {
+    TW_LAYER_DENSE = 0,
+    TW_LAYER_CONV2D,
+    TW_LAYER_MAX_POOL2D,
+    TW_LAYER_CONV3D,
+    TW_LAYER_MAX_POOL3D,
+    TW_LAYER_DROPOUT,
+    TW_LAYER_FLATTEN,
+} tw_layer_type;
+
+typedef enum {
+    TW_INIT_TRUNCATED_NORMAL = 0, /* mean 0, stddev; redrawn beyond 2 stddev (FORMATS.md §6.6) */
+    TW_INIT_GLOROT_UNIFORM,       /* FORMATS.md §6.7 */
+    TW_INIT_ZEROS,
+    TW_INIT_CONSTANT,
+} tw_init_kind;
+
+typedef struct {
+    tw_init_kind kind;
+    float stddev; /* TRUNCATED_NORMAL */
+    float value;  /* CONSTANT */
+} tw_init;
+
+typedef enum { TW_LOSS_SOFTMAX_XENT = 0, TW_LOSS_MSE = 1 } tw_loss_kind;
+
+/* One layer. JSON: {"type": "dense", "units": 500, "activation": "relu", "name": "layer1",
+ * "weight_init": {"type": "truncated_normal", "stddev": 0.1}, "bias_init": {"type": "constant",
+ * "value": 0.1}}; conv: "filters", "kernel" (an int or a list of 2 or 3), "strides", "padding"
+ * ("same"/"valid"), "activation"; pool: "pool" (int or list), "strides", "padding"; dropout: "rate". */
+typedef struct {
+    tw_layer_type type;
+    char name[TW_NAME_BYTES];   /* variables are "<name>/weights", "<name>/biases"; default "layer<k>" */
+    int units;                  /* DENSE */
+    int filters;                /* CONV* */
+    int kernel[3];              /* CONV* window, POOL* window: [d, h, w] (d = 1 for 2-D) */
+    int strides[3];             /* [d, h, w]; default = kernel for pools, 1 for convs */
+    int same_padding;           /* 1 SAME, 0 VALID */
+    tw_activation activation;   /* DENSE, CONV* */
+    float rate;                 /* DROPOUT: fraction dropped, in [0, 1) */
+    tw_init weight_init, bias_init;
+} tw_layer_config;
+
+typedef struct {
+    /* dataset */
+    char train_path[TW_PATH_BYTES];
+    char test_path[TW_PATH_BYTES];   /* "" = no evaluation */
+    char image_feature[TW_NAME_BYTES];
+    char label_feature[TW_NAME_BYTES];
+    int shape[4];                    /* per-example input shape, e.g. [28, 28, 1] or [d, h, w, 1] */
+    int rank;                        /* entries of shape in use (1 to 4) */
+    float scale;                     /* uint8 inputs are multiplied by it (default 1/255) */
+    int shuffle_buffer;              /* used when the data does not fit in memory */
+    /* model */
+    tw_layer_config layers[TW_MAX_LAYERS];
+    int n_layers;
+    tw_loss_kind loss;
+    /* optimisation */
+    tw_optimizer_kind optimizer;
+    float learning_rate, momentum, beta1, beta2, epsilon;
+    int lr_decay;                    /* 0: constant rate; 1: exponential_decay */
+    int64_t decay_steps;
+    float decay_rate;
+    int staircase;
+    float l2;                        /* 0 = off */
+    float ema_decay;                 /* 0 = off */
+    int batch_size;                  /* per tower */
+    int towers;
+    int64_t steps;
+    uint64_t seed;
+    int64_t summary_every, eval_every, checkpoint_every;
+    int keep_checkpoints;
+} tw_config;
+
+/* The config's spelling of a layer type ("dense", "max_pool3d", ...). */
+const char *tw_layer_type_name(tw_layer_type t);
+
+/* Every default, in one place. */
+void tw_config_defaults(tw_config *c);
+
+/* Decodes and validates a JSON config (len bytes of text). base_dir (may be NULL) resolves relative
+ * dataset paths. On error *err names the key ("model.layers[1].units: must be >= 1"), c is undefined. */
+tw_status tw_config_parse(const char *json, size_t len, const char *base_dir, tw_config *c,
+                          tw_error *err);
+
+/* Reads path (capped at 1 MiB) and parses it with base_dir = the file's folder. */
+tw_status tw_config_load(const char *path, tw_config *c, tw_error *err);
+
+/* The config as canonical JSON (every field, defaults filled in): caller frees. For the event file's
+ * text summary and the checkpoint's metadata. */
+char *tw_config_to_json(const tw_config *c);
+
+/* Applies the `tower train` overrides (--towers N when > 0) and re-validates. */
+tw_status tw_config_override_towers(tw_config *c, int towers, tw_error *err);
+
+#endif

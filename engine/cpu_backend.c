@@ -1,0 +1,541 @@
+/* cpu_backend.c — the CPU backend: every operation of backend.h on host memory.
+ *
+ * Owns: host buffers (aligned_alloc, 64-byte aligned), the loops around elementwise.h's per-element
+ * formulas, the window walks of im2col/col2im/max-pool, the row reductions of the losses, the fused
+ * update and the host all-reduce. GEMM is OpenBLAS's cblas_sgemm (a tuned, threaded library beats a
+ * loop of our own); the other loops are written here because no library has them with TensorFlow's
+ * formulas and a summation order the CUDA backend can match. Every sum runs in a fixed order in float
+ * (sum_squares in double), so results do not depend on thread timing.
+ *
+ * Does not own: argument checks (the wrappers in backend.c make them before an op runs, so the ops
+ * assume valid views, sizes and windows) or threads beyond OpenBLAS's own. It is the reference the CUDA
+ * backend is tested against. */
+#include "backend.h"
+
+#include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The ops keep no per-instance state; ctx is unused. */
+
+/* Host address of a view. */
+static float *f32(tw_tensor t) { return (float *)(void *)((char *)t.buf->data + t.offset); }
+
+static int32_t *i32(tw_tensor t) { return (int32_t *)(void *)((char *)t.buf->data + t.offset); }
+
+/* ---- lifecycle and memory ---- */
+
+static tw_status cpu_create(int device, void **ctx, char *name, size_t name_size, tw_error *err)
+{
+    (void)device;
+    (void)err;
+    *ctx = NULL;
+    snprintf(name, name_size, "cpu");
+    return TW_OK;
+}
+
+static void cpu_destroy(void *ctx) { (void)ctx; }
+
+enum { ALIGN = 64 };
+
+static tw_status cpu_alloc(void *ctx, size_t bytes, tw_buffer **out, tw_error *err)
+{
+    (void)ctx;
+    if (bytes > SIZE_MAX - ALIGN)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: cannot allocate %zu bytes", bytes);
+    tw_buffer *b = malloc(sizeof *b);
+    /* aligned_alloc wants a multiple of the alignment */
+    void *data = b ? aligned_alloc(ALIGN, (bytes + ALIGN - 1) / ALIGN * ALIGN) : NULL;
+    if (!data) {
+        free(b);
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: cannot allocate %zu bytes", bytes);
+    }
+    b->bytes = bytes;
+    b->data = data;
+    *out = b;
+    return TW_OK;
+}
+
+static void cpu_free(void *ctx, tw_buffer *b)
+{
+    (void)ctx;
+    free(b->data);
+    free(b);
+}
+
+static tw_status cpu_upload(void *ctx, tw_tensor dst, const void *src, size_t bytes, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    memcpy((char *)dst.buf->data + dst.offset, src, bytes);
+    return TW_OK;
+}
+
+static tw_status cpu_download(void *ctx, void *dst, tw_tensor src, size_t bytes, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    memcpy(dst, (const char *)src.buf->data + src.offset, bytes);
+    return TW_OK;
+}
+
+static tw_status cpu_zero(void *ctx, tw_tensor t, size_t bytes, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    memset((char *)t.buf->data + t.offset, 0, bytes);
+    return TW_OK;
+}
+
+/* ---- dense ---- */
+
+/* c[m, n] = alpha op(a)[m, k] op(b)[k, n] + beta c; a stored [m, k] or [k, m] (trans_a), b stored
+ * [k, n] or [n, k] (trans_b); row-major, packed. beta 0 overwrites c (BLAS never reads it then). */
+static tw_status cpu_gemm(void *ctx, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                          tw_tensor a, tw_tensor b, float beta, tw_tensor c, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, f32(a), trans_a ? m : k, f32(b), trans_b ? k : n, beta, f32(c), n);
+    return TW_OK;
+}
+
+/* y[rows, cols] += bias[cols]. */
+static tw_status cpu_bias_add(void *ctx, tw_tensor y, tw_tensor bias, int rows, int cols,
+                              tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    float *py = f32(y);
+    const float *pb = f32(bias);
+    for (size_t r = 0; r < (size_t)rows; r++, py += cols)
+        for (int c = 0; c < cols; c++)
+            py[c] += pb[c];
+    return TW_OK;
+}
+
+/* dbias[cols] = sum over r = 0..rows-1 (in that order, float) of dy[r, cols]. */
+static tw_status cpu_bias_grad(void *ctx, tw_tensor dbias, tw_tensor dy, int rows, int cols,
+                               tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    float *pd = f32(dbias);
+    const float *py = f32(dy);
+    memset(pd, 0, (size_t)cols * sizeof *pd);
+    for (size_t r = 0; r < (size_t)rows; r++, py += cols)
+        for (int c = 0; c < cols; c++)
+            pd[c] += py[c];
+    return TW_OK;
+}
+
+/* ---- element-wise ---- */
+
+/* y[n] = act(x[n]); y may be x. */
+static tw_status cpu_act_fwd(void *ctx, tw_activation a, tw_tensor y, tw_tensor x, size_t n,
+                             tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    float *py = f32(y);
+    const float *px = f32(x);
+    for (size_t i = 0; i < n; i++)
+        py[i] = tw_activate(a, px[i]);
+    return TW_OK;
+}
+
+/* dx[n] = act'(y[n]) dy[n]; dx may be dy. */
+static tw_status cpu_act_bwd(void *ctx, tw_activation a, tw_tensor dx, tw_tensor dy, tw_tensor y,
+                             size_t n, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    float *pdx = f32(dx);
+    const float *pdy = f32(dy), *py = f32(y);
+    for (size_t i = 0; i < n; i++)
+        pdx[i] = tw_activate_grad(a, pdy[i], py[i]);
+    return TW_OK;
+}
+
+/* out[n] = in[n] * the dropout multiplier of element i of draw `seed`: the same mask both ways. */
+static void dropout_apply(float *out, const float *in, size_t n, float rate, uint64_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = in[i] * tw_dropout_scale(seed, i, rate);
+}
+
+static tw_status cpu_dropout_fwd(void *ctx, tw_tensor y, tw_tensor x, size_t n, float rate,
+                                 uint64_t seed, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    dropout_apply(f32(y), f32(x), n, rate, seed);
+    return TW_OK;
+}
+
+static tw_status cpu_dropout_bwd(void *ctx, tw_tensor dx, tw_tensor dy, size_t n, float rate,
+                                 uint64_t seed, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    dropout_apply(f32(dx), f32(dy), n, rate, seed);
+    return TW_OK;
+}
+
+/* ---- windows (convolution and pooling), NDHWC; 2-D is depth 1 ---- */
+
+/* Output positions [batch, out_d, out_h, out_w] and kernel taps [k_d, k_h, k_w] of a window. */
+static size_t window_rows(const tw_window *w)
+{
+    return (size_t)w->batch * w->out_d * w->out_h * w->out_w;
+}
+
+static size_t window_taps(const tw_window *w) { return (size_t)w->k_d * w->k_h * w->k_w; }
+
+static size_t window_inputs(const tw_window *w)
+{
+    return (size_t)w->batch * w->in_d * w->in_h * w->in_w * w->in_c;
+}
+
+/* offs[taps]: for output position `row` (flat over [batch, out_d, out_h, out_w]), the flat index into
+ * x[batch, in_d, in_h, in_w, in_c] of channel 0 under each tap (kd, kh, kw), taps in row-major order;
+ * -1 where the tap lies in the padding. This is the one place that knows the window geometry. */
+static void row_taps(const tw_window *w, size_t row, ptrdiff_t *offs)
+{
+    int ow = (int)(row % (size_t)w->out_w);
+    row /= (size_t)w->out_w;
+    int oh = (int)(row % (size_t)w->out_h);
+    row /= (size_t)w->out_h;
+    int od = (int)(row % (size_t)w->out_d);
+    size_t b = row / (size_t)w->out_d;
+    for (int kd = 0; kd < w->k_d; kd++) {
+        int id = od * w->s_d - w->pad_d + kd;
+        for (int kh = 0; kh < w->k_h; kh++) {
+            int ih = oh * w->s_h - w->pad_h + kh;
+            for (int kw = 0; kw < w->k_w; kw++, offs++) {
+                int iw = ow * w->s_w - w->pad_w + kw;
+                int inside = id >= 0 && id < w->in_d && ih >= 0 && ih < w->in_h && iw >= 0 &&
+                             iw < w->in_w;
+                *offs = inside ? (ptrdiff_t)((((b * w->in_d + id) * w->in_h + ih) * w->in_w + iw) *
+                                             w->in_c)
+                               : -1;
+            }
+        }
+    }
+}
+
+/* Scratch for row_taps; caller frees. */
+static tw_status taps_alloc(const tw_window *w, ptrdiff_t **offs, tw_error *err)
+{
+    *offs = malloc(window_taps(w) * sizeof **offs);
+    if (!*offs)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: out of memory for window taps");
+    return TW_OK;
+}
+
+/* The walk im2col and col2im share, over every (output position, tap):
+ * to_cols: cols[rows, taps * in_c] = x under the tap (zeros in the padding);
+ * else:    x[batch, in_d, in_h, in_w, in_c] += cols under the tap (x zeroed first). */
+static tw_status window_walk(const tw_window *w, float *cols, float *x, int to_cols, tw_error *err)
+{
+    ptrdiff_t *offs;
+    TW_TRY(taps_alloc(w, &offs, err));
+    size_t rows = window_rows(w), taps = window_taps(w), c = (size_t)w->in_c;
+    if (!to_cols)
+        memset(x, 0, window_inputs(w) * sizeof *x);
+    for (size_t r = 0; r < rows; r++) {
+        row_taps(w, r, offs);
+        for (size_t t = 0; t < taps; t++) {
+            float *col = cols + (r * taps + t) * c;
+            if (offs[t] < 0) {
+                if (to_cols)
+                    memset(col, 0, c * sizeof *col);
+            } else if (to_cols) {
+                memcpy(col, x + offs[t], c * sizeof *col);
+            } else {
+                float *dst = x + offs[t];
+                for (size_t i = 0; i < c; i++)
+                    dst[i] += col[i];
+            }
+        }
+    }
+    free(offs);
+    return TW_OK;
+}
+
+static tw_status cpu_im2col(void *ctx, const tw_window *w, tw_tensor cols, tw_tensor x,
+                            tw_error *err)
+{
+    (void)ctx;
+    return window_walk(w, f32(cols), f32(x), 1, err);
+}
+
+static tw_status cpu_col2im(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor cols,
+                            tw_error *err)
+{
+    (void)ctx;
+    return window_walk(w, f32(cols), f32(dx), 0, err);
+}
+
+/* y[rows, in_c] = max of x over each window, argmax[rows, in_c] its flat index into x; the first
+ * maximum wins a tie; padding taps are skipped (every checked window has an input tap). */
+static tw_status cpu_maxpool_fwd(void *ctx, const tw_window *w, tw_tensor y, tw_tensor argmax,
+                                 tw_tensor x, tw_error *err)
+{
+    (void)ctx;
+    ptrdiff_t *offs;
+    TW_TRY(taps_alloc(w, &offs, err));
+    size_t rows = window_rows(w), taps = window_taps(w), c = (size_t)w->in_c;
+    const float *px = f32(x);
+    float *py = f32(y);
+    int32_t *pa = i32(argmax);
+    for (size_t r = 0; r < rows; r++, py += c, pa += c) {
+        row_taps(w, r, offs);
+        for (size_t i = 0; i < c; i++)
+            pa[i] = -1;
+        for (size_t t = 0; t < taps; t++) {
+            if (offs[t] < 0)
+                continue;
+            for (size_t i = 0; i < c; i++) {
+                float v = px[offs[t] + (ptrdiff_t)i];
+                if (pa[i] < 0 || v > py[i]) {
+                    py[i] = v;
+                    pa[i] = (int32_t)(offs[t] + (ptrdiff_t)i);
+                }
+            }
+        }
+    }
+    free(offs);
+    return TW_OK;
+}
+
+/* dx[batch, in_d, in_h, in_w, in_c] = 0, then dx[argmax[j]] += dy[j] for every output j in order. */
+static tw_status cpu_maxpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy,
+                                 tw_tensor argmax, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    float *pdx = f32(dx);
+    const float *pdy = f32(dy);
+    const int32_t *pa = i32(argmax);
+    size_t n = window_rows(w) * (size_t)w->in_c;
+    memset(pdx, 0, window_inputs(w) * sizeof *pdx);
+    for (size_t j = 0; j < n; j++)
+        pdx[pa[j]] += pdy[j];
+    return TW_OK;
+}
+
+/* ---- losses ---- */
+
+static tw_status bad_label(int32_t label, int row, int classes, tw_error *err)
+{
+    return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                        "cpu: label %d of row %d is outside the valid range [0, %d)", (int)label, row,
+                        classes);
+}
+
+/* One row of sparse softmax cross-entropy with the max-shift: x[classes] -> probs[classes], the loss. */
+static float xent_row(const float *x, float *probs, int label, int classes)
+{
+    float m = x[0];
+    for (int j = 1; j < classes; j++)
+        m = x[j] > m ? x[j] : m;
+    float s = 0.0f;
+    for (int j = 0; j < classes; j++) {
+        probs[j] = tw_xent_exp(x[j], m);
+        s += probs[j];
+    }
+    for (int j = 0; j < classes; j++)
+        probs[j] /= s;
+    return tw_xent_loss(s, x[label], m);
+}
+
+/* loss[rows], probs[rows, classes] from logits[rows, classes] and labels[rows] (int32). A label outside
+ * [0, classes) is TW_ERR_INVALID, as TensorFlow's CPU kernel reports it. */
+static tw_status cpu_xent_fwd(void *ctx, tw_tensor loss, tw_tensor probs, tw_tensor logits,
+                              tw_tensor labels, int rows, int classes, tw_error *err)
+{
+    (void)ctx;
+    const float *px = f32(logits);
+    const int32_t *pl = i32(labels);
+    float *pp = f32(probs), *ploss = f32(loss);
+    for (int r = 0; r < rows; r++) {
+        if (pl[r] < 0 || pl[r] >= classes)
+            return bad_label(pl[r], r, classes, err);
+        size_t at = (size_t)r * (size_t)classes;
+        ploss[r] = xent_row(px + at, pp + at, pl[r], classes);
+    }
+    return TW_OK;
+}
+
+/* dlogits[rows, classes] = (probs - onehot(labels)) * scale; dlogits may be probs. */
+static tw_status cpu_xent_bwd(void *ctx, tw_tensor dlogits, tw_tensor probs, tw_tensor labels,
+                              int rows, int classes, float scale, tw_error *err)
+{
+    (void)ctx;
+    const float *pp = f32(probs);
+    const int32_t *pl = i32(labels);
+    float *pd = f32(dlogits);
+    for (int r = 0; r < rows; r++) {
+        if (pl[r] < 0 || pl[r] >= classes)
+            return bad_label(pl[r], r, classes, err);
+        size_t at = (size_t)r * (size_t)classes;
+        for (int j = 0; j < classes; j++)
+            pd[at + j] = tw_xent_grad(pp[at + j], j == pl[r], scale);
+    }
+    return TW_OK;
+}
+
+/* loss[rows] = sum over c = 0..cols-1 (in order, float) of (pred - target)^2, pred/target [rows, cols]. */
+static tw_status cpu_mse_fwd(void *ctx, tw_tensor loss, tw_tensor pred, tw_tensor target, int rows,
+                             int cols, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    const float *pp = f32(pred), *pt = f32(target);
+    float *pl = f32(loss);
+    for (int r = 0; r < rows; r++, pp += cols, pt += cols) {
+        float s = 0.0f;
+        for (int c = 0; c < cols; c++)
+            s += tw_sq_err(pp[c], pt[c]);
+        pl[r] = s;
+    }
+    return TW_OK;
+}
+
+/* dpred[n] = 2 (pred - target) scale; dpred may be pred. */
+static tw_status cpu_mse_bwd(void *ctx, tw_tensor dpred, tw_tensor pred, tw_tensor target, size_t n,
+                             float scale, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    float *pd = f32(dpred);
+    const float *pp = f32(pred), *pt = f32(target);
+    for (size_t i = 0; i < n; i++)
+        pd[i] = tw_sq_err_grad(pp[i], pt[i], scale);
+    return TW_OK;
+}
+
+/* out[1] = sum of x[n]^2, accumulated in double in index order. */
+static tw_status cpu_sum_squares(void *ctx, tw_tensor out, tw_tensor x, size_t n, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    const float *px = f32(x);
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)px[i] * px[i];
+    *f32(out) = (float)s;
+    return TW_OK;
+}
+
+/* ---- update and collectives ---- */
+
+/* The optimizer step over w[n] with gradients g[n] + l2 w[n]; s1/s2 are the slots the kind uses. */
+static void step_range(const tw_update *u, float l2, float *w, const float *g, float *s1, float *s2,
+                       size_t n)
+{
+    switch (u->kind) {
+    case TW_OPT_SGD:
+        for (size_t i = 0; i < n; i++)
+            w[i] = tw_sgd(w[i], tw_l2_grad(g[i], w[i], l2), u->lr);
+        break;
+    case TW_OPT_MOMENTUM:
+        for (size_t i = 0; i < n; i++)
+            w[i] = tw_momentum(w[i], tw_l2_grad(g[i], w[i], l2), &s1[i], u->lr, u->momentum);
+        break;
+    case TW_OPT_ADAM:
+        for (size_t i = 0; i < n; i++)
+            w[i] = tw_adam(w[i], tw_l2_grad(g[i], w[i], l2), &s1[i], &s2[i], u->adam_alpha, u->beta1,
+                           u->beta2, u->epsilon);
+        break;
+    }
+}
+
+/* params[n] -= step(grads[n] + L2 on the first l2_count); then ema[n] follows the new params. Slots
+ * the kind does not use are never touched (they may be empty views). */
+static tw_status cpu_update(void *ctx, const tw_update *u, tw_tensor params, tw_tensor grads,
+                            tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    float *w = f32(params);
+    const float *g = f32(grads);
+    float *s1 = u->kind != TW_OPT_SGD ? f32(slot1) : NULL;
+    float *s2 = u->kind == TW_OPT_ADAM ? f32(slot2) : NULL;
+    size_t k = u->l2_count;
+    step_range(u, u->l2, w, g, s1, s2, k);
+    step_range(u, 0.0f, w + k, g + k, s1 ? s1 + k : NULL, s2 ? s2 + k : NULL, n - k);
+    if (u->ema) {
+        float *e = f32(ema);
+        for (size_t i = 0; i < n; i++)
+            e[i] = tw_ema(e[i], w[i], u->ema_decay);
+    }
+    return TW_OK;
+}
+
+enum { REDUCE_BLOCK = 1024 };
+
+/* Every bufs[t] ([n] fp32, host) becomes (bufs[0] + bufs[1] + ... + bufs[n_ctx-1]) * (1 / n_ctx),
+ * summed in that order in float, so every tower gets bit-identical values. */
+static tw_status cpu_allreduce_avg(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
+                                   tw_error *err)
+{
+    (void)ctxs;
+    (void)err;
+    float acc[REDUCE_BLOCK];
+    float inv = 1.0f / (float)n_ctx;
+    for (size_t at = 0; at < n; at += REDUCE_BLOCK) {
+        size_t len = n - at < REDUCE_BLOCK ? n - at : REDUCE_BLOCK;
+        memcpy(acc, f32(bufs[0]) + at, len * sizeof *acc);
+        for (int t = 1; t < n_ctx; t++) {
+            const float *src = f32(bufs[t]) + at;
+            for (size_t i = 0; i < len; i++)
+                acc[i] += src[i];
+        }
+        for (size_t i = 0; i < len; i++)
+            acc[i] *= inv;
+        for (int t = 0; t < n_ctx; t++)
+            memcpy(f32(bufs[t]) + at, acc, len * sizeof *acc);
+    }
+    return TW_OK;
+}
+
+static tw_status cpu_sync(void *ctx, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    return TW_OK;
+}
+
+const tw_backend_ops tw_cpu_backend_ops = {
+    .kind = "cpu",
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_upload,
+    .download = cpu_download,
+    .zero = cpu_zero,
+    .gemm = cpu_gemm,
+    .bias_add = cpu_bias_add,
+    .bias_grad = cpu_bias_grad,
+    .act_fwd = cpu_act_fwd,
+    .act_bwd = cpu_act_bwd,
+    .dropout_fwd = cpu_dropout_fwd,
+    .dropout_bwd = cpu_dropout_bwd,
+    .im2col = cpu_im2col,
+    .col2im = cpu_col2im,
+    .maxpool_fwd = cpu_maxpool_fwd,
+    .maxpool_bwd = cpu_maxpool_bwd,
+    .xent_fwd = cpu_xent_fwd,
+    .xent_bwd = cpu_xent_bwd,
+    .mse_fwd = cpu_mse_fwd,
+    .mse_bwd = cpu_mse_bwd,
+    .sum_squares = cpu_sum_squares,
+    .update = cpu_update,
+    .allreduce_avg = cpu_allreduce_avg,
+    .sync = cpu_sync,
+};

@@ -1,0 +1,124 @@
+/* elementwise.h — the per-element formulas of training, written once for the CPU loops and the CUDA
+ * kernels (TW_HD is __host__ __device__ under nvcc, empty in C).
+ *
+ * Owns: activations and their derivatives, the optimizer, L2 and EMA updates and the per-element pieces of
+ * the losses with TensorFlow 1's formulas (FORMATS.md §6), and the counter-based random numbers dropout
+ * uses, so that every backend draws the same mask for the same (seed, step, element). Does not own
+ * loops, reductions or memory. */
+#ifndef TW_ELEMENTWISE_H
+#define TW_ELEMENTWISE_H
+
+#include <stdint.h>
+
+#ifdef __CUDACC__
+#define TW_HD __host__ __device__
+#else
+#define TW_HD
+#endif
+
+#include <math.h>
+
+typedef enum {
+    TW_ACT_NONE = 0,
+    TW_ACT_RELU = 1,
+    TW_ACT_TANH = 2,
+    TW_ACT_SIGMOID = 3,
+} tw_activation;
+
+static inline TW_HD float tw_activate(tw_activation a, float x)
+{
+    switch (a) {
+    case TW_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case TW_ACT_TANH: return tanhf(x);
+    case TW_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
+    default: return x;
+    }
+}
+
+/* d(loss)/d(x) from dy and the activation's OUTPUT y (all three derivatives are functions of y). */
+static inline TW_HD float tw_activate_grad(tw_activation a, float dy, float y)
+{
+    switch (a) {
+    case TW_ACT_RELU: return y > 0.0f ? dy : 0.0f;
+    case TW_ACT_TANH: return dy * (1.0f - y * y);
+    case TW_ACT_SIGMOID: return dy * y * (1.0f - y);
+    default: return dy;
+    }
+}
+
+/* tf.train.GradientDescentOptimizer: w -= lr * g. */
+static inline TW_HD float tw_sgd(float w, float g, float lr) { return w - lr * g; }
+
+/* tf.train.MomentumOptimizer (use_nesterov=False): accum = accum * momentum + g; w -= lr * accum. */
+static inline TW_HD float tw_momentum(float w, float g, float *accum, float lr, float momentum)
+{
+    *accum = *accum * momentum + g;
+    return w - lr * *accum;
+}
+
+/* tf.train.AdamOptimizer (ApplyAdam): alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t) is computed once per
+ * step by the caller; m += (g - m)(1 - beta1); v += (g^2 - v)(1 - beta2); w -= alpha m / (sqrt(v) + eps). */
+static inline TW_HD float tw_adam(float w, float g, float *m, float *v, float alpha, float beta1,
+                                  float beta2, float epsilon)
+{
+    *m += (g - *m) * (1.0f - beta1);
+    *v += (g * g - *v) * (1.0f - beta2);
+    return w - alpha * *m / (sqrtf(*v) + epsilon);
+}
+
+/* tf.train.ExponentialMovingAverage: shadow -= (shadow - value) * (1 - decay). */
+static inline TW_HD float tw_ema(float shadow, float value, float decay)
+{
+    return shadow - (shadow - value) * (1.0f - decay);
+}
+
+/* tf.contrib.layers.l2_regularizer's gradient folded into g: d/dw (l2 w^2 / 2) = l2 w (FORMATS.md §6.4). */
+static inline TW_HD float tw_l2_grad(float g, float w, float l2) { return g + l2 * w; }
+
+/* Sparse softmax cross-entropy (FORMATS.md §6.3), one row with max m and s = sum of tw_xent_exp over it:
+ * exp(x - m); the loss from the label's logit; d(loss)/d(logit) of one class from its probability. */
+static inline TW_HD float tw_xent_exp(float x, float m) { return expf(x - m); }
+
+static inline TW_HD float tw_xent_loss(float s, float x_label, float m) { return logf(s) - (x_label - m); }
+
+static inline TW_HD float tw_xent_grad(float prob, int is_label, float scale)
+{
+    return (prob - (is_label ? 1.0f : 0.0f)) * scale;
+}
+
+/* Squared error of one element, and its derivative times scale. */
+static inline TW_HD float tw_sq_err(float pred, float target)
+{
+    float d = pred - target;
+    return d * d;
+}
+
+static inline TW_HD float tw_sq_err_grad(float pred, float target, float scale)
+{
+    return 2.0f * (pred - target) * scale;
+}
+
+/* splitmix64 finaliser of (seed, counter): a counter-based random stream, identical on every backend. */
+static inline TW_HD uint64_t tw_hash64(uint64_t seed, uint64_t counter)
+{
+    uint64_t z = seed + (counter + 1) * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Uniform float in [0, 1) with 24 random bits. */
+static inline TW_HD float tw_uniform(uint64_t seed, uint64_t counter)
+{
+    return (float)(tw_hash64(seed, counter) >> 40) * (1.0f / 16777216.0f);
+}
+
+/* tf.nn.dropout(x, rate): keep with probability 1 - rate, scale kept values by 1 / (1 - rate). Returns
+ * the multiplier (0 or 1/(1-rate)) for element `counter` of the draw `seed`. */
+static inline TW_HD float tw_dropout_scale(uint64_t seed, uint64_t counter, float rate)
+{
+    float keep = 1.0f - rate;
+    return tw_uniform(seed, counter) < keep ? 1.0f / keep : 0.0f;
+}
+
+#endif

@@ -1,0 +1,91 @@
+/* model.h — a model built from the run config: its layers with their shapes, the flat parameter
+ * layout, the initializers, the GraphDef TensorBoard draws, and per-tower replicas that run forward and
+ * backward on a backend.
+ *
+ * Owns: shape inference (a layer that does not fit its input is an error naming the layer), the
+ * parameter arena layout — every weight first, then every bias, so L2 applies to one leading range —
+ * the initializers (host, seeded), and each replica's buffers on its backend (parameters, gradients,
+ * optimizer slots, EMA shadows: one arena each; activations and their gradients per layer). Does not
+ * own the optimizer schedule, the data or the loop (trainer.c). A tw_model is immutable after create and
+ * may be shared by threads; a replica belongs to its tower's thread. */
+#ifndef TW_MODEL_H
+#define TW_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "config.h"
+#include "status.h"
+
+enum { TW_PARAM_NAME_BYTES = 96, TW_PARAM_MAX_RANK = 5 };
+
+/* One variable: a named view of the arena. */
+typedef struct {
+    char name[TW_PARAM_NAME_BYTES]; /* "layer1/weights", "layer1/biases" */
+    int rank;
+    int64_t shape[TW_PARAM_MAX_RANK]; /* dense [in, units]; conv [kd?, kh, kw, in_c, filters] as TF */
+    size_t offset;                    /* in floats from the start of the arena */
+    size_t count;
+    int is_weight;                    /* weights get L2; biases do not */
+    tw_init init;
+    int fan_in, fan_out;              /* for glorot_uniform (FORMATS.md §6.7) */
+} tw_param;
+
+typedef struct tw_model tw_model;
+
+/* Builds the layer plan from c (input shape c->shape, c->layers, c->loss). Errors name the layer:
+ * "model.layers[3] (dense): ...". Caller owns *out. */
+tw_status tw_model_create(const tw_config *c, tw_model **out, tw_error *err);
+void tw_model_destroy(tw_model *m); /* NULL-safe */
+
+size_t tw_model_param_floats(const tw_model *m);  /* arena size */
+size_t tw_model_weight_floats(const tw_model *m); /* the leading weights (L2 range) */
+size_t tw_model_n_params(const tw_model *m);
+const tw_param *tw_model_param(const tw_model *m, size_t i);
+size_t tw_model_input_size(const tw_model *m);    /* values per example */
+int tw_model_output_size(const tw_model *m);      /* classes, or regression outputs */
+tw_loss_kind tw_model_loss(const tw_model *m);
+
+/* Fills arena[tw_model_param_floats] with the initial values, from seed alone. */
+void tw_model_init_params(const tw_model *m, uint64_t seed, float *arena);
+
+/* The model as a serialized GraphDef (caller frees *bytes). */
+tw_status tw_model_graph(const tw_model *m, uint8_t **bytes, size_t *len, tw_error *err);
+
+/* ---- replicas ---- */
+
+typedef struct tw_replica tw_replica;
+
+/* Allocates a replica for up to `batch` examples per step on b (borrowed; must outlive it). */
+tw_status tw_replica_create(const tw_model *m, tw_backend *b, int batch, tw_replica **out,
+                            tw_error *err);
+void tw_replica_destroy(tw_replica *r); /* NULL-safe */
+
+/* The replica's arenas, each [tw_model_param_floats] fp32. */
+tw_tensor tw_replica_params(const tw_replica *r);
+tw_tensor tw_replica_grads(const tw_replica *r);
+tw_tensor tw_replica_slot1(const tw_replica *r);
+tw_tensor tw_replica_slot2(const tw_replica *r);
+tw_tensor tw_replica_ema(const tw_replica *r);
+
+/* Copies one batch of host data in: x [rows, input_size] fp32; labels [rows] int32 (classification) or
+ * fp32 [rows, outputs] (regression). */
+tw_status tw_replica_upload_batch(tw_replica *r, int rows, const float *x, const void *labels,
+                                  tw_error *err);
+
+/* Forward pass over the uploaded rows. train: dropout on (drawn from dropout_seed). use_ema: read the
+ * EMA shadows instead of the parameters. Afterwards loss/outputs can be read. */
+tw_status tw_replica_forward(tw_replica *r, int rows, int train, int use_ema, uint64_t dropout_seed,
+                             tw_error *err);
+
+/* Backward pass after a training forward: grads = d(mean loss over rows)/d(params). */
+tw_status tw_replica_backward(tw_replica *r, int rows, uint64_t dropout_seed, tw_error *err);
+
+/* Sum over rows of the per-example loss of the last forward (double on the host). */
+tw_status tw_replica_loss_sum(tw_replica *r, int rows, double *sum, tw_error *err);
+
+/* Downloads the last forward's outputs: [rows, output_size] fp32 (logits or predictions). */
+tw_status tw_replica_outputs(tw_replica *r, int rows, float *out, tw_error *err);
+
+#endif

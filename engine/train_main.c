@@ -1,0 +1,118 @@
+/* train_main.c — `tower train CONFIG.json --logdir DIR [--resume] [--towers N]
+ * [--backend auto|cpu|cuda]`: the command line around tw_train.
+ *
+ * Exit status: 0 completed or cancelled (SIGTERM/SIGINT: checkpoint, flush, stop), 1 a runtime failure
+ * (data, I/O, backend), 2 a usage or config error (nothing written), 10 a NaN or Inf loss. Progress is
+ * one JSON object per line on stdout; errors also go to stderr as one line naming the key or file. */
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "config.h"
+#include "trainer.h"
+
+enum { EXIT_USAGE = 2, EXIT_DIVERGED = 10 };
+
+static const char USAGE[] =
+    "usage: tower train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend auto|cpu|cuda]\n"
+    "\n"
+    "Trains the model CONFIG.json describes. Event files go to DIR (tensorboard --logdir DIR shows\n"
+    "them), checkpoints to DIR/checkpoints. One JSON object per line on stdout reports progress.\n"
+    "\n"
+    "  --logdir DIR       where the run writes (required)\n"
+    "  --resume           continue from DIR/checkpoints/latest, bit-exactly, if there is one\n"
+    "  --towers N         replicas per step (overrides the config's \"towers\")\n"
+    "  --backend B        auto (default: cuda when a GPU is present, else cpu), cpu or cuda\n";
+
+typedef struct {
+    const char *config;
+    tw_train_options train;
+    int towers;
+} options;
+
+static int usage_error(const char *fmt, const char *arg)
+{
+    fprintf(stderr, "tower train: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n%s", USAGE);
+    return EXIT_USAGE;
+}
+
+/* Returns 0 to go on, -1 after --help, else the exit status. */
+static int parse_args(int argc, char **argv, options *o)
+{
+    static const struct option longs[] = {
+        {"logdir", required_argument, 0, 'l'}, {"resume", no_argument, 0, 'r'},
+        {"towers", required_argument, 0, 't'}, {"backend", required_argument, 0, 'b'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->train.backend = "auto";
+    o->train.progress = stdout;
+    optind = 1;
+    int c;
+    char *end;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case 'l': o->train.logdir = optarg; break;
+        case 'r': o->train.resume = 1; break;
+        case 't':
+            o->towers = (int)strtol(optarg, &end, 10);
+            if (*end || o->towers < 1 || o->towers > 64)
+                return usage_error("--towers needs a number from 1 to 64, got '%s'", optarg);
+            break;
+        case 'b':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                return usage_error("--backend must be auto, cpu or cuda, got '%s'", optarg);
+            o->train.backend = optarg;
+            break;
+        case 'h': fputs(USAGE, stdout); return -1;
+        default: fputs(USAGE, stderr); return EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1)
+        return usage_error("expected exactly one CONFIG.json%s", "");
+    if (!o->train.logdir)
+        return usage_error("--logdir is required%s", "");
+    o->config = argv[optind];
+    return 0;
+}
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    tw_train_request_stop();
+}
+
+static int fail(const tw_error *err, int code)
+{
+    char msg[1200];
+    tw_error_format(err, msg, sizeof msg);
+    fprintf(stderr, "tower train: %s\n", msg);
+    printf("{\"status\":\"failed\",\"error\":{\"code\":\"%s\"}}\n", tw_status_name(err->status));
+    return code;
+}
+
+int tw_train_main(int argc, char **argv)
+{
+    options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    static tw_config c; /* large: keep it off the stack */
+    tw_error err;
+    tw_error_clear(&err);
+    if (tw_config_load(o.config, &c, &err) != TW_OK ||
+        (o.towers && tw_config_override_towers(&c, o.towers, &err) != TW_OK))
+        return fail(&err, EXIT_USAGE);
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    tw_train_outcome outcome;
+    if (tw_train(&c, &o.train, &outcome, &err) != TW_OK)
+        return fail(&err, err.status == TW_ERR_INVALID ? EXIT_USAGE : 1);
+    return outcome == TW_TRAIN_DIVERGED ? EXIT_DIVERGED : 0;
+}

@@ -1,0 +1,677 @@
+/* trainer.c — the training loop. See trainer.h.
+ *
+ * One step: the input hands out towers × batch_size examples; tower t runs forward and backward on its
+ * slice (on its own thread when there are several); the gradient arenas are averaged across towers;
+ * every tower applies the same fused update (optimizer + L2 + EMA), so the replicas stay identical.
+ * Everything random is a function of (seed, step, tower), and the data position is checkpointed, so a
+ * resumed run repeats an uninterrupted one bit for bit. */
+#include "trainer.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "backend.h"
+#include "checkpoint.h"
+#include "events.h"
+#include "input.h"
+#include "model.h"
+
+enum { MAX_TOWERS = 64, CKPT_ARENAS = 4 };
+
+static volatile sig_atomic_t stop_requested;
+
+void tw_train_request_stop(void) { stop_requested = 1; }
+
+float tw_learning_rate(const tw_config *c, int64_t global_step)
+{
+    if (!c->lr_decay)
+        return c->learning_rate;
+    float p = (float)global_step / (float)c->decay_steps;
+    if (c->staircase)
+        p = floorf(p);
+    return c->learning_rate * powf(c->decay_rate, p);
+}
+
+float tw_ema_decay(float decay, int64_t num_updates)
+{
+    float n = (float)num_updates;
+    float warm = (1.0f + n) / (10.0f + n);
+    return warm < decay ? warm : decay;
+}
+
+typedef struct {
+    const tw_config *c;
+    const tw_train_options *o;
+    tw_model *m;
+    int n;                          /* towers */
+    tw_backend *b[MAX_TOWERS];
+    tw_replica *r[MAX_TOWERS];
+    tw_buffer *scalar;              /* [1] fp32 on tower 0, for sum of squares */
+    tw_input *train, *test;
+    tw_events_writer *ev;           /* NULL once degraded */
+    size_t in_size, label_values, P;
+    float *x;                       /* [n*batch, in_size] host batch */
+    void *y;                        /* [n*batch*label_values] int32 or fp32 labels */
+    float *host[CKPT_ARENAS];       /* [P] params, ema, slot1, slot2 downloads */
+    float *outs;                    /* [batch, outputs] evaluation outputs */
+    void *eval_y;                   /* [batch*label_values] evaluation labels */
+    int64_t step;                   /* completed updates */
+    double loss_sum;                /* training loss since the last report */
+    int64_t loss_steps;
+    double train_time;              /* seconds spent in train steps since the last report */
+    int64_t step_report;            /* step of the last report */
+    double t_start;
+    int64_t step_start;
+    char ckpt_dir[TW_PATH_BYTES + 16];
+} run;
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ================================ output ================================ */
+
+static void emit(run *R, json_t *obj)
+{
+    json_dumpf(obj, R->o->progress, JSON_COMPACT | JSON_REAL_PRECISION(7));
+    fputc('\n', R->o->progress);
+    fflush(R->o->progress);
+    json_decref(obj);
+}
+
+/* A failed event write never stops training (RELIABILITY.md P9): say so once, stop writing. */
+static void events_failed(run *R, const tw_error *e)
+{
+    char msg[1200];
+    tw_error_format(e, msg, sizeof msg);
+    emit(R, json_pack("{s:s, s:s, s:I}", "warning", "METRICS_DEGRADED", "message", msg, "step",
+                      (json_int_t)R->step));
+    tw_events_destroy(R->ev);
+    R->ev = NULL;
+}
+
+static void scalar(run *R, const char *tag, double v)
+{
+    tw_error e;
+    if (R->ev && tw_events_add_scalar(R->ev, tag, R->step, (float)v, &e) != TW_OK)
+        events_failed(R, &e);
+}
+
+static void histogram(run *R, const char *prefix, const char *name, const char *suffix,
+                      const float *v, size_t n)
+{
+    char tag[256];
+    snprintf(tag, sizeof tag, "%s%s%s", prefix, name, suffix);
+    tw_error e;
+    if (R->ev && tw_events_add_histogram(R->ev, tag, R->step, v, n, &e) != TW_OK)
+        events_failed(R, &e);
+}
+
+/* ================================ setup ================================ */
+
+static tw_status open_inputs(run *R, tw_error *err)
+{
+    const tw_config *c = R->c;
+    tw_input_options io;
+    tw_input_options_default(&io);
+    io.path = c->train_path;
+    io.image_feature = c->image_feature;
+    io.label_feature = c->label_feature;
+    io.example_size = R->in_size;
+    io.scale = c->scale;
+    io.float_labels = c->loss == TW_LOSS_MSE;
+    io.classes = c->loss == TW_LOSS_MSE ? 0 : tw_model_output_size(R->m);
+    io.seed = c->seed;
+    io.shuffle = 1;
+    io.shuffle_buffer = c->shuffle_buffer;
+    TW_TRY(tw_input_open(&io, &R->train, err));
+    if (!c->test_path[0])
+        return TW_OK;
+    io.path = c->test_path;
+    io.shuffle = 0;
+    io.prefetch_batches = 0;
+    return tw_input_open(&io, &R->test, err);
+}
+
+static tw_status alloc_host(run *R, tw_error *err)
+{
+    size_t rows = (size_t)R->n * (size_t)R->c->batch_size;
+    size_t outs = (size_t)tw_model_output_size(R->m);
+    int ok = (R->x = malloc(rows * R->in_size * sizeof(float))) &&
+             (R->y = malloc(rows * R->label_values * 4)) &&
+             (R->outs = malloc((size_t)R->c->batch_size * outs * sizeof(float))) &&
+             (R->eval_y = malloc((size_t)R->c->batch_size * R->label_values * 4));
+    for (int a = 0; a < CKPT_ARENAS; a++)
+        ok = ok && (R->host[a] = malloc((R->P ? R->P : 1) * sizeof(float)));
+    return ok ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+}
+
+static tw_status create_towers(run *R, tw_error *err)
+{
+    for (int t = 0; t < R->n; t++) {
+        TW_TRY(tw_backend_create(R->o->backend, t, &R->b[t], err));
+        TW_TRY(tw_replica_create(R->m, R->b[t], R->c->batch_size, &R->r[t], err));
+    }
+    return tw_backend_alloc(R->b[0], sizeof(float), &R->scalar, err);
+}
+
+/* Same values into one arena of every tower. */
+static tw_status upload_all(run *R, tw_tensor (*arena)(const tw_replica *), const float *v,
+                            tw_error *err)
+{
+    for (int t = 0; t < R->n; t++)
+        TW_TRY(tw_backend_upload(R->b[t], arena(R->r[t]), v, R->P * sizeof(float), err));
+    return TW_OK;
+}
+
+static tw_status init_params(run *R, tw_error *err)
+{
+    tw_model_init_params(R->m, R->c->seed, R->host[0]);
+    TW_TRY(upload_all(R, tw_replica_params, R->host[0], err));
+    return upload_all(R, tw_replica_ema, R->host[0], err); /* shadows start at the initial values */
+}
+
+/* ================================ checkpoints ================================ */
+
+static tw_tensor (*const ARENAS[CKPT_ARENAS])(const tw_replica *) = {
+    tw_replica_params, tw_replica_ema, tw_replica_slot1, tw_replica_slot2};
+
+/* TensorFlow's names for the EMA shadow and the optimizer slots of a variable. */
+static const char *arena_suffix(const tw_config *c, int a)
+{
+    switch (a) {
+    case 1: return "/ExponentialMovingAverage";
+    case 2: return c->optimizer == TW_OPT_ADAM ? "/Adam" : "/Momentum";
+    case 3: return "/Adam_1";
+    default: return "";
+    }
+}
+
+static tw_status save_checkpoint(run *R, tw_error *err)
+{
+    size_t np = tw_model_n_params(R->m), n = 0;
+    tw_ckpt_tensor *t = calloc(np * CKPT_ARENAS, sizeof *t);
+    char (*names)[TW_PARAM_NAME_BYTES + 32] = calloc(np * CKPT_ARENAS, sizeof *names);
+    tw_status s = t && names ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    for (int a = 0; a < CKPT_ARENAS && s == TW_OK; a++) {
+        s = tw_backend_download(R->b[0], R->host[a], ARENAS[a](R->r[0]), R->P * sizeof(float), err);
+        for (size_t i = 0; i < np && s == TW_OK; i++, n++) {
+            const tw_param *p = tw_model_param(R->m, i);
+            snprintf(names[n], sizeof names[n], "%s%s", p->name, arena_suffix(R->c, a));
+            t[n] = (tw_ckpt_tensor){.name = names[n], .data = R->host[a] + p->offset,
+                                    .rank = p->rank};
+            for (int d = 0; d < p->rank; d++)
+                t[n].shape[d] = p->shape[d];
+        }
+    }
+    tw_input_position pos = tw_input_tell(R->train);
+    char step[24], epoch[24], consumed[24], seed[24];
+    snprintf(step, sizeof step, "%lld", (long long)R->step);
+    snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)pos.epoch);
+    snprintf(consumed, sizeof consumed, "%llu", (unsigned long long)pos.consumed);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)R->c->seed);
+    char *config = tw_config_to_json(R->c);
+    const tw_ckpt_meta meta[] = {{"format", "tower-checkpoint-1"}, {"step", step},
+                                 {"data_epoch", epoch},           {"data_consumed", consumed},
+                                 {"seed", seed},                  {"config", config ? config : ""}};
+    if (s == TW_OK)
+        s = tw_checkpoint_save(R->ckpt_dir, R->step, R->c->keep_checkpoints, t, n, meta,
+                               sizeof meta / sizeof meta[0], err);
+    free(config);
+    free(names);
+    free(t);
+    return s;
+}
+
+static tw_status meta_u64(const tw_checkpoint *ck, const char *key, const char *path, uint64_t *v,
+                          tw_error *err)
+{
+    const char *s = tw_checkpoint_meta(ck, key);
+    char *end;
+    if (!s || !*s)
+        return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "checkpoint metadata lacks '%s'", key);
+    *v = strtoull(s, &end, 10);
+    return *end ? tw_error_set(err, TW_ERR_CORRUPT, path, -1, "checkpoint metadata '%s' is '%s'",
+                               key, s)
+                : TW_OK;
+}
+
+/* Copies the checkpoint's tensors into host[a] and uploads them to every tower. */
+static tw_status restore_arenas(run *R, const tw_checkpoint *ck, tw_error *err)
+{
+    for (int a = 0; a < CKPT_ARENAS; a++) {
+        for (size_t i = 0; i < tw_model_n_params(R->m); i++) {
+            const tw_param *p = tw_model_param(R->m, i);
+            char name[TW_PARAM_NAME_BYTES + 32];
+            snprintf(name, sizeof name, "%s%s", p->name, arena_suffix(R->c, a));
+            TW_TRY(tw_checkpoint_fetch(ck, name, p->rank, p->shape, R->host[a] + p->offset, err));
+        }
+        TW_TRY(upload_all(R, ARENAS[a], R->host[a], err));
+    }
+    return TW_OK;
+}
+
+static tw_status load_checkpoint(run *R, const char *path, tw_error *err)
+{
+    tw_checkpoint *ck;
+    TW_TRY(tw_checkpoint_read(path, &ck, err));
+    uint64_t step = 0, epoch = 0, consumed = 0;
+    tw_status s = meta_u64(ck, "step", path, &step, err);
+    if (s == TW_OK)
+        s = meta_u64(ck, "data_epoch", path, &epoch, err);
+    if (s == TW_OK)
+        s = meta_u64(ck, "data_consumed", path, &consumed, err);
+    if (s == TW_OK)
+        s = restore_arenas(R, ck, err);
+    tw_checkpoint_free(ck);
+    TW_TRY(s);
+    R->step = (int64_t)step;
+    tw_input_position pos = {.epoch = epoch, .consumed = consumed};
+    return tw_input_seek(R->train, &pos, err);
+}
+
+/* ================================ one step ================================ */
+
+typedef struct {
+    run *R;
+    int t;
+    double loss_sum;
+    tw_status status;
+    tw_error err;
+} tower_job;
+
+static uint64_t dropout_seed(const run *R, int t)
+{
+    return tw_hash64(R->c->seed ^ 0x64726f706f7574ull, (uint64_t)R->step * MAX_TOWERS + (uint64_t)t);
+}
+
+static tw_status tower_step(run *R, int t, double *loss_sum, tw_error *err)
+{
+    int bs = R->c->batch_size;
+    const float *x = R->x + (size_t)t * bs * R->in_size;
+    const char *y = (const char *)R->y + (size_t)t * bs * R->label_values * 4;
+    uint64_t seed = dropout_seed(R, t);
+    TW_TRY(tw_replica_upload_batch(R->r[t], bs, x, y, err));
+    TW_TRY(tw_replica_forward(R->r[t], bs, 1, 0, seed, err));
+    TW_TRY(tw_replica_backward(R->r[t], bs, seed, err));
+    return tw_replica_loss_sum(R->r[t], bs, loss_sum, err);
+}
+
+static void *tower_main(void *arg)
+{
+    tower_job *j = arg;
+    j->status = tower_step(j->R, j->t, &j->loss_sum, &j->err);
+    return NULL;
+}
+
+/* Forward and backward on every tower; *loss = the mean loss over the step's examples. */
+static tw_status run_towers(run *R, double *loss, tw_error *err)
+{
+    tower_job jobs[MAX_TOWERS];
+    pthread_t threads[MAX_TOWERS];
+    int started[MAX_TOWERS] = {0};
+    for (int t = 0; t < R->n; t++) {
+        jobs[t] = (tower_job){.R = R, .t = t};
+        tw_error_clear(&jobs[t].err);
+        if (t > 0)
+            started[t] = pthread_create(&threads[t], NULL, tower_main, &jobs[t]) == 0;
+        if (t > 0 && !started[t])
+            tower_main(&jobs[t]);
+    }
+    tower_main(&jobs[0]);
+    double sum = 0;
+    tw_status s = TW_OK;
+    for (int t = 0; t < R->n; t++) {
+        if (started[t])
+            pthread_join(threads[t], NULL);
+        if (jobs[t].status != TW_OK && s == TW_OK) {
+            s = jobs[t].status;
+            if (err)
+                *err = jobs[t].err;
+        }
+        sum += jobs[t].loss_sum;
+    }
+    size_t per_example = R->c->loss == TW_LOSS_MSE ? (size_t)tw_model_output_size(R->m) : 1;
+    *loss = sum / ((double)R->n * R->c->batch_size * (double)per_example);
+    return s;
+}
+
+static tw_update step_update(const run *R)
+{
+    const tw_config *c = R->c;
+    int64_t t = R->step + 1; /* this update's number, 1-based; global_step before it is R->step */
+    tw_update u = {.kind = c->optimizer, .lr = tw_learning_rate(c, R->step), .momentum = c->momentum,
+                   .beta1 = c->beta1, .beta2 = c->beta2, .epsilon = c->epsilon, .l2 = c->l2,
+                   .l2_count = tw_model_weight_floats(R->m), .ema = c->ema_decay > 0,
+                   .ema_decay = tw_ema_decay(c->ema_decay, t)};
+    double b1t = pow(c->beta1, (double)t), b2t = pow(c->beta2, (double)t);
+    u.adam_alpha = (float)(u.lr * sqrt(1.0 - b2t) / (1.0 - b1t));
+    return u;
+}
+
+static tw_status train_step(run *R, double *loss, tw_error *err)
+{
+    int rows = R->n * R->c->batch_size;
+    TW_TRY(tw_input_next(R->train, rows, R->x, R->y, err));
+    TW_TRY(run_towers(R, loss, err));
+    if (!isfinite(*loss))
+        return TW_OK; /* the caller stops before this state is applied or saved */
+    if (R->n > 1) {
+        tw_tensor grads[MAX_TOWERS];
+        for (int t = 0; t < R->n; t++)
+            grads[t] = tw_replica_grads(R->r[t]);
+        TW_TRY(tw_backend_allreduce_avg(R->b, R->n, grads, R->P, err));
+    }
+    tw_update u = step_update(R);
+    for (int t = 0; t < R->n; t++) {
+        tw_replica *r = R->r[t];
+        TW_TRY(tw_update_step(R->b[t], &u, tw_replica_params(r), tw_replica_grads(r),
+                              tw_replica_slot1(r), tw_replica_slot2(r), tw_replica_ema(r), R->P, err));
+    }
+    R->step++;
+    return TW_OK;
+}
+
+/* ================================ evaluation ================================ */
+
+typedef struct {
+    double loss;      /* mean per example (per value for MSE) */
+    double accuracy;  /* classification only */
+    int64_t examples;
+} eval_result;
+
+static int argmax(const float *v, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return best;
+}
+
+static tw_status eval_batch(run *R, int rows, int use_ema, double *loss, int64_t *correct,
+                            tw_error *err)
+{
+    tw_replica *r = R->r[0];
+    int outs = tw_model_output_size(R->m);
+    double sum;
+    TW_TRY(tw_replica_upload_batch(r, rows, R->x, R->eval_y, err));
+    TW_TRY(tw_replica_forward(r, rows, 0, use_ema, 0, err));
+    TW_TRY(tw_replica_loss_sum(r, rows, &sum, err));
+    *loss += sum;
+    if (R->c->loss == TW_LOSS_MSE)
+        return TW_OK;
+    TW_TRY(tw_replica_outputs(r, rows, R->outs, err));
+    const int32_t *labels = R->eval_y;
+    for (int i = 0; i < rows; i++)
+        *correct += argmax(R->outs + (size_t)i * outs, outs) == labels[i];
+    return TW_OK;
+}
+
+static tw_status evaluate(run *R, int use_ema, eval_result *res, tw_error *err)
+{
+    double loss = 0;
+    int64_t correct = 0, n = 0;
+    int got;
+    TW_TRY(tw_input_rewind(R->test, err));
+    for (;;) {
+        TW_TRY(tw_input_next_once(R->test, R->c->batch_size, R->x, R->eval_y, &got, err));
+        if (!got)
+            break;
+        TW_TRY(eval_batch(R, got, use_ema, &loss, &correct, err));
+        n += got;
+    }
+    double per = R->c->loss == TW_LOSS_MSE ? (double)tw_model_output_size(R->m) : 1.0;
+    res->examples = n;
+    res->loss = n ? loss / ((double)n * per) : 0;
+    res->accuracy = n ? (double)correct / (double)n : 0;
+    return TW_OK;
+}
+
+static tw_status eval_and_report(run *R, tw_error *err)
+{
+    if (!R->test)
+        return TW_OK;
+    eval_result raw, ema = {0};
+    int with_ema = R->c->ema_decay > 0;
+    TW_TRY(evaluate(R, 0, &raw, err));
+    if (with_ema)
+        TW_TRY(evaluate(R, 1, &ema, err));
+    int classify = R->c->loss == TW_LOSS_SOFTMAX_XENT;
+    json_t *line = json_pack("{s:I, s:f, s:I}", "step", (json_int_t)R->step, "eval_loss", raw.loss,
+                             "eval_examples", (json_int_t)raw.examples);
+    scalar(R, "eval/loss", raw.loss);
+    if (classify) {
+        json_object_set_new(line, "eval_accuracy", json_real(raw.accuracy));
+        scalar(R, "eval/accuracy", raw.accuracy);
+    }
+    if (with_ema) {
+        json_object_set_new(line, "eval_loss_ema", json_real(ema.loss));
+        scalar(R, "eval/loss_ema", ema.loss);
+        if (classify) {
+            json_object_set_new(line, "eval_accuracy_ema", json_real(ema.accuracy));
+            scalar(R, "eval/accuracy_ema", ema.accuracy);
+        }
+    }
+    emit(R, line);
+    return TW_OK;
+}
+
+/* ================================ summaries ================================ */
+
+static tw_status regularization_loss(run *R, double *reg, tw_error *err)
+{
+    *reg = 0;
+    size_t n = tw_model_weight_floats(R->m);
+    if (R->c->l2 <= 0 || n == 0)
+        return TW_OK;
+    float ss;
+    TW_TRY(tw_sum_squares(R->b[0], tw_tensor_of(R->scalar), tw_replica_params(R->r[0]), n, err));
+    TW_TRY(tw_backend_download(R->b[0], &ss, tw_tensor_of(R->scalar), sizeof ss, err));
+    *reg = R->c->l2 * (double)ss / 2.0;
+    return TW_OK;
+}
+
+static tw_status histograms(run *R, tw_error *err)
+{
+    static const int arenas[3] = {0, 1, -1}; /* params, ema, then grads */
+    for (int k = 0; k < 3; k++) {
+        int a = arenas[k];
+        if (a == 1 && R->c->ema_decay <= 0)
+            continue;
+        tw_tensor src = a < 0 ? tw_replica_grads(R->r[0]) : ARENAS[a](R->r[0]);
+        float *dst = R->host[a < 0 ? 2 : a];
+        TW_TRY(tw_backend_download(R->b[0], dst, src, R->P * sizeof(float), err));
+        for (size_t i = 0; i < tw_model_n_params(R->m); i++) {
+            const tw_param *p = tw_model_param(R->m, i);
+            histogram(R, a < 0 ? "gradients_on_average/" : "", p->name,
+                      a == 1 ? "/ExponentialMovingAverage" : "", dst + p->offset, p->count);
+        }
+    }
+    return TW_OK;
+}
+
+static tw_status report(run *R, tw_error *err)
+{
+    double t = now(), dt = R->train_time, reg;
+    int64_t steps = R->step - R->step_report;
+    double xent = R->loss_steps ? R->loss_sum / (double)R->loss_steps : 0;
+    TW_TRY(regularization_loss(R, &reg, err));
+    double ex_per_s = steps && dt > 0 ? (double)steps * R->n * R->c->batch_size / dt : 0;
+    double sec_per_batch = steps ? dt / (double)steps / R->n : 0;
+    double per_step = (t - R->t_start) / (double)(R->step - R->step_start);
+    float lr = tw_learning_rate(R->c, R->step);
+    scalar(R, "loss", xent + reg);
+    scalar(R, R->c->loss == TW_LOSS_MSE ? "mean_squared_error" : "cross_entropy", xent);
+    scalar(R, "regularization_loss", reg);
+    scalar(R, "learning_rate", lr);
+    scalar(R, "examples_per_sec", ex_per_s);
+    scalar(R, "sec_per_batch", sec_per_batch);
+    TW_TRY(histograms(R, err));
+    emit(R, json_pack("{s:I, s:f, s:f, s:f, s:f, s:f}", "step", (json_int_t)R->step, "loss",
+                      xent + reg, "learning_rate", (double)lr, "examples_per_sec", ex_per_s,
+                      "sec_per_batch", sec_per_batch, "eta_s",
+                      per_step * (double)(R->c->steps - R->step)));
+    R->loss_sum = 0;
+    R->loss_steps = 0;
+    R->train_time = 0;
+    R->step_report = R->step;
+    return TW_OK;
+}
+
+/* ================================ the run ================================ */
+
+static tw_status start_events(run *R, int resumed, tw_error *err)
+{
+    tw_events_options eo;
+    tw_events_options_default(&eo);
+    TW_TRY(tw_events_create(R->o->logdir, &eo, &R->ev, err));
+    tw_error e;
+    tw_status s = TW_OK;
+    if (resumed) {
+        s = tw_events_add_session_start(R->ev, R->step + 1, &e);
+    } else {
+        uint8_t *graph = NULL;
+        size_t len = 0;
+        char *config = tw_config_to_json(R->c);
+        TW_TRY(tw_model_graph(R->m, &graph, &len, err));
+        s = tw_events_add_graph(R->ev, graph, len, &e);
+        if (s == TW_OK && config)
+            s = tw_events_add_text(R->ev, "config", 0, config, &e);
+        free(graph);
+        free(config);
+    }
+    if (s != TW_OK)
+        events_failed(R, &e);
+    return TW_OK;
+}
+
+static tw_status maybe_resume(run *R, int *resumed, tw_error *err)
+{
+    char path[TW_PATH_BYTES + 64];
+    *resumed = 0;
+    if (!R->o->resume)
+        return init_params(R, err);
+    tw_status s = tw_checkpoint_latest(R->ckpt_dir, path, sizeof path, err);
+    if (s == TW_END)
+        return init_params(R, err);
+    TW_TRY(s);
+    TW_TRY(load_checkpoint(R, path, err));
+    *resumed = 1;
+    emit(R, json_pack("{s:s, s:I}", "resumed_from", path, "step", (json_int_t)R->step));
+    return TW_OK;
+}
+
+static int due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
+
+static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
+{
+    const tw_config *c = R->c;
+    while (R->step < c->steps) {
+        if (stop_requested) {
+            *outcome = TW_TRAIN_CANCELLED;
+            return save_checkpoint(R, err);
+        }
+        double loss, t0 = now();
+        TW_TRY(train_step(R, &loss, err));
+        R->train_time += now() - t0;
+        if (!isfinite(loss)) {
+            *outcome = TW_TRAIN_DIVERGED;
+            emit(R, json_pack("{s:s, s:I, s:s}", "error", isnan(loss) ? "LOSS_NAN" : "LOSS_INF",
+                              "step", (json_int_t)R->step + 1, "message",
+                              "the loss is not finite: stopping without checkpointing this state"));
+            return TW_OK;
+        }
+        R->loss_sum += loss;
+        R->loss_steps++;
+        if (due(R->step, c->summary_every) || R->step == c->steps)
+            TW_TRY(report(R, err));
+        if (due(R->step, c->eval_every) || R->step == c->steps)
+            TW_TRY(eval_and_report(R, err));
+        if (due(R->step, c->checkpoint_every) || R->step == c->steps)
+            TW_TRY(save_checkpoint(R, err));
+    }
+    *outcome = TW_TRAIN_COMPLETED;
+    return TW_OK;
+}
+
+static tw_status setup(run *R, tw_error *err)
+{
+    const tw_config *c = R->c;
+    R->n = c->towers;
+    if (R->n < 1 || R->n > MAX_TOWERS)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers must be 1..%d", MAX_TOWERS);
+    snprintf(R->ckpt_dir, sizeof R->ckpt_dir, "%s/checkpoints", R->o->logdir);
+    TW_TRY(tw_model_create(c, &R->m, err));
+    R->in_size = tw_model_input_size(R->m);
+    R->P = tw_model_param_floats(R->m);
+    R->label_values = c->loss == TW_LOSS_MSE ? (size_t)tw_model_output_size(R->m) : 1;
+    TW_TRY(open_inputs(R, err));
+    TW_TRY(alloc_host(R, err));
+    return create_towers(R, err);
+}
+
+static void teardown(run *R)
+{
+    tw_error e;
+    if (R->ev && tw_events_close(R->ev, &e) != TW_OK)
+        events_failed(R, &e);
+    tw_events_destroy(R->ev);
+    for (int t = 0; t < R->n; t++)
+        tw_replica_destroy(R->r[t]);
+    if (R->b[0])
+        tw_backend_free(R->b[0], R->scalar);
+    for (int t = 0; t < R->n; t++)
+        tw_backend_destroy(R->b[t]);
+    tw_input_close(R->train);
+    tw_input_close(R->test);
+    tw_model_destroy(R->m);
+    free(R->x);
+    free(R->y);
+    free(R->outs);
+    free(R->eval_y);
+    for (int a = 0; a < CKPT_ARENAS; a++)
+        free(R->host[a]);
+}
+
+static void final_line(run *R, tw_train_outcome outcome)
+{
+    static const char *names[] = {"completed", "cancelled", "diverged"};
+    emit(R, json_pack("{s:s, s:I, s:f}", "status", names[outcome], "step", (json_int_t)R->step,
+                      "seconds", now() - R->t_start));
+}
+
+tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outcome *outcome,
+                   tw_error *err)
+{
+    run R = {.c = c, .o = o};
+    *outcome = TW_TRAIN_COMPLETED;
+    int resumed = 0;
+    tw_status s = setup(&R, err); /* everything is checked before anything is written */
+    if (s == TW_OK && mkdir(o->logdir, 0755) != 0 && errno != EEXIST)
+        s = tw_error_errno(err, o->logdir, "cannot create the log folder");
+    if (s == TW_OK)
+        s = maybe_resume(&R, &resumed, err);
+    if (s == TW_OK)
+        s = start_events(&R, resumed, err);
+    if (s == TW_OK && !resumed && R.c->eval_every > 0)
+        s = eval_and_report(&R, err); /* the baseline every later evaluation is measured against */
+    R.t_start = now();
+    R.step_start = R.step_report = R.step;
+    if (s == TW_OK)
+        s = loop(&R, outcome, err);
+    if (s == TW_OK)
+        final_line(&R, *outcome);
+    teardown(&R);
+    return s;
+}

@@ -1,0 +1,1186 @@
+/* test_backend.c — the CPU backend op by op: forward results against naive references computed here in
+ * double, gradients against central finite differences, the optimizer against TensorFlow 1's formulas
+ * written out independently; the wrappers' argument checks, TensorFlow's SAME/VALID window arithmetic
+ * and the backend registry. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+static tw_backend *B; /* the CPU backend every test uses (group setup) */
+static tw_error E;    /* the error of the last call that OK() checked */
+
+/* Asserts that a call filling E succeeds, showing its message otherwise. */
+#define OK(call)                                                                                   \
+    do {                                                                                           \
+        tw_error_clear(&E);                                                                        \
+        if ((call) != TW_OK)                                                                       \
+            fail_msg("%s failed: %s", #call, E.message);                                           \
+    } while (0)
+
+/* ---- helpers ---- */
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+
+/* xorshift64*: deterministic across runs. */
+static uint64_t next_u64(void)
+{
+    rng ^= rng >> 12;
+    rng ^= rng << 25;
+    rng ^= rng >> 27;
+    return rng * 0x2545F4914F6CDD1Dull;
+}
+
+/* Uniform integer in [0, n). */
+static size_t urand(size_t n) { return (size_t)(next_u64() % n); }
+
+/* Uniform in [lo, hi). */
+static float frand(float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(next_u64() >> 40) * (1.0f / 16777216.0f);
+}
+
+static void fill(float *v, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand(lo, hi);
+}
+
+static float *floats(size_t n)
+{
+    float *v = calloc(n, sizeof *v);
+    assert_non_null(v);
+    return v;
+}
+
+static tw_tensor view(tw_buffer *b) { return tw_tensor_of(b); }
+
+static tw_buffer *dev_new(size_t floats_n)
+{
+    tw_buffer *b = NULL;
+    OK(tw_backend_alloc(B, floats_n * sizeof(float), &b, &E));
+    return b;
+}
+
+static tw_buffer *dev_from(const void *v, size_t n) /* n values of 4 bytes: fp32 or int32 */
+{
+    tw_buffer *b = dev_new(n);
+    OK(tw_backend_upload(B, view(b), v, n * 4, &E));
+    return b;
+}
+
+static void dev_read(void *v, tw_buffer *b, size_t n)
+{
+    OK(tw_backend_download(B, v, view(b), n * 4, &E));
+}
+
+static void dev_fill_nan(tw_buffer *b, size_t n)
+{
+    float *v = floats(n);
+    for (size_t i = 0; i < n; i++)
+        v[i] = NAN;
+    OK(tw_backend_upload(B, view(b), v, n * 4, &E));
+    free(v);
+}
+
+static double dot(const float *a, const float *b, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)a[i] * b[i];
+    return s;
+}
+
+static void assert_near(double got, double want, double rel, double abs_tol, const char *what, size_t i)
+{
+    if (!(fabs(got - want) <= rel * fabs(want) + abs_tol))
+        fail_msg("%s[%zu]: got %.9g, want %.9g", what, i, got, want);
+}
+
+static void assert_all_near(const float *got, const double *want, size_t n, double rel, double abs_tol,
+                            const char *what)
+{
+    for (size_t i = 0; i < n; i++)
+        assert_near(got[i], want[i], rel, abs_tol, what, i);
+}
+
+/* ---- finite differences ---- */
+
+typedef double (*scalar_fn)(void *ctx);
+
+static const float FD_EPS = 1e-3f;
+
+/* Central differences of f with respect to each p[i] (restored after), against grad[i]. f reads p. */
+static void check_fd(const char *what, float *p, size_t n, const float *grad, scalar_fn f, void *ctx)
+{
+    for (size_t i = 0; i < n; i++) {
+        float v = p[i];
+        float hi = v + FD_EPS, lo = v - FD_EPS;
+        p[i] = hi;
+        double lp = f(ctx);
+        p[i] = lo;
+        double lm = f(ctx);
+        p[i] = v;
+        double fd = (lp - lm) / ((double)hi - (double)lo);
+        if (!(fabs(fd - grad[i]) <= 1e-2 * (fabs(fd) + fabs(grad[i])) + 2e-3))
+            fail_msg("%s[%zu]: finite difference %.6g, analytic %.6g", what, i, fd, grad[i]);
+    }
+}
+
+/* ---- gemm and dense ---- */
+
+/* Naive C = alpha op(A) op(B) + beta C in double, storage as tw_gemm's. */
+static void gemm_ref(int ta, int tb, int m, int n, int k, double alpha, const float *a, const float *b,
+                     double beta, const float *c, double *out)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0.0;
+            for (int p = 0; p < k; p++)
+                s += (double)(ta ? a[p * m + i] : a[i * k + p]) * (tb ? b[j * k + p] : b[p * n + j]);
+            out[i * n + j] = alpha * s + (beta != 0.0 ? beta * c[i * n + j] : 0.0);
+        }
+}
+
+/* All four transpose combinations with alpha and beta, on views at offsets; beta 0 ignores a NaN C. */
+static void test_gemm_transposes(void **state)
+{
+    (void)state;
+    enum { M = 3, N = 4, K = 5, PAD = 3 };
+    float a[M * K], b[K * N], c[M * N], got[M * N];
+    double want[M * N];
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            fill(a, M * K, -1, 1);
+            fill(b, K * N, -1, 1);
+            fill(c, M * N, -1, 1);
+            tw_buffer *buf = dev_new(PAD + M * K + K * N + M * N);
+            tw_tensor va = tw_tensor_at(view(buf), PAD), vb = tw_tensor_at(va, M * K),
+                      vc = tw_tensor_at(vb, K * N);
+            OK(tw_backend_upload(B, va, a, sizeof a, &E));
+            OK(tw_backend_upload(B, vb, b, sizeof b, &E));
+            OK(tw_backend_upload(B, vc, c, sizeof c, &E));
+            OK(tw_gemm(B, ta, tb, M, N, K, 0.5f, va, vb, 2.0f, vc, &E));
+            OK(tw_backend_download(B, got, vc, sizeof got, &E));
+            gemm_ref(ta, tb, M, N, K, 0.5, a, b, 2.0, c, want);
+            assert_all_near(got, want, M * N, 1e-5, 1e-6, "gemm");
+            for (int i = 0; i < M * N; i++)
+                c[i] = NAN;
+            OK(tw_backend_upload(B, vc, c, sizeof c, &E));
+            OK(tw_gemm(B, ta, tb, M, N, K, 1.0f, va, vb, 0.0f, vc, &E));
+            OK(tw_backend_download(B, got, vc, sizeof got, &E));
+            gemm_ref(ta, tb, M, N, K, 1.0, a, b, 0.0, c, want);
+            assert_all_near(got, want, M * N, 1e-5, 1e-6, "gemm beta 0");
+            tw_backend_free(B, buf);
+        }
+}
+
+enum { DR = 4, DI = 5, DO = 3 }; /* dense: rows, inputs, outputs */
+
+typedef struct {
+    float x[DR * DI]; /* [4, 5] */
+    float w[DI * DO]; /* [5, 3] */
+    float b[DO];      /* [3] */
+    float r[DR * DO]; /* [4, 3]: the loss is <y, r>, so dL/dy = r */
+} dense_case;
+
+/* y[4, 3] = x w + b through the backend. */
+static void dense_fwd(const dense_case *c, float *y)
+{
+    tw_buffer *x = dev_from(c->x, DR * DI), *w = dev_from(c->w, DI * DO), *b = dev_from(c->b, DO);
+    tw_buffer *yb = dev_new(DR * DO);
+    OK(tw_gemm(B, 0, 0, DR, DO, DI, 1.0f, view(x), view(w), 0.0f, view(yb), &E));
+    OK(tw_bias_add(B, view(yb), view(b), DR, DO, &E));
+    dev_read(y, yb, DR * DO);
+    tw_backend_free(B, x);
+    tw_backend_free(B, w);
+    tw_backend_free(B, b);
+    tw_backend_free(B, yb);
+}
+
+static double dense_loss(void *ctx)
+{
+    dense_case *c = ctx;
+    float y[DR * DO];
+    dense_fwd(c, y);
+    return dot(y, c->r, DR * DO);
+}
+
+/* Dense forward against a naive product; dx = dy w^T, dw = x^T dy and db = sum of dy rows against
+ * finite differences. */
+static void test_dense_gradients(void **state)
+{
+    (void)state;
+    dense_case c;
+    fill(c.x, DR * DI, -1, 1);
+    fill(c.w, DI * DO, -1, 1);
+    fill(c.b, DO, -1, 1);
+    fill(c.r, DR * DO, -1, 1);
+    float y[DR * DO];
+    double want[DR * DO];
+    dense_fwd(&c, y);
+    gemm_ref(0, 0, DR, DO, DI, 1.0, c.x, c.w, 0.0, NULL, want);
+    for (int i = 0; i < DR * DO; i++)
+        want[i] += c.b[i % DO];
+    assert_all_near(y, want, DR * DO, 1e-5, 1e-6, "dense y");
+
+    tw_buffer *x = dev_from(c.x, DR * DI), *w = dev_from(c.w, DI * DO), *dy = dev_from(c.r, DR * DO);
+    tw_buffer *dx = dev_new(DR * DI), *dw = dev_new(DI * DO), *db = dev_new(DO);
+    dev_fill_nan(db, DO);
+    OK(tw_gemm(B, 0, 1, DR, DI, DO, 1.0f, view(dy), view(w), 0.0f, view(dx), &E));
+    OK(tw_gemm(B, 1, 0, DI, DO, DR, 1.0f, view(x), view(dy), 0.0f, view(dw), &E));
+    OK(tw_bias_grad(B, view(db), view(dy), DR, DO, &E));
+    float gx[DR * DI], gw[DI * DO], gb[DO];
+    dev_read(gx, dx, DR * DI);
+    dev_read(gw, dw, DI * DO);
+    dev_read(gb, db, DO);
+    check_fd("dense dx", c.x, DR * DI, gx, dense_loss, &c);
+    check_fd("dense dw", c.w, DI * DO, gw, dense_loss, &c);
+    check_fd("dense db", c.b, DO, gb, dense_loss, &c);
+    tw_buffer *bufs[] = {x, w, dy, dx, dw, db};
+    for (size_t i = 0; i < 6; i++)
+        tw_backend_free(B, bufs[i]);
+}
+
+/* bias_grad sums 1000 rows in row order in float: exactly the sequential float sum. */
+static void test_bias_grad_order(void **state)
+{
+    (void)state;
+    enum { R = 1000, C = 3 };
+    float *dy = floats(R * C), got[C], want[C] = {0, 0, 0};
+    fill(dy, R * C, -1, 1);
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < C; c++)
+            want[c] += dy[r * C + c];
+    tw_buffer *bdy = dev_from(dy, R * C), *bdb = dev_new(C);
+    OK(tw_bias_grad(B, view(bdb), view(bdy), R, C, &E));
+    dev_read(got, bdb, C);
+    assert_memory_equal(got, want, sizeof want);
+    tw_backend_free(B, bdy);
+    tw_backend_free(B, bdb);
+    free(dy);
+}
+
+/* ---- activations and dropout ---- */
+
+enum { AN = 64 };
+
+typedef struct {
+    tw_activation a;
+    float x[AN], r[AN];
+} act_case;
+
+static double act_loss(void *ctx)
+{
+    act_case *c = ctx;
+    float y[AN];
+    tw_buffer *b = dev_from(c->x, AN);
+    OK(tw_act_fwd(B, c->a, view(b), view(b), AN, &E)); /* in place */
+    dev_read(y, b, AN);
+    tw_backend_free(B, b);
+    return dot(y, c->r, AN);
+}
+
+static double act_ref(tw_activation a, double x)
+{
+    switch (a) {
+    case TW_ACT_RELU: return x > 0 ? x : 0;
+    case TW_ACT_TANH: return tanh(x);
+    case TW_ACT_SIGMOID: return 1.0 / (1.0 + exp(-x));
+    default: return x;
+    }
+}
+
+/* Each activation: forward against libm in double, backward (from the output) by finite differences;
+ * inputs keep away from ReLU's kink. */
+static void test_activations(void **state)
+{
+    (void)state;
+    const tw_activation acts[] = {TW_ACT_NONE, TW_ACT_RELU, TW_ACT_TANH, TW_ACT_SIGMOID};
+    for (size_t k = 0; k < 4; k++) {
+        act_case c = {.a = acts[k]};
+        for (int i = 0; i < AN; i++) {
+            do
+                c.x[i] = frand(-3, 3);
+            while (fabsf(c.x[i]) < 0.01f);
+        }
+        fill(c.r, AN, -1, 1);
+        tw_buffer *x = dev_from(c.x, AN), *y = dev_new(AN), *dy = dev_from(c.r, AN);
+        tw_buffer *dx = dev_new(AN);
+        OK(tw_act_fwd(B, c.a, view(y), view(x), AN, &E));
+        OK(tw_act_bwd(B, c.a, view(dx), view(dy), view(y), AN, &E));
+        float gy[AN], gdx[AN];
+        double want[AN];
+        dev_read(gy, y, AN);
+        dev_read(gdx, dx, AN);
+        for (int i = 0; i < AN; i++)
+            want[i] = act_ref(c.a, c.x[i]);
+        assert_all_near(gy, want, AN, 1e-6, 1e-7, "act y");
+        check_fd("act dx", c.x, AN, gdx, act_loss, &c);
+        tw_backend_free(B, x);
+        tw_backend_free(B, y);
+        tw_backend_free(B, dy);
+        tw_backend_free(B, dx);
+    }
+}
+
+/* Dropout: one seed one mask (forward and backward), another seed another mask; kept values scaled
+ * by 1/(1-rate); the kept fraction over 100k elements within 1% of 1 - rate. */
+static void test_dropout(void **state)
+{
+    (void)state;
+    enum { N = 100000 };
+    const float rate = 0.3f;
+    float *x = floats(N), *y = floats(N), *y2 = floats(N), *dx = floats(N);
+    fill(x, N, 0.5f, 1.5f);
+    tw_buffer *bx = dev_from(x, N), *by = dev_new(N), *bd = dev_from(x, N);
+    OK(tw_dropout_fwd(B, view(by), view(bx), N, rate, 42, &E));
+    dev_read(y, by, N);
+    OK(tw_dropout_fwd(B, view(by), view(bx), N, rate, 42, &E));
+    dev_read(y2, by, N);
+    assert_memory_equal(y, y2, N * sizeof *y);
+    OK(tw_dropout_bwd(B, view(bd), view(bd), N, rate, 42, &E)); /* in place, dy = x */
+    dev_read(dx, bd, N);
+    assert_memory_equal(dx, y, N * sizeof *y);
+    size_t kept = 0;
+    for (size_t i = 0; i < N; i++) {
+        if (y[i] != 0.0f) {
+            kept++;
+            assert_near(y[i], x[i] / (1.0 - rate), 1e-6, 0, "dropout kept", i);
+        }
+    }
+    assert_near((double)kept / N, 1.0 - rate, 0, 0.01, "kept fraction", 0);
+    OK(tw_dropout_fwd(B, view(by), view(bx), N, rate, 43, &E));
+    dev_read(y2, by, N);
+    size_t differ = 0;
+    for (size_t i = 0; i < N; i++)
+        differ += (y[i] == 0.0f) != (y2[i] == 0.0f);
+    assert_true(differ > N / 4);
+    tw_backend_free(B, bx);
+    tw_backend_free(B, by);
+    tw_backend_free(B, bd);
+    free(x);
+    free(y);
+    free(y2);
+    free(dx);
+}
+
+/* ---- windows: convolution through im2col + gemm, max-pool ---- */
+
+static size_t win_rows(const tw_window *w)
+{
+    return (size_t)w->batch * w->out_d * w->out_h * w->out_w;
+}
+
+static size_t win_taps(const tw_window *w) { return (size_t)w->k_d * w->k_h * w->k_w; }
+
+static size_t win_x(const tw_window *w)
+{
+    return (size_t)w->batch * w->in_d * w->in_h * w->in_w * w->in_c;
+}
+
+/* Reference geometry, written independently of the backend: the flat index into x of channel 0 under
+ * tap `tap` of output position `row`, or -1 in the padding. */
+static long ref_tap(const tw_window *w, size_t row, size_t tap)
+{
+    int ow = (int)(row % w->out_w), oh = (int)(row / w->out_w % w->out_h);
+    int od = (int)(row / w->out_w / w->out_h % w->out_d);
+    long b = (long)(row / w->out_w / w->out_h / w->out_d);
+    int kw = (int)(tap % w->k_w), kh = (int)(tap / w->k_w % w->k_h), kd = (int)(tap / w->k_w / w->k_h);
+    int id = od * w->s_d + kd - w->pad_d, ih = oh * w->s_h + kh - w->pad_h;
+    int iw = ow * w->s_w + kw - w->pad_w;
+    if (id < 0 || id >= w->in_d || ih < 0 || ih >= w->in_h || iw < 0 || iw >= w->in_w)
+        return -1;
+    return (((b * w->in_d + id) * w->in_h + ih) * w->in_w + iw) * w->in_c;
+}
+
+static tw_window window2d(int batch, int h, int wd, int c, int k, int s, int same)
+{
+    tw_window w = {.batch = batch, .in_d = 1, .in_h = h, .in_w = wd, .in_c = c, .k_d = 1, .k_h = k,
+                   .k_w = k, .s_d = 1, .s_h = s, .s_w = s};
+    OK(tw_window_resolve(&w, same, &E));
+    return w;
+}
+
+static tw_window window3d(int batch, int d, int h, int wd, int c, int kd, int kh, int kw, int s,
+                          int same)
+{
+    tw_window w = {.batch = batch, .in_d = d, .in_h = h, .in_w = wd, .in_c = c, .k_d = kd,
+                   .k_h = kh, .k_w = kw, .s_d = s, .s_h = s, .s_w = s};
+    OK(tw_window_resolve(&w, same, &E));
+    return w;
+}
+
+typedef struct {
+    tw_window w;
+    int filters;
+    float *x; /* [batch, in_d, in_h, in_w, in_c] */
+    float *f; /* [k_d * k_h * k_w * in_c, filters] (TensorFlow's [k_d, k_h, k_w, in_c, filters]) */
+    float *r; /* [rows, filters]: the loss is <y, r> */
+} conv_case;
+
+/* y[rows, filters] = im2col(x) f through the backend. */
+static void conv_fwd(const conv_case *c, float *y)
+{
+    size_t rows = win_rows(&c->w), k = win_taps(&c->w) * (size_t)c->w.in_c;
+    tw_buffer *x = dev_from(c->x, win_x(&c->w)), *f = dev_from(c->f, k * c->filters);
+    tw_buffer *cols = dev_new(rows * k), *yb = dev_new(rows * c->filters);
+    OK(tw_im2col(B, &c->w, view(cols), view(x), &E));
+    OK(tw_gemm(B, 0, 0, (int)rows, c->filters, (int)k, 1.0f, view(cols), view(f), 0.0f, view(yb), &E));
+    dev_read(y, yb, rows * c->filters);
+    tw_backend_free(B, x);
+    tw_backend_free(B, f);
+    tw_backend_free(B, cols);
+    tw_backend_free(B, yb);
+}
+
+static double conv_loss(void *ctx)
+{
+    conv_case *c = ctx;
+    size_t n = win_rows(&c->w) * c->filters;
+    float *y = floats(n);
+    conv_fwd(c, y);
+    double l = dot(y, c->r, n);
+    free(y);
+    return l;
+}
+
+/* Direct convolution in double with the reference geometry. */
+static void conv_ref(const conv_case *c, double *y)
+{
+    const tw_window *w = &c->w;
+    int F = c->filters, C = w->in_c;
+    for (size_t row = 0; row < win_rows(w); row++)
+        for (int fo = 0; fo < F; fo++) {
+            double s = 0.0;
+            for (size_t t = 0; t < win_taps(w); t++) {
+                long at = ref_tap(w, row, t);
+                for (int ch = 0; at >= 0 && ch < C; ch++)
+                    s += (double)c->x[at + ch] * c->f[(t * C + ch) * F + fo];
+            }
+            y[row * F + fo] = s;
+        }
+}
+
+/* Convolution forward against the direct formula; dx = col2im(dy f^T) and df = im2col(x)^T dy against
+ * finite differences. */
+static void check_conv(tw_window w, int filters)
+{
+    conv_case c = {.w = w, .filters = filters};
+    size_t rows = win_rows(&w), k = win_taps(&w) * (size_t)w.in_c, nx = win_x(&w);
+    size_t nf = k * filters, ny = rows * filters;
+    c.x = floats(nx);
+    c.f = floats(nf);
+    c.r = floats(ny);
+    fill(c.x, nx, -1, 1);
+    fill(c.f, nf, -1, 1);
+    fill(c.r, ny, -1, 1);
+    float *y = floats(ny), *gx = floats(nx), *gf = floats(nf);
+    double *want = calloc(ny, sizeof *want);
+    conv_fwd(&c, y);
+    conv_ref(&c, want);
+    assert_all_near(y, want, ny, 1e-5, 1e-5, "conv y");
+
+    tw_buffer *x = dev_from(c.x, nx), *f = dev_from(c.f, nf), *dy = dev_from(c.r, ny);
+    tw_buffer *cols = dev_new(rows * k), *dcols = dev_new(rows * k), *dx = dev_new(nx),
+              *df = dev_new(nf);
+    OK(tw_im2col(B, &w, view(cols), view(x), &E));
+    OK(tw_gemm(B, 1, 0, (int)k, filters, (int)rows, 1.0f, view(cols), view(dy), 0.0f, view(df), &E));
+    OK(tw_gemm(B, 0, 1, (int)rows, (int)k, filters, 1.0f, view(dy), view(f), 0.0f, view(dcols), &E));
+    OK(tw_col2im(B, &w, view(dx), view(dcols), &E));
+    dev_read(gx, dx, nx);
+    dev_read(gf, df, nf);
+    check_fd("conv dx", c.x, nx, gx, conv_loss, &c);
+    check_fd("conv df", c.f, nf, gf, conv_loss, &c);
+    tw_buffer *bufs[] = {x, f, dy, cols, dcols, dx, df};
+    for (size_t i = 0; i < 7; i++)
+        tw_backend_free(B, bufs[i]);
+    free(c.x);
+    free(c.f);
+    free(c.r);
+    free(y);
+    free(gx);
+    free(gf);
+    free(want);
+}
+
+/* 2-D SAME at stride 2, k3: 6x7 -> 3x4 (h pads 0 before and 1 after, w 1 and 1), and the transpose
+ * 7x6 -> 4x3 (h 1 and 1, w 0 and 1). */
+static void test_conv2d_same_stride2(void **state)
+{
+    (void)state;
+    tw_window w = window2d(2, 6, 7, 3, 3, 2, 1);
+    assert_int_equal(w.out_h, 3);
+    assert_int_equal(w.out_w, 4);
+    assert_int_equal(w.pad_h, 0);
+    assert_int_equal(w.pad_w, 1);
+    check_conv(w, 2);
+    w = window2d(1, 7, 6, 2, 3, 2, 1);
+    assert_int_equal(w.out_h, 4);
+    assert_int_equal(w.out_w, 3);
+    assert_int_equal(w.pad_h, 1);
+    assert_int_equal(w.pad_w, 0);
+    check_conv(w, 3);
+}
+
+/* 3-D VALID: 5x4x4 k2x3x2 stride 1 -> 4x2x3. */
+static void test_conv3d_valid(void **state)
+{
+    (void)state;
+    tw_window w = window3d(2, 5, 4, 4, 2, 2, 3, 2, 1, 0);
+    assert_int_equal(w.out_d, 4);
+    assert_int_equal(w.out_h, 2);
+    assert_int_equal(w.out_w, 3);
+    check_conv(w, 3);
+}
+
+/* <im2col(x), c> == <x, col2im(c)> for padded, strided, 2-D and 3-D windows; col2im zeroes dx first. */
+static void test_col2im_adjoint(void **state)
+{
+    (void)state;
+    const tw_window ws[] = {
+        window2d(2, 7, 6, 3, 3, 2, 1),
+        window2d(1, 9, 9, 2, 5, 1, 1),
+        window3d(2, 5, 4, 4, 2, 2, 3, 2, 1, 0),
+        window3d(1, 5, 6, 5, 2, 3, 3, 3, 2, 1),
+    };
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+        size_t nx = win_x(&ws[i]), nc = win_rows(&ws[i]) * win_taps(&ws[i]) * ws[i].in_c;
+        float *x = floats(nx), *c = floats(nc), *ix = floats(nc), *cx = floats(nx);
+        fill(x, nx, -1, 1);
+        fill(c, nc, -1, 1);
+        tw_buffer *bx = dev_from(x, nx), *bc = dev_from(c, nc), *bix = dev_new(nc), *bcx = dev_new(nx);
+        dev_fill_nan(bcx, nx);
+        OK(tw_im2col(B, &ws[i], view(bix), view(bx), &E));
+        OK(tw_col2im(B, &ws[i], view(bcx), view(bc), &E));
+        dev_read(ix, bix, nc);
+        dev_read(cx, bcx, nx);
+        assert_near(dot(ix, c, nc), dot(x, cx, nx), 1e-5, 1e-6, "adjoint", i);
+        tw_backend_free(B, bx);
+        tw_backend_free(B, bc);
+        tw_backend_free(B, bix);
+        tw_backend_free(B, bcx);
+        free(x);
+        free(c);
+        free(ix);
+        free(cx);
+    }
+}
+
+typedef struct {
+    tw_window w;
+    float *x; /* [batch, in_d, in_h, in_w, in_c], distinct values 0.01 apart */
+    float *r; /* [rows, in_c]: the loss is <y, r> */
+} pool_case;
+
+static double pool_loss(void *ctx)
+{
+    pool_case *c = ctx;
+    size_t ny = win_rows(&c->w) * c->w.in_c;
+    tw_buffer *x = dev_from(c->x, win_x(&c->w)), *y = dev_new(ny), *am = dev_new(ny);
+    float *hy = floats(ny);
+    OK(tw_maxpool_fwd(B, &c->w, view(y), view(am), view(x), &E));
+    dev_read(hy, y, ny);
+    double l = dot(hy, c->r, ny);
+    tw_backend_free(B, x);
+    tw_backend_free(B, y);
+    tw_backend_free(B, am);
+    free(hy);
+    return l;
+}
+
+/* Max and its index over each window with the reference geometry. */
+static void pool_ref(const pool_case *c, float *y, int32_t *argmax)
+{
+    const tw_window *w = &c->w;
+    for (size_t row = 0; row < win_rows(w); row++)
+        for (int ch = 0; ch < w->in_c; ch++) {
+            long best = -1;
+            for (size_t t = 0; t < win_taps(w); t++) {
+                long at = ref_tap(w, row, t);
+                if (at >= 0 && (best < 0 || c->x[at + ch] > c->x[best]))
+                    best = at + ch;
+            }
+            y[row * w->in_c + ch] = c->x[best];
+            argmax[row * w->in_c + ch] = (int32_t)best;
+        }
+}
+
+/* Max-pool forward (values and argmax) against the naive max; backward by finite differences, with
+ * inputs 0.01 apart so that no step of 1e-3 changes a window's winner. */
+static void check_pool(tw_window w)
+{
+    pool_case c = {.w = w};
+    size_t nx = win_x(&w), ny = win_rows(&w) * w.in_c;
+    c.x = floats(nx);
+    c.r = floats(ny);
+    for (size_t i = 0; i < nx; i++)
+        c.x[i] = (float)i;
+    for (size_t i = nx - 1; i > 0; i--) { /* shuffle */
+        size_t j = urand(i + 1);
+        float t = c.x[i];
+        c.x[i] = c.x[j];
+        c.x[j] = t;
+    }
+    for (size_t i = 0; i < nx; i++)
+        c.x[i] = (c.x[i] - (float)nx / 2) * 0.01f;
+    fill(c.r, ny, -1, 1);
+    float *y = floats(ny), *want = floats(ny), *gx = floats(nx);
+    int32_t *am = calloc(ny, sizeof *am), *want_am = calloc(ny, sizeof *want_am);
+    tw_buffer *bx = dev_from(c.x, nx), *by = dev_new(ny), *bam = dev_new(ny), *bdy = dev_from(c.r, ny);
+    tw_buffer *bdx = dev_new(nx);
+    dev_fill_nan(bdx, nx);
+    OK(tw_maxpool_fwd(B, &w, view(by), view(bam), view(bx), &E));
+    OK(tw_maxpool_bwd(B, &w, view(bdx), view(bdy), view(bam), &E));
+    dev_read(y, by, ny);
+    dev_read(am, bam, ny);
+    dev_read(gx, bdx, nx);
+    pool_ref(&c, want, want_am);
+    assert_memory_equal(y, want, ny * sizeof *y);
+    assert_memory_equal(am, want_am, ny * sizeof *am);
+    check_fd("maxpool dx", c.x, nx, gx, pool_loss, &c);
+    tw_buffer *bufs[] = {bx, by, bam, bdy, bdx};
+    for (size_t i = 0; i < 5; i++)
+        tw_backend_free(B, bufs[i]);
+    free(c.x);
+    free(c.r);
+    free(y);
+    free(want);
+    free(gx);
+    free(am);
+    free(want_am);
+}
+
+static void test_maxpool2d(void **state)
+{
+    (void)state;
+    check_pool(window2d(2, 6, 5, 3, 2, 2, 1)); /* SAME, odd padding after in w */
+    check_pool(window2d(2, 7, 5, 3, 3, 2, 1)); /* SAME, padding before, overlapping windows */
+    check_pool(window2d(1, 7, 7, 2, 3, 2, 0)); /* VALID */
+}
+
+static void test_maxpool3d(void **state)
+{
+    (void)state;
+    check_pool(window3d(2, 4, 4, 4, 2, 2, 2, 2, 2, 0)); /* VALID */
+    check_pool(window3d(1, 5, 4, 5, 2, 3, 3, 3, 2, 1)); /* SAME, overlapping */
+}
+
+/* ---- losses ---- */
+
+enum { XR = 5, XC = 7 };
+
+typedef struct {
+    float logits[XR * XC]; /* [5, 7] */
+    int32_t labels[XR];    /* [5] */
+    float scale;           /* the loss is scale * sum of the rows' losses */
+} xent_case;
+
+static void xent_fwd(const xent_case *c, float *loss, float *probs)
+{
+    tw_buffer *lg = dev_from(c->logits, XR * XC), *lb = dev_from(c->labels, XR);
+    tw_buffer *ls = dev_new(XR), *pr = dev_new(XR * XC);
+    OK(tw_xent_fwd(B, view(ls), view(pr), view(lg), view(lb), XR, XC, &E));
+    dev_read(loss, ls, XR);
+    dev_read(probs, pr, XR * XC);
+    tw_backend_free(B, lg);
+    tw_backend_free(B, lb);
+    tw_backend_free(B, ls);
+    tw_backend_free(B, pr);
+}
+
+static double xent_total(void *ctx)
+{
+    xent_case *c = ctx;
+    float loss[XR], probs[XR * XC];
+    xent_fwd(c, loss, probs);
+    double s = 0.0;
+    for (int r = 0; r < XR; r++)
+        s += loss[r];
+    return c->scale * s;
+}
+
+/* Naive loss and probabilities of one row in double: log(sum exp(x - m)) - (x[label] - m). */
+static double xent_ref(const float *x, int label, double *probs)
+{
+    double m = x[0], s = 0.0;
+    for (int j = 1; j < XC; j++)
+        m = x[j] > m ? x[j] : m;
+    for (int j = 0; j < XC; j++)
+        s += exp(x[j] - m);
+    for (int j = 0; j < XC; j++)
+        probs[j] = exp(x[j] - m) / s;
+    return log(s) - (x[label] - m);
+}
+
+static void check_xent_fwd(const xent_case *c)
+{
+    float loss[XR], probs[XR * XC];
+    double want_p[XR * XC];
+    xent_fwd(c, loss, probs);
+    for (int r = 0; r < XR; r++) {
+        double want = xent_ref(c->logits + r * XC, c->labels[r], want_p + r * XC);
+        assert_true(isfinite(loss[r]));
+        assert_near(loss[r], want, 1e-5, 1e-5, "xent loss", (size_t)r);
+    }
+    assert_all_near(probs, want_p, XR * XC, 1e-5, 1e-7, "xent probs");
+}
+
+/* Loss and probabilities against the naive formula; gradient (probs - onehot) * scale by finite
+ * differences; a row of logits in the thousands stays finite. */
+static void test_xent(void **state)
+{
+    (void)state;
+    xent_case c = {.scale = 1.0f / XR};
+    fill(c.logits, XR * XC, -3, 3);
+    for (int r = 0; r < XR; r++)
+        c.labels[r] = (int32_t)urand(XC);
+    check_xent_fwd(&c);
+
+    float loss[XR], probs[XR * XC], grad[XR * XC];
+    xent_fwd(&c, loss, probs);
+    tw_buffer *pr = dev_from(probs, XR * XC), *lb = dev_from(c.labels, XR), *dl = dev_new(XR * XC);
+    OK(tw_xent_bwd(B, view(dl), view(pr), view(lb), XR, XC, c.scale, &E));
+    dev_read(grad, dl, XR * XC);
+    check_fd("xent dlogits", c.logits, XR * XC, grad, xent_total, &c);
+    tw_backend_free(B, pr);
+    tw_backend_free(B, lb);
+    tw_backend_free(B, dl);
+
+    const float big[XC] = {1000.0f, -1000.0f, 500.0f, 0.0f, 999.0f, 3e4f, -3e4f};
+    memcpy(c.logits, big, sizeof big);
+    c.labels[0] = 1;
+    check_xent_fwd(&c);
+}
+
+/* A label outside [0, classes) is an error on the CPU (as in TensorFlow's CPU kernel), not a read. */
+static void test_xent_bad_label(void **state)
+{
+    (void)state;
+    float logits[2 * 3] = {0};
+    int32_t labels[2] = {1, 3};
+    tw_buffer *lg = dev_from(logits, 6), *lb = dev_from(labels, 2), *ls = dev_new(2), *pr = dev_new(6);
+    assert_int_equal(tw_xent_fwd(B, view(ls), view(pr), view(lg), view(lb), 2, 3, &E), TW_ERR_INVALID);
+    assert_non_null(strstr(E.message, "label 3"));
+    assert_int_equal(tw_xent_bwd(B, view(pr), view(pr), view(lb), 2, 3, 1.0f, &E), TW_ERR_INVALID);
+    tw_backend_free(B, lg);
+    tw_backend_free(B, lb);
+    tw_backend_free(B, ls);
+    tw_backend_free(B, pr);
+}
+
+enum { MR = 3, MC = 4 };
+
+typedef struct {
+    float pred[MR * MC], target[MR * MC]; /* [3, 4] */
+    float scale;                          /* the loss is scale * sum of the rows' losses */
+} mse_case;
+
+static void mse_fwd(const mse_case *c, float *loss)
+{
+    tw_buffer *p = dev_from(c->pred, MR * MC), *t = dev_from(c->target, MR * MC), *l = dev_new(MR);
+    OK(tw_mse_fwd(B, view(l), view(p), view(t), MR, MC, &E));
+    dev_read(loss, l, MR);
+    tw_backend_free(B, p);
+    tw_backend_free(B, t);
+    tw_backend_free(B, l);
+}
+
+static double mse_total(void *ctx)
+{
+    mse_case *c = ctx;
+    float loss[MR];
+    mse_fwd(c, loss);
+    return c->scale * ((double)loss[0] + loss[1] + loss[2]);
+}
+
+/* Squared error rows against the naive sum; dpred = 2 (pred - target) scale by finite differences. */
+static void test_mse(void **state)
+{
+    (void)state;
+    mse_case c = {.scale = 1.0f / (MR * MC)};
+    fill(c.pred, MR * MC, -1, 1);
+    fill(c.target, MR * MC, -1, 1);
+    float loss[MR], grad[MR * MC];
+    mse_fwd(&c, loss);
+    for (int r = 0; r < MR; r++) {
+        double want = 0.0;
+        for (int j = 0; j < MC; j++)
+            want += ((double)c.pred[r * MC + j] - c.target[r * MC + j]) *
+                    ((double)c.pred[r * MC + j] - c.target[r * MC + j]);
+        assert_near(loss[r], want, 1e-6, 1e-7, "mse loss", (size_t)r);
+    }
+    tw_buffer *p = dev_from(c.pred, MR * MC), *t = dev_from(c.target, MR * MC), *d = dev_new(MR * MC);
+    OK(tw_mse_bwd(B, view(d), view(p), view(t), MR * MC, c.scale, &E));
+    dev_read(grad, d, MR * MC);
+    check_fd("mse dpred", c.pred, MR * MC, grad, mse_total, &c);
+    tw_backend_free(B, p);
+    tw_backend_free(B, t);
+    tw_backend_free(B, d);
+}
+
+/* Sum of squares against double; 2^21 equal values, where a float accumulator would drift. */
+static void test_sum_squares(void **state)
+{
+    (void)state;
+    enum { N = 10001, BIG = 1 << 21 };
+    float *x = floats(BIG), got;
+    fill(x, N, -2, 2);
+    tw_buffer *bx = dev_from(x, N), *out = dev_new(1);
+    OK(tw_sum_squares(B, view(out), view(bx), N, &E));
+    dev_read(&got, out, 1);
+    assert_near(got, dot(x, x, N), 1e-6, 0, "sum_squares", 0);
+    tw_backend_free(B, bx);
+    for (size_t i = 0; i < BIG; i++)
+        x[i] = 0.1f;
+    bx = dev_from(x, BIG);
+    OK(tw_sum_squares(B, view(out), view(bx), BIG, &E));
+    dev_read(&got, out, 1);
+    assert_near(got, (double)0.1f * 0.1f * BIG, 1e-7, 0, "sum_squares 2^21", 0);
+    tw_backend_free(B, bx);
+    tw_backend_free(B, out);
+    free(x);
+}
+
+/* ---- update ---- */
+
+enum { UN = 10, UL2 = 6, USTEPS = 3 };
+
+/* TensorFlow 1's optimizers in double, written from FORMATS.md §6 without elementwise.h. */
+typedef struct {
+    double w[UN], s1[UN], s2[UN], ema[UN];
+} ref_state;
+
+typedef struct {
+    tw_optimizer_kind kind;
+    double lr, momentum, beta1, beta2, epsilon, l2, ema_decay;
+} ref_hyper;
+
+static void ref_step(const ref_hyper *h, ref_state *s, const float *g, int t)
+{
+    double alpha = h->lr * sqrt(1.0 - pow(h->beta2, t)) / (1.0 - pow(h->beta1, t));
+    for (int i = 0; i < UN; i++) {
+        double gi = g[i] + (i < UL2 ? h->l2 * s->w[i] : 0.0);
+        if (h->kind == TW_OPT_SGD) {
+            s->w[i] -= h->lr * gi;
+        } else if (h->kind == TW_OPT_MOMENTUM) {
+            s->s1[i] = s->s1[i] * h->momentum + gi;
+            s->w[i] -= h->lr * s->s1[i];
+        } else {
+            s->s1[i] = h->beta1 * s->s1[i] + (1.0 - h->beta1) * gi;
+            s->s2[i] = h->beta2 * s->s2[i] + (1.0 - h->beta2) * gi * gi;
+            s->w[i] -= alpha * s->s1[i] / (sqrt(s->s2[i]) + h->epsilon);
+        }
+    }
+    double decay = fmin(h->ema_decay, (1.0 + t) / (10.0 + t));
+    for (int i = 0; i < UN; i++)
+        s->ema[i] = decay * s->ema[i] + (1.0 - decay) * s->w[i];
+}
+
+/* USTEPS updates through the backend (arena [4, UN]: params, slot1, slot2, ema) against ref_step. */
+static void check_update(const ref_hyper *h)
+{
+    float w0[UN], g[UN], got[4 * UN];
+    fill(w0, UN, -1, 1);
+    ref_state ref;
+    memset(&ref, 0, sizeof ref);
+    for (int i = 0; i < UN; i++)
+        ref.w[i] = ref.ema[i] = w0[i];
+    tw_buffer *arena = dev_new(4 * UN), *grads = dev_new(UN);
+    tw_tensor params = view(arena), slot1 = tw_tensor_at(params, UN), slot2 = tw_tensor_at(params, 2 * UN),
+              ema = tw_tensor_at(params, 3 * UN);
+    OK(tw_backend_zero(B, view(arena), 4 * UN * sizeof(float), &E));
+    OK(tw_backend_upload(B, params, w0, sizeof w0, &E));
+    OK(tw_backend_upload(B, ema, w0, sizeof w0, &E));
+    tw_tensor none = {NULL, 0};
+    for (int t = 1; t <= USTEPS; t++) {
+        fill(g, UN, -1, 1);
+        OK(tw_backend_upload(B, view(grads), g, sizeof g, &E));
+        tw_update u = {.kind = h->kind, .lr = (float)h->lr, .momentum = (float)h->momentum,
+                       .beta1 = (float)h->beta1, .beta2 = (float)h->beta2,
+                       .epsilon = (float)h->epsilon, .l2 = (float)h->l2, .l2_count = UL2, .ema = 1};
+        u.adam_alpha = (float)(h->lr * sqrt(1.0 - pow(h->beta2, t)) / (1.0 - pow(h->beta1, t)));
+        u.ema_decay = (float)fmin(h->ema_decay, (1.0 + t) / (10.0 + t));
+        OK(tw_update_step(B, &u, params, view(grads), h->kind == TW_OPT_SGD ? none : slot1,
+                          h->kind == TW_OPT_ADAM ? slot2 : none, ema, UN, &E));
+        ref_step(h, &ref, g, t);
+    }
+    dev_read(got, arena, 4 * UN);
+    assert_all_near(got, ref.w, UN, 1e-5, 1e-6, "params");
+    assert_all_near(got + 3 * UN, ref.ema, UN, 1e-5, 1e-6, "ema");
+    if (h->kind != TW_OPT_SGD)
+        assert_all_near(got + UN, ref.s1, UN, 1e-5, 1e-6, "slot1");
+    if (h->kind == TW_OPT_ADAM)
+        assert_all_near(got + 2 * UN, ref.s2, UN, 1e-5, 1e-7, "slot2");
+    tw_backend_free(B, arena);
+    tw_backend_free(B, grads);
+}
+
+static void test_update_sgd(void **state)
+{
+    (void)state;
+    check_update(&(ref_hyper){.kind = TW_OPT_SGD, .lr = 0.1, .l2 = 0.05, .ema_decay = 0.99});
+}
+
+static void test_update_momentum(void **state)
+{
+    (void)state;
+    check_update(&(ref_hyper){.kind = TW_OPT_MOMENTUM, .lr = 0.1, .momentum = 0.9, .l2 = 0.05,
+                              .ema_decay = 0.99});
+}
+
+/* Adam with TF's defaults, and with an epsilon large enough that adding it to sqrt(v-hat) instead of
+ * sqrt(v) would fail the comparison. */
+static void test_update_adam(void **state)
+{
+    (void)state;
+    ref_hyper h = {.kind = TW_OPT_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .epsilon = 1e-8,
+                   .l2 = 0.05, .ema_decay = 0.9999};
+    check_update(&h);
+    h.epsilon = 0.1;
+    check_update(&h);
+}
+
+/* With zero gradients only the first l2_count values decay, by exactly lr * l2 * w; no EMA: ema view
+ * untouched. */
+static void test_update_l2_range(void **state)
+{
+    (void)state;
+    float w[UN], got[UN], zero[UN] = {0}, sentinel = 7.0f, ema;
+    fill(w, UN, -1, 1);
+    tw_buffer *p = dev_from(w, UN), *g = dev_from(zero, UN), *e = dev_from(&sentinel, 1);
+    tw_update u = {.kind = TW_OPT_SGD, .lr = 0.5f, .l2 = 0.1f, .l2_count = UL2};
+    OK(tw_update_step(B, &u, view(p), view(g), (tw_tensor){NULL, 0}, (tw_tensor){NULL, 0}, view(e), UN, &E));
+    dev_read(got, p, UN);
+    dev_read(&ema, e, 1);
+    for (int i = 0; i < UN; i++) {
+        float want = i < UL2 ? w[i] - 0.5f * (0.0f + 0.1f * w[i]) : w[i];
+        assert_true(got[i] == want);
+    }
+    assert_true(ema == sentinel);
+    tw_backend_free(B, p);
+    tw_backend_free(B, g);
+    tw_backend_free(B, e);
+}
+
+/* ---- collectives ---- */
+
+/* Three towers' buffers (one at an offset) all become ((b0 + b1) + b2) * (1/3) in float, bit for bit,
+ * over more than one block. */
+static void test_allreduce_avg(void **state)
+{
+    (void)state;
+    enum { N = 2500, T = 3, OFF = 3 };
+    tw_backend *towers[T] = {B, NULL, NULL};
+    OK(tw_backend_create("cpu", 1, &towers[1], &E));
+    OK(tw_backend_create("cpu", 2, &towers[2], &E));
+    float *h[T], *got = floats(N);
+    tw_buffer *bufs[T];
+    tw_tensor views[T];
+    for (int t = 0; t < T; t++) {
+        h[t] = floats(N);
+        fill(h[t], N, -10, 10);
+        OK(tw_backend_alloc(towers[t], (N + OFF) * sizeof(float), &bufs[t], &E));
+        views[t] = tw_tensor_at(view(bufs[t]), t == 1 ? OFF : 0);
+        OK(tw_backend_upload(towers[t], views[t], h[t], N * sizeof(float), &E));
+    }
+    OK(tw_backend_allreduce_avg(towers, T, views, N, &E));
+    for (int t = 0; t < T; t++) {
+        OK(tw_backend_download(towers[t], got, views[t], N * sizeof(float), &E));
+        for (size_t i = 0; i < N; i++) {
+            float want = (h[0][i] + h[1][i] + h[2][i]) * (1.0f / 3.0f);
+            assert_true(got[i] == want);
+            assert_near(got[i], ((double)h[0][i] + h[1][i] + h[2][i]) / 3.0, 1e-5, 1e-5, "mean", i);
+        }
+    }
+    for (int t = 0; t < T; t++) {
+        tw_backend_free(towers[t], bufs[t]);
+        free(h[t]);
+    }
+    tw_backend_destroy(towers[1]);
+    tw_backend_destroy(towers[2]);
+    free(got);
+    OK(tw_backend_sync(B, &E));
+}
+
+/* ---- wrapper checks ---- */
+
+/* The call failed with TW_ERR_INVALID and a message naming the op and the word `arg`. */
+static void assert_invalid(tw_status s, const char *op, const char *arg)
+{
+    assert_int_equal(s, TW_ERR_INVALID);
+    assert_int_equal(E.status, TW_ERR_INVALID);
+    if (!strstr(E.message, op) || !strstr(E.message, arg))
+        fail_msg("message '%s' does not name %s and %s", E.message, op, arg);
+}
+
+/* Out-of-range, misaligned, missing and overlapping views, bad sizes and bad windows: each refused with
+ * TW_ERR_INVALID naming the wrapper and the argument, before the op runs. */
+static void test_wrapper_checks(void **state)
+{
+    (void)state;
+    tw_buffer *a = dev_new(6), *c = dev_new(4), *small = dev_new(3);
+    tw_tensor va = view(a), vc = view(c), vs = view(small), none = {NULL, 0}, odd = {a, 2};
+    tw_status s;
+    s = tw_gemm(B, 0, 0, 2, 2, 3, 1, va, va, 0, vs, &E);
+    assert_invalid(s, "tw_gemm", "argument c");
+    s = tw_gemm(B, 0, 0, 2, 2, 3, 1, va, va, 0, tw_tensor_at(vc, 1), &E);
+    assert_invalid(s, "tw_gemm", "argument c");
+    s = tw_gemm(B, 0, 0, 2, 2, 3, 1, odd, va, 0, vc, &E);
+    assert_invalid(s, "tw_gemm", "argument a: offset 2");
+    s = tw_gemm(B, 0, 0, 2, 2, 3, 1, none, va, 0, vc, &E);
+    assert_invalid(s, "tw_gemm", "argument a has no buffer");
+    s = tw_gemm(B, 0, 0, 0, 2, 3, 1, va, va, 0, vc, &E);
+    assert_invalid(s, "tw_gemm", "argument m");
+    s = tw_gemm(B, 0, 0, 2, 2, 1, 1, va, va, 0, va, &E);
+    assert_invalid(s, "tw_gemm", "argument c overlaps argument a");
+    s = tw_gemm(NULL, 0, 0, 2, 2, 3, 1, va, va, 0, vc, &E);
+    assert_invalid(s, "tw_gemm", "no backend");
+    assert_invalid(tw_act_fwd(B, (tw_activation)9, va, va, 6, &E), "tw_act_fwd", "activation 9");
+    assert_invalid(tw_act_bwd(B, TW_ACT_RELU, va, va, vs, 6, &E), "tw_act_bwd", "argument y");
+    assert_invalid(tw_dropout_fwd(B, va, va, 6, 1.0f, 1, &E), "tw_dropout_fwd", "rate");
+    assert_invalid(tw_dropout_bwd(B, va, va, 0, 0.5f, 1, &E), "tw_dropout_bwd", "argument n");
+    assert_invalid(tw_bias_add(B, va, vs, 1, 6, &E), "tw_bias_add", "argument bias");
+    assert_invalid(tw_sum_squares(B, va, va, 6, &E), "tw_sum_squares", "argument out overlaps");
+    s = tw_backend_upload(B, tw_tensor_at(vs, 1), "0123456789ab", 12, &E);
+    assert_invalid(s, "tw_backend_upload", "argument dst");
+    assert_invalid(tw_backend_zero(B, vs, 0, &E), "tw_backend_zero", "argument bytes");
+
+    tw_update u = {.kind = TW_OPT_ADAM, .l2_count = 2};
+    s = tw_update_step(B, &u, vc, vs, va, none, none, 3, &E);
+    assert_invalid(s, "tw_update_step", "argument slot2");
+    u.l2_count = 4;
+    s = tw_update_step(B, &u, vc, vs, va, va, none, 3, &E);
+    assert_invalid(s, "tw_update_step", "l2_count 4");
+    u = (tw_update){.kind = TW_OPT_SGD, .ema = 1};
+    s = tw_update_step(B, &u, vc, vs, none, none, none, 3, &E);
+    assert_invalid(s, "tw_update_step", "argument ema");
+
+    tw_window w = window2d(1, 4, 4, 1, 2, 2, 0);
+    tw_buffer *x = dev_new(16), *cols = dev_new(16);
+    OK(tw_im2col(B, &w, view(cols), view(x), &E));
+    w.out_h = 3; /* the third window would start past the input */
+    assert_invalid(tw_im2col(B, &w, view(cols), view(x), &E), "tw_im2col", "axis h");
+    w.out_h = 2;
+    w.pad_w = 2;
+    assert_invalid(tw_maxpool_fwd(B, &w, vc, va, view(x), &E), "tw_maxpool_fwd", "padding 2");
+    w.pad_w = 0;
+    assert_invalid(tw_col2im(B, &w, view(x), vs, &E), "tw_col2im", "argument cols");
+    s = tw_backend_allreduce_avg(&B, 0, &va, 6, &E);
+    assert_invalid(s, "tw_backend_allreduce_avg", "argument n_towers");
+    assert_invalid(tw_backend_sync(NULL, &E), "tw_backend_sync", "no backend");
+    tw_buffer *bufs[] = {a, c, small, x, cols};
+    for (size_t i = 0; i < 5; i++)
+        tw_backend_free(B, bufs[i]);
+    tw_backend_free(B, NULL);
+}
+
+/* ---- window arithmetic ---- */
+
+static void test_window_resolve(void **state)
+{
+    (void)state;
+    tw_window w = window2d(1, 28, 28, 1, 5, 1, 1);
+    assert_int_equal(w.out_h, 28);
+    assert_int_equal(w.out_w, 28);
+    assert_int_equal(w.pad_h, 2);
+    assert_int_equal(w.pad_w, 2);
+    assert_int_equal(w.out_d, 1);
+    assert_int_equal(w.pad_d, 0);
+    w = window2d(1, 28, 28, 1, 2, 2, 1);
+    assert_int_equal(w.out_h, 14);
+    assert_int_equal(w.pad_h, 0);
+    w = window2d(1, 7, 7, 1, 3, 2, 0);
+    assert_int_equal(w.out_h, 3);
+    assert_int_equal(w.out_w, 3);
+    assert_int_equal(w.pad_w, 0);
+    w = window3d(1, 9, 8, 7, 1, 3, 3, 3, 2, 1); /* SAME: 5x4x4, pad_total 2, 1, 2 */
+    assert_int_equal(w.out_d, 5);
+    assert_int_equal(w.out_h, 4);
+    assert_int_equal(w.out_w, 4);
+    assert_int_equal(w.pad_d, 1);
+    assert_int_equal(w.pad_h, 0);
+    assert_int_equal(w.pad_w, 1);
+    w = (tw_window){.batch = 1, .in_d = 1, .in_h = 4, .in_w = 4, .in_c = 1, .k_d = 1, .k_h = 5,
+                    .k_w = 3, .s_d = 1, .s_h = 1, .s_w = 1};
+    assert_invalid(tw_window_resolve(&w, 0, &E), "tw_window_resolve", "larger");
+    OK(tw_window_resolve(&w, 1, &E));
+    assert_int_equal(w.out_h, 4);
+    assert_int_equal(w.pad_h, 2);
+    w.s_w = 0;
+    assert_invalid(tw_window_resolve(&w, 1, &E), "tw_window_resolve", "stride");
+}
+
+/* ---- registry ---- */
+
+static void test_registry(void **state)
+{
+    (void)state;
+    tw_backend *b = NULL;
+    OK(tw_backend_create("cpu", 0, &b, &E));
+    assert_string_equal(tw_backend_name(b), "cpu");
+    assert_string_equal(tw_backend_kind(b), "cpu");
+    tw_backend_destroy(b);
+    OK(tw_backend_create("auto", 0, &b, &E));
+    assert_string_equal(tw_backend_kind(b), "cpu");
+    tw_backend_destroy(b);
+    b = B; /* a stale value: a failed create must reset it */
+    assert_int_equal(tw_backend_create("cuda", 0, &b, &E), TW_ERR_UNSUPPORTED);
+    assert_null(b);
+    assert_non_null(strstr(E.message, "no CUDA backend"));
+    assert_invalid(tw_backend_create("bogus", 0, &b, &E), "tw_backend_create", "bogus");
+    assert_invalid(tw_backend_create(NULL, 0, &b, &E), "tw_backend_create", "kind");
+    assert_int_equal(tw_backend_devices("cpu"), 1);
+    assert_int_equal(tw_backend_devices("cuda"), 0);
+    assert_int_equal(tw_backend_devices("bogus"), 0);
+    tw_backend_destroy(NULL);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    return tw_backend_create("cpu", 0, &B, &E) == TW_OK ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    tw_backend_destroy(B);
+    return 0;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_transposes),
+        cmocka_unit_test(test_dense_gradients),
+        cmocka_unit_test(test_bias_grad_order),
+        cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_dropout),
+        cmocka_unit_test(test_conv2d_same_stride2),
+        cmocka_unit_test(test_conv3d_valid),
+        cmocka_unit_test(test_col2im_adjoint),
+        cmocka_unit_test(test_maxpool2d),
+        cmocka_unit_test(test_maxpool3d),
+        cmocka_unit_test(test_xent),
+        cmocka_unit_test(test_xent_bad_label),
+        cmocka_unit_test(test_mse),
+        cmocka_unit_test(test_sum_squares),
+        cmocka_unit_test(test_update_sgd),
+        cmocka_unit_test(test_update_momentum),
+        cmocka_unit_test(test_update_adam),
+        cmocka_unit_test(test_update_l2_range),
+        cmocka_unit_test(test_allreduce_avg),
+        cmocka_unit_test(test_wrapper_checks),
+        cmocka_unit_test(test_window_resolve),
+        cmocka_unit_test(test_registry),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
