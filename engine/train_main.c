@@ -114,5 +114,9 @@ int tw_train_main(int argc, char **argv)
     tw_train_outcome outcome;
     if (tw_train(&c, &o.train, &outcome, &err) != TW_OK)
         return fail(&err, err.status == TW_ERR_INVALID ? EXIT_USAGE : 1);
-    return outcome == TW_TRAIN_DIVERGED ? EXIT_DIVERGED : 0;
+    if (outcome != TW_TRAIN_DIVERGED)
+        return 0;
+    fprintf(stderr, "tower train: the loss is not finite (NaN or Inf): stopped; the last checkpoint "
+                    "is from before it\n");
+    return EXIT_DIVERGED;
 }

@@ -4,13 +4,13 @@ short Fashion-MNIST run that must learn."""
 import copy
 import json
 import os
-import pathlib
+import signal
 import subprocess
 
 import numpy as np
 import pytest
 
-from conftest import FASHION
+from conftest import FASHION, ROOT
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -99,15 +99,41 @@ def test_resume_is_bit_exact(tower_bin, tmp_path, fashion):
     lw, l2 = losses(whole), losses(part2)
     assert sorted(l2) == list(range(21, 41))
     assert [l2[s] for s in sorted(l2)] == [lw[s] for s in range(21, 41)]  # exactly equal
-    events = sorted(p.name for p in logdir.iterdir() if "tfevents" in p.name)
-    assert len(events) == 2  # the resumed run writes a new event file
+    events = sorted(p for p in logdir.iterdir() if "tfevents" in p.name)
+    assert len(events) == 2  # the resumed run writes a new event file, starting with SessionLog START
+    res = subprocess.run([str(tower_bin), "inspect", events[1], "--json"], capture_output=True,
+                         text=True)
+    assert json.loads(res.stdout)["session_starts"] == [21]
+
+
+def test_sigterm_checkpoints_and_cancels(tower_bin, tmp_path, fashion):
+    cfg = tmp_path / "long.json"
+    cfg.write_text(json.dumps(mlp_config(fashion, steps=10**8, summary_every=20)))
+    proc = subprocess.Popen([str(tower_bin), "train", cfg, "--logdir", tmp_path / "long"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = json.loads(proc.stdout.readline())  # the step-0 evaluation: training has begun
+        assert first["step"] == 0
+        assert json.loads(proc.stdout.readline())["step"] == 20
+        proc.send_signal(signal.SIGTERM)
+        rest = [json.loads(l) for l in proc.stdout.read().splitlines()]
+        assert proc.wait(timeout=60) == 0, proc.stderr.read()
+    finally:
+        proc.kill()
+    final = rest[-1]
+    assert final["status"] == "cancelled" and final["step"] >= 20
+    latest = (tmp_path / "long" / "checkpoints" / "latest").read_text().strip()
+    assert latest == f"ckpt-{final['step']:010d}.safetensors"
 
 
 def test_tensorboard_sees_every_tag(tower_bin, tmp_path, fashion):
+    """A short run of examples/seed_mlp.json (the seed's model), with only the data paths and the
+    schedule shortened."""
     from tensorboard.backend.event_processing import event_accumulator as ea
-    _, lines, logdir, _ = train(tower_bin, tmp_path,
-                                mlp_config(fashion, steps=20, summary_every=10, eval_every=10),
-                                name="tb")
+    seed = json.loads((ROOT / "examples" / "seed_mlp.json").read_text())
+    seed["dataset"]["train"], seed["dataset"]["test"] = map(str, fashion)
+    seed.update(steps=20, summary_every=10, eval_every=10, checkpoint_every=20)
+    _, lines, logdir, _ = train(tower_bin, tmp_path, seed, name="tb")
     acc = ea.EventAccumulator(str(logdir), size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
     acc.Reload()
     tags = acc.Tags()
@@ -120,13 +146,14 @@ def test_tensorboard_sees_every_tag(tower_bin, tmp_path, fashion):
         for t in [v, f"gradients_on_average/{v}", f"{v}/ExponentialMovingAverage"]:
             assert t in tags["histograms"], t
     w = acc.Histograms("layer1/weights")[-1].histogram_value
-    assert w.num == 784 * 64
+    assert w.num == 784 * 500
     assert tags["graph"]
     names = {n.name for n in acc.Graph().node}
     assert {"layer1/weights", "layer1/MatMul", "layer2/BiasAdd"} <= names
     assert "config" in tags["tensors"]
     lr = [e.value for e in acc.Scalars("learning_rate")]
-    np.testing.assert_allclose(lr, [0.05 * 0.9 ** (10 / 10), 0.05 * 0.9 ** (20 / 10)], rtol=1e-6)
+    np.testing.assert_allclose(lr, [0.001 * 0.99 ** (10 / 1718), 0.001 * 0.99 ** (20 / 1718)],
+                               rtol=1e-6)
     ev = [l for l in lines if "eval_accuracy" in l]
     assert ev and 0 <= ev[-1]["eval_accuracy"] <= 1
     assert lines[-1]["status"] == "completed"

@@ -20,6 +20,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "checkpoint.h"
 
 enum { W_ROWS = 3, W_COLS = 4 };
@@ -34,12 +36,7 @@ typedef struct {
 static int setup(void **state)
 {
     fixture *f = calloc(1, sizeof *f);
-    const char *base = getenv("TW_TEST_TMP");
-    if (!base || !base[0])
-        base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(f->root, sizeof f->root, "%s/checkpoint.XXXXXX", base);
-    if (!mkdtemp(f->root))
+    if (tw_test_mkdtemp(f->root, sizeof f->root, "checkpoint") != 0)
         return -1;
     snprintf(f->dir, sizeof f->dir, "%s/ckpt", f->root);
     *state = f;

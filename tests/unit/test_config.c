@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
+
+#include "testutil.h"
 #include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -628,12 +630,7 @@ static void test_relative_paths(void **state)
 /* A fresh folder under $TW_TEST_TMP (or /tmp) for files of this test. */
 static void temp_dir(char *dir, size_t size)
 {
-    const char *base = getenv("TW_TEST_TMP");
-    if (!base || !base[0])
-        base = "/tmp";
-    mkdir(base, 0755);
-    snprintf(dir, size, "%s/config_XXXXXX", base);
-    assert_non_null(mkdtemp(dir));
+    assert_int_equal(tw_test_mkdtemp(dir, size, "config"), 0);
 }
 
 static void write_file(const char *path, const char *text, size_t len)

@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "safetensors.h"
 
 static const char NAME[] = "c.safetensors";
@@ -29,32 +31,10 @@ typedef struct {
 
 /* ---- helpers ---- */
 
-/* A fresh folder under $TW_TEST_TMP (or /tmp). */
-static void make_dir(char *out, size_t size)
-{
-    const char *base = getenv("TW_TEST_TMP");
-    if (!base || !base[0])
-        base = "/tmp";
-    if (mkdir(base, 0755) != 0)
-        assert_int_equal(errno, EEXIST);
-    snprintf(out, size, "%s/safetensors.XXXXXX", base);
-    assert_non_null(mkdtemp(out));
-}
+/* A fresh folder under $TW_TEST_TMP (or /tmp); removed with its files by remove_dir. */
+static void make_dir(char *out, size_t size) { assert_int_equal(tw_test_mkdtemp(out, size, "safetensors"), 0); }
 
-static void remove_dir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    char path[1024];
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        assert_int_equal(unlink(path), 0);
-    }
-    closedir(d);
-    assert_int_equal(rmdir(dir), 0);
-}
+static void remove_dir(const char *dir) { assert_int_equal(tw_test_rmdir(dir), 0); }
 
 static int count_files(const char *dir)
 {

@@ -1,0 +1,113 @@
+"""Training-speed benchmark (not a test): examples/s of the seed's MLP (examples/seed_mlp.json: 784-500-10
+relu, SGD with decay, L2, EMA, batch 32 per tower) with 1 and 2 towers, `tower train` side by side with the
+same graph in TensorFlow (tf_seed_train.py) on the same data and machine; the fraction of the machine's
+OpenBLAS sgemm throughput, measured on the step's own GEMM shapes, that a tower step reaches; peak memory.
+
+These machines preset OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) to an older kernel; --native unsets both
+for the benchmark's own commands (never in tests or CI). The OpenBLAS core in use is printed.
+
+usage: python tests/bench/bench_train.py [--build build] [--steps 3000] [--native]
+"""
+import argparse
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+FASHION = pathlib.Path("/usr/share/datasets/fashion-mnist")
+BATCH, IN, HIDDEN, OUT = 32, 784, 500, 10
+
+
+def run(cmd, env):
+    """(stdout, wall seconds) of one process; exits on failure."""
+    t0 = time.perf_counter()
+    proc = subprocess.run([str(c) for c in cmd], capture_output=True, env=env)
+    if proc.returncode:
+        sys.exit(f"failed: {' '.join(map(str, cmd))}\n{proc.stderr.decode()}")
+    return proc.stdout.decode(), time.perf_counter() - t0
+
+
+def peak_rss(cmd, env):
+    """Runs cmd again under wait4 to read its peak RSS (MiB)."""
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env)
+    _, _, ru = os.wait4(proc.pid, 0)
+    return ru.ru_maxrss / 1024
+
+
+def gemm_gflops(bench, shape, env):
+    out, _ = run([bench, "gemm", *shape], env)
+    return json.loads(out)
+
+
+def sgemm_limit(bench, env):
+    """Examples/s if a step did nothing but its GEMMs at the measured sgemm speed of each shape."""
+    b = BATCH
+    shapes = [  # (m, n, k, trans_a, trans_b) of one tower step
+        (b, HIDDEN, IN, 0, 0), (b, OUT, HIDDEN, 0, 0),          # forward
+        (HIDDEN, OUT, b, 1, 0), (b, HIDDEN, OUT, 0, 1),         # layer 2: dW, dx
+        (IN, HIDDEN, b, 1, 0),                                  # layer 1: dW
+    ]
+    seconds, core = 0.0, ""
+    for m, n, k, ta, tb in shapes:
+        g = gemm_gflops(bench, (m, n, k, ta, tb), env)
+        seconds += 2.0 * m * n * k / (g["gflops"] * 1e9)
+        core = g["openblas_core"]
+    return b / seconds, core
+
+
+def tower_rate(tower, cfg, logdir, env):
+    out, _ = run([tower, "train", cfg, "--logdir", logdir], env)
+    rates = [json.loads(l)["examples_per_sec"] for l in out.splitlines()
+             if '"examples_per_sec"' in l]
+    return sorted(rates[1:])[len(rates[1:]) // 2]  # median, the first report excluded (warm-up)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=str(ROOT / "build"))
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--native", action="store_true")
+    a = ap.parse_args()
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if a.native:
+        env.pop("OPENBLAS_CORETYPE", None)
+        env.pop("OPENBLAS_L2_SIZE", None)
+    build = pathlib.Path(a.build)
+    tower, bench = build / "server" / "tower", build / "tests" / "tools" / "tw_bench"
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="tw_bench_train_"))
+    train = tmp / "train.tfrecord"
+    run([tower, "convert", "--images", FASHION / "train-images-idx3-ubyte.gz", "--labels",
+         FASHION / "train-labels-idx1-ubyte.gz", "-o", train], env)
+    seed = json.loads((ROOT / "examples" / "seed_mlp.json").read_text())
+    seed["dataset"]["train"] = str(train)
+    seed["dataset"].pop("test")
+    seed.update(steps=a.steps, summary_every=a.steps // 6, eval_every=0, checkpoint_every=a.steps)
+    rows = []
+    for towers in (1, 2):
+        seed["towers"] = towers
+        cfg = tmp / f"seed{towers}.json"
+        cfg.write_text(json.dumps(seed))
+        ours = tower_rate(tower, cfg, tmp / f"run{towers}", env)
+        ours_rss = peak_rss([tower, "train", cfg, "--logdir", tmp / f"rss{towers}"], env)
+        tf_cmd = [sys.executable, HERE / "tf_seed_train.py", train, towers, a.steps]
+        tf_out, _ = run(tf_cmd, env)
+        tf = json.loads(tf_out.strip().splitlines()[-1])
+        limit, core = sgemm_limit(bench, env)
+        rows.append((towers, ours, ours_rss, tf["examples_per_sec"], tf["peak_rss_mib"], limit))
+    print(f"OpenBLAS core: {core}; OPENBLAS_CORETYPE={env.get('OPENBLAS_CORETYPE', '(unset)')}\n")
+    print("| towers | tower ex/s | TensorFlow ex/s | speed-up | sgemm-bound ex/s | fraction | "
+          "tower peak MiB | TF peak MiB |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for towers, ours, rss, tf, tf_rss, limit in rows:
+        print(f"| {towers} | {ours:,.0f} | {tf:,.0f} | {ours / tf:.1f}x | {limit:,.0f} | "
+              f"{ours / limit:.0%} | {rss:.0f} | {tf_rss:.0f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+/* testutil.h — scratch folders for the unit tests, shared so every test makes and removes them the
+ * same way. Header-only (static inline): each test program includes what it uses. */
+#ifndef TW_TESTUTIL_H
+#define TW_TESTUTIL_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Makes a fresh folder "<$TW_TEST_TMP or /tmp>/<prefix>.XXXXXX" and writes its path into out.
+ * Returns 0, or -1 with errno set. */
+static inline int tw_test_mkdtemp(char *out, size_t size, const char *prefix)
+{
+    const char *base = getenv("TW_TEST_TMP");
+    if (!base || !base[0])
+        base = "/tmp";
+    if (mkdir(base, 0755) != 0 && errno != EEXIST)
+        return -1;
+    snprintf(out, size, "%s/%s.XXXXXX", base, prefix);
+    return mkdtemp(out) ? 0 : -1;
+}
+
+/* Removes dir and the files directly in it. Returns 0, or -1 with errno set. */
+static inline int tw_test_rmdir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    char path[4096];
+    int rc = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        rc |= unlink(path);
+    }
+    closedir(d);
+    return rc | rmdir(dir);
+}
+
+#endif
