@@ -220,6 +220,17 @@ tw_status tw_backend_create(const char *kind, int device, tw_backend **out, tw_e
     return TW_OK;
 }
 
+tw_status tw_backend_plan(const char *kind, int concurrent, tw_error *err)
+{
+    if (concurrent < 1)
+        return fail(err, "tw_backend_plan", "concurrent must be >= 1, got %d", concurrent);
+    const tw_backend_ops *ops;
+    TW_TRY(find_ops(kind, &ops, err));
+    if (ops->plan)
+        ops->plan(concurrent);
+    return TW_OK;
+}
+
 void tw_backend_destroy(tw_backend *b)
 {
     if (!b)

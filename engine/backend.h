@@ -79,6 +79,7 @@ typedef struct tw_backend tw_backend;
  * wrappers below before an op is called, so ops may assume valid views and sizes. */
 struct tw_backend_ops {
     const char *kind; /* "cpu", "cuda" */
+    void (*plan)(int concurrent); /* how many instances will compute at once (may be NULL) */
     tw_status (*create)(int device, void **ctx, char *name, size_t name_size, tw_error *err);
     void (*destroy)(void *ctx);
     tw_status (*alloc)(void *ctx, size_t bytes, tw_buffer **out, tw_error *err);
@@ -133,6 +134,11 @@ const char *tw_backend_kind(const tw_backend *b);  /* "cpu", "cuda" */
 
 /* Number of devices a kind offers (cpu: 1). */
 int tw_backend_devices(const char *kind);
+
+/* Tells a kind that `concurrent` instances will compute at the same time (one per tower), before they
+ * are created, so it can share the machine among them (the CPU backend gives each tower its share of the
+ * cores for OpenBLAS instead of letting every tower's GEMMs oversubscribe them). Process-wide. */
+tw_status tw_backend_plan(const char *kind, int concurrent, tw_error *err);
 
 /* ---- memory ---- */
 

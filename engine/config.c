@@ -214,9 +214,10 @@ static const field CONFIG_FIELDS[] = {
     {.key = "steps", .kind = K_INT64, .offset = AT(steps), IRANGE(1, 1000000000)},
     {.key = "seed", .kind = K_UINT64, .offset = AT(seed), IRANGE(0, INT64_MAX)},
     {.key = "summary_every", .kind = K_INT64, .offset = AT(summary_every), IRANGE(1, INT64_MAX)},
-    {.key = "eval_every", .kind = K_INT64, .offset = AT(eval_every), IRANGE(1, INT64_MAX)},
+    /* 0: no periodic evaluation or checkpoint; the run still evaluates and checkpoints at its end */
+    {.key = "eval_every", .kind = K_INT64, .offset = AT(eval_every), IRANGE(0, INT64_MAX)},
     {.key = "checkpoint_every", .kind = K_INT64, .offset = AT(checkpoint_every),
-     IRANGE(1, INT64_MAX)},
+     IRANGE(0, INT64_MAX)},
     {.key = "keep_checkpoints", .kind = K_INT, .offset = AT(keep_checkpoints), IRANGE(1, 1000)},
 };
 static const schema CONFIG_SCHEMA = SCHEMA(CONFIG_FIELDS);

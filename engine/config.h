@@ -5,7 +5,7 @@
  * validation function: unknown keys are refused by name, duplicate keys rejected, every number
  * range-checked, paths resolved against the config file's folder. A typo is an error naming the key,
  * never a default. Does not own: whether the dataset files exist and fit the model (the input pipeline
- * and the model check that, through tw_config_check_data). Not thread-safe per struct; no global state. */
+ * and the model check that when a run starts). Not thread-safe per struct; no global state. */
 #ifndef TW_CONFIG_H
 #define TW_CONFIG_H
 
@@ -86,7 +86,8 @@ typedef struct {
     int towers;
     int64_t steps;
     uint64_t seed;
-    int64_t summary_every, eval_every, checkpoint_every;
+    int64_t summary_every;
+    int64_t eval_every, checkpoint_every; /* 0: only at the end of the run */
     int keep_checkpoints;
 } tw_config;
 
@@ -96,8 +97,9 @@ const char *tw_layer_type_name(tw_layer_type t);
 /* Every default, in one place. */
 void tw_config_defaults(tw_config *c);
 
-/* Decodes and validates a JSON config (len bytes of text). base_dir (may be NULL) resolves relative
- * dataset paths. On error *err names the key ("model.layers[1].units: must be >= 1"), c is undefined. */
+/* Decodes and validates a JSON config (len bytes of text, at most 1 MiB: else TW_ERR_TOO_LARGE).
+ * base_dir (may be NULL) resolves relative dataset paths. On error *err names the key
+ * ("model.layers[1].units: must be >= 1"), c is undefined. */
 tw_status tw_config_parse(const char *json, size_t len, const char *base_dir, tw_config *c,
                           tw_error *err);
 

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The ops keep no per-instance state; ctx is unused. */
 
@@ -25,6 +26,14 @@ static float *f32(tw_tensor t) { return (float *)(void *)((char *)t.buf->data + 
 static int32_t *i32(tw_tensor t) { return (int32_t *)(void *)((char *)t.buf->data + t.offset); }
 
 /* ---- lifecycle and memory ---- */
+
+/* Each of `concurrent` towers gets an equal share of the cores for OpenBLAS (at least one). */
+static void cpu_plan(int concurrent)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long share = cores > concurrent ? cores / concurrent : 1;
+    openblas_set_num_threads((int)share);
+}
 
 static tw_status cpu_create(int device, void **ctx, char *name, size_t name_size, tw_error *err)
 {
@@ -512,6 +521,7 @@ static tw_status cpu_sync(void *ctx, tw_error *err)
 
 const tw_backend_ops tw_cpu_backend_ops = {
     .kind = "cpu",
+    .plan = cpu_plan,
     .create = cpu_create,
     .destroy = cpu_destroy,
     .alloc = cpu_alloc,

@@ -158,6 +158,7 @@ static tw_status alloc_host(run *R, tw_error *err)
 
 static tw_status create_towers(run *R, tw_error *err)
 {
+    TW_TRY(tw_backend_plan(R->o->backend, R->n, err));
     for (int t = 0; t < R->n; t++) {
         TW_TRY(tw_backend_create(R->o->backend, t, &R->b[t], err));
         TW_TRY(tw_replica_create(R->m, R->b[t], R->c->batch_size, &R->r[t], err));
