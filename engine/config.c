@@ -679,7 +679,7 @@ static tw_status decode_shape(const field *f, const json_t *v, const char *path,
     int dims[4] = {0, 0, 0, 0};
     for (size_t i = 0; i < n; i++) {
         char item[KEY_PATH];
-        int64_t x;
+        int64_t x = 0;
         join_index(item, path, i);
         TW_TRY(get_integer(json_array_get(v, i), item, f->ilo, f->ihi, &x, err));
         dims[i] = (int)x;
@@ -694,7 +694,7 @@ static tw_status decode_window(const field *f, const json_t *v, const char *path
                                size_t dims, tw_error *err)
 {
     int w[3] = {1, 1, 1};
-    int64_t x;
+    int64_t x = 0;
     if (json_is_integer(v)) {
         TW_TRY(get_integer(v, path, f->ilo, f->ihi, &x, err));
         for (size_t i = 3 - dims; i < 3; i++)

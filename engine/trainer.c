@@ -63,6 +63,7 @@ typedef struct {
     float *outs;                    /* [batch, outputs] evaluation outputs */
     void *eval_y;                   /* [batch*label_values] evaluation labels */
     int64_t step;                   /* completed updates */
+    tw_update update;               /* the update of the step in progress */
     double loss_sum;                /* training loss since the last report */
     int64_t loss_steps;
     double train_time;              /* seconds spent in train steps since the last report */
@@ -283,10 +284,14 @@ static tw_status load_checkpoint(run *R, const char *path, tw_error *err)
 
 /* ================================ one step ================================ */
 
+/* Work one tower does in a phase of the step; *out is summed over the towers. */
+typedef tw_status (*tower_fn)(run *R, int t, double *out, tw_error *err);
+
 typedef struct {
     run *R;
     int t;
-    double loss_sum;
+    tower_fn fn;
+    double out;
     tw_status status;
     tw_error err;
 } tower_job;
@@ -296,6 +301,7 @@ static uint64_t dropout_seed(const run *R, int t)
     return tw_hash64(R->c->seed ^ 0x64726f706f7574ull, (uint64_t)R->step * MAX_TOWERS + (uint64_t)t);
 }
 
+/* Forward and backward on tower t's slice of the batch; *loss_sum = its summed loss. */
 static tw_status tower_step(run *R, int t, double *loss_sum, tw_error *err)
 {
     int bs = R->c->batch_size;
@@ -308,21 +314,30 @@ static tw_status tower_step(run *R, int t, double *loss_sum, tw_error *err)
     return tw_replica_loss_sum(R->r[t], bs, loss_sum, err);
 }
 
+/* The same update on every replica (from the averaged gradients), so they stay identical. */
+static tw_status tower_update(run *R, int t, double *unused, tw_error *err)
+{
+    *unused = 0;
+    tw_replica *r = R->r[t];
+    return tw_update_step(R->b[t], &R->update, tw_replica_params(r), tw_replica_grads(r),
+                          tw_replica_slot1(r), tw_replica_slot2(r), tw_replica_ema(r), R->P, err);
+}
+
 static void *tower_main(void *arg)
 {
     tower_job *j = arg;
-    j->status = tower_step(j->R, j->t, &j->loss_sum, &j->err);
+    j->status = j->fn(j->R, j->t, &j->out, &j->err);
     return NULL;
 }
 
-/* Forward and backward on every tower; *loss = the mean loss over the step's examples. */
-static tw_status run_towers(run *R, double *loss, tw_error *err)
+/* Runs fn on every tower, each on its own thread when there are several; *sum = the outputs' sum. */
+static tw_status for_each_tower(run *R, tower_fn fn, double *sum, tw_error *err)
 {
     tower_job jobs[MAX_TOWERS];
     pthread_t threads[MAX_TOWERS];
     int started[MAX_TOWERS] = {0};
     for (int t = 0; t < R->n; t++) {
-        jobs[t] = (tower_job){.R = R, .t = t};
+        jobs[t] = (tower_job){.R = R, .t = t, .fn = fn};
         tw_error_clear(&jobs[t].err);
         if (t > 0)
             started[t] = pthread_create(&threads[t], NULL, tower_main, &jobs[t]) == 0;
@@ -330,8 +345,8 @@ static tw_status run_towers(run *R, double *loss, tw_error *err)
             tower_main(&jobs[t]);
     }
     tower_main(&jobs[0]);
-    double sum = 0;
     tw_status s = TW_OK;
+    *sum = 0;
     for (int t = 0; t < R->n; t++) {
         if (started[t])
             pthread_join(threads[t], NULL);
@@ -340,11 +355,19 @@ static tw_status run_towers(run *R, double *loss, tw_error *err)
             if (err)
                 *err = jobs[t].err;
         }
-        sum += jobs[t].loss_sum;
+        *sum += jobs[t].out;
     }
+    return s;
+}
+
+/* Forward and backward on every tower; *loss = the mean loss over the step's examples. */
+static tw_status run_towers(run *R, double *loss, tw_error *err)
+{
+    double sum;
+    TW_TRY(for_each_tower(R, tower_step, &sum, err));
     size_t per_example = R->c->loss == TW_LOSS_MSE ? (size_t)tw_model_output_size(R->m) : 1;
     *loss = sum / ((double)R->n * R->c->batch_size * (double)per_example);
-    return s;
+    return TW_OK;
 }
 
 static tw_update step_update(const run *R)
@@ -373,12 +396,9 @@ static tw_status train_step(run *R, double *loss, tw_error *err)
             grads[t] = tw_replica_grads(R->r[t]);
         TW_TRY(tw_backend_allreduce_avg(R->b, R->n, grads, R->P, err));
     }
-    tw_update u = step_update(R);
-    for (int t = 0; t < R->n; t++) {
-        tw_replica *r = R->r[t];
-        TW_TRY(tw_update_step(R->b[t], &u, tw_replica_params(r), tw_replica_grads(r),
-                              tw_replica_slot1(r), tw_replica_slot2(r), tw_replica_ema(r), R->P, err));
-    }
+    R->update = step_update(R);
+    double unused;
+    TW_TRY(for_each_tower(R, tower_update, &unused, err));
     R->step++;
     return TW_OK;
 }

@@ -446,7 +446,7 @@ tw_status tw_gzfile_open(const char *path, tw_compression c, uint64_t max_bytes,
                          tw_error *err)
 {
     *out = NULL;
-    tw_gzfile *f;
+    tw_gzfile *f = NULL;
     TW_TRY(gzfile_new(path, max_bytes, &f, err));
     tw_status s = TW_OK;
     f->dec.fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -470,7 +470,7 @@ tw_status tw_gzfile_open_mem(const void *data, size_t n, const char *name, tw_co
                              uint64_t max_bytes, tw_gzfile **out, tw_error *err)
 {
     *out = NULL;
-    tw_gzfile *f;
+    tw_gzfile *f = NULL;
     TW_TRY(gzfile_new(name, max_bytes, &f, err));
     f->dec.mem = data;
     f->dec.mem_len = n;

@@ -253,8 +253,8 @@ static tw_status prepare(const char *path, const tw_st_tensor *tensors, size_t n
         if (!meta[i].key || !meta[i].value)
             return tw_error_set(err, TW_ERR_INVALID, path, -1,
                                 "metadata entry %zu has a NULL key or value", i);
-    size_t dup;
-    void *copy;
+    size_t dup = SIZE_MAX;
+    void *copy = NULL;
     TW_TRY(sorted_copy(tensors, n, sizeof *tensors, tensor_by_name, &copy, &dup, err));
     p->t = copy;
     if (dup != SIZE_MAX)

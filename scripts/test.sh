@@ -38,14 +38,14 @@ fuzz_targets=()
 for f in "$root"/tests/fuzz/fuzz_*.c; do fuzz_targets+=("$(basename "${f%.c}")"); done
 
 build_fuzz() {
-  CC=clang build build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTW_FUZZ=ON -DTW_CUDA=OFF \
+  CC=clang build build-fuzz -DCMAKE_BUILD_TYPE=Release -DTW_FUZZ=ON -DTW_CUDA=OFF \
     -DTW_FUZZ_SECONDS="${TW_FUZZ_SECONDS:-20}" -- "${fuzz_targets[@]}"
 }
 
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 mkdir -p build build-asan build-fuzz
-step "build (release)" build build -DCMAKE_BUILD_TYPE=RelWithDebInfo
+step "build (release)" build build -DCMAKE_BUILD_TYPE=Release
 step "build (asan+ubsan)" build build-asan -DCMAKE_BUILD_TYPE=Debug -DTW_SANITIZE=ON -DTW_CUDA=OFF
 step "build (fuzz)" build_fuzz
 

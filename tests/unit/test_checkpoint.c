@@ -97,7 +97,7 @@ static void expect_listing(const char *dir, const char *want)
 
 static void write_text(const char *dir, const char *name, const char *text)
 {
-    char path[1024];
+    char path[2304];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *fp = fopen(path, "wb");
     assert_non_null(fp);
