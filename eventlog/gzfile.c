@@ -484,6 +484,14 @@ tw_status tw_gzfile_open_mem(const void *data, size_t n, const char *name, tw_co
     return TW_OK;
 }
 
+tw_status tw_gzfile_open_source(const tw_source *src, tw_compression c, uint64_t max_bytes,
+                                tw_gzfile **out, tw_error *err)
+{
+    if (src->path)
+        return tw_gzfile_open(src->path, c, max_bytes, out, err);
+    return tw_gzfile_open_mem(src->data, src->size, src->name, c, max_bytes, out, err);
+}
+
 tw_status tw_gzfile_rewind(tw_gzfile *f, tw_error *err)
 {
     if (f->pf)

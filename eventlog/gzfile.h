@@ -35,6 +35,21 @@ const char *tw_compression_name(tw_compression c);
 
 typedef struct tw_gzfile tw_gzfile;
 
+/* Where a stream's bytes come from: the file at path, or (path NULL) size bytes of memory at data,
+ * borrowed for the reader's life and labelled `name` in errors. */
+typedef struct {
+    const char *path;
+    const void *data;
+    size_t size;
+    const char *name;
+} tw_source;
+
+/* The name errors about src carry: its path, or its label. */
+static inline const char *tw_source_name(const tw_source *src)
+{
+    return src->path ? src->path : src->name;
+}
+
 /* Opens path, compressed as c (TW_COMPRESSION_AUTO: detected). max_bytes caps the content bytes (decompressed, or raw for a plain file) the stream may
  * yield; 0 means no cap. Producing byte max_bytes + 1 fails with TW_ERR_TOO_LARGE. Caller owns *out.
  * Errors: TW_ERR_IO (open/read), TW_ERR_NOMEM. */
@@ -45,6 +60,10 @@ tw_status tw_gzfile_open(const char *path, tw_compression c, uint64_t max_bytes,
  * NULL) labels errors. */
 tw_status tw_gzfile_open_mem(const void *data, size_t n, const char *name, tw_compression c,
                              uint64_t max_bytes, tw_gzfile **out, tw_error *err);
+
+/* tw_gzfile_open or tw_gzfile_open_mem, as src says. */
+tw_status tw_gzfile_open_source(const tw_source *src, tw_compression c, uint64_t max_bytes,
+                                tw_gzfile **out, tw_error *err);
 
 /* Makes content bytes available without copying: *data points at *avail bytes owned by f, valid until
  * the next call on f other than the accessors. *avail == 0 only at the clean end of the stream (for gzip:

@@ -107,17 +107,16 @@ static tw_status read_header(tw_idx_reader *r, tw_error *err)
                                 err);
 }
 
-/* Takes ownership of in; reads the header. */
-static tw_status reader_start(tw_gzfile *in, tw_idx_reader **out, tw_error *err)
+/* Opens src and reads the header. */
+static tw_status reader_start(const tw_source *src, uint64_t max_bytes, tw_idx_reader **out, tw_error *err)
 {
+    *out = NULL;
     tw_idx_reader *r = calloc(1, sizeof *r);
-    if (!r) {
-        tw_status s = tw_error_set(err, TW_ERR_NOMEM, tw_gzfile_name(in), -1, "out of memory");
-        tw_gzfile_close(in);
-        return s;
-    }
-    r->in = in;
-    tw_status s = read_header(r, err);
+    if (!r)
+        return tw_error_set(err, TW_ERR_NOMEM, tw_source_name(src), -1, "out of memory");
+    tw_status s = tw_gzfile_open_source(src, TW_COMPRESSION_AUTO, max_bytes, &r->in, err);
+    if (s == TW_OK)
+        s = read_header(r, err);
     if (s != TW_OK) {
         tw_idx_close(r);
         return s;
@@ -128,19 +127,15 @@ static tw_status reader_start(tw_gzfile *in, tw_idx_reader **out, tw_error *err)
 
 tw_status tw_idx_open(const char *path, uint64_t max_bytes, tw_idx_reader **out, tw_error *err)
 {
-    *out = NULL;
-    tw_gzfile *in;
-    TW_TRY(tw_gzfile_open(path, TW_COMPRESSION_AUTO, max_bytes, &in, err));
-    return reader_start(in, out, err);
+    const tw_source src = {.path = path};
+    return reader_start(&src, max_bytes, out, err);
 }
 
 tw_status tw_idx_open_mem(const void *data, size_t n, const char *name, uint64_t max_bytes,
                           tw_idx_reader **out, tw_error *err)
 {
-    *out = NULL;
-    tw_gzfile *in;
-    TW_TRY(tw_gzfile_open_mem(data, n, name, TW_COMPRESSION_AUTO, max_bytes, &in, err));
-    return reader_start(in, out, err);
+    const tw_source src = {.data = data, .size = n, .name = name};
+    return reader_start(&src, max_bytes, out, err);
 }
 
 const tw_idx_header *tw_idx_reader_header(const tw_idx_reader *r) { return &r->h; }

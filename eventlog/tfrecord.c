@@ -209,22 +209,6 @@ void tw_tfrecord_options_default(tw_tfrecord_options *o)
     o->max_total_bytes = 0;
 }
 
-/* Where the reader's bytes come from: a path, or memory (data/n) labelled by name. */
-typedef struct {
-    const char *path;
-    const void *data;
-    size_t n;
-    const char *name;
-} source;
-
-static tw_status open_source(const source *src, tw_compression c, uint64_t budget, tw_gzfile **out,
-                             tw_error *err)
-{
-    if (src->path)
-        return tw_gzfile_open(src->path, c, budget, out, err);
-    return tw_gzfile_open_mem(src->data, src->n, src->name, c, budget, out, err);
-}
-
 /* TFRecord's own detection (FORMATS.md §1): gzip by its magic; uncompressed when the first length CRC
  * checks out; zlib by a valid zlib header; uncompressed otherwise, so the reader reports the bad CRC. */
 static tw_compression detect(const uint8_t *p, size_t n)
@@ -240,13 +224,13 @@ static tw_compression detect(const uint8_t *p, size_t n)
 
 /* Opens the byte stream; for TW_COMPRESSION_AUTO it looks at the raw first bytes, then reopens with the
  * compression they show. */
-static tw_status reader_open(const source *src, const tw_tfrecord_options *opts,
+static tw_status reader_open(const tw_source *src, const tw_tfrecord_options *opts,
                              tw_tfrecord_reader **out, tw_error *err)
 {
     *out = NULL;
     tw_tfrecord_reader *r = calloc(1, sizeof *r);
     if (!r)
-        return tw_error_set(err, TW_ERR_NOMEM, src->path, -1, "out of memory");
+        return tw_error_set(err, TW_ERR_NOMEM, tw_source_name(src), -1, "out of memory");
     if (opts)
         r->opts = *opts;
     else
@@ -257,7 +241,7 @@ static tw_status reader_open(const source *src, const tw_tfrecord_options *opts,
     if (c == TW_COMPRESSION_AUTO) {
         const uint8_t *head;
         size_t n;
-        s = open_source(src, TW_COMPRESSION_NONE, 0, &r->in, err);
+        s = tw_gzfile_open_source(src, TW_COMPRESSION_NONE, 0, &r->in, err);
         if (s == TW_OK)
             s = tw_gzfile_peek(r->in, &head, &n, err);
         if (s == TW_OK)
@@ -266,7 +250,7 @@ static tw_status reader_open(const source *src, const tw_tfrecord_options *opts,
         r->in = NULL;
     }
     if (s == TW_OK)
-        s = open_source(src, c, r->opts.max_total_bytes, &r->in, err);
+        s = tw_gzfile_open_source(src, c, r->opts.max_total_bytes, &r->in, err);
     if (s != TW_OK) {
         tw_tfrecord_reader_close(r);
         return s;
@@ -278,7 +262,7 @@ static tw_status reader_open(const source *src, const tw_tfrecord_options *opts,
 tw_status tw_tfrecord_reader_open(const char *path, const tw_tfrecord_options *opts,
                                   tw_tfrecord_reader **out, tw_error *err)
 {
-    const source src = {.path = path};
+    const tw_source src = {.path = path};
     return reader_open(&src, opts, out, err);
 }
 
@@ -286,7 +270,7 @@ tw_status tw_tfrecord_reader_open_mem(const void *data, size_t n, const char *na
                                       const tw_tfrecord_options *opts, tw_tfrecord_reader **out,
                                       tw_error *err)
 {
-    const source src = {.data = data, .n = n, .name = name};
+    const tw_source src = {.data = data, .size = n, .name = name};
     return reader_open(&src, opts, out, err);
 }
 
