@@ -13,6 +13,8 @@
 #include <dirent.h>
 #include <sys/stat.h>
 #include <cmocka.h>
+
+#include "testutil.h"
 #include <jansson.h>
 #include <zlib.h>
 
@@ -27,22 +29,9 @@ static char dir[700];
 /* Makes an empty scratch folder TW_TEST_TMP/convert_<name> and points `dir` at it. */
 static void fresh_dir(const char *name)
 {
-    const char *t = getenv("TW_TEST_TMP");
-    if (!t)
-        t = "/tmp";
-    mkdir(t, 0755);
-    snprintf(dir, sizeof dir, "%s/convert_%s", t, name);
-    mkdir(dir, 0755);
-    DIR *d = opendir(dir);
-    assert_non_null(d);
-    struct dirent *e;
-    char p[1000];
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.') {
-            snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
-            remove(p);
-        }
-    closedir(d);
+    snprintf(dir, sizeof dir, "%s/convert_%s", tw_test_tmp(), name);
+    tw_test_rmdir(dir); /* left over from an earlier run, or absent */
+    assert_int_equal(mkdir(dir, 0755), 0);
 }
 
 /* Returns dir/name in a rotating static buffer (several may be alive at once). */

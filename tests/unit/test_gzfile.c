@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <cmocka.h>
+
+#include "testutil.h"
 #include <zlib.h>
 
 #include "gzfile.h"
@@ -280,20 +282,11 @@ static void test_rewind(void **state)
     free(z.data);
 }
 
-static const char *tmpdir(void)
-{
-    const char *t = getenv("TW_TEST_TMP");
-    if (!t)
-        t = "/tmp";
-    mkdir(t, 0755);
-    return t;
-}
-
 static void test_file_open_and_missing(void **state)
 {
     (void)state;
     char path[600];
-    snprintf(path, sizeof path, "%s/gzfile_test.gz", tmpdir());
+    snprintf(path, sizeof path, "%s/gzfile_test.gz", tw_test_tmp());
     blob z = gz("file body", 9);
     FILE *fp = fopen(path, "wb");
     assert_non_null(fp);
@@ -325,7 +318,7 @@ static void test_file_prefetch_rewind_and_close(void **state)
 {
     (void)state;
     char path[600];
-    snprintf(path, sizeof path, "%s/gzfile_big.gz", tmpdir());
+    snprintf(path, sizeof path, "%s/gzfile_big.gz", tw_test_tmp());
     size_t n = 9u << 20;
     uint8_t *src = pattern(n);
     blob z = gz(src, n);

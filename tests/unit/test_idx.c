@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <cmocka.h>
+
+#include "testutil.h"
 #include <zlib.h>
 
 #include "idx.h"
@@ -301,10 +303,7 @@ static void test_zero_items(void **state)
 static void test_open_file(void **state)
 {
     (void)state;
-    const char *t = getenv("TW_TEST_TMP");
-    if (!t)
-        t = "/tmp";
-    mkdir(t, 0755);
+    const char *t = tw_test_tmp();
     char path[600];
     snprintf(path, sizeof path, "%s/idx_test-labels-idx1-ubyte", t);
     uint32_t dims[] = {7};

@@ -17,6 +17,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "testutil.h"
+
 #include "example.h"
 #include "input.h"
 #include "tfrecord.h"
@@ -43,10 +45,7 @@ static float flabel(int i) { return (float)i * 0.5f; }
 
 static void make_path(char *buf, size_t n, const char *name)
 {
-    const char *t = getenv("TW_TEST_TMP");
-    if (!t)
-        t = "/tmp";
-    mkdir(t, 0755);
+    const char *t = tw_test_tmp();
     snprintf(buf, n, "%s/input_%s.tfrecord", t, name);
 }
 

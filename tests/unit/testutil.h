@@ -11,16 +11,21 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* Makes a fresh folder "<$TW_TEST_TMP or /tmp>/<prefix>.XXXXXX" and writes its path into out.
- * Returns 0, or -1 with errno set. */
-static inline int tw_test_mkdtemp(char *out, size_t size, const char *prefix)
+/* The tests' scratch root: $TW_TEST_TMP (created if missing) or /tmp. */
+static inline const char *tw_test_tmp(void)
 {
     const char *base = getenv("TW_TEST_TMP");
     if (!base || !base[0])
-        base = "/tmp";
-    if (mkdir(base, 0755) != 0 && errno != EEXIST)
-        return -1;
-    snprintf(out, size, "%s/%s.XXXXXX", base, prefix);
+        return "/tmp";
+    mkdir(base, 0755);
+    return base;
+}
+
+/* Makes a fresh folder "<tw_test_tmp()>/<prefix>.XXXXXX" and writes its path into out.
+ * Returns 0, or -1 with errno set. */
+static inline int tw_test_mkdtemp(char *out, size_t size, const char *prefix)
+{
+    snprintf(out, size, "%s/%s.XXXXXX", tw_test_tmp(), prefix);
     return mkdtemp(out) ? 0 : -1;
 }
 
