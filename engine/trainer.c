@@ -199,13 +199,20 @@ static const char *arena_suffix(const tw_config *c, int a)
     }
 }
 
+/* The arenas a checkpoint holds: params and EMA, then the optimizer's slots (none for SGD, the
+ * accumulator for momentum, m and v for Adam). */
+static int saved_arenas(const tw_config *c)
+{
+    return 2 + (c->optimizer == TW_OPT_MOMENTUM) + 2 * (c->optimizer == TW_OPT_ADAM);
+}
+
 static tw_status save_checkpoint(run *R, tw_error *err)
 {
     size_t np = tw_model_n_params(R->m), n = 0;
     tw_ckpt_tensor *t = calloc(np * CKPT_ARENAS, sizeof *t);
     char (*names)[TW_PARAM_NAME_BYTES + 32] = calloc(np * CKPT_ARENAS, sizeof *names);
     tw_status s = t && names ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-    for (int a = 0; a < CKPT_ARENAS && s == TW_OK; a++) {
+    for (int a = 0; a < saved_arenas(R->c) && s == TW_OK; a++) {
         s = tw_backend_download(R->b[0], R->host[a], ARENAS[a](R->r[0]), R->P * sizeof(float), err);
         for (size_t i = 0; i < np && s == TW_OK; i++, n++) {
             const tw_param *p = tw_model_param(R->m, i);
@@ -235,9 +242,9 @@ static tw_status save_checkpoint(run *R, tw_error *err)
     return s;
 }
 
-static tw_status meta_u64(const tw_checkpoint *ck, const char *key, const char *path, uint64_t *v,
-                          tw_error *err)
+static tw_status meta_u64(const tw_checkpoint *ck, const char *key, uint64_t *v, tw_error *err)
 {
+    const char *path = tw_checkpoint_path(ck);
     const char *s = tw_checkpoint_meta(ck, key);
     char *end;
     if (!s || !*s)
@@ -251,7 +258,7 @@ static tw_status meta_u64(const tw_checkpoint *ck, const char *key, const char *
 /* Copies the checkpoint's tensors into host[a] and uploads them to every tower. */
 static tw_status restore_arenas(run *R, const tw_checkpoint *ck, tw_error *err)
 {
-    for (int a = 0; a < CKPT_ARENAS; a++) {
+    for (int a = 0; a < saved_arenas(R->c); a++) {
         for (size_t i = 0; i < tw_model_n_params(R->m); i++) {
             const tw_param *p = tw_model_param(R->m, i);
             char name[TW_PARAM_NAME_BYTES + 32];
@@ -263,20 +270,14 @@ static tw_status restore_arenas(run *R, const tw_checkpoint *ck, tw_error *err)
     return TW_OK;
 }
 
-static tw_status load_checkpoint(run *R, const char *path, tw_error *err)
+/* Restores the arenas, the step and the data position from ck. */
+static tw_status load_checkpoint(run *R, const tw_checkpoint *ck, tw_error *err)
 {
-    tw_checkpoint *ck;
-    TW_TRY(tw_checkpoint_read(path, &ck, err));
     uint64_t step = 0, epoch = 0, consumed = 0;
-    tw_status s = meta_u64(ck, "step", path, &step, err);
-    if (s == TW_OK)
-        s = meta_u64(ck, "data_epoch", path, &epoch, err);
-    if (s == TW_OK)
-        s = meta_u64(ck, "data_consumed", path, &consumed, err);
-    if (s == TW_OK)
-        s = restore_arenas(R, ck, err);
-    tw_checkpoint_free(ck);
-    TW_TRY(s);
+    TW_TRY(meta_u64(ck, "step", &step, err));
+    TW_TRY(meta_u64(ck, "data_epoch", &epoch, err));
+    TW_TRY(meta_u64(ck, "data_consumed", &consumed, err));
+    TW_TRY(restore_arenas(R, ck, err));
     R->step = (int64_t)step;
     tw_input_position pos = {.epoch = epoch, .consumed = consumed};
     return tw_input_seek(R->train, &pos, err);
@@ -516,7 +517,7 @@ static tw_status histograms(run *R, tw_error *err)
         for (size_t i = 0; i < tw_model_n_params(R->m); i++) {
             const tw_param *p = tw_model_param(R->m, i);
             histogram(R, a < 0 ? "gradients_on_average/" : "", p->name,
-                      a == 1 ? "/ExponentialMovingAverage" : "", dst + p->offset, p->count);
+                      a == 1 ? arena_suffix(R->c, 1) : "", dst + p->offset, p->count);
         }
     }
     return TW_OK;
@@ -579,18 +580,21 @@ static tw_status start_events(run *R, int resumed, tw_error *err)
 
 static tw_status maybe_resume(run *R, int *resumed, tw_error *err)
 {
-    char path[TW_PATH_BYTES + 64];
     *resumed = 0;
     if (!R->o->resume)
         return init_params(R, err);
-    tw_status s = tw_checkpoint_latest(R->ckpt_dir, path, sizeof path, err);
+    tw_checkpoint *ck;
+    tw_status s = tw_checkpoint_open_latest(R->ckpt_dir, &ck, err);
     if (s == TW_END)
         return init_params(R, err);
     TW_TRY(s);
-    TW_TRY(load_checkpoint(R, path, err));
-    *resumed = 1;
-    emit(R, json_pack("{s:s, s:I}", "resumed_from", path, "step", (json_int_t)R->step));
-    return TW_OK;
+    s = load_checkpoint(R, ck, err);
+    if (s == TW_OK)
+        emit(R, json_pack("{s:s, s:I}", "resumed_from", tw_checkpoint_path(ck), "step",
+                          (json_int_t)R->step));
+    tw_checkpoint_free(ck);
+    *resumed = s == TW_OK;
+    return s;
 }
 
 static int due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }

@@ -116,5 +116,6 @@ def test_three_steps_match_numpy(tmp_path, tower_bin, data, initial, optimizer):
     np.testing.assert_allclose(lrs, [LR * DECAY_RATE ** (s / DECAY_STEPS) for s in (1, 2, 3)],
                                rtol=1e-6)
     want = reference(optimizer, initial)
+    assert set(got) == set(want)  # exactly the slots the optimizer has
     for name, value in want.items():
         np.testing.assert_allclose(got[name], value, rtol=2e-5, atol=2e-6, err_msg=name)
