@@ -1,10 +1,22 @@
 /* train_main.c — `tower train CONFIG.json --logdir DIR [--resume] [--towers N]
  * [--backend auto|cpu|cuda]`: the command line around tw_train.
  *
- * Exit status: 0 completed or cancelled (SIGTERM/SIGINT: checkpoint, flush, stop), 1 a runtime failure
- * (data, I/O, backend), 2 a usage or config error (nothing written), 10 a NaN or Inf loss. Progress is
- * one JSON object per line on stdout; errors also go to stderr as one line naming the key or file. */
+ * Exit status (the supervisor maps it to a run state and a retry decision, RELIABILITY.md):
+ *    0  completed, or cancelled (SIGTERM/SIGINT: checkpoint, flush, stop)
+ *    1  any other runtime failure (I/O, backend, internal)
+ *    2  a usage or config error (nothing written), or records that do not fit the config (TW_ERR_INVALID)
+ *   10  a NaN or Inf loss (diverged; the last checkpoint is from before it)
+ *   11  out of memory (TW_ERR_NOMEM)
+ *   12  a sticky device error (reserved for the CUDA backend; no status maps to it yet)
+ *   13  storage full (an I/O error with errno ENOSPC or EDQUOT)
+ *   14  a damaged input file (TW_ERR_CORRUPT, TW_ERR_TRUNCATED or TW_ERR_TOO_LARGE: the dataset, or the
+ *       checkpoint being resumed; the message names the file)
+ * Progress is one JSON object per line on stdout, each flushed as written. A failure ends with
+ * {"status":"failed","error":{"code":NAME},"exit":CODE,"message":TEXT}; the message also goes to stderr
+ * as one line naming the key or file. */
+#include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +26,6 @@
 #include "config.h"
 #include "trainer.h"
 
-enum { EXIT_USAGE = 2, EXIT_DIVERGED = 10 };
 
 static const char USAGE[] =
     "usage: tower train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend auto|cpu|cuda]\n"
@@ -25,7 +36,11 @@ static const char USAGE[] =
     "  --logdir DIR       where the run writes (required)\n"
     "  --resume           continue from DIR/checkpoints/latest, bit-exactly, if there is one\n"
     "  --towers N         replicas per step (overrides the config's \"towers\")\n"
-    "  --backend B        auto (default: cuda when a GPU is present, else cpu), cpu or cuda\n";
+    "  --backend B        auto (default: cuda when a GPU is present, else cpu), cpu or cuda\n"
+    "\n"
+    "Exit status: 0 completed or cancelled (SIGTERM/SIGINT checkpoints first), 1 other runtime\n"
+    "failure, 2 usage or config error, 10 NaN/Inf loss, 11 out of memory, 12 sticky device error,\n"
+    "13 storage full (ENOSPC/EDQUOT), 14 damaged dataset or checkpoint file.\n";
 
 typedef struct {
     const char *config;
@@ -38,7 +53,7 @@ static int usage_error(const char *fmt, const char *arg)
     fprintf(stderr, "tower train: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\n%s", USAGE);
-    return EXIT_USAGE;
+    return TW_EXIT_USAGE;
 }
 
 /* Returns 0 to go on, -1 after --help, else the exit status. */
@@ -69,7 +84,7 @@ static int parse_args(int argc, char **argv, options *o)
             o->train.backend = optarg;
             break;
         case 'h': fputs(USAGE, stdout); return -1;
-        default: fputs(USAGE, stderr); return EXIT_USAGE;
+        default: fputs(USAGE, stderr); return TW_EXIT_USAGE;
         }
     }
     if (optind != argc - 1)
@@ -86,12 +101,22 @@ static void on_stop_signal(int sig)
     tw_train_request_stop();
 }
 
+
+/* Reports err on stderr and as the final JSON line; returns code. */
 static int fail(const tw_error *err, int code)
 {
     char msg[1200];
     tw_error_format(err, msg, sizeof msg);
     fprintf(stderr, "tower train: %s\n", msg);
-    printf("{\"status\":\"failed\",\"error\":{\"code\":\"%s\"}}\n", tw_status_name(err->status));
+    json_t *line = json_pack("{s:s, s:{s:s}, s:i, s:s}", "status", "failed", "error", "code",
+                             tw_status_name(err->status), "exit", code, "message", msg);
+    if (line && json_dumpf(line, stdout, JSON_COMPACT) == 0)
+        fputc('\n', stdout);
+    else /* a message that is not UTF-8 (a file name): the line without it */
+        printf("{\"status\":\"failed\",\"error\":{\"code\":\"%s\"},\"exit\":%d}\n",
+               tw_status_name(err->status), code);
+    json_decref(line);
+    fflush(stdout);
     return code;
 }
 
@@ -106,17 +131,17 @@ int tw_train_main(int argc, char **argv)
     tw_error_clear(&err);
     if (tw_config_load(o.config, &c, &err) != TW_OK ||
         (o.towers && tw_config_override_towers(&c, o.towers, &err) != TW_OK))
-        return fail(&err, EXIT_USAGE);
+        return fail(&err, TW_EXIT_USAGE);
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     tw_train_outcome outcome;
     if (tw_train(&c, &o.train, &outcome, &err) != TW_OK)
-        return fail(&err, err.status == TW_ERR_INVALID ? EXIT_USAGE : 1);
+        return fail(&err, tw_train_exit_code(&err));
     if (outcome != TW_TRAIN_DIVERGED)
         return 0;
     fprintf(stderr, "tower train: the loss is not finite (NaN or Inf): stopped; the last checkpoint "
                     "is from before it\n");
-    return EXIT_DIVERGED;
+    return TW_EXIT_DIVERGED;
 }

@@ -70,6 +70,7 @@ typedef struct {
     int64_t step_report;            /* step of the last report */
     double t_start;
     int64_t step_start;
+    double last_line;               /* now() when the last progress line was written */
     char ckpt_dir[TW_PATH_BYTES + 16];
 } run;
 
@@ -82,12 +83,25 @@ static double now(void)
 
 /* ================================ output ================================ */
 
+/* Writes obj as one line and flushes it at once (the supervisor reads lines as they come); steals obj. */
 static void emit(run *R, json_t *obj)
 {
     json_dumpf(obj, R->o->progress, JSON_COMPACT | JSON_REAL_PRECISION(7));
     fputc('\n', R->o->progress);
     fflush(R->o->progress);
     json_decref(obj);
+    R->last_line = now();
+}
+
+enum { HEARTBEAT_SECONDS = 1 };
+
+/* {"heartbeat":true,"step":k} when no line was written for HEARTBEAT_SECONDS: the supervisor kills a
+ * child that stays silent past its timeout, and summary_every may be large. Checked once per step, so
+ * a single step longer than the timeout still looks like a hang. */
+static void heartbeat(run *R)
+{
+    if (now() - R->last_line >= HEARTBEAT_SECONDS)
+        emit(R, json_pack("{s:b, s:I}", "heartbeat", 1, "step", (json_int_t)R->step));
 }
 
 /* A failed event write never stops training (RELIABILITY.md P9): say so once, stop writing. */
@@ -233,6 +247,9 @@ static tw_status save_checkpoint(run *R, tw_error *err)
     const tw_ckpt_meta meta[] = {{"format", "tower-checkpoint-1"}, {"step", step},
                                  {"data_epoch", epoch},           {"data_consumed", consumed},
                                  {"seed", seed},                  {"config", config ? config : ""}};
+    tw_error e; /* every point up to this step reaches the event file before a resume can start here */
+    if (R->ev && tw_events_flush(R->ev, &e) != TW_OK)
+        events_failed(R, &e);
     if (s == TW_OK)
         s = tw_checkpoint_save(R->ckpt_dir, R->step, R->c->keep_checkpoints, t, n, meta,
                                sizeof meta / sizeof meta[0], err);
@@ -625,6 +642,7 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
             TW_TRY(eval_and_report(R, err));
         if (due(R->step, c->checkpoint_every) || R->step == c->steps)
             TW_TRY(save_checkpoint(R, err));
+        heartbeat(R);
     }
     *outcome = TW_TRAIN_COMPLETED;
     return TW_OK;
@@ -691,7 +709,7 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
         s = start_events(&R, resumed, err);
     if (s == TW_OK && !resumed && R.c->eval_every > 0)
         s = eval_and_report(&R, err); /* the baseline every later evaluation is measured against */
-    R.t_start = now();
+    R.t_start = R.last_line = now();
     R.step_start = R.step_report = R.step;
     if (s == TW_OK)
         s = loop(&R, outcome, err);
@@ -699,4 +717,22 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
         final_line(&R, *outcome);
     teardown(&R);
     return s;
+}
+
+int tw_train_exit_code(const tw_error *err)
+{
+    static const struct {
+        tw_status status;
+        int code;
+    } BY_STATUS[] = {
+        {TW_ERR_INVALID, TW_EXIT_USAGE},    {TW_ERR_NOMEM, TW_EXIT_OOM},
+        {TW_ERR_CORRUPT, TW_EXIT_BAD_DATA}, {TW_ERR_TRUNCATED, TW_EXIT_BAD_DATA},
+        {TW_ERR_TOO_LARGE, TW_EXIT_BAD_DATA},
+    };
+    if (err->status == TW_ERR_IO && (err->errno_value == ENOSPC || err->errno_value == EDQUOT))
+        return TW_EXIT_STORAGE_FULL;
+    for (size_t i = 0; i < sizeof BY_STATUS / sizeof BY_STATUS[0]; i++)
+        if (BY_STATUS[i].status == err->status)
+            return BY_STATUS[i].code;
+    return TW_EXIT_FAILED;
 }

@@ -29,6 +29,21 @@ typedef enum {
     TW_TRAIN_DIVERGED = 2,   /* a NaN or Inf loss: stopped without checkpointing that state */
 } tw_train_outcome;
 
+/* The exit statuses of `tower train`, which the server's supervisor maps to run states
+ * (server/scheduler.c): 0 completed or cancelled, then these. */
+enum {
+    TW_EXIT_FAILED = 1,        /* any other runtime failure (retried by the server) */
+    TW_EXIT_USAGE = 2,         /* a usage or config error: nothing written */
+    TW_EXIT_DIVERGED = 10,     /* a NaN or Inf loss */
+    TW_EXIT_OOM = 11,          /* out of memory */
+    TW_EXIT_DEVICE = 12,       /* reserved: a sticky CUDA error, once the backend reports one */
+    TW_EXIT_STORAGE_FULL = 13, /* ENOSPC or EDQUOT */
+    TW_EXIT_BAD_DATA = 14,     /* a damaged data or checkpoint file (corrupt, truncated, a length past its cap) */
+};
+
+/* The exit status for a run that failed with err. */
+int tw_train_exit_code(const tw_error *err);
+
 /* Runs c to c->steps (or until stopped). Errors: any module's (data, backend, I/O). */
 tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outcome *outcome,
                    tw_error *err);

@@ -6,5 +6,7 @@
 int tw_convert_main(int argc, char **argv);
 int tw_inspect_main(int argc, char **argv);
 int tw_train_main(int argc, char **argv);   /* engine/train_main.c */
+int tw_serve_main(int argc, char **argv);   /* server/serve_main.c */
+int tw_devices_main(int argc, char **argv); /* server/devices.c */
 
 #endif

@@ -3,11 +3,14 @@
  * A source is a small table of functions (next, describe, close) over one of the readers; the loop in
  * write_source() is the same for all of them. Each Example is built in one reused tw_example_builder
  * whose features point at the reader's item bytes and at scalars in the source struct, so a record
- * costs no allocation and no copy before protobuf-c packs it. Outputs are tw_atomic_file temporaries
- * that are committed together at the very end. */
+ * costs no allocation and no copy before protobuf-c packs it. A TFRecord source instead hands over each
+ * input record as it is, once checked (parsed to compare its features with the first record's, then
+ * written unchanged: re-serializing could reorder a map TensorFlow wrote). Outputs are tw_atomic_file
+ * temporaries that are committed together at the very end. */
 #include "convert.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,7 @@
 enum { MAX_HISTOGRAM = 65536, PATH_BYTES = 4096 };
 
 static const uint64_t DEFAULT_MAX_BYTES = 16ull << 30;
+static const uint64_t DEFAULT_MAX_RECORD_BYTES = 64ull << 20;
 
 /* ================================ options ================================ */
 
@@ -32,6 +36,7 @@ void tw_convert_options_default(tw_convert_options *o)
     o->test_fraction = -1;
     o->seed = 0;
     o->max_bytes = DEFAULT_MAX_BYTES;
+    o->max_record_bytes = DEFAULT_MAX_RECORD_BYTES;
 }
 
 const char *tw_convert_source_name(tw_convert_source s)
@@ -40,6 +45,7 @@ const char *tw_convert_source_name(tw_convert_source s)
     case TW_CONVERT_IDX: return "idx";
     case TW_CONVERT_CSV: return "csv";
     case TW_CONVERT_NPY: return "npy";
+    case TW_CONVERT_TFRECORD: return "tfrecord";
     }
     return "?";
 }
@@ -69,36 +75,42 @@ static tw_status check_source(const tw_convert_options *o, tw_convert_source *so
                               tw_error *err)
 {
     int idx = o->images || o->labels, csv = o->csv || o->label_column;
-    int npy = o->npy_features || o->npy_labels;
-    if (idx + csv + npy != 1)
+    int npy = o->npy_features || o->npy_labels, tfr = o->tfrecord != NULL;
+    if (idx + csv + npy + tfr != 1)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "give exactly one source: --images/--labels, --csv/--label-column or "
-                            "--npy-features/--npy-labels");
+                            "give exactly one source: --images/--labels, --csv/--label-column, "
+                            "--npy-features/--npy-labels or --tfrecord");
     TW_TRY(need_both(o->images, "--images", o->labels, "--labels", err));
     TW_TRY(need_both(o->csv, "--csv", o->label_column, "--label-column", err));
     TW_TRY(need_both(o->npy_features, "--npy-features", o->npy_labels, "--npy-labels", err));
     TW_TRY(need_both(o->test_images, "--test-images", o->test_labels, "--test-labels", err));
-    *source = idx ? TW_CONVERT_IDX : csv ? TW_CONVERT_CSV : TW_CONVERT_NPY;
+    *source = idx ? TW_CONVERT_IDX : csv ? TW_CONVERT_CSV : npy ? TW_CONVERT_NPY
+                                                                : TW_CONVERT_TFRECORD;
     return TW_OK;
 }
 
 static tw_status check_split(const tw_convert_options *o, tw_convert_source source, tw_error *err)
 {
-    int pair = o->test_images != NULL, fraction = o->test_fraction >= 0;
-    if (pair && source != TW_CONVERT_IDX)
+    int pair = o->test_images || o->test_tfrecord, fraction = o->test_fraction >= 0;
+    if (o->test_images && source != TW_CONVERT_IDX)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
                             "--test-images/--test-labels need an IDX source (--images/--labels)");
-    if (pair && fraction)
+    if (o->test_tfrecord && source != TW_CONVERT_TFRECORD)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "--test-fraction and --test-images/--test-labels exclude each other");
+                            "--test-tfrecord needs a TFRecord source (--tfrecord)");
+    if (pair && fraction)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--test-fraction and %s exclude each other",
+                            o->test_images ? "--test-images/--test-labels" : "--test-tfrecord");
     if (fraction && !(o->test_fraction <= 1))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--test-fraction must be in [0, 1]");
     if ((pair || fraction) && !o->test_output)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "--test-output is needed with --test-fraction or --test-images");
+                            "--test-output is needed with --test-fraction, --test-images or "
+                            "--test-tfrecord");
     if (o->test_output && !pair && !fraction)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "--test-output needs --test-fraction or --test-images/--test-labels");
+                            "--test-output needs --test-fraction, --test-images/--test-labels or "
+                            "--test-tfrecord");
     return TW_OK;
 }
 
@@ -107,7 +119,8 @@ static tw_status check_paths(const tw_convert_options *o, const char *meta, tw_e
 {
     const char *outs[] = {o->output, o->test_output, meta};
     const char *all[] = {o->output, o->test_output, meta, o->images, o->labels, o->test_images,
-                         o->test_labels, o->csv, o->npy_features, o->npy_labels};
+                         o->test_labels, o->csv, o->npy_features, o->npy_labels, o->tfrecord,
+                         o->test_tfrecord};
     for (size_t i = 0; i < 3; i++)
         for (size_t j = i + 1; j < sizeof all / sizeof all[0]; j++)
             if (outs[i] && all[j] && !strcmp(outs[i], all[j]))
@@ -125,6 +138,8 @@ tw_status tw_convert_check(const tw_convert_options *o, tw_convert_source *sourc
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "-o/--output is required");
     if (o->max_bytes == 0)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--max-bytes must be positive");
+    if (o->max_record_bytes == 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--max-record-bytes must be positive");
     char meta[PATH_BYTES];
     if (!o->meta)
         TW_TRY(tw_convert_meta_path(o->output, meta, sizeof meta, err));
@@ -140,16 +155,21 @@ typedef struct {
 
 typedef struct source source;
 struct source {
-    const char *kind;  /* "idx", "csv", "npy" */
-    uint64_t count;    /* examples next() will yield */
+    const char *kind;  /* "idx", "csv", "npy", "tfrecord" */
+    uint64_t count;    /* examples next() will yield (tfrecord: counted only for a fraction split) */
     int int_labels;    /* label feature is int64 (else float) */
-    /* Builds the next Example into b (reset by the caller); TW_END after the last. */
+    /* Builds the next Example into b (reset by the caller), or sets record/record_len to one already
+     * serialized; TW_END after the last. */
     tw_status (*next)(source *s, tw_example_builder *b, label_value *label, tw_error *err);
     /* Adds "features", "shape" and "dtype" (and any source-specific keys) to the meta object. */
     tw_status (*describe)(const source *s, json_t *meta, tw_error *err);
     void (*close)(source *s);
     int64_t label_i;   /* the current label, borrowed by the Example being built */
     float label_f;
+    int no_labels;     /* the examples have no label to count: splits get no label statistics */
+    const uint8_t *record; /* [record_len] the serialized Example next() yielded, borrowed until the
+                              next call; NULL: the Example is in the builder */
+    size_t record_len;
 };
 
 static tw_status nomem(tw_error *err)
@@ -274,7 +294,7 @@ static tw_status idx_open(const char *images, const char *labels, uint64_t max_b
     idx_source *x = calloc(1, sizeof *x);
     if (!x)
         return nomem(err);
-    x->base = (source){"idx", 0, 1, idx_next, idx_describe, idx_close, 0, 0};
+    x->base = (source){"idx", 0, 1, idx_next, idx_describe, idx_close, 0, 0, 0, NULL, 0};
     *out = &x->base;
     TW_TRY(tw_idx_open(images, max_bytes, &x->images, err));
     TW_TRY(tw_idx_open(labels, max_bytes, &x->labels, err));
@@ -359,7 +379,7 @@ static tw_status csv_open(const char *path, const char *label_column, uint64_t m
     csv_source *x = calloc(1, sizeof *x);
     if (!x)
         return nomem(err);
-    x->base = (source){"csv", 0, 1, csv_next, csv_describe, csv_close, 0, 0};
+    x->base = (source){"csv", 0, 1, csv_next, csv_describe, csv_close, 0, 0, 0, NULL, 0};
     *out = &x->base;
     TW_TRY(tw_csv_open(path, max_bytes, &x->r, err));
     TW_TRY(tw_csv_scan(x->r, label_column, &x->schema, err));
@@ -471,7 +491,7 @@ static tw_status npy_open(const char *features, const char *labels, uint64_t max
     npy_source *x = calloc(1, sizeof *x);
     if (!x)
         return nomem(err);
-    x->base = (source){"npy", 0, 1, npy_next, npy_describe, npy_close, 0, 0};
+    x->base = (source){"npy", 0, 1, npy_next, npy_describe, npy_close, 0, 0, 0, NULL, 0};
     *out = &x->base;
     TW_TRY(tw_npy_open(features, max_bytes, &x->features, err));
     TW_TRY(tw_npy_open(labels, max_bytes, &x->labels, err));
@@ -485,6 +505,401 @@ static tw_status npy_open(const char *features, const char *labels, uint64_t max
         x->shape[i] = (int64_t)hf->shape[i + 1];
     x->dtype = tw_npy_dtype_name(hf->dtype);
     return TW_OK;
+}
+
+/* ---- tfrecord ----
+ * The records are validated and passed through as they are. The first record of the training file is
+ * the schema: its features, sorted by name for lookups, which every record (the test file's too) must
+ * have exactly, each once, with the same kinds. It also gives the label kind and the layout (shape and
+ * dtype) the meta reports, which holds only if every record agrees. */
+
+enum { MAX_RANK = 8 };
+
+/* The features the layout and the labels are read from, by name and kind. */
+typedef enum {
+    ROLE_OTHER, ROLE_LABEL, ROLE_HEIGHT, ROLE_WIDTH, ROLE_DEPTH, ROLE_SHAPE, ROLE_FEATURES,
+    ROLE_IMAGE, N_ROLES
+} feature_role;
+
+static feature_role role_of(const char *name, tw_feature_kind kind)
+{
+    static const struct {
+        const char *name;
+        tw_feature_kind kind;
+        feature_role role;
+    } roles[] = {
+        {"label", TW_FEATURE_INT64, ROLE_LABEL},     {"label", TW_FEATURE_FLOAT, ROLE_LABEL},
+        {"height", TW_FEATURE_INT64, ROLE_HEIGHT},   {"width", TW_FEATURE_INT64, ROLE_WIDTH},
+        {"depth", TW_FEATURE_INT64, ROLE_DEPTH},     {"shape", TW_FEATURE_INT64, ROLE_SHAPE},
+        {"features", TW_FEATURE_FLOAT, ROLE_FEATURES}, {"image_raw", TW_FEATURE_BYTES, ROLE_IMAGE},
+        {"image_raw", TW_FEATURE_FLOAT, ROLE_IMAGE},
+    };
+    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
+        if (roles[i].kind == kind && !strcmp(roles[i].name, name))
+            return roles[i].role;
+    return ROLE_OTHER;
+}
+
+/* The shape and dtype one record shows (see convert.h). */
+typedef struct {
+    int known;             /* a shape was found */
+    size_t rank;
+    int64_t dims[MAX_RANK];
+    const char *dtype;     /* "uint8", "float32" or NULL */
+} layout;
+
+static int one_int64(const tw_feature *f) { return f->kind == TW_FEATURE_INT64 && f->count == 1; }
+
+/* got[role]: the record's feature of each role (kind TW_FEATURE_NONE where it has none). */
+static void layout_of(const tw_feature got[N_ROLES], layout *l)
+{
+    const tw_feature *h = &got[ROLE_HEIGHT], *w = &got[ROLE_WIDTH], *d = &got[ROLE_DEPTH];
+    const tw_feature *shape = &got[ROLE_SHAPE], *fl = &got[ROLE_FEATURES], *im = &got[ROLE_IMAGE];
+    memset(l, 0, sizeof *l);
+    if (one_int64(h) && one_int64(w) && (d->kind == TW_FEATURE_NONE || one_int64(d))) {
+        l->rank = 3;
+        l->dims[0] = h->int64s[0];
+        l->dims[1] = w->int64s[0];
+        l->dims[2] = d->kind == TW_FEATURE_NONE ? 1 : d->int64s[0];
+    } else if (shape->kind == TW_FEATURE_INT64 && shape->count <= MAX_RANK) {
+        l->rank = shape->count;
+        if (l->rank)
+            memcpy(l->dims, shape->int64s, l->rank * sizeof *l->dims);
+    } else if (fl->kind == TW_FEATURE_FLOAT) {
+        l->rank = 1;
+        l->dims[0] = (int64_t)fl->count;
+    } else {
+        return;
+    }
+    uint64_t n = 1; /* product of the dims; 4 * n cannot overflow */
+    for (size_t i = 0; i < l->rank; i++) {
+        if (l->dims[i] < 0 || (l->dims[i] && n > (UINT64_MAX / 4) / (uint64_t)l->dims[i]))
+            return;
+        n *= (uint64_t)l->dims[i];
+    }
+    l->known = 1;
+    size_t len = 0;
+    if (im->kind == TW_FEATURE_BYTES && im->count == 1)
+        tw_feature_bytes_at(im, 0, &len);
+    if (im->kind == TW_FEATURE_BYTES && im->count == 1 && len == n)
+        l->dtype = "uint8";
+    else if ((im->kind == TW_FEATURE_BYTES && im->count == 1 && len == 4 * n) ||
+             (im->kind == TW_FEATURE_FLOAT && im->count == n) ||
+             (fl->kind == TW_FEATURE_FLOAT && fl->count == n))
+        l->dtype = "float32";
+}
+
+static int layout_equal(const layout *a, const layout *b)
+{
+    return a->known == b->known && a->rank == b->rank &&
+           !memcmp(a->dims, b->dims, a->rank * sizeof *a->dims) &&
+           (a->dtype && b->dtype ? !strcmp(a->dtype, b->dtype) : a->dtype == b->dtype);
+}
+
+typedef struct {
+    const char *name;      /* borrowed from schema.first */
+    tw_feature_kind kind;
+    feature_role role;
+    uint64_t stamp;        /* the last record (schema.stamp) it was seen in */
+} schema_entry;
+
+typedef struct {
+    const char *path;      /* the file of the first record (borrowed from the options) */
+    tw_example *first;     /* owned: the training file's first record */
+    size_t n;              /* features per record */
+    schema_entry *sorted;  /* [n] by name */
+    const char **names;    /* [n] in the first record's order, for the meta; strings borrowed */
+    const char **kinds;    /* [n] likewise */
+    uint64_t stamp;        /* records matched so far */
+    tw_feature_kind labels; /* INT64 or FLOAT: one label value per record; NONE: no label stats */
+    layout first_layout;
+    int same_layout;       /* every record so far had first_layout */
+} schema;
+
+static int entry_cmp(const void *a, const void *b)
+{
+    return strcmp(((const schema_entry *)a)->name, ((const schema_entry *)b)->name);
+}
+
+static schema_entry *schema_find(const schema *sc, const char *name)
+{
+    const schema_entry key = {name, TW_FEATURE_NONE, ROLE_OTHER, 0};
+    return bsearch(&key, sc->sorted, sc->n, sizeof key, entry_cmp);
+}
+
+/* Takes ownership of first. Errors (TW_ERR_INVALID, TW_ERR_NOMEM) carry no file or offset: the
+ * caller labels them with the record. */
+static tw_status schema_init(schema *sc, const char *path, tw_example *first, tw_error *err)
+{
+    sc->path = path;
+    sc->first = first;
+    sc->n = tw_example_feature_count(first);
+    if (sc->n == 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "the first Example has no features: nothing to train on");
+    sc->sorted = calloc(sc->n, sizeof *sc->sorted);
+    sc->names = calloc(sc->n, sizeof *sc->names);
+    sc->kinds = calloc(sc->n, sizeof *sc->kinds);
+    if (!sc->sorted || !sc->names || !sc->kinds)
+        return nomem(err);
+    for (size_t i = 0; i < sc->n; i++) {
+        tw_feature f;
+        tw_example_feature_at(first, i, &f);
+        json_t *probe = json_string(f.name); /* the meta needs UTF-8 names */
+        if (!probe)
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                                "feature %zu has a name that is not UTF-8 text", i);
+        json_decref(probe);
+        sc->names[i] = f.name;
+        sc->kinds[i] = tw_feature_kind_name(f.kind);
+        sc->sorted[i] = (schema_entry){f.name, f.kind, role_of(f.name, f.kind), 0};
+    }
+    qsort(sc->sorted, sc->n, sizeof *sc->sorted, entry_cmp);
+    for (size_t i = 1; i < sc->n; i++)
+        if (!strcmp(sc->sorted[i - 1].name, sc->sorted[i].name))
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "feature '%s' appears twice",
+                                sc->sorted[i].name);
+    tw_feature label;
+    sc->labels = tw_example_find(first, "label", &label) && label.count == 1 &&
+                         role_of("label", label.kind) == ROLE_LABEL
+                     ? label.kind
+                     : TW_FEATURE_NONE;
+    return TW_OK;
+}
+
+static void schema_cleanup(schema *sc)
+{
+    tw_example_destroy(sc->first);
+    free(sc->sorted);
+    free(sc->names);
+    free(sc->kinds);
+}
+
+/* Checks that ex has exactly the schema's features (names once each, kinds equal) and fills
+ * got[role] with its features of each role. Errors: TW_ERR_INVALID, without file or offset. */
+static tw_status schema_match(schema *sc, const tw_example *ex, tw_feature got[N_ROLES],
+                              tw_error *err)
+{
+    memset(got, 0, N_ROLES * sizeof *got);
+    uint64_t stamp = ++sc->stamp;
+    size_t n = tw_example_feature_count(ex);
+    for (size_t i = 0; i < n; i++) {
+        tw_feature f;
+        tw_example_feature_at(ex, i, &f);
+        schema_entry *e = schema_find(sc, f.name);
+        if (!e)
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                                "feature '%s' is not in the first record of %s", f.name, sc->path);
+        if (e->stamp == stamp)
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "feature '%s' appears twice",
+                                f.name);
+        if (f.kind != e->kind)
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                                "feature '%s' is %s but %s in the first record of %s", f.name,
+                                tw_feature_kind_name(f.kind), tw_feature_kind_name(e->kind),
+                                sc->path);
+        e->stamp = stamp;
+        got[e->role] = f;
+    }
+    if (n < sc->n)
+        for (size_t j = 0; j < sc->n; j++)
+            if (sc->sorted[j].stamp != stamp)
+                return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                                    "feature '%s' (%s) of the first record of %s is missing",
+                                    sc->sorted[j].name, tw_feature_kind_name(sc->sorted[j].kind),
+                                    sc->path);
+    return TW_OK;
+}
+
+typedef struct {
+    source base;
+    const char *path;            /* borrowed from the options */
+    tw_tfrecord_options ropts;
+    tw_tfrecord_reader *r;
+    schema *sch;                 /* &own, or the training file's schema for the test file */
+    schema own;
+    tw_example *ex;              /* owned: the current record, parsed */
+    uint64_t index;              /* records read in this pass */
+    int counted;                 /* base.count comes from a counting pass */
+} tfr_source;
+
+/* Makes *err (status s) about record `index` at byte `at` of path: "record N: " + its message. */
+static tw_status at_record(tw_status s, tw_error *err, const char *path, uint64_t index,
+                           uint64_t at)
+{
+    if (!err)
+        return s;
+    char msg[sizeof err->message];
+    snprintf(msg, sizeof msg, "%s", err->message);
+    int errno_value = err->errno_value;
+    tw_error_set(err, s, path, (int64_t)at, "record %llu: %s", (unsigned long long)index, msg);
+    err->errno_value = errno_value;
+    return s;
+}
+
+/* Parses and checks the record just read; fills *label. */
+static tw_status tfr_check(tfr_source *x, const uint8_t *data, size_t len, label_value *label,
+                           tw_error *err)
+{
+    schema *sc = x->sch;
+    tw_example *ex;
+    tw_example_destroy(x->ex);
+    x->ex = NULL;
+    tw_status s = tw_example_parse(data, len, NULL, -1, &ex, err);
+    if (s == TW_ERR_CORRUPT)
+        return tw_error_set(err, s, NULL, -1,
+                            "not a tf.train.Example: its %zu bytes do not parse as one", len);
+    TW_TRY(s);
+    if (!sc->first)
+        TW_TRY(schema_init(sc, x->path, ex, err));
+    else
+        x->ex = ex;
+    tw_feature got[N_ROLES];
+    TW_TRY(schema_match(sc, x->ex ? x->ex : sc->first, got, err));
+    layout l;
+    layout_of(got, &l);
+    if (sc->stamp == 1) {
+        sc->first_layout = l;
+        sc->same_layout = 1;
+    } else if (!layout_equal(&l, &sc->first_layout)) {
+        sc->same_layout = 0;
+    }
+    if (sc->labels == TW_FEATURE_NONE)
+        return TW_OK;
+    const tw_feature *f = &got[ROLE_LABEL];
+    if (f->count != 1)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "feature 'label' has %zu values; the first record of %s has one",
+                            f->count, sc->path);
+    label->i = f->kind == TW_FEATURE_INT64 ? f->int64s[0] : 0;
+    label->f = f->kind == TW_FEATURE_INT64 ? (double)f->int64s[0] : f->floats[0];
+    if (!isfinite(label->f))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "feature 'label' is %g: labels must be finite numbers", label->f);
+    return TW_OK;
+}
+
+/* Reads, parses and checks the next record; TW_END at the clean end of the file. */
+static tw_status tfr_read(tfr_source *x, label_value *label, tw_error *err)
+{
+    uint64_t index = x->index, at = tw_tfrecord_reader_offset(x->r);
+    const uint8_t *data;
+    size_t len;
+    tw_status s = tw_tfrecord_read(x->r, &data, &len, err);
+    if (s == TW_END)
+        return TW_END;
+    if (s == TW_OK)
+        s = tfr_check(x, data, len, label, err);
+    if (s != TW_OK)
+        return at_record(s, err, x->path, index, at);
+    x->index++;
+    x->base.record = data;
+    x->base.record_len = len;
+    return TW_OK;
+}
+
+static tw_status tfr_next(source *s, tw_example_builder *b, label_value *label, tw_error *err)
+{
+    (void)b;
+    tfr_source *x = (tfr_source *)s;
+    uint64_t at = tw_tfrecord_reader_offset(x->r);
+    tw_status st = tfr_read(x, label, err);
+    if (st < 0 || !x->counted || (st == TW_END ? x->index == s->count : x->index <= s->count))
+        return st;
+    return tw_error_set(err, TW_ERR_INVALID, x->path, (int64_t)at,
+                        "record %llu: the file changed between the counting pass (%llu records) "
+                        "and the writing pass",
+                        (unsigned long long)(st == TW_END ? x->index : x->index - 1),
+                        (unsigned long long)s->count);
+}
+
+static tw_status tfr_describe(const source *s, json_t *meta, tw_error *err)
+{
+    const schema *sc = ((const tfr_source *)s)->sch;
+    TW_TRY(put_features(meta, (const char *const *)sc->names, (const char *const *)sc->kinds, sc->n,
+                        err));
+    const layout *l = &sc->first_layout;
+    int known = sc->same_layout && l->known;
+    json_t *shape = known ? json_array() : json_null();
+    TW_TRY(put(meta, "shape", shape, err));
+    for (size_t i = 0; known && i < l->rank; i++)
+        TW_CHECK_FOREIGN(json_array_append_new(shape, json_integer((json_int_t)l->dims[i])) == 0, err,
+                         TW_ERR_NOMEM, "jansson");
+    return put(meta, "dtype", known && l->dtype ? json_string(l->dtype) : json_null(), err);
+}
+
+static void tfr_close(source *s)
+{
+    tfr_source *x = (tfr_source *)s;
+    tw_tfrecord_reader_close(x->r);
+    tw_example_destroy(x->ex);
+    schema_cleanup(&x->own);
+    free(x);
+}
+
+/* Opens path for reading from its first record (again). */
+static tw_status tfr_rewind(tfr_source *x, tw_error *err)
+{
+    tw_tfrecord_reader_close(x->r);
+    x->r = NULL;
+    x->index = 0;
+    return tw_tfrecord_reader_open(x->path, &x->ropts, &x->r, err);
+}
+
+/* Opens a TFRecord source and checks its first record (it becomes the schema unless `shared`, the
+ * training file's schema, is given: a test file is checked against that). With need_count, every
+ * record is read and checked once to count them. */
+static tw_status tfr_open(const char *path, const tw_convert_options *o, schema *shared,
+                          int need_count, source **out, tw_error *err)
+{
+    tfr_source *x = calloc(1, sizeof *x);
+    if (!x)
+        return nomem(err);
+    x->base = (source){"tfrecord", 0, 1, tfr_next, tfr_describe, tfr_close, 0, 0, 0, NULL, 0};
+    *out = &x->base;
+    x->path = path;
+    x->sch = shared ? shared : &x->own;
+    tw_tfrecord_options_default(&x->ropts);
+    x->ropts.compression = TW_COMPRESSION_AUTO;
+    x->ropts.max_record_bytes = o->max_record_bytes;
+    x->ropts.max_total_bytes = o->max_bytes;
+    TW_TRY(tfr_rewind(x, err));
+    label_value label;
+    tw_status s = tfr_read(x, &label, err);
+    if (s == TW_END)
+        return tw_error_set(err, TW_ERR_INVALID, path, -1,
+                            "no records: the file holds no tf.train.Example");
+    TW_TRY(s);
+    x->base.int_labels = x->sch->labels == TW_FEATURE_INT64;
+    x->base.no_labels = x->sch->labels == TW_FEATURE_NONE;
+    if (need_count) {
+        while ((s = tfr_read(x, &label, err)) == TW_OK)
+            continue;
+        if (s < 0)
+            return s;
+        x->base.count = x->index;
+        x->counted = 1;
+    }
+    return tfr_rewind(x, err);
+}
+
+int tw_convert_error_record(const tw_error *err, uint64_t *index)
+{
+    static const char prefix[] = "record ";
+    const char *p = err->message + sizeof prefix - 1;
+    if (strncmp(err->message, prefix, sizeof prefix - 1) || *p < '0' || *p > '9')
+        return 0;
+    uint64_t n = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (n > (UINT64_MAX - 9) / 10)
+            return 0;
+        n = n * 10 + (uint64_t)(*p - '0');
+    }
+    if (p[0] != ':' || p[1] != ' ')
+        return 0;
+    if (index)
+        *index = n;
+    return 1;
 }
 
 /* ================================ splits ================================ */
@@ -561,14 +976,13 @@ static tw_status split_open(split *sp, const char *path, tw_compression c, tw_er
     return tw_tfrecord_writer_create(tw_atomic_file_fd(sp->file), c, path, &sp->writer, err);
 }
 
-static tw_status split_write(split *sp, tw_example_builder *b, int int_labels,
+/* Appends one serialized Example (data[len]) of src, with its label l. */
+static tw_status split_write(split *sp, const source *src, const uint8_t *data, size_t len,
                              const label_value *l, tw_error *err)
 {
-    const uint8_t *data;
-    size_t len;
-    TW_TRY(tw_example_serialize(b, &data, &len, err));
     TW_TRY(tw_tfrecord_write(sp->writer, data, len, err));
-    TW_TRY(stats_add(&sp->stats, sp->count, int_labels, l, err));
+    if (!src->no_labels)
+        TW_TRY(stats_add(&sp->stats, sp->count, src->int_labels, l, err));
     sp->count++;
     return TW_OK;
 }
@@ -612,7 +1026,7 @@ static int sampler_pick(sampler *s)
 typedef struct {
     const tw_convert_options *o;
     tw_convert_source kind;
-    source *train_src, *test_src; /* test_src: the --test-images pair, or NULL */
+    source *train_src, *test_src; /* test_src: the --test-images pair, --test-tfrecord, or NULL */
     tw_example_builder *builder;
     split train, test;
     int has_test;
@@ -620,16 +1034,17 @@ typedef struct {
     tw_atomic_file *meta;
 } conversion;
 
-static tw_status open_source(const tw_convert_options *o, tw_convert_source kind, int test,
-                             source **out, tw_error *err)
+static tw_status open_source(const tw_convert_options *o, tw_convert_source kind, source **out,
+                             tw_error *err)
 {
-    if (test)
-        return idx_open(o->test_images, o->test_labels, o->max_bytes, out, err);
-    if (kind == TW_CONVERT_IDX)
-        return idx_open(o->images, o->labels, o->max_bytes, out, err);
-    if (kind == TW_CONVERT_CSV)
-        return csv_open(o->csv, o->label_column, o->max_bytes, out, err);
-    return npy_open(o->npy_features, o->npy_labels, o->max_bytes, out, err);
+    switch (kind) {
+    case TW_CONVERT_IDX: return idx_open(o->images, o->labels, o->max_bytes, out, err);
+    case TW_CONVERT_CSV: return csv_open(o->csv, o->label_column, o->max_bytes, out, err);
+    case TW_CONVERT_NPY: return npy_open(o->npy_features, o->npy_labels, o->max_bytes, out, err);
+    case TW_CONVERT_TFRECORD: /* the fraction split needs the count up front */
+        return tfr_open(o->tfrecord, o, NULL, o->test_fraction >= 0, out, err);
+    }
+    return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "unknown source %d", (int)kind);
 }
 
 /* Writes every example of src into `to`, or, with a sampler, the sampled ones into c->test. */
@@ -638,12 +1053,17 @@ static tw_status write_source(conversion *c, source *src, split *to, sampler *sm
     for (;;) {
         label_value label = {0, 0};
         tw_example_builder_reset(c->builder);
+        src->record = NULL;
         tw_status s = src->next(src, c->builder, &label, err);
         if (s == TW_END)
             return TW_OK;
         TW_TRY(s);
+        const uint8_t *data = src->record;
+        size_t len = src->record_len;
+        if (!data)
+            TW_TRY(tw_example_serialize(c->builder, &data, &len, err));
         split *dest = smp && sampler_pick(smp) ? &c->test : to;
-        TW_TRY(split_write(dest, c->builder, src->int_labels, &label, err));
+        TW_TRY(split_write(dest, src, data, len, &label, err));
     }
 }
 
@@ -661,8 +1081,9 @@ static tw_status write_all(conversion *c, tw_error *err)
 
 /* ================================== meta ================================== */
 
-/* Adds splits[name] = {"path", "count", "label_histogram" | "label_stats"}. */
-static tw_status split_json(json_t *splits, const char *name, const split *sp, int int_labels,
+/* Adds splits[name] = {"path", "count", "label_histogram" | "label_stats"} (neither when src has no
+ * labels). */
+static tw_status split_json(json_t *splits, const char *name, const split *sp, const source *src,
                             tw_error *err)
 {
     json_t *j = json_object();
@@ -670,7 +1091,9 @@ static tw_status split_json(json_t *splits, const char *name, const split *sp, i
     TW_TRY(put(j, "path", json_string(sp->path), err));
     TW_TRY(put(j, "count", json_integer((json_int_t)sp->count), err));
     const label_stats *st = &sp->stats;
-    if (int_labels && !st->overflow) {
+    if (src->no_labels)
+        return TW_OK;
+    if (src->int_labels && !st->overflow) {
         json_t *h = json_object();
         TW_TRY(put(j, "label_histogram", h, err));
         for (size_t i = 0; i < st->n; i++) {
@@ -694,9 +1117,8 @@ static tw_status build_meta(const conversion *c, json_t *meta, tw_error *err)
     TW_TRY(put(meta, "compression", json_string(tw_compression_name(c->o->compression)), err));
     json_t *splits = json_object();
     TW_TRY(put(meta, "splits", splits, err));
-    int int_labels = c->train_src->int_labels;
-    TW_TRY(split_json(splits, "train", &c->train, int_labels, err));
-    return c->has_test ? split_json(splits, "test", &c->test, int_labels, err) : TW_OK;
+    TW_TRY(split_json(splits, "train", &c->train, c->train_src, err));
+    return c->has_test ? split_json(splits, "test", &c->test, c->train_src, err) : TW_OK;
 }
 
 /* Writes the meta JSON to its temporary file (committed with the outputs). */
@@ -753,10 +1175,13 @@ static tw_status finish(conversion *c, tw_error *err)
 static tw_status open_sources(conversion *c, tw_error *err)
 {
     const tw_convert_options *o = c->o;
-    TW_TRY(open_source(o, c->kind, 0, &c->train_src, err));
+    TW_TRY(open_source(o, c->kind, &c->train_src, err));
+    if (o->test_tfrecord)
+        return tfr_open(o->test_tfrecord, o, ((tfr_source *)c->train_src)->sch, 0, &c->test_src,
+                        err);
     if (!o->test_images)
         return TW_OK;
-    TW_TRY(open_source(o, c->kind, 1, &c->test_src, err));
+    TW_TRY(idx_open(o->test_images, o->test_labels, o->max_bytes, &c->test_src, err));
     return idx_same_shape(c->train_src, c->test_src, err);
 }
 
@@ -796,9 +1221,9 @@ tw_status tw_convert(const tw_convert_options *o, tw_convert_result *res, tw_err
     split_cleanup(&c.test);
     tw_atomic_file_destroy(c.meta);
     tw_example_builder_destroy(c.builder);
+    if (c.test_src) /* first: a TFRecord test source borrows the training source's schema */
+        c.test_src->close(c.test_src);
     if (c.train_src)
         c.train_src->close(c.train_src);
-    if (c.test_src)
-        c.test_src->close(c.test_src);
     return s;
 }

@@ -1,13 +1,13 @@
-/* convert.h — dataset conversion: IDX, CSV or NumPy sources into TFRecord files of tf.train.Example,
- * with an optional test split and a JSON description (meta) of the result.
+/* convert.h — dataset conversion: IDX, CSV, NumPy or TFRecord sources into TFRecord files of
+ * tf.train.Example, with an optional test split and a JSON description (meta) of the result.
  *
- * Owns: which features each source becomes (below), the train/test split (a second IDX pair, or an
- * exact seeded fraction by selection sampling — Knuth's Algorithm S: streaming, no buffering, exactly
+ * Owns: which features each source becomes (below), the train/test split (a second IDX pair or
+ * TFRecord file, or an exact seeded fraction by selection sampling — Knuth's Algorithm S: streaming, no buffering, exactly
  * round(F·N) test examples, halves rounded away from zero), the label statistics, the meta JSON, and the
  * all-or-nothing output protocol: every output is written to a temporary file and renamed into place
  * only after the whole conversion succeeded; on any error no output file or temporary file is left.
- * Does not own: parsing the inputs (idx.c, csv.c, npy.c), TFRecord framing (tfrecord.c), the command
- * line (convert_main.c).
+ * Does not own: parsing the inputs (idx.c, csv.c, npy.c, example.c), TFRecord framing (tfrecord.c), the
+ * command line (convert_main.c).
  *
  * Features written per Example:
  *   idx: image_raw (bytes, the h·w·d uint8 pixels), label (int64), size (int64, h·w·d), height, width,
@@ -16,8 +16,21 @@
  *        is an integer literal, else float)
  *   npy: image_raw (bytes, one example's raw little-endian bytes), shape (int64 list, per-example dims),
  *        dtype (bytes "uint8" or "float32"), label (int64 for |u1/<i4/<i8 labels, float for <f4/<f8)
+ *   tfrecord: the input's records themselves, byte for byte, re-framed with the output compression.
+ *        The input (plain, GZIP or ZLIB, told apart by content) is validated record by record: both
+ *        CRCs, a length cap checked before anything is allocated (max_record_bytes), and every record
+ *        must parse as a tf.train.Example with exactly the feature names and kinds of the first record
+ *        of --tfrecord (the test file's records too), each name once. When the first record has a
+ *        one-value int64 or float feature "label", every record must have one finite label value; it
+ *        gives the label histogram or statistics (without one, the splits have neither). With a
+ *        fraction split the file is read twice (count, then write).
  *
- * Memory is constant in the number of examples (readers stream; CSV is read twice). Thread-safety: a
+ * Errors about one record of a TFRecord input name the input file, carry the record's byte offset in
+ * tw_error.offset (in the decompressed stream for GZIP/ZLIB inputs, as TensorFlow counts) and have a
+ * message that starts with "record N: " (N counts records from 0); tw_convert_error_record reads N back.
+ *
+ * Memory is constant in the number of examples (readers stream; CSV is read twice; a TFRecord input
+ * costs its first record and its largest one). Thread-safety: a
  * conversion touches only its own state; concurrent conversions to different outputs are fine. */
 #ifndef TW_CONVERT_H
 #define TW_CONVERT_H
@@ -31,6 +44,7 @@ typedef enum {
     TW_CONVERT_IDX = 0,
     TW_CONVERT_CSV = 1,
     TW_CONVERT_NPY = 2,
+    TW_CONVERT_TFRECORD = 3,
 } tw_convert_source;
 
 /* Every string is borrowed for the duration of tw_convert. Set exactly one source group. */
@@ -39,6 +53,7 @@ typedef struct {
     const char *test_images, *test_labels; /* optional second IDX pair: all of it goes to the test split */
     const char *csv, *label_column;        /* CSV file and the name of its label column */
     const char *npy_features, *npy_labels; /* NumPy arrays, examples along the first axis */
+    const char *tfrecord, *test_tfrecord;  /* TFRecord of tf.train.Example; optional test file */
     const char *output;                    /* train TFRecord path (required) */
     const char *test_output;               /* test TFRecord path (required with a test split) */
     const char *meta;                      /* meta JSON path; NULL: see tw_convert_meta_path */
@@ -46,6 +61,7 @@ typedef struct {
     double test_fraction;                  /* in [0, 1]; < 0 (default) = no fraction split */
     uint64_t seed;                         /* selection-sampling seed; default 0 */
     uint64_t max_bytes;                    /* budget on content bytes per input file; default 16 GiB */
+    uint64_t max_record_bytes;             /* cap on one TFRecord input record; default 64 MiB */
 } tw_convert_options;
 
 typedef struct {
@@ -60,7 +76,8 @@ typedef struct {
 void tw_convert_options_default(tw_convert_options *o);
 
 /* Checks that the options name exactly one complete source, the outputs a split needs, a fraction in
- * [0, 1], a non-zero budget, and no output path equal to another output or an input (by spelling).
+ * [0, 1], a non-zero budget and record cap, and no output path equal to another output or an input
+ * (by spelling).
  * Fills *source. Errors: TW_ERR_INVALID, naming the options by their command-line spelling. */
 tw_status tw_convert_check(const tw_convert_options *o, tw_convert_source *source, tw_error *err);
 
@@ -68,7 +85,7 @@ tw_status tw_convert_check(const tw_convert_options *o, tw_convert_source *sourc
  * ".meta.json". Writes into buf[size]. Errors: TW_ERR_INVALID when it does not fit. */
 tw_status tw_convert_meta_path(const char *output, char *buf, size_t size, tw_error *err);
 
-/* "idx", "csv", "npy". */
+/* "idx", "csv", "npy", "tfrecord". */
 const char *tw_convert_source_name(tw_convert_source s);
 
 /* Runs the conversion described by o and fills *res (may be NULL). On success the outputs and the meta
@@ -80,9 +97,24 @@ const char *tw_convert_source_name(tw_convert_source s);
  * csv), "splits": {"train": {"path", "count", ...}, "test": {...}}} where each split has
  * "label_histogram" {"<label>": count} for integer labels (up to 65536 distinct values) and otherwise
  * "label_stats" {"min", "max", "mean"}.
+ * For tfrecord, "features" are the first record's in its order, and "shape" is inferred, if every
+ * record agrees, from one-value int64 features height, width (and depth, else 1) -> [h, w, d], else
+ * an int64 list "shape", else the length n of a float list "features" -> [n]; otherwise null.
+ * "dtype" is "uint8" when a one-item bytes feature "image_raw" holds product(shape) bytes, "float32"
+ * when it holds 4 * product(shape) bytes or when a float list "image_raw" or "features" holds
+ * product(shape) values; otherwise null (also when shape is null).
  *
  * Errors: those of tw_convert_check, of the readers (naming the file and byte offset or line), of the
- * writers, and TW_ERR_INVALID for sources that disagree (image and label counts, test shape). */
+ * writers, and TW_ERR_INVALID for sources that disagree (image and label counts, test shape). For a
+ * TFRecord input (see the record errors above): TW_ERR_CORRUPT (a CRC, a record that is not an
+ * Example), TW_ERR_TRUNCATED (the file ends inside a record), TW_ERR_TOO_LARGE (a length past
+ * max_record_bytes, or past the max_bytes budget), TW_ERR_INVALID (features that differ from the
+ * first record's, a first record without features, an empty file: "no records"). */
 tw_status tw_convert(const tw_convert_options *o, tw_convert_result *res, tw_error *err);
+
+/* For the error of a failed conversion: returns 1 when it is about one record of a TFRecord input
+ * (its message starts with "record N: ") and stores N, counted from 0, in *index (may be NULL); the
+ * record's byte offset is then err->offset and the file err->file. Returns 0 otherwise. */
+int tw_convert_error_record(const tw_error *err, uint64_t *index);
 
 #endif

@@ -55,10 +55,14 @@ static const option OPTIONS[] = {
      OPT(npy_features), "features: |u1 or <f4, any rank >= 1, examples along axis 0"},
     {NULL, "--npy-labels", NULL, "FILE", ARG_PATH, OPT(npy_labels),
      "labels (N,) or (N, 1): |u1 <i4 <i8 -> int64, <f4 <f8 -> float"},
+    {"TFRecord source (tf.train.Example records; plain, GZIP or ZLIB, detected)", "--tfrecord", NULL,
+     "FILE", ARG_PATH, OPT(tfrecord), "every record is checked, then copied as it is"},
+    {NULL, "--test-tfrecord", NULL, "FILE", ARG_PATH, OPT(test_tfrecord),
+     "a second file, same features: all of it goes to --test-output"},
     {"output", "--output", "-o", "OUT", ARG_PATH, OPT(output),
      "the TFRecord file to write (the train split)"},
     {NULL, "--test-output", NULL, "OUT", ARG_PATH, OPT(test_output),
-     "the test split (with --test-fraction or --test-images)"},
+     "the test split (with --test-fraction or a test file)"},
     {NULL, "--test-fraction", NULL, "F", ARG_FRACTION, OPT(test_fraction),
      "exactly round(F*N) examples, seeded sample, to --test-output"},
     {NULL, "--seed", NULL, "N", ARG_U64, OPT(seed), "seed of the --test-fraction sampling (0)"},
@@ -68,6 +72,8 @@ static const option OPTIONS[] = {
      "the JSON description (default OUT, .tfrecord -> .meta.json)"},
     {"limits and reporting", "--max-bytes", NULL, "N", ARG_BYTES, OPT(max_bytes),
      "budget per input file, decompressed; K/M/G/T suffix (16G)"},
+    {NULL, "--max-record-bytes", NULL, "N", ARG_BYTES, OPT(max_record_bytes),
+     "cap on one --tfrecord record's length; K/M/G/T suffix (64M)"},
     {NULL, "--json", NULL, NULL, ARG_FLAG, offsetof(cli, json),
      "print the summary (or error) as one JSON object"},
     {NULL, "--help", "-h", NULL, ARG_FLAG, offsetof(cli, help), "show this help"},
@@ -78,7 +84,8 @@ enum { N_OPTIONS = sizeof OPTIONS / sizeof OPTIONS[0] };
 static void print_help(void)
 {
     printf("usage: tower convert (--images FILE --labels FILE | --csv FILE --label-column NAME |\n"
-           "                      --npy-features FILE --npy-labels FILE) -o OUT [options]\n\n"
+           "                      --npy-features FILE --npy-labels FILE | --tfrecord FILE)\n"
+           "                      -o OUT [options]\n\n"
            "Converts a dataset into a TFRecord file of tf.train.Example records, optionally splits\n"
            "off a test set, and writes a JSON description of the result. Inputs may be gzip\n"
            "compressed (detected by content). On any error nothing is written.\n");
@@ -92,9 +99,11 @@ static void print_help(void)
         printf("  %-26s %s\n", left, op->help);
     }
     printf("\nfeatures of each Example:\n"
-           "  IDX   image_raw (bytes), label, size, height, width, depth (int64)\n"
-           "  CSV   features (float list), label (int64 if every label is an integer, else float)\n"
-           "  NumPy image_raw (bytes, little-endian), shape (int64 list), dtype (bytes), label\n"
+           "  IDX      image_raw (bytes), label, size, height, width, depth (int64)\n"
+           "  CSV      features (float list), label (int64 if every label is an integer, else float)\n"
+           "  NumPy    image_raw (bytes, little-endian), shape (int64 list), dtype (bytes), label\n"
+           "  TFRecord the input's own, the same names and kinds in every record; an error names\n"
+           "           the record (\"record N:\", from 0) and its byte offset (decompressed)\n"
            "\nexit status: 0 done, 1 conversion failed, 2 usage error.\n");
 }
 
@@ -223,6 +232,8 @@ static int parse_args(cli *c, int argc, char **argv)
     }
     if (seen[find_option("--seed", 6) - OPTIONS] && c->o.test_fraction < 0)
         return usage_error("--seed needs --test-fraction");
+    if (seen[find_option("--max-record-bytes", 18) - OPTIONS] && !c->o.tfrecord)
+        return usage_error("--max-record-bytes needs --tfrecord");
     return 0;
 }
 

@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "crc32c.h"
 #include "event.pb-c.h"
+#include "events_read.h"
 #include "example.h"
 #include "safetensors.h"
 #include "tfrecord.h"
@@ -245,14 +246,6 @@ static int looks_like_safetensors(const options *o)
     return n < 12 || crc != tw_crc32c_mask(tw_crc32c(p, 8));
 }
 
-/* A JSON number, or "NaN" / "Infinity" / "-Infinity", which JSON cannot hold as numbers. */
-static json_t *json_number(double v)
-{
-    if (isfinite(v))
-        return json_real(v);
-    return json_string(isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
-}
-
 /* Adds count, min, max, mean, sum (NaNs left out of all but count, and counted in nan), inf and the
  * first `limit` values of an F32 tensor to obj. */
 static void f32_stats(const tw_st_info *t, long limit, json_t *obj)
@@ -264,7 +257,7 @@ static void f32_stats(const tw_st_info *t, long limit, json_t *obj)
         float v;
         memcpy(&v, t->data + i * sizeof v, sizeof v);
         if ((long)i < limit)
-            json_array_append_new(first, json_number(v));
+            json_array_append_new(first, tw_events_read_json_number(v));
         nan += isnan(v) != 0;
         inf += isinf(v) != 0;
         if (isnan(v))
@@ -274,10 +267,11 @@ static void f32_stats(const tw_st_info *t, long limit, json_t *obj)
         hi = v > hi ? v : hi;
     }
     int any = t->count > nan;
-    json_object_set_new(obj, "min", any ? json_number(lo) : json_null());
-    json_object_set_new(obj, "max", any ? json_number(hi) : json_null());
-    json_object_set_new(obj, "mean", any ? json_number(sum / (double)(t->count - nan)) : json_null());
-    json_object_set_new(obj, "sum", json_number(sum));
+    json_object_set_new(obj, "min", any ? tw_events_read_json_number(lo) : json_null());
+    json_object_set_new(obj, "max", any ? tw_events_read_json_number(hi) : json_null());
+    json_object_set_new(obj, "mean",
+                        any ? tw_events_read_json_number(sum / (double)(t->count - nan)) : json_null());
+    json_object_set_new(obj, "sum", tw_events_read_json_number(sum));
     json_object_set_new(obj, "nan", json_integer((json_int_t)nan));
     json_object_set_new(obj, "inf", json_integer((json_int_t)inf));
     json_object_set_new(obj, "first", first);

@@ -4,7 +4,8 @@
 #
 #   scripts/install-deps.sh            build + run dependencies (apt only)
 #   scripts/install-deps.sh --test     also the test tools: clang/libFuzzer, cmocka, and a Python venv with
-#                                      TensorFlow, TensorBoard, numpy, pytest, safetensors, requests
+#                                      TensorFlow, TensorBoard, numpy, pytest, safetensors, requests,
+#                                      selenium; curl, strace, wrk and headless Chromium for the server tests
 #
 # The Python venv lives at $TOWER_VENV (default /opt/tower-venv) so that it survives fresh checkouts.
 set -euo pipefail
@@ -20,7 +21,8 @@ done
 apt_runtime=(build-essential cmake pkg-config ca-certificates
   zlib1g-dev libisal-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev libmicrohttpd-dev
   libopenblas-dev libsqlite3-dev libjs-chart.js dataset-fashion-mnist)
-apt_test=(clang libclang-rt-dev libcmocka-dev python3 python3-venv python3-pip)
+apt_test=(clang libclang-rt-dev libcmocka-dev python3 python3-venv python3-pip
+  curl strace chromium chromium-driver wrk)
 
 packages=("${apt_runtime[@]}")
 [ "$want_test" = 1 ] && packages+=("${apt_test[@]}")

@@ -15,9 +15,11 @@ typedef struct {
 } command;
 
 static const command COMMANDS[] = {
-    {"convert", tw_convert_main, "convert IDX, CSV or NumPy data into TFRecord files of tf.train.Example"},
+    {"convert", tw_convert_main, "convert IDX, CSV, NumPy or TFRecord data into TFRecord files of tf.train.Example"},
     {"inspect", tw_inspect_main, "describe a TFRecord or tfevents file (records, schema, tags)"},
     {"train", tw_train_main, "train a model from a JSON run config; events and checkpoints in --logdir"},
+    {"serve", tw_serve_main, "run the training service: REST API, job queue, status page"},
+    {"devices", tw_devices_main, "list the devices runs are scheduled on"},
 };
 
 static void usage(FILE *out)

@@ -1,6 +1,8 @@
 """`tower convert` against the real readers: TensorFlow parses what we write (plain, GZIP and ZLIB), the
 real Fashion-MNIST files convert exactly, the test split is exact, the meta JSON is right, and every bad
 input fails with one message naming the file and the byte offset or line, leaving no file behind.
+TFRecord uploads are written by TensorFlow's own writer (plain and GZIP), come back record for record
+as TensorFlow reads them, and every damaged record is named by its index and byte offset.
 
 Run: TOWER_BUILD=build-conv python -m pytest tests/integration/test_convert.py
 """
@@ -8,6 +10,7 @@ import collections
 import gzip
 import json
 import os
+import re
 import struct
 
 import numpy as np
@@ -468,9 +471,10 @@ def test_usage_errors(tmp_path, run_tower, args, want):
 def test_help_documents_every_option(run_tower):
     result = ok(run_tower("convert", "--help"))
     for option in ["--images", "--labels", "--test-images", "--test-labels", "--csv",
-                   "--label-column", "--npy-features", "--npy-labels", "-o, --output",
-                   "--test-output", "--test-fraction", "--seed", "--compression", "--meta",
-                   "--max-bytes", "--json", "--help"]:
+                   "--label-column", "--npy-features", "--npy-labels", "--tfrecord",
+                   "--test-tfrecord", "-o, --output", "--test-output", "--test-fraction", "--seed",
+                   "--compression", "--meta", "--max-bytes", "--max-record-bytes", "--json",
+                   "--help"]:
         assert option in result.stdout
     assert result.stdout.startswith("usage: tower convert")
 
@@ -485,3 +489,292 @@ def test_summary_line_and_meta_option(tmp_path, run_tower):
     # the default meta path for a name without .tfrecord
     ok(run_tower("convert", "--images", img, "--labels", lab, "-o", tmp_path / "p.rec"))
     assert (tmp_path / "p.rec.meta.json").exists()
+
+
+# ------------------------------------------------------------------------- (4) TFRecord of tf.train.Example
+
+def tf_image_example(i, h=3, w=2, d=2, skip=()):
+    """Example i as TensorFlow's MNIST convert_to_records writes it (plus depth): image_raw, label,
+    height, width, depth; features named in skip are left out."""
+    pixels = ((np.arange(h * w * d) + 7 * i) % 256).astype(np.uint8).tobytes()
+    feature = {
+        "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[pixels])),
+        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10])),
+        "height": tf.train.Feature(int64_list=tf.train.Int64List(value=[h])),
+        "width": tf.train.Feature(int64_list=tf.train.Int64List(value=[w])),
+        "depth": tf.train.Feature(int64_list=tf.train.Int64List(value=[d])),
+    }
+    for name in skip:
+        del feature[name]
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+
+
+def tf_write(path, records, compression="none"):
+    """Writes records with tf.io.TFRecordWriter; returns each record's byte offset (uncompressed)."""
+    with tf.io.TFRecordWriter(str(path), options=TF_COMPRESSION[compression] or None) as w:
+        for r in records:
+            w.write(r)
+    offsets, at = [], 0
+    for r in records:
+        offsets.append(at)
+        at += 16 + len(r)
+    return offsets
+
+
+def tf_records(path, compression="none"):
+    """The raw records of a TFRecord file, as TensorFlow reads them."""
+    ds = tf.data.TFRecordDataset(str(path), compression_type=TF_COMPRESSION[compression])
+    return [r.numpy() for r in ds]
+
+
+@pytest.mark.parametrize("out_compression", ["none", "gzip", "zlib"])
+@pytest.mark.parametrize("in_compression", ["none", "gzip"])
+def test_tfrecord_from_tensorflow(tmp_path, run_tower, in_compression, out_compression):
+    records = [tf_image_example(i) for i in range(53)]
+    src = tmp_path / "upload.tfrecord"
+    tf_write(src, records, in_compression)
+    out = tmp_path / "train.tfrecord"
+    result = ok(run_tower("convert", "--tfrecord", src, "-o", out, "--compression", out_compression,
+                          "--json"))
+    summary = json.loads(result.stdout)
+    assert summary["source"] == "tfrecord" and summary["train"] == {"path": str(out), "count": 53}
+    assert tf_records(out, out_compression) == records  # TensorFlow reads back the very records
+    spec = dict(IDX_SPEC)
+    del spec["size"]
+    parsed = read_examples(out, spec, out_compression)
+    assert [r["label"] for r in parsed] == [i % 10 for i in range(53)]
+    meta = json.loads((tmp_path / "train.meta.json").read_text())
+    assert meta["format_version"] == 1 and meta["source"] == "tfrecord"
+    assert meta["features"] == {"image_raw": "bytes", "label": "int64", "height": "int64",
+                                "width": "int64", "depth": "int64"}
+    assert meta["shape"] == [3, 2, 2] and meta["dtype"] == "uint8"
+    assert meta["compression"] == out_compression
+    assert meta["splits"]["train"]["count"] == 53
+    assert meta["splits"]["train"]["label_histogram"] == {
+        str(k): v for k, v in sorted(collections.Counter(i % 10 for i in range(53)).items())}
+    assert leftovers(tmp_path) == ["train.meta.json", "train.tfrecord", "upload.tfrecord"]
+
+
+def test_tfrecord_of_idx_conversion_round_trips(tmp_path, run_tower):
+    """Our own IDX output, uploaded again, gives the same meta (but the source)."""
+    images = np.arange(12 * 4 * 3, dtype=np.uint8).reshape(12, 4, 3)
+    write(tmp_path / "img", idx_bytes(images))
+    write(tmp_path / "lab", idx_bytes(np.arange(12, dtype=np.uint8) % 4))
+    first = tmp_path / "a.tfrecord"
+    ok(run_tower("convert", "--images", tmp_path / "img", "--labels", tmp_path / "lab", "-o", first))
+    again = tmp_path / "b.tfrecord"
+    ok(run_tower("convert", "--tfrecord", first, "-o", again, "--compression", "gzip"))
+    assert tf_records(again, "gzip") == tf_records(first)
+    meta_a = json.loads((tmp_path / "a.meta.json").read_text())
+    meta_b = json.loads((tmp_path / "b.meta.json").read_text())
+    for key in ["features", "shape", "dtype"]:
+        assert meta_a[key] == meta_b[key]
+    assert meta_a["splits"]["train"]["label_histogram"] == meta_b["splits"]["train"]["label_histogram"]
+
+
+def test_tfrecord_float_features_and_labels(tmp_path, run_tower):
+    rng = np.random.default_rng(4)
+    feats = rng.standard_normal((9, 6)).astype(np.float32)
+    labels = rng.standard_normal(9).astype(np.float32)
+    records = [tf.train.Example(features=tf.train.Features(feature={
+        "features": tf.train.Feature(float_list=tf.train.FloatList(value=f)),
+        "label": tf.train.Feature(float_list=tf.train.FloatList(value=[y]))})).SerializeToString()
+        for f, y in zip(feats, labels)]
+    tf_write(tmp_path / "r.tfrecord", records)
+    out = tmp_path / "o.tfrecord"
+    ok(run_tower("convert", "--tfrecord", tmp_path / "r.tfrecord", "-o", out))
+    assert tf_records(out) == records
+    meta = json.loads((tmp_path / "o.meta.json").read_text())
+    assert meta["shape"] == [6] and meta["dtype"] == "float32"
+    assert meta["features"] == {"features": "float", "label": "float"}
+    stats = meta["splits"]["train"]["label_stats"]
+    assert stats["min"] == float(labels.min()) and stats["max"] == float(labels.max())
+    assert stats["mean"] == pytest.approx(float(labels.astype(np.float64).mean()))
+
+
+def test_tfrecord_test_fraction_and_test_file(tmp_path, run_tower):
+    records = [tf_image_example(i) for i in range(40)]
+    tf_write(tmp_path / "in.tfrecord", records, "gzip")
+    train, test = tmp_path / "tr.tfrecord", tmp_path / "te.tfrecord"
+    ok(run_tower("convert", "--tfrecord", tmp_path / "in.tfrecord", "-o", train, "--test-fraction",
+                 "0.3", "--seed", "5", "--test-output", test))
+    got_train, got_test = tf_records(train), tf_records(test)
+    assert len(got_test) == 12 and len(got_train) == 28
+    assert sorted(got_train + got_test) == sorted(records)
+    assert [r for r in records if r in got_train] == got_train  # order kept
+    meta = json.loads((tmp_path / "tr.meta.json").read_text())
+    assert meta["splits"]["test"]["count"] == 12
+    assert sum(meta["splits"]["test"]["label_histogram"].values()) == 12
+
+    t10k = [tf_image_example(i) for i in range(100, 107)]
+    tf_write(tmp_path / "t10k.tfrecord", t10k)
+    ok(run_tower("convert", "--tfrecord", tmp_path / "in.tfrecord", "--test-tfrecord",
+                 tmp_path / "t10k.tfrecord", "-o", train, "--test-output", test))
+    assert tf_records(train) == records and tf_records(test) == t10k
+
+
+def corrupt_at(path, offset, xor):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= xor
+    path.write_bytes(bytes(data))
+
+
+def tfr_bad_length_crc(d):
+    offsets = tf_write(d / "in.tfrecord", [tf_image_example(i) for i in range(8)])
+    corrupt_at(d / "in.tfrecord", offsets[5] + 9, 0x10)
+    return 5, offsets[5], "CORRUPT", "corrupted record: length CRC mismatch"
+
+
+def tfr_bad_data_crc(d):
+    offsets = tf_write(d / "in.tfrecord", [tf_image_example(i) for i in range(8)])
+    corrupt_at(d / "in.tfrecord", offsets[2] + 20, 0x01)
+    return 2, offsets[2], "CORRUPT", "corrupted record: data CRC mismatch"
+
+
+def tfr_length_2_40(d):
+    """A length field of 2^40 whose length CRC is right: refused before anything is allocated."""
+    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
+    offsets = tf_write(d / "in.tfrecord", [tf_image_example(i) for i in range(5)])
+    path = d / "in.tfrecord"
+    length = struct.pack("<Q", 1 << 40)
+    header = length + struct.pack("<I", masked_crc32c(length))
+    data = path.read_bytes()
+    path.write_bytes(data[:offsets[4]] + header + data[offsets[4] + 12:])
+    return (4, offsets[4], "TOO_LARGE",
+            "record length 1099511627776 exceeds the cap of 67108864 bytes")
+
+
+def tfr_torn_tail(d):
+    offsets = tf_write(d / "in.tfrecord", [tf_image_example(i) for i in range(8)])
+    path = d / "in.tfrecord"
+    path.write_bytes(path.read_bytes()[:-10])
+    return 7, offsets[7], "TRUNCATED", "truncated record"
+
+
+def tfr_trailing_garbage(d):
+    offsets = tf_write(d / "in.tfrecord", [tf_image_example(i) for i in range(8)])
+    path = d / "in.tfrecord"
+    size = path.stat().st_size
+    path.write_bytes(path.read_bytes() + b"garbage after the last record")
+    assert offsets[-1] < size
+    return 8, size, "CORRUPT", "corrupted record: length CRC mismatch"
+
+
+def tfr_short_trailing_garbage(d):
+    tf_write(d / "in.tfrecord", [tf_image_example(i) for i in range(8)])
+    path = d / "in.tfrecord"
+    size = path.stat().st_size
+    path.write_bytes(path.read_bytes() + b"\n")
+    return 8, size, "TRUNCATED", "truncated record: header has 1 of 12 bytes"
+
+
+def tfr_not_an_example(d):
+    records = [tf_image_example(i) for i in range(6)]
+    records.insert(3, b"\xff\xff\xff\xff not a protobuf")
+    offsets = tf_write(d / "in.tfrecord", records)
+    return 3, offsets[3], "CORRUPT", "not a tf.train.Example: its 19 bytes do not parse as one"
+
+
+def tfr_events_file(d):
+    event = tf.compat.v1.Event(wall_time=1.5, step=3, file_version="brain.Event:2")
+    tf_write(d / "in.tfrecord", [event.SerializeToString()])
+    return 0, 0, "CORRUPT", "not a tf.train.Example"
+
+
+def tfr_schema_change(d):
+    records = [tf_image_example(i) for i in range(6)]
+    records.append(tf_image_example(6, skip=["depth"]))
+    offsets = tf_write(d / "in.tfrecord", records)
+    return (6, offsets[6], "INVALID_ARGUMENT",
+            f"feature 'depth' (int64) of the first record of {d / 'in.tfrecord'} is missing")
+
+
+def tfr_kind_change(d):
+    records = [tf_image_example(i) for i in range(4)]
+    records.append(tf.train.Example(features=tf.train.Features(feature={
+        "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"x"])),
+        "label": tf.train.Feature(float_list=tf.train.FloatList(value=[1.0])),
+        "height": tf.train.Feature(int64_list=tf.train.Int64List(value=[3])),
+        "width": tf.train.Feature(int64_list=tf.train.Int64List(value=[2])),
+        "depth": tf.train.Feature(int64_list=tf.train.Int64List(value=[2]))})).SerializeToString())
+    offsets = tf_write(d / "in.tfrecord", records)
+    return 4, offsets[4], "INVALID_ARGUMENT", "feature 'label' is float but int64 in the first record"
+
+
+def tfr_torn_gzip(d):
+    tf_write(d / "in.tfrecord", [tf_image_example(i) for i in range(300)], "gzip")
+    path = d / "in.tfrecord"
+    path.write_bytes(path.read_bytes()[:-100])
+    return None, None, "TRUNCATED", "truncated gzip stream"
+
+
+TFR_BAD = [tfr_bad_length_crc, tfr_bad_data_crc, tfr_length_2_40, tfr_torn_tail, tfr_trailing_garbage,
+           tfr_short_trailing_garbage, tfr_not_an_example, tfr_events_file, tfr_schema_change,
+           tfr_kind_change, tfr_torn_gzip]
+
+
+@pytest.mark.parametrize("case", TFR_BAD, ids=lambda c: c.__name__[4:])
+@pytest.mark.parametrize("split", [False, True])
+def test_tfrecord_bad_input_names_record_and_offset(tmp_path, run_tower, case, split):
+    inputs, outputs = tmp_path / "in", tmp_path / "out"
+    inputs.mkdir()
+    outputs.mkdir()
+    index, offset, code, want = case(inputs)
+    src = inputs / "in.tfrecord"
+    args = ["--tfrecord", src, "-o", outputs / "o.tfrecord", "--compression", "gzip", "--json"]
+    if split:
+        args += ["--test-fraction", "0.5", "--test-output", outputs / "t.tfrecord"]
+    result = run_tower("convert", *args)
+    assert result.returncode == 1, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    error = json.loads(result.stdout)["error"]
+    assert error["code"] == code
+    assert lines[0] == f"tower convert: {error['message']}"
+    if index is None:  # somewhere inside the file: any record, but named with its offset
+        prefix = re.match(rf"{re.escape(str(src))}: at byte (\d+): record (\d+): ", error["message"])
+        assert prefix, error["message"]
+    else:
+        prefix = f"{src}: at byte {offset}: record {index}: "
+        assert error["message"].startswith(prefix), error["message"]
+    assert want in error["message"]
+    assert leftovers(outputs) == []
+    assert leftovers(inputs) == ["in.tfrecord"]
+
+
+def test_tfrecord_empty_and_usage(tmp_path, run_tower):
+    (tmp_path / "empty.tfrecord").write_bytes(b"")
+    result = run_tower("convert", "--tfrecord", tmp_path / "empty.tfrecord", "-o",
+                       tmp_path / "o.tfrecord")
+    assert result.returncode == 1
+    assert result.stderr == (f"tower convert: {tmp_path / 'empty.tfrecord'}: no records: the file "
+                             "holds no tf.train.Example\n")
+    assert leftovers(tmp_path) == ["empty.tfrecord"]
+    for args, want in [
+            (["--tfrecord", "a", "--images", "b", "--labels", "c", "-o", "x"], "exactly one source"),
+            (["--images", "b", "--labels", "c", "--test-tfrecord", "t", "-o", "x", "--test-output",
+              "y"], "--test-tfrecord needs a TFRecord source"),
+            (["--tfrecord", "a", "--test-tfrecord", "t", "-o", "x"], "--test-output is needed"),
+            (["--tfrecord", "a", "--test-tfrecord", "t", "-o", "x", "--test-output", "y",
+              "--test-fraction", "0.5"], "--test-fraction and --test-tfrecord exclude each other"),
+            (["--images", "b", "--labels", "c", "-o", "x", "--max-record-bytes", "1K"],
+             "--max-record-bytes needs --tfrecord"),
+            (["--tfrecord", "a", "-o", "x", "--max-record-bytes", "0"],
+             "--max-record-bytes: bad value '0'")]:
+        result = run_tower("convert", *args, cwd=tmp_path)
+        assert result.returncode == 2, args
+        assert want in result.stderr, (args, result.stderr)
+
+
+def test_tfrecord_record_cap_option(tmp_path, run_tower):
+    offsets = tf_write(tmp_path / "in.tfrecord", [tf_image_example(i, h=8, w=8, d=1)
+                                                  for i in range(3)])
+    out = tmp_path / "o.tfrecord"
+    result = run_tower("convert", "--tfrecord", tmp_path / "in.tfrecord", "-o", out,
+                       "--max-record-bytes", "64")
+    assert result.returncode == 1
+    assert f"at byte {offsets[0]}: record 0: record length" in result.stderr
+    assert "exceeds the cap of 64 bytes" in result.stderr
+    ok(run_tower("convert", "--tfrecord", tmp_path / "in.tfrecord", "-o", out,
+                 "--max-record-bytes", "1K"))
+    assert len(tf_records(out)) == 3

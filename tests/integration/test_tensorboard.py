@@ -8,14 +8,15 @@ Every expected value is recomputed here from the formulas documented at the top 
 import html
 import os
 import re
-import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import requests
+
+import helpers
+from helpers import poll
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 tf = pytest.importorskip("tensorflow")
@@ -32,7 +33,6 @@ NODES = ["input/x",
          "layer1/weights", "layer1/biases", "layer1/MatMul", "layer1/BiasAdd", "layer1/Relu",
          "layer2/weights", "layer2/biases", "layer2/MatMul", "layer2/BiasAdd",
          "output/Softmax"]
-DEADLINE_S = 60
 
 
 # ---- what tw_eventgen writes, recomputed ----
@@ -213,43 +213,10 @@ def children_cmdlines(pid):
     return out
 
 
-def poll(what, fn):
-    """Calls fn() until it returns something other than None, for at most DEADLINE_S seconds."""
-    end = time.monotonic() + DEADLINE_S
-    while time.monotonic() < end:
-        got = fn()
-        if got is not None:
-            return got
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {DEADLINE_S} s waiting for {what}")
-
-
 @pytest.fixture(scope="module")
 def tensorboard(logdir, tmp_path_factory):
-    """A `tensorboard --load_fast=true` on logdir; yields (base_url, pid). Killed with its process
-    group (the data server included) at the end."""
-    logs = tmp_path_factory.mktemp("tblog")
-    out, err = open(logs / "stdout", "w+"), open(logs / "stderr", "w+")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--load_fast=true",
-         "--host", "127.0.0.1", "--port", "0", "--reload_interval", "1"],
-        stdout=out, stderr=err, start_new_session=True)
-    try:
-        def url():
-            assert proc.poll() is None, (logs / "stderr").read_text()[-4000:]
-            m = re.search(r"TensorBoard \S+ at (http://127\.0\.0\.1:\d+)/",
-                          (logs / "stderr").read_text() + (logs / "stdout").read_text())
-            return m.group(1) if m else None
-        yield poll("tensorboard to listen", url), proc.pid
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        out.close()
-        err.close()
+    with helpers.tensorboard(logdir, tmp_path_factory.mktemp("tblog")) as tb:
+        yield tb
 
 
 def get_json(base, path, ready):

@@ -106,15 +106,24 @@ def test_resume_is_bit_exact(tower_bin, tmp_path, fashion):
     assert json.loads(res.stdout)["session_starts"] == [21]
 
 
+def next_line(proc):
+    """The next JSON line of proc's stdout that is not a heartbeat ({"heartbeat": true, "step": k},
+    written when no other line came for a second)."""
+    while True:
+        line = json.loads(proc.stdout.readline())
+        if not line.get("heartbeat"):
+            return line
+
+
 def test_sigterm_checkpoints_and_cancels(tower_bin, tmp_path, fashion):
     cfg = tmp_path / "long.json"
     cfg.write_text(json.dumps(mlp_config(fashion, steps=10**8, summary_every=20)))
     proc = subprocess.Popen([str(tower_bin), "train", cfg, "--logdir", tmp_path / "long"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        first = json.loads(proc.stdout.readline())  # the step-0 evaluation: training has begun
+        first = next_line(proc)  # the step-0 evaluation: training has begun
         assert first["step"] == 0
-        assert json.loads(proc.stdout.readline())["step"] == 20
+        assert next_line(proc)["step"] == 20
         proc.send_signal(signal.SIGTERM)
         rest = [json.loads(l) for l in proc.stdout.read().splitlines()]
         assert proc.wait(timeout=60) == 0, proc.stderr.read()

@@ -1,7 +1,8 @@
 /* test_convert.c — conversions end to end on small files: IDX (idx3/idx4, raw/gzip inputs, every output
- * compression), the test pair and the exact seeded fraction split, CSV and NPY features and labels, the
- * meta JSON, option checks, and that every failure leaves no output or temporary file (and an existing
- * output untouched). Outputs are read back with our TFRecord reader and Example parser; TensorFlow reads
+ * compression), the test pair and the exact seeded fraction split, CSV and NPY features and labels,
+ * TFRecord inputs (records copied byte for byte, the inferred meta, and every kind of damaged record
+ * reported with its index and offset), the meta JSON, option checks, and that every failure leaves no
+ * output or temporary file (and an existing output untouched). Outputs are read back with our TFRecord reader and Example parser; TensorFlow reads
  * them in tests/integration/test_convert.py. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <math.h>
 #include <sys/stat.h>
 #include <cmocka.h>
 
@@ -19,6 +21,7 @@
 #include <zlib.h>
 
 #include "convert.h"
+#include "crc32c.h"
 #include "example.h"
 #include "tfrecord.h"
 
@@ -730,6 +733,648 @@ static void test_npy_failures_leave_nothing(void **state)
     expect_failure(&o, TW_ERR_UNSUPPORTED, "labels must have shape (N,) or (N, 1)", 4);
 }
 
+/* ---- tfrecord source ---- */
+
+/* A TFRecord file in memory, framed by hand (TensorFlow-written inputs are in the pytest). */
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+    size_t at[256];  /* byte offset of each record */
+    size_t n;
+} tfr_buf;
+
+static void put_le(uint8_t *p, uint64_t v, int n)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void tfr_add_len(tfr_buf *t, const void *rec, size_t n, uint64_t declared)
+{
+    assert_true(t->n < 256);
+    if (t->len + n + 16 > t->cap) {
+        t->cap = (t->len + n + 16) * 2;
+        t->data = realloc(t->data, t->cap);
+        assert_non_null(t->data);
+    }
+    uint8_t *p = t->data + t->len;
+    t->at[t->n++] = t->len;
+    put_le(p, declared, 8);
+    put_le(p + 8, tw_crc32c_mask(tw_crc32c(p, 8)), 4);
+    if (n)
+        memcpy(p + 12, rec, n);
+    put_le(p + 12 + n, tw_crc32c_mask(tw_crc32c(rec, n)), 4);
+    t->len += n + 16;
+}
+
+static void tfr_add(tfr_buf *t, const void *rec, size_t n) { tfr_add_len(t, rec, n, n); }
+
+/* Payload of record k and its length. */
+static const uint8_t *tfr_payload(const tfr_buf *t, size_t k, size_t *len)
+{
+    size_t end = k + 1 < t->n ? t->at[k + 1] : t->len;
+    *len = end - t->at[k] - 16;
+    return t->data + t->at[k] + 12;
+}
+
+static void tfr_add_example(tfr_buf *t, tw_example_builder *b)
+{
+    const uint8_t *d;
+    size_t n;
+    tw_error err;
+    assert_int_equal(tw_example_serialize(b, &d, &n, &err), TW_OK);
+    tfr_add(t, d, n);
+}
+
+/* Example i of an IDX-like set: image_raw [h*w*d] bytes, label i % 10, height, width, depth. */
+static void add_image_example(tfr_buf *t, uint32_t i, int64_t h, int64_t w, int64_t d)
+{
+    tw_example_builder *b;
+    tw_error err;
+    assert_int_equal(tw_example_builder_create(&b, &err), TW_OK);
+    uint8_t px[256];
+    size_t n = (size_t)(h * w * d);
+    for (size_t k = 0; k < n; k++)
+        px[k] = (uint8_t)(i * 7 + k);
+    int64_t v[4] = {i % 10, h, w, d};
+    assert_int_equal(tw_example_add_bytes1(b, "image_raw", px, n, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "label", &v[0], 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "height", &v[1], 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "width", &v[2], 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "depth", &v[3], 1, &err), TW_OK);
+    tfr_add_example(t, b);
+    tw_example_builder_destroy(b);
+}
+
+static void image_set(tfr_buf *t, uint32_t n)
+{
+    memset(t, 0, sizeof *t);
+    for (uint32_t i = 0; i < n; i++)
+        add_image_example(t, i, 3, 2, 2);
+}
+
+static void options_tfr(tw_convert_options *o, const char *input)
+{
+    tw_convert_options_default(o);
+    o->tfrecord = path(input);
+    o->output = path("out.tfrecord");
+}
+
+/* Reads every payload of a TFRecord file and checks it equals the input's records `first`.. in
+ * order (or those whose index has keep[i] set, when keep is not NULL). Returns how many. */
+static size_t same_records(const char *p, const tfr_buf *in, const int *keep, int want_keep)
+{
+    tw_tfrecord_reader *r;
+    tw_error err;
+    assert_int_equal(tw_tfrecord_reader_open(p, NULL, &r, &err), TW_OK);
+    const uint8_t *data;
+    size_t len, k = 0, n = 0;
+    tw_status s;
+    while ((s = tw_tfrecord_read(r, &data, &len, &err)) == TW_OK) {
+        while (keep && k < in->n && keep[k] != want_keep)
+            k++;
+        assert_true(k < in->n);
+        size_t want_len;
+        const uint8_t *want = tfr_payload(in, k++, &want_len);
+        assert_int_equal(len, want_len);
+        assert_memory_equal(data, want, len);
+        n++;
+    }
+    assert_int_equal(s, TW_END);
+    tw_tfrecord_reader_close(r);
+    return n;
+}
+
+static void test_tfrecord_copies_records(void **state)
+{
+    (void)state;
+    static const tw_compression cs[] = {TW_COMPRESSION_NONE, TW_COMPRESSION_GZIP,
+                                        TW_COMPRESSION_ZLIB};
+    tfr_buf t;
+    image_set(&t, 40);
+    for (size_t k = 0; k < 3; k++) {
+        fresh_dir("tfr_copy");
+        (k == 1 ? write_gz : write_file)(path("in.tfrecord"), t.data, t.len);
+        tw_convert_options o;
+        options_tfr(&o, "in.tfrecord");
+        o.compression = cs[k];
+        tw_convert_result res;
+        tw_error err;
+        assert_int_equal(tw_convert(&o, &res, &err), TW_OK);
+        assert_int_equal(res.source, TW_CONVERT_TFRECORD);
+        assert_int_equal(res.train_count, 40);
+        assert_int_equal(count_files(), 3);
+        tw_tfrecord_reader *rd;
+        assert_int_equal(tw_tfrecord_reader_open(o.output, NULL, &rd, &err), TW_OK);
+        assert_int_equal(tw_tfrecord_reader_compression(rd), cs[k]);
+        tw_tfrecord_reader_close(rd);
+        assert_int_equal(same_records(o.output, &t, NULL, 0), 40);
+        if (cs[k] == TW_COMPRESSION_NONE) { /* re-framed plain output is the input, byte for byte */
+            FILE *f = fopen(o.output, "rb");
+            uint8_t *got = malloc(t.len + 1);
+            assert_int_equal(fread(got, 1, t.len + 1, f), t.len);
+            fclose(f);
+            assert_memory_equal(got, t.data, t.len);
+            free(got);
+        }
+        json_t *m = load_json(res.meta_path);
+        assert_string_equal(json_string_value(json_object_get(m, "source")), "tfrecord");
+        assert_string_equal(json_string_value(json_object_get(m, "dtype")), "uint8");
+        assert_string_equal(json_string_value(json_object_get(m, "compression")),
+                            tw_compression_name(cs[k]));
+        json_t *shape = json_object_get(m, "shape");
+        assert_int_equal(json_array_size(shape), 3);
+        assert_int_equal(json_integer_value(json_array_get(shape, 0)), 3);
+        assert_int_equal(json_integer_value(json_array_get(shape, 1)), 2);
+        assert_int_equal(json_integer_value(json_array_get(shape, 2)), 2);
+        json_t *feats = json_object_get(m, "features");
+        assert_int_equal(json_object_size(feats), 5);
+        assert_string_equal(json_string_value(json_object_get(feats, "image_raw")), "bytes");
+        assert_string_equal(json_string_value(json_object_get(feats, "depth")), "int64");
+        const char *key;
+        json_t *value;
+        static const char *const order[] = {"image_raw", "label", "height", "width", "depth"};
+        size_t i = 0;
+        json_object_foreach(feats, key, value) /* the first record's order */
+            assert_string_equal(key, order[i++]);
+        json_t *train = json_object_get(json_object_get(m, "splits"), "train");
+        assert_int_equal(json_integer_value(json_object_get(train, "count")), 40);
+        json_t *hist = json_object_get(train, "label_histogram");
+        assert_int_equal(json_object_size(hist), 10);
+        assert_int_equal(json_integer_value(json_object_get(hist, "3")), 4);
+        json_decref(m);
+    }
+    free(t.data);
+}
+
+static void test_tfrecord_fraction_and_test_file(void **state)
+{
+    (void)state;
+    fresh_dir("tfr_split");
+    tfr_buf t, u;
+    image_set(&t, 41);
+    write_file(path("in.tfrecord"), t.data, t.len);
+    tw_convert_options o;
+    options_tfr(&o, "in.tfrecord");
+    o.test_fraction = 0.25;
+    o.seed = 3;
+    o.test_output = path("test.tfrecord");
+    tw_convert_result res;
+    tw_error err;
+    assert_int_equal(tw_convert(&o, &res, &err), TW_OK);
+    assert_int_equal(res.test_count, 10);
+    assert_int_equal(res.train_count, 31);
+    /* which records went where: the example index is in the first pixel (i * 7) */
+    int in_test[41] = {0};
+    records r;
+    read_records(o.test_output, &r);
+    for (size_t i = 0; i < r.n; i++) {
+        size_t len;
+        const uint8_t *px = bytes_feature(r.ex[i], "image_raw", &len);
+        for (uint32_t k = 0; k < 41; k++)
+            if (px[0] == (uint8_t)(k * 7))
+                in_test[k] = 1;
+    }
+    free_records(&r);
+    assert_int_equal(same_records(o.test_output, &t, in_test, 1), 10);
+    assert_int_equal(same_records(o.output, &t, in_test, 0), 31);
+    json_t *m = load_json(res.meta_path);
+    json_t *test = json_object_get(json_object_get(m, "splits"), "test");
+    assert_int_equal(json_integer_value(json_object_get(test, "count")), 10);
+    json_decref(m);
+
+    /* a test file: all of it goes to the test split, checked against the training file's features */
+    fresh_dir("tfr_test_file");
+    image_set(&u, 7);
+    write_file(path("in.tfrecord"), t.data, t.len);
+    write_file(path("t10k.tfrecord"), u.data, u.len);
+    options_tfr(&o, "in.tfrecord");
+    o.test_tfrecord = path("t10k.tfrecord");
+    o.test_output = path("test.tfrecord");
+    o.compression = TW_COMPRESSION_GZIP;
+    assert_int_equal(tw_convert(&o, &res, &err), TW_OK);
+    assert_int_equal(res.train_count, 41);
+    assert_int_equal(res.test_count, 7);
+    assert_int_equal(same_records(o.test_output, &u, NULL, 0), 7);
+    m = load_json(res.meta_path);
+    json_t *hist = json_object_get(json_object_get(json_object_get(m, "splits"), "test"),
+                                   "label_histogram");
+    assert_int_equal(json_object_size(hist), 7);
+    json_decref(m);
+
+    /* a test file with other features is refused at its first record */
+    tw_example_builder *b;
+    assert_int_equal(tw_example_builder_create(&b, &err), TW_OK);
+    float x = 1;
+    assert_int_equal(tw_example_add_floats(b, "image_raw", &x, 1, &err), TW_OK);
+    free(u.data);
+    memset(&u, 0, sizeof u);
+    tfr_add_example(&u, b);
+    tw_example_builder_destroy(b);
+    fresh_dir("tfr_test_other");
+    write_file(path("in.tfrecord"), t.data, t.len);
+    write_file(path("t10k.tfrecord"), u.data, u.len);
+    options_tfr(&o, "in.tfrecord");
+    o.test_tfrecord = path("t10k.tfrecord");
+    o.test_output = path("test.tfrecord");
+    assert_int_equal(tw_convert(&o, &res, &err), TW_ERR_INVALID);
+    assert_string_equal(err.file, o.test_tfrecord);
+    assert_int_equal(err.offset, 0);
+    char want[900];
+    snprintf(want, sizeof want, "record 0: feature 'image_raw' is float but bytes in the first "
+             "record of %s", o.tfrecord);
+    assert_string_equal(err.message, want);
+    assert_int_equal(count_files(), 2);
+    free(t.data);
+    free(u.data);
+}
+
+/* Writes a file of n examples with the features each make() call adds for example i. */
+typedef void (*example_maker)(tw_example_builder *b, uint32_t i, void *scratch);
+
+static void write_made(const char *name, uint32_t n, example_maker make)
+{
+    tfr_buf t;
+    memset(&t, 0, sizeof t);
+    tw_example_builder *b;
+    tw_error err;
+    assert_int_equal(tw_example_builder_create(&b, &err), TW_OK);
+    for (uint32_t i = 0; i < n; i++) {
+        int64_t scratch[64] = {0}; /* aligned for any element type */
+        tw_example_builder_reset(b);
+        make(b, i, scratch);
+        tfr_add_example(&t, b);
+    }
+    tw_example_builder_destroy(b);
+    write_file(path(name), t.data, t.len);
+    free(t.data);
+}
+
+/* "features": 5 floats, "label": a float (regression, like a CSV with float labels) */
+static void make_csv_like(tw_example_builder *b, uint32_t i, void *scratch)
+{
+    float *v = scratch;
+    for (int k = 0; k < 6; k++)
+        v[k] = (float)i + (float)k / 4;
+    tw_error err;
+    assert_int_equal(tw_example_add_floats(b, "features", v, 5, &err), TW_OK);
+    assert_int_equal(tw_example_add_floats(b, "label", v + 5, 1, &err), TW_OK);
+}
+
+/* "shape" [2, 3] and a float32 image_raw of 24 bytes; no label */
+static void make_npy_like(tw_example_builder *b, uint32_t i, void *scratch)
+{
+    int64_t *shape = scratch;
+    uint8_t *px = (uint8_t *)scratch + 16;
+    shape[0] = 2;
+    shape[1] = 3;
+    memset(px, (int)i, 24);
+    tw_error err;
+    assert_int_equal(tw_example_add_int64s(b, "shape", shape, 2, &err), TW_OK);
+    assert_int_equal(tw_example_add_bytes1(b, "image_raw", px, 24, &err), TW_OK);
+}
+
+/* height/width of the IDX kind but the size changes at example 3; multi-valued int64 labels */
+static void make_ragged(tw_example_builder *b, uint32_t i, void *scratch)
+{
+    int64_t *v = scratch;
+    v[0] = i < 3 ? 2 : 3;
+    v[1] = 2;
+    v[2] = i;
+    v[3] = i + 1;
+    uint8_t *px = (uint8_t *)scratch + 64;
+    tw_error err;
+    assert_int_equal(tw_example_add_int64s(b, "height", &v[0], 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "width", &v[1], 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_bytes1(b, "image_raw", px, (size_t)(v[0] * v[1]), &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "label", &v[2], 2, &err), TW_OK);
+}
+
+static void test_tfrecord_meta_layouts(void **state)
+{
+    (void)state;
+    fresh_dir("tfr_layouts");
+    write_made("csv.tfrecord", 4, make_csv_like);
+    write_made("npy.tfrecord", 3, make_npy_like);
+    write_made("ragged.tfrecord", 5, make_ragged);
+    tw_convert_options o;
+    tw_convert_result res;
+    tw_error err;
+
+    options_tfr(&o, "csv.tfrecord");
+    assert_int_equal(tw_convert(&o, &res, &err), TW_OK);
+    json_t *m = load_json(res.meta_path);
+    assert_int_equal(json_array_size(json_object_get(m, "shape")), 1);
+    assert_int_equal(json_integer_value(json_array_get(json_object_get(m, "shape"), 0)), 5);
+    assert_string_equal(json_string_value(json_object_get(m, "dtype")), "float32");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(m, "features"), "label")),
+                        "float");
+    json_t *train = json_object_get(json_object_get(m, "splits"), "train");
+    assert_null(json_object_get(train, "label_histogram"));
+    json_t *st = json_object_get(train, "label_stats");
+    assert_true(json_real_value(json_object_get(st, "min")) == 1.25);
+    assert_true(json_real_value(json_object_get(st, "max")) == 4.25);
+    assert_true(json_real_value(json_object_get(st, "mean")) == 2.75);
+    json_decref(m);
+
+    options_tfr(&o, "npy.tfrecord");
+    o.output = path("npy-out.tfrecord");
+    assert_int_equal(tw_convert(&o, &res, &err), TW_OK);
+    m = load_json(res.meta_path);
+    json_t *shape = json_object_get(m, "shape");
+    assert_int_equal(json_array_size(shape), 2);
+    assert_int_equal(json_integer_value(json_array_get(shape, 1)), 3);
+    assert_string_equal(json_string_value(json_object_get(m, "dtype")), "float32");
+    train = json_object_get(json_object_get(m, "splits"), "train");
+    assert_int_equal(json_integer_value(json_object_get(train, "count")), 3);
+    assert_null(json_object_get(train, "label_histogram")); /* no label feature: neither */
+    assert_null(json_object_get(train, "label_stats"));
+    json_decref(m);
+
+    options_tfr(&o, "ragged.tfrecord");
+    o.output = path("ragged-out.tfrecord");
+    assert_int_equal(tw_convert(&o, &res, &err), TW_OK);
+    m = load_json(res.meta_path);
+    assert_true(json_is_null(json_object_get(m, "shape"))); /* records disagree */
+    assert_true(json_is_null(json_object_get(m, "dtype")));
+    train = json_object_get(json_object_get(m, "splits"), "train");
+    assert_null(json_object_get(train, "label_histogram")); /* two values per label */
+    assert_null(json_object_get(train, "label_stats"));
+    json_decref(m);
+}
+
+/* Runs o expecting status s about record `index` at byte `at` of file `bad`, the message starting
+ * "record <index>: " and containing want; checks that no file was added. */
+static void expect_record_error(const tw_convert_options *o, tw_status s, const char *bad,
+                                uint64_t index, size_t at, const char *want, int files_before)
+{
+    tw_error err;
+    tw_convert_result res;
+    assert_int_equal(tw_convert(o, &res, &err), s);
+    assert_string_equal(err.file, bad);
+    assert_int_equal(err.offset, (int64_t)at);
+    uint64_t got = 12345;
+    assert_true(tw_convert_error_record(&err, &got));
+    assert_int_equal(got, index);
+    char prefix[40];
+    snprintf(prefix, sizeof prefix, "record %llu: ", (unsigned long long)index);
+    if (strncmp(err.message, prefix, strlen(prefix)) || !strstr(err.message, want))
+        fail_msg("message '%s' lacks '%s' or '%s'", err.message, prefix, want);
+    assert_int_equal(count_files(), files_before);
+}
+
+/* Writes t with the edit applied: bytes [0, cut) then `extra`, then the rest from skip. */
+static void write_edited(const char *name, const tfr_buf *t, size_t cut, const void *extra,
+                         size_t n_extra, size_t skip)
+{
+    size_t rest = skip < t->len ? t->len - skip : 0;
+    uint8_t *b = malloc(cut + n_extra + rest + 1);
+    memcpy(b, t->data, cut);
+    if (n_extra)
+        memcpy(b + cut, extra, n_extra);
+    if (rest)
+        memcpy(b + cut + n_extra, t->data + skip, rest);
+    write_file(path(name), b, cut + n_extra + rest);
+    free(b);
+}
+
+static void test_tfrecord_corrupt_inputs(void **state)
+{
+    (void)state;
+    fresh_dir("tfr_corrupt");
+    tfr_buf t;
+    image_set(&t, 10);
+    const char *in = path("in.tfrecord");
+    tw_convert_options o;
+    for (int split = 0; split < 2; split++) {
+        options_tfr(&o, "in.tfrecord");
+        o.compression = TW_COMPRESSION_GZIP;
+        if (split) {
+            o.test_fraction = 0.5;
+            o.test_output = path("test.tfrecord");
+        }
+        /* bad length CRC of record 3 */
+        uint8_t byte = t.data[t.at[3] + 9] ^ 0x40;
+        write_edited("in.tfrecord", &t, t.at[3] + 9, &byte, 1, t.at[3] + 10);
+        expect_record_error(&o, TW_ERR_CORRUPT, in, 3, t.at[3], "length CRC mismatch", 1);
+        /* bad data CRC of record 2: one payload byte flipped */
+        byte = t.data[t.at[2] + 20] ^ 1;
+        write_edited("in.tfrecord", &t, t.at[2] + 20, &byte, 1, t.at[2] + 21);
+        expect_record_error(&o, TW_ERR_CORRUPT, in, 2, t.at[2], "data CRC mismatch", 1);
+        /* a length field of 2^40 with a valid length CRC: refused before any allocation */
+        tfr_buf big;
+        memset(&big, 0, sizeof big);
+        tfr_add_len(&big, "x", 1, 1ull << 40);
+        write_edited("in.tfrecord", &t, t.at[4], big.data, 12, t.len);
+        expect_record_error(&o, TW_ERR_TOO_LARGE, in, 4, t.at[4],
+                            "record length 1099511627776 exceeds the cap of 67108864 bytes", 1);
+        free(big.data);
+        /* torn tail: the last record cut in its payload */
+        write_edited("in.tfrecord", &t, t.len - 9, NULL, 0, t.len);
+        expect_record_error(&o, TW_ERR_TRUNCATED, in, 9, t.at[9], "truncated record", 1);
+        /* trailing garbage: a partial header, then 20 bytes that are no header */
+        write_edited("in.tfrecord", &t, t.len, "junk!", 5, t.len);
+        expect_record_error(&o, TW_ERR_TRUNCATED, in, 10, t.len, "header has 5 of 12 bytes", 1);
+        write_edited("in.tfrecord", &t, t.len, "twenty bytes of junk", 20, t.len);
+        expect_record_error(&o, TW_ERR_CORRUPT, in, 10, t.len, "length CRC mismatch", 1);
+        /* the cap given as an option */
+        write_file(in, t.data, t.len);
+        o.max_record_bytes = 30;
+        expect_record_error(&o, TW_ERR_TOO_LARGE, in, 0, 0, "exceeds the cap of 30 bytes", 1);
+        o.max_record_bytes = 64 << 20;
+        /* a truncated gzip input: the gzip layer's error, labelled with the record */
+        gzFile g = gzopen(in, "wb");
+        gzwrite(g, t.data, (unsigned)t.len);
+        gzclose(g);
+        FILE *f = fopen(in, "rb");
+        uint8_t gz[4096];
+        size_t gn = fread(gz, 1, sizeof gz, f);
+        fclose(f);
+        write_file(in, gz, gn - 12);
+        tw_error err;
+        assert_int_equal(tw_convert(&o, NULL, &err), TW_ERR_TRUNCATED);
+        uint64_t index;
+        assert_true(tw_convert_error_record(&err, &index));
+        assert_int_equal(err.offset, (int64_t)t.at[index]);
+        assert_true(strstr(err.message, "gzip") != NULL);
+        assert_int_equal(count_files(), 1);
+    }
+    free(t.data);
+}
+
+static void test_tfrecord_not_examples(void **state)
+{
+    (void)state;
+    fresh_dir("tfr_schema");
+    const char *in = path("in.tfrecord");
+    tw_convert_options o;
+    options_tfr(&o, "in.tfrecord");
+    tw_error err;
+    tw_example_builder *b;
+    assert_int_equal(tw_example_builder_create(&b, &err), TW_OK);
+    uint8_t px[12] = {0};
+    int64_t v[2] = {1, 2};
+    float fl = 0.5f;
+    char want[900];
+
+    /* a record that is no protobuf at record 5 */
+    tfr_buf t;
+    image_set(&t, 5);
+    tfr_add(&t, "\xff\xff\xff\xff", 4);
+    add_image_example(&t, 6, 3, 2, 2);
+    write_file(in, t.data, t.len);
+    expect_record_error(&o, TW_ERR_CORRUPT, in, 5, t.at[5],
+                        "not a tf.train.Example: its 4 bytes do not parse as one", 1);
+    free(t.data);
+
+    /* an extra feature at record 6 */
+    image_set(&t, 6);
+    assert_int_equal(tw_example_add_bytes1(b, "image_raw", px, 12, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "label", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "height", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "width", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "depth", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "extra", v, 1, &err), TW_OK);
+    tfr_add_example(&t, b);
+    write_file(in, t.data, t.len);
+    snprintf(want, sizeof want, "feature 'extra' is not in the first record of %s", in);
+    expect_record_error(&o, TW_ERR_INVALID, in, 6, t.at[6], want, 1);
+    free(t.data);
+
+    /* a missing feature at record 2, a changed kind at record 1 */
+    image_set(&t, 2);
+    tw_example_builder_reset(b);
+    assert_int_equal(tw_example_add_bytes1(b, "image_raw", px, 12, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "label", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "depth", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "width", v, 1, &err), TW_OK);
+    tfr_add_example(&t, b);
+    write_file(in, t.data, t.len);
+    snprintf(want, sizeof want, "feature 'height' (int64) of the first record of %s is missing", in);
+    expect_record_error(&o, TW_ERR_INVALID, in, 2, t.at[2], want, 1);
+    free(t.data);
+    image_set(&t, 1);
+    tw_example_builder_reset(b);
+    assert_int_equal(tw_example_add_bytes1(b, "image_raw", px, 12, &err), TW_OK);
+    assert_int_equal(tw_example_add_floats(b, "label", &fl, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "height", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "width", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "depth", v, 1, &err), TW_OK);
+    tfr_add_example(&t, b);
+    write_file(in, t.data, t.len);
+    expect_record_error(&o, TW_ERR_INVALID, in, 1, t.at[1],
+                        "feature 'label' is float but int64 in the first record", 1);
+    free(t.data);
+
+    /* a label with two values where the first record has one */
+    image_set(&t, 3);
+    tw_example_builder_reset(b);
+    assert_int_equal(tw_example_add_bytes1(b, "image_raw", px, 12, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "label", v, 2, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "height", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "width", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "depth", v, 1, &err), TW_OK);
+    tfr_add_example(&t, b);
+    write_file(in, t.data, t.len);
+    expect_record_error(&o, TW_ERR_INVALID, in, 3, t.at[3], "feature 'label' has 2 values", 1);
+    free(t.data);
+
+    /* a float label that is not a number */
+    memset(&t, 0, sizeof t);
+    for (int i = 0; i < 3; i++) {
+        float y = i == 2 ? NAN : (float)i;
+        tw_example_builder_reset(b);
+        assert_int_equal(tw_example_add_floats(b, "label", &y, 1, &err), TW_OK);
+        tfr_add_example(&t, b);
+    }
+    write_file(in, t.data, t.len);
+    expect_record_error(&o, TW_ERR_INVALID, in, 2, t.at[2],
+                        "feature 'label' is nan: labels must be finite numbers", 1);
+    free(t.data);
+
+    /* a name twice in one record */
+    memset(&t, 0, sizeof t);
+    tw_example_builder_reset(b);
+    assert_int_equal(tw_example_add_int64s(b, "a", v, 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "a", v, 1, &err), TW_OK);
+    tfr_add_example(&t, b);
+    write_file(in, t.data, t.len);
+    expect_record_error(&o, TW_ERR_INVALID, in, 0, 0, "feature 'a' appears twice", 1);
+    free(t.data);
+
+    /* an Example without features (an empty record parses as one) */
+    memset(&t, 0, sizeof t);
+    tfr_add(&t, "", 0);
+    write_file(in, t.data, t.len);
+    expect_record_error(&o, TW_ERR_INVALID, in, 0, 0, "has no features", 1);
+    free(t.data);
+
+    /* an empty file, plain or gzip */
+    write_file(in, "", 0);
+    expect_failure(&o, TW_ERR_INVALID, "no records", 1);
+    assert_int_equal(tw_convert(&o, NULL, &err), TW_ERR_INVALID);
+    assert_string_equal(err.file, in);
+    assert_false(tw_convert_error_record(&err, NULL));
+    write_gz(in, "", 0);
+    expect_failure(&o, TW_ERR_INVALID, "no records", 1);
+    tw_example_builder_destroy(b);
+}
+
+static void test_tfrecord_options(void **state)
+{
+    (void)state;
+    tw_convert_options o;
+    tw_convert_source s;
+    tw_error err;
+    tw_convert_options_default(&o);
+    assert_int_equal(o.max_record_bytes, 64 << 20);
+    o.tfrecord = "in";
+    o.output = "o";
+    assert_int_equal(tw_convert_check(&o, &s, &err), TW_OK);
+    assert_int_equal(s, TW_CONVERT_TFRECORD);
+    assert_string_equal(tw_convert_source_name(s), "tfrecord");
+    o.csv = "c";
+    o.label_column = "y";
+    expect_invalid(&o, "exactly one source");
+    o.csv = o.label_column = NULL;
+    o.test_tfrecord = "t";
+    expect_invalid(&o, "--test-output is needed");
+    o.test_output = "to";
+    assert_int_equal(tw_convert_check(&o, &s, &err), TW_OK);
+    o.test_fraction = 0.5;
+    expect_invalid(&o, "--test-fraction and --test-tfrecord exclude each other");
+    o.test_fraction = -1;
+    o.test_output = "t";
+    expect_invalid(&o, "'t' is named twice");
+    o.test_output = "to";
+    o.max_record_bytes = 0;
+    expect_invalid(&o, "--max-record-bytes must be positive");
+    tw_convert_options_default(&o);
+    o.images = "i";
+    o.labels = "l";
+    o.output = "o";
+    o.test_tfrecord = "t";
+    o.test_output = "to";
+    expect_invalid(&o, "--test-tfrecord needs a TFRecord source");
+    tw_convert_options_default(&o);
+    o.test_tfrecord = "t";
+    o.output = "o";
+    expect_invalid(&o, "exactly one source");
+
+    /* reading a record error back */
+    uint64_t index = 0;
+    tw_error_set(&err, TW_ERR_CORRUPT, "f", 123, "record 17: corrupted record: data CRC mismatch");
+    assert_true(tw_convert_error_record(&err, &index));
+    assert_int_equal(index, 17);
+    assert_true(tw_convert_error_record(&err, NULL));
+    static const char *const no[] = {"record : x", "record 1x: y", "record 12", "records 1: x",
+                                     "record 99999999999999999999: x", "the record 1: x", ""};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+        tw_error_set(&err, TW_ERR_CORRUPT, "f", 1, "%s", no[i]);
+        assert_false(tw_convert_error_record(&err, &index));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -744,6 +1389,12 @@ int main(void)
         cmocka_unit_test(test_csv_failures_leave_nothing),
         cmocka_unit_test(test_npy_volumes),
         cmocka_unit_test(test_npy_failures_leave_nothing),
+        cmocka_unit_test(test_tfrecord_copies_records),
+        cmocka_unit_test(test_tfrecord_fraction_and_test_file),
+        cmocka_unit_test(test_tfrecord_meta_layouts),
+        cmocka_unit_test(test_tfrecord_corrupt_inputs),
+        cmocka_unit_test(test_tfrecord_not_examples),
+        cmocka_unit_test(test_tfrecord_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

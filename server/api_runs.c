@@ -1,0 +1,550 @@
+/* api_runs.c — /api/v1/runs: submit, list, show, cancel, delete, metrics, events, log, checkpoints. */
+#define _GNU_SOURCE
+#include "runs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "api.h"
+#include "assets.h"
+#include "atomic_file.h"
+#include "config.h"
+#include "datasets.h"
+#include "events_read.h"
+#include "names.h"
+#include "scheduler.h"
+#include "store.h"
+
+enum { LOG_TAIL_BYTES = 256 * 1024, MAX_POINTS = 2000 };
+
+/* ================================ submission ================================ */
+
+typedef struct {
+    const char *name;
+    int max_restarts;
+    double deadline_s;
+    json_t *dataset_row; /* owned */
+} server_keys;
+
+static tw_status bad(tw_api_code *code, tw_api_code c, tw_error *err, const char *key, const char *msg)
+{
+    *code = c;
+    return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: %s", key, msg);
+}
+
+/* Reads and removes the server's own keys from cfg (a copy). */
+static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_api_code *code, tw_error *err)
+{
+    char why[200];
+    json_t *v;
+    k->max_restarts = S->opt.max_restarts;
+    if ((v = json_object_get(cfg, "name"))) {
+        if (!json_is_string(v))
+            return bad(code, TW_API_INVALID_ARGUMENT, err, "name", "must be a string");
+        if (!tw_name_valid(json_string_value(v), why, sizeof why))
+            return bad(code, TW_API_INVALID_ARGUMENT, err, "name", why);
+        k->name = json_string_value(v);
+    }
+    if ((v = json_object_get(cfg, "max_restarts"))) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > 100)
+            return bad(code, TW_API_INVALID_ARGUMENT, err, "max_restarts", "must be an integer from 0 to 100");
+        k->max_restarts = (int)json_integer_value(v);
+    }
+    if ((v = json_object_get(cfg, "deadline_s"))) {
+        if (!json_is_number(v) || json_number_value(v) < 0 || json_number_value(v) > 1e8)
+            return bad(code, TW_API_INVALID_ARGUMENT, err, "deadline_s", "must be a number of seconds >= 0");
+        k->deadline_s = json_number_value(v);
+    }
+    json_t *ds = json_object_get(cfg, "dataset");
+    json_t *ref = json_is_object(ds) ? json_object_get(ds, "name") : ds;
+    if (!json_is_string(ref))
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset",
+                   "must name an uploaded dataset (its id or name), or be an object with \"name\"");
+    k->dataset_row = tw_store_dataset_resolve(S->store, json_string_value(ref));
+    const char *status = json_string_value(json_object_get(k->dataset_row, "status"));
+    if (!k->dataset_row)
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", "no dataset has that id or name");
+    if (strcmp(status, "ready"))
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset",
+                   !strcmp(status, "failed") ? "that dataset failed to convert" : "that dataset is still converting");
+    const char *why_not;
+    json_t *engine_ds = tw_dataset_for_run(S, k->dataset_row, &why_not);
+    if (!engine_ds)
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", why_not);
+    const char *key;
+    json_object_foreach(ds, key, v) /* the overrides of an object "dataset" */
+        if (strcmp(key, "name"))
+            json_object_set(engine_ds, key, v);
+    json_object_set_new(cfg, "dataset", engine_ds);
+    json_object_del(cfg, "name");
+    json_object_del(cfg, "max_restarts");
+    json_object_del(cfg, "deadline_s");
+    return TW_OK;
+}
+
+/* Validates cfg with the engine's parser; fills *c. */
+static tw_status validate(tw_server *S, const json_t *cfg, tw_config *c, tw_api_code *code, tw_error *err)
+{
+    char *text = json_dumps(cfg, JSON_COMPACT);
+    tw_status s = text ? tw_config_parse(text, strlen(text), NULL, c, err)
+                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    free(text);
+    *code = TW_API_INVALID_ARGUMENT;
+    if (s == TW_OK && tw_scheduler_gpu_count(S->sched) > 0 && c->towers > tw_scheduler_gpu_count(S->sched))
+        s = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers: %d asked, this server has %d GPUs", c->towers,
+                         tw_scheduler_gpu_count(S->sched));
+    return s;
+}
+
+/* Writes DIR/runs/<id>/config.json durably. */
+static tw_status write_config(tw_server *S, const char *id, const json_t *cfg, tw_error *err)
+{
+    char dir[PATH_MAX], path[PATH_MAX + 16];
+    if (tw_run_dir(S, id, dir, sizeof dir) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
+    if (mkdir(dir, 0755) != 0)
+        return tw_error_errno(err, dir, "cannot create the run folder");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
+    tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
+                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    free(text);
+    if (s == TW_OK)
+        s = tw_fsync_dir_of(dir, err);
+    if (s != TW_OK)
+        tw_remove_tree(dir);
+    return s;
+}
+
+tw_status tw_runs_submit(tw_server *S, const json_t *body, const char *idem_key, json_t **run, int *created,
+                         tw_api_code *code, tw_error *err)
+{
+    *run = NULL;
+    *created = 0;
+    if (idem_key && (*run = tw_store_run_by_key(S->store, idem_key))) {
+        json_t *shown = tw_run_present(S, *run);
+        json_decref(*run);
+        *run = shown;
+        return TW_OK;
+    }
+    json_t *submitted = json_deep_copy(body), *cfg = json_deep_copy(body);
+    server_keys k = {0};
+    static __thread tw_config c; /* large: off the stack */
+    char id[TW_ID_BYTES];
+    tw_store_new_id('r', id);
+    tw_status s = take_server_keys(S, cfg, &k, code, err);
+    k.name = json_string_value(json_object_get(submitted, "name")); /* cfg lost its copy */
+    if (s == TW_OK)
+        s = validate(S, cfg, &c, code, err);
+    if (s == TW_OK)
+        s = write_config(S, id, cfg, err);
+    char *sub_text = json_dumps(submitted, JSON_COMPACT | JSON_REAL_PRECISION(15)); /* 0.1, not 0.1000…01 */
+    if (s == TW_OK) {
+        tw_run_new n = {.id = id, .name = k.name, .dataset_id = json_string_value(json_object_get(k.dataset_row, "id")),
+                        .config = sub_text, .idem_key = idem_key, .towers = c.towers, .steps = c.steps,
+                        .max_restarts = k.max_restarts, .deadline_s = k.deadline_s};
+        s = tw_store_run_insert(S->store, &n, err);
+        if (s != TW_OK) {
+            char dir[PATH_MAX];
+            tw_run_dir(S, id, dir, sizeof dir);
+            tw_remove_tree(dir);
+        }
+    }
+    if (s != TW_OK && err->status == TW_ERR_IO)
+        *code = tw_api_code_for(err);
+    free(sub_text);
+    json_decref(submitted);
+    json_decref(cfg);
+    json_decref(k.dataset_row);
+    if (s != TW_OK)
+        return s;
+    json_t *row = tw_store_run_get(S->store, id);
+    *run = tw_run_present(S, row);
+    json_decref(row);
+    *created = 1;
+    tw_scheduler_wake(S->sched);
+    tw_server_changed(S);
+    return TW_OK;
+}
+
+tw_status tw_runs_submit_demo(tw_server *S, tw_error *err)
+{
+    const tw_asset *a = tw_asset_find("seed_mlp.json");
+    json_t *cfg = a ? json_loadb((const char *)a->data, a->size, 0, NULL) : NULL;
+    if (!cfg)
+        return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "the embedded seed config is missing");
+    json_object_set_new(cfg, "dataset", json_string("fashion-mnist"));
+    json_object_set_new(cfg, "name", json_string("seed-mlp"));
+    json_t *run;
+    int created;
+    tw_api_code code;
+    tw_status s = tw_runs_submit(S, cfg, NULL, &run, &created, &code, err);
+    json_decref(cfg);
+    json_decref(run);
+    return s;
+}
+
+/* ================================ presentation ================================ */
+
+json_t *tw_run_present(tw_server *S, const json_t *row)
+{
+    if (!row)
+        return NULL;
+    json_t *r = json_deep_copy(row);
+    const char *id = json_string_value(json_object_get(row, "id"));
+    json_t *ds = tw_store_dataset_get(S->store, json_string_value(json_object_get(row, "dataset_id")));
+    json_object_set_new(r, "dataset", json_pack("{s:O, s:O*}", "id", json_object_get(row, "dataset_id"), "name",
+                                                json_object_get(ds, "name")));
+    json_decref(ds);
+    json_object_del(r, "dataset_id");
+    char dir[PATH_MAX], tb[PATH_MAX + 64];
+    tw_run_dir(S, id, dir, sizeof dir);
+    snprintf(tb, sizeof tb, "tensorboard --logdir %s/runs", S->data);
+    json_object_set_new(r, "logdir", json_string(dir));
+    json_object_set_new(r, "tensorboard", json_string(tb));
+    if (!json_is_array(json_object_get(r, "devices")))
+        json_object_set_new(r, "devices", json_array());
+    if (!json_is_object(json_object_get(r, "metrics")))
+        json_object_set_new(r, "metrics", json_object());
+    return r;
+}
+
+/* The run named by the path, as a row; replies 404 when there is none. */
+static json_t *run_or_404(tw_server *S, tw_req *r)
+{
+    const char *id = tw_req_param(r, "id");
+    json_t *row = tw_store_run_get(S->store, id);
+    if (!row)
+        tw_reply_error(r, TW_API_NOT_FOUND, "no run '%s'", id);
+    return row;
+}
+
+/* ================================ handlers ================================ */
+
+void tw_api_runs_list(tw_server *S, tw_req *r)
+{
+    long limit, offset;
+    const char *status = tw_req_query(r, "status");
+    static const char *const states[] = {"queued", "running", "succeeded", "failed", "cancelled"};
+    int known = !status;
+    for (size_t i = 0; status && i < sizeof states / sizeof states[0]; i++)
+        known |= !strcmp(status, states[i]);
+    if (!known) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT,
+                       "query parameter 'status' must be queued, running, succeeded, failed or cancelled");
+        return;
+    }
+    if (tw_req_query_int(r, "limit", 1, 1000, 50, &limit) || tw_req_query_int(r, "offset", 0, 1L << 40, 0, &offset))
+        return;
+    json_t *page = tw_store_run_list(S->store, status, limit, offset);
+    if (!page) {
+        tw_reply_error(r, TW_API_INTERNAL, "cannot read the runs");
+        return;
+    }
+    json_t *rows = json_object_get(page, "runs"), *shown = json_array(), *row;
+    size_t i;
+    json_array_foreach(rows, i, row) json_array_append_new(shown, tw_run_present(S, row));
+    json_object_set_new(page, "runs", shown);
+    tw_reply_json(r, 200, page);
+}
+
+void tw_api_runs_create(tw_server *S, tw_req *r)
+{
+    json_t *run;
+    int created;
+    tw_api_code code = TW_API_INVALID_ARGUMENT;
+    tw_error err;
+    tw_error_clear(&err);
+    if (tw_runs_submit(S, tw_req_json(r), tw_req_header(r, "Idempotency-Key"), &run, &created, &code, &err) != TW_OK) {
+        if (tw_store_fatal(&err))
+            tw_server_fatal(S, &err);
+        char msg[1200];
+        tw_error_format(&err, msg, sizeof msg);
+        tw_reply_error(r, code, "%s", msg);
+        return;
+    }
+    if (!created) {
+        tw_reply_json(r, 200, run);
+        return;
+    }
+    tw_reply_json(r, 201, json_pack("{s:O, s:O, s:O}", "id", json_object_get(run, "id"), "status",
+                                    json_object_get(run, "status"), "logdir", json_object_get(run, "logdir")));
+    json_decref(run);
+}
+
+void tw_api_run_get(tw_server *S, tw_req *r)
+{
+    json_t *row = run_or_404(S, r);
+    if (row)
+        tw_reply_json(r, 200, tw_run_present(S, row));
+    json_decref(row);
+}
+
+void tw_api_run_cancel(tw_server *S, tw_req *r)
+{
+    tw_error err;
+    const char *id = tw_req_param(r, "id");
+    tw_status s = tw_scheduler_cancel(S->sched, id, &err);
+    if (s == TW_END)
+        tw_reply_error(r, TW_API_NOT_FOUND, "no run '%s'", id);
+    else if (s == TW_ERR_INVALID)
+        tw_reply_error(r, TW_API_CONFLICT, "%s", err.message);
+    else if (s != TW_OK)
+        tw_reply_status(r, &err);
+    else {
+        json_t *row = tw_store_run_get(S->store, id);
+        tw_reply_json(r, 202, tw_run_present(S, row));
+        json_decref(row);
+    }
+}
+
+void tw_api_run_delete(tw_server *S, tw_req *r)
+{
+    tw_error err;
+    tw_status s = tw_store_run_delete(S->store, tw_req_param(r, "id"), &err);
+    tw_api_reply_deleted(S, r, s, &err, "run", tw_run_dir);
+}
+
+void tw_api_run_metrics(tw_server *S, tw_req *r)
+{
+    json_t *row = run_or_404(S, r);
+    if (!row)
+        return;
+    char dir[PATH_MAX];
+    tw_run_dir(S, tw_req_param(r, "id"), dir, sizeof dir);
+    json_decref(row);
+    json_t *scalars = NULL;
+    tw_error err;
+    if (access(dir, F_OK) == 0 && tw_events_read_scalars(dir, MAX_POINTS, &scalars, &err) != TW_OK) {
+        tw_reply_status(r, &err);
+        return;
+    }
+    tw_reply_json(r, 200, json_pack("{s:o}", "scalars", scalars ? scalars : json_object()));
+}
+
+/* ---- Server-Sent Events ---- */
+
+typedef struct {
+    tw_server *S;
+    char id[TW_ID_BYTES];
+    uint64_t seen;
+    char *last;      /* the last run JSON sent (owned) */
+    char *pending;   /* bytes not yet handed to the connection (owned) */
+    size_t off, len;
+    int ending;      /* the run finished: end after pending */
+    double quiet;    /* seconds since the last event */
+} sse;
+
+static int finished(const char *status)
+{
+    return !strcmp(status, "succeeded") || !strcmp(status, "failed") || !strcmp(status, "cancelled");
+}
+
+/* Produces the next event text into s->pending (blocking up to a keep-alive interval). */
+static void sse_produce(sse *s)
+{
+    for (;;) {
+        json_t *row = tw_store_run_get(s->S->store, s->id);
+        if (!row) {
+            s->ending = 1;
+            s->pending = strdup("event: deleted\ndata: {}\n\n");
+            break;
+        }
+        json_t *run = tw_run_present(s->S, row);
+        json_decref(row);
+        char *text = json_dumps(run, JSON_COMPACT);
+        s->ending = finished(json_string_value(json_object_get(run, "status")));
+        json_decref(run);
+        if (text && (!s->last || strcmp(text, s->last))) {
+            free(s->last);
+            s->last = text;
+            if (asprintf(&s->pending, "event: run\ndata: %s\n\n", text) < 0)
+                s->pending = NULL;
+            break;
+        }
+        free(text);
+        if (s->ending) {
+            s->pending = NULL;
+            break;
+        }
+        if (!tw_server_wait_change(s->S, &s->seen, 15.0)) {
+            s->pending = strdup(": keep-alive\n\n");
+            break;
+        }
+    }
+    s->off = 0;
+    s->len = s->pending ? strlen(s->pending) : 0;
+}
+
+static ssize_t sse_next(void *ctx, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    sse *s = ctx;
+    if (!s->pending || s->off == s->len) {
+        int end = s->ending;
+        free(s->pending);
+        s->pending = NULL;
+        if (end)
+            return -1; /* MHD_CONTENT_READER_END_OF_STREAM */
+        sse_produce(s);
+        if (!s->pending)
+            return -1;
+    }
+    size_t n = s->len - s->off < max ? s->len - s->off : max;
+    memcpy(buf, s->pending + s->off, n);
+    s->off += n;
+    return (ssize_t)n;
+}
+
+static void sse_done(void *ctx)
+{
+    sse *s = ctx;
+    free(s->last);
+    free(s->pending);
+    free(s);
+}
+
+void tw_api_run_events(tw_server *S, tw_req *r)
+{
+    json_t *row = run_or_404(S, r);
+    if (!row)
+        return;
+    json_decref(row);
+    sse *s = calloc(1, sizeof *s);
+    if (!s) {
+        tw_reply_error(r, TW_API_UNAVAILABLE, "out of memory");
+        return;
+    }
+    s->S = S;
+    snprintf(s->id, sizeof s->id, "%s", tw_req_param(r, "id"));
+    tw_reply_stream(r, "text/event-stream", sse_next, sse_done, s);
+}
+
+/* ---- log and checkpoints ---- */
+
+void tw_api_run_log(tw_server *S, tw_req *r)
+{
+    long tail;
+    json_t *row = run_or_404(S, r);
+    json_decref(row);
+    if (!row || tw_req_query_int(r, "tail", 1, 100000, 200, &tail))
+        return;
+    char path[PATH_MAX + 16];
+    tw_run_dir(S, tw_req_param(r, "id"), path, PATH_MAX);
+    strcat(path, "/log");
+    char *buf = malloc(LOG_TAIL_BYTES + 1);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : 0;
+    off_t from = size > LOG_TAIL_BYTES ? size - LOG_TAIL_BYTES : 0;
+    ssize_t n = fd >= 0 && buf ? pread(fd, buf, (size_t)(size - from), from) : 0;
+    if (fd >= 0)
+        close(fd);
+    if (!buf || n < 0) {
+        free(buf);
+        tw_reply_error(r, TW_API_INTERNAL, "cannot read the run's log");
+        return;
+    }
+    char *start = buf + n;
+    for (long lines = 0; start > buf; start--) /* back to the start of the tail-th last line */
+        if (start[-1] == '\n' && start != buf + n && ++lines == tail)
+            break;
+    memmove(buf, start, (size_t)(buf + n - start));
+    tw_reply_text(r, 200, "text/plain; charset=utf-8", buf, (size_t)(buf + n - start));
+}
+
+/* The file `latest` names (read directly: never touching a save in progress). 0 or -1. */
+static int latest_name(const char *ckdir, char *name, size_t size)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/latest", ckdir);
+    FILE *f = fopen(path, "re");
+    int ok = f && fgets(name, (int)size, f) != NULL;
+    if (f)
+        fclose(f);
+    if (!ok)
+        return -1;
+    name[strcspn(name, "\n")] = 0;
+    return !strncmp(name, "ckpt-", 5) && strstr(name, ".safetensors") && !strchr(name, '/') ? 0 : -1;
+}
+
+static int ckpt_file(const char *n)
+{
+    size_t len = strlen(n);
+    return !strncmp(n, "ckpt-", 5) && len > 17 && !strcmp(n + len - 12, ".safetensors");
+}
+
+/* The run's checkpoint folder into dir[PATH_MAX + 16]; replies 404 and returns -1 for no such run. */
+static int checkpoint_dir(tw_server *S, tw_req *r, char *dir)
+{
+    json_t *row = run_or_404(S, r);
+    json_decref(row);
+    if (!row)
+        return -1;
+    tw_run_dir(S, tw_req_param(r, "id"), dir, PATH_MAX);
+    strcat(dir, "/checkpoints");
+    return 0;
+}
+
+void tw_api_run_checkpoints(tw_server *S, tw_req *r)
+{
+    char dir[PATH_MAX + 16], path[PATH_MAX + 300], latest[256];
+    if (checkpoint_dir(S, r, dir) != 0)
+        return;
+    json_t *list = json_array(), *latest_step = json_null();
+    int have_latest = latest_name(dir, latest, sizeof latest) == 0;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (!ckpt_file(e->d_name) || stat(path, &st) != 0)
+            continue;
+        long long step = strtoll(e->d_name + 5, NULL, 10);
+        json_array_append_new(list, json_pack("{s:I, s:s, s:I}", "step", (json_int_t)step, "file", e->d_name,
+                                              "bytes", (json_int_t)st.st_size));
+        if (have_latest && !strcmp(latest, e->d_name)) {
+            json_decref(latest_step);
+            latest_step = json_integer(step);
+        }
+    }
+    if (d)
+        closedir(d);
+    json_t *sorted = json_array();
+    while (json_array_size(list)) { /* a handful of files: selection by step */
+        size_t best = 0;
+        for (size_t i = 1; i < json_array_size(list); i++)
+            if (json_integer_value(json_object_get(json_array_get(list, i), "step")) <
+                json_integer_value(json_object_get(json_array_get(list, best), "step")))
+                best = i;
+        json_array_append(sorted, json_array_get(list, best));
+        json_array_remove(list, best);
+    }
+    json_decref(list);
+    tw_reply_json(r, 200, json_pack("{s:o, s:o}", "checkpoints", sorted, "latest", latest_step));
+}
+
+void tw_api_run_checkpoint_latest(tw_server *S, tw_req *r)
+{
+    char dir[PATH_MAX + 16], path[PATH_MAX + 300], latest[256];
+    if (checkpoint_dir(S, r, dir) != 0)
+        return;
+    struct stat st;
+    int fd = -1;
+    if (latest_name(dir, latest, sizeof latest) == 0) {
+        snprintf(path, sizeof path, "%s/%s", dir, latest);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            close(fd);
+        tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' has no checkpoint yet", tw_req_param(r, "id"));
+        return;
+    }
+    tw_reply_file(r, fd, (uint64_t)st.st_size, "application/octet-stream", latest);
+}

@@ -1,0 +1,650 @@
+/* datasets.c — upload streaming, conversion worker, demo registration (see datasets.h).
+ *
+ * Form fields: files images, labels, test_images, test_labels (IDX), features + labels (NumPy), csv,
+ * tfrecord, test_tfrecord; values label_column, test_fraction. Each file field is written to
+ * upload/<field> (the field name comes from the fixed table below, never from the request). */
+#define _GNU_SOURCE
+#include "datasets.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "atomic_file.h"
+#include "convert.h"
+#include "multipart.h"
+#include "names.h"
+#include "runs.h"
+#include "store.h"
+
+enum { F_IMAGES, F_LABELS, F_TEST_IMAGES, F_TEST_LABELS, F_FEATURES, F_CSV, F_TFRECORD, F_TEST_TFRECORD,
+       N_FILES, F_LABEL_COLUMN = N_FILES, F_TEST_FRACTION, N_FIELDS };
+
+static const char *const FIELDS[N_FIELDS] = {"images", "labels", "test_images", "test_labels", "features",
+                                             "csv", "tfrecord", "test_tfrecord", "label_column",
+                                             "test_fraction"};
+
+static const char FASHION[] = "/usr/share/datasets/fashion-mnist";
+
+typedef struct {
+    tw_server *S;
+    char id[TW_ID_BYTES];
+    char dir[PATH_MAX];
+    char name[TW_NAME_MAX + 1];
+    tw_multipart *mp;
+    int field;             /* the part being received, -1 none */
+    int fd;                /* its file, -1 for a value field */
+    unsigned have;         /* bit per field received */
+    char values[N_FIELDS][128];
+    size_t value_len;
+    uint64_t bytes;
+    int committed;
+    tw_error err;          /* the first failure */
+} upload;
+
+/* ================================ helpers ================================ */
+
+static int upload_path(const char *dir, int field, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%s/upload/%s", dir, FIELDS[field]);
+    return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
+static int field_index(const char *name)
+{
+    for (int i = 0; i < N_FIELDS; i++)
+        if (!strcmp(name, FIELDS[i]))
+            return i;
+    return -1;
+}
+
+/* ================================ receiving parts ================================ */
+
+static tw_status part_begin(void *ctx, const char *name, const char *filename, const char *ctype,
+                            tw_error *err)
+{
+    (void)filename;
+    (void)ctype;
+    upload *u = ctx;
+    int f = field_index(name);
+    if (f < 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "unknown form field '%s' (known: images, labels, test_images, test_labels, "
+                            "features, csv, tfrecord, test_tfrecord, label_column, test_fraction)",
+                            name);
+    if (u->have & (1u << f))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "form field '%s' is given twice", name);
+    u->have |= 1u << f;
+    u->field = f;
+    u->value_len = 0;
+    if (f >= N_FILES)
+        return TW_OK;
+    char path[PATH_MAX + 64];
+    if (upload_path(u->dir, f, path, sizeof path) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
+    u->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    return u->fd < 0 ? tw_error_errno(err, path, "cannot create the upload file") : TW_OK;
+}
+
+static tw_status part_data(void *ctx, const void *data, size_t n, tw_error *err)
+{
+    upload *u = ctx;
+    if (u->field < N_FILES)
+        return tw_write_all(u->fd, data, n, FIELDS[u->field], err);
+    if (u->value_len + n >= sizeof u->values[0])
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "form field '%s' is longer than %zu bytes",
+                            FIELDS[u->field], sizeof u->values[0] - 1);
+    memcpy(u->values[u->field] + u->value_len, data, n);
+    u->value_len += n;
+    return TW_OK;
+}
+
+static tw_status part_end(void *ctx, tw_error *err)
+{
+    upload *u = ctx;
+    tw_status s = TW_OK;
+    if (u->fd >= 0) {
+        if (fsync(u->fd) != 0)
+            s = tw_error_errno(err, FIELDS[u->field], "cannot fsync the upload");
+        close(u->fd);
+        u->fd = -1;
+    }
+    u->field = -1;
+    return s;
+}
+
+/* ================================ the upload ops ================================ */
+
+/* The body kind from Content-Type: 'm' multipart, 'c' CSV, 't' TFRecord, 0 unsupported. */
+static int body_kind(const char *ctype)
+{
+    if (!ctype)
+        return 0;
+    if (!strncasecmp(ctype, "multipart/", 10))
+        return 'm';
+    if (!strncasecmp(ctype, "text/csv", 8))
+        return 'c';
+    if (!strncasecmp(ctype, "application/x-tfrecord", 22) ||
+        !strncasecmp(ctype, "application/octet-stream", 24))
+        return 't';
+    return 0;
+}
+
+static int refuse(tw_req *r, tw_api_code code, const char *msg)
+{
+    tw_reply_error(r, code, "%s", msg);
+    return -1;
+}
+
+static int upload_begin(tw_server *S, tw_req *r)
+{
+    const char *name = tw_req_query(r, "name"), *ctype = tw_req_header(r, "Content-Type");
+    char why[200];
+    if (!name)
+        return refuse(r, TW_API_INVALID_ARGUMENT, "query parameter 'name' is required (a label for the dataset)");
+    if (!tw_name_valid(name, why, sizeof why)) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'name': %s", why);
+        return -1;
+    }
+    int kind = body_kind(ctype);
+    if (!kind)
+        return refuse(r, TW_API_UNSUPPORTED_MEDIA_TYPE,
+                      "Content-Type must be multipart/form-data (curl -F), text/csv or application/x-tfrecord");
+    upload *u = calloc(1, sizeof *u);
+    if (!u)
+        return refuse(r, TW_API_UNAVAILABLE, "out of memory");
+    tw_req_set_upload(r, u);
+    u->S = S;
+    u->fd = -1;
+    u->field = -1;
+    snprintf(u->name, sizeof u->name, "%s", name);
+    tw_store_new_id('d', u->id);
+    char up[PATH_MAX + 16];
+    if (tw_dataset_dir(S, u->id, u->dir, sizeof u->dir) != 0 ||
+        snprintf(up, sizeof up, "%s/upload", u->dir) >= (int)sizeof up || mkdir(u->dir, 0755) != 0 ||
+        mkdir(up, 0755) != 0) {
+        tw_error_errno(&u->err, u->dir, "cannot create the dataset folder");
+        tw_reply_status(r, &u->err);
+        return -1;
+    }
+    tw_multipart_callbacks cb = {part_begin, part_data, part_end, u};
+    tw_status s = TW_OK;
+    if (kind == 'm')
+        s = tw_multipart_create(ctype, &cb, &u->mp, &u->err);
+    else {
+        s = part_begin(u, kind == 'c' ? "csv" : "tfrecord", "", "", &u->err);
+        const char *lc = tw_req_query(r, "label_column");
+        if (lc)
+            snprintf(u->values[F_LABEL_COLUMN], sizeof u->values[0], "%s", lc);
+    }
+    if (s != TW_OK) {
+        if (s == TW_ERR_UNSUPPORTED || kind == 'm')
+            tw_reply_error(r, TW_API_UNSUPPORTED_MEDIA_TYPE, "%s", u->err.message);
+        else
+            tw_reply_status(r, &u->err);
+        return -1;
+    }
+    return 0;
+}
+
+static int upload_data(tw_server *S, tw_req *r, const char *chunk, size_t n)
+{
+    (void)S;
+    upload *u = tw_req_upload(r);
+    u->bytes += n;
+    tw_status s = u->mp ? tw_multipart_feed(u->mp, chunk, n, &u->err) : part_data(u, chunk, n, &u->err);
+    if (s == TW_OK)
+        return 0;
+    tw_reply_status(r, &u->err);
+    return -1;
+}
+
+static void upload_cleanup(tw_server *S, tw_req *r)
+{
+    (void)S;
+    upload *u = tw_req_upload(r);
+    if (!u)
+        return;
+    if (u->fd >= 0)
+        close(u->fd);
+    tw_multipart_destroy(u->mp);
+    if (!u->committed && u->dir[0])
+        tw_remove_tree(u->dir);
+    free(u);
+}
+
+const tw_upload_ops TW_DATASET_UPLOAD = {upload_begin, upload_data, upload_cleanup};
+
+/* ================================ conversion ================================ */
+
+/* Which source the received fields make: fills o's inputs. Returns NULL or a reason. */
+static const char *source_of(unsigned have, const char *dir, tw_convert_options *o, char paths[][PATH_MAX + 64])
+{
+    for (int f = 0; f < N_FILES; f++)
+        if (have & (1u << f))
+            upload_path(dir, f, paths[f], PATH_MAX + 64);
+#define HAS(f) (have & (1u << (f)))
+    unsigned files = have & ((1u << N_FILES) - 1);
+    if (files == ((1u << F_IMAGES) | (1u << F_LABELS)) ||
+        files == ((1u << F_IMAGES) | (1u << F_LABELS) | (1u << F_TEST_IMAGES) | (1u << F_TEST_LABELS))) {
+        o->images = paths[F_IMAGES];
+        o->labels = paths[F_LABELS];
+        if (HAS(F_TEST_IMAGES)) {
+            o->test_images = paths[F_TEST_IMAGES];
+            o->test_labels = paths[F_TEST_LABELS];
+        }
+    } else if (files == ((1u << F_FEATURES) | (1u << F_LABELS))) {
+        o->npy_features = paths[F_FEATURES];
+        o->npy_labels = paths[F_LABELS];
+    } else if (files == (1u << F_CSV)) {
+        o->csv = paths[F_CSV];
+    } else if (files == (1u << F_TFRECORD) || files == ((1u << F_TFRECORD) | (1u << F_TEST_TFRECORD))) {
+        o->tfrecord = paths[F_TFRECORD];
+        o->test_tfrecord = HAS(F_TEST_TFRECORD) ? paths[F_TEST_TFRECORD] : NULL;
+    } else {
+        return "expected files images + labels [+ test_images + test_labels] (IDX), features + labels "
+               "(NumPy), csv, or tfrecord [+ test_tfrecord]";
+    }
+#undef HAS
+    return NULL;
+}
+
+/* The source kind the received files make ("idx", "npy", "csv", "tfrecord"). */
+static const char *source_name(unsigned have)
+{
+    if (have & (1u << F_TFRECORD))
+        return "tfrecord";
+    if (have & (1u << F_CSV))
+        return "csv";
+    return have & (1u << F_FEATURES) ? "npy" : "idx";
+}
+
+/* The conversion parameters that must survive a restart: upload/params.json. */
+static tw_status save_params(const upload *u, tw_error *err)
+{
+    json_t *p = json_pack("{s:i, s:s, s:s}", "fields", (int)u->have, "label_column",
+                          u->values[F_LABEL_COLUMN], "test_fraction", u->values[F_TEST_FRACTION]);
+    char *text = json_dumps(p, JSON_COMPACT), path[PATH_MAX + 32];
+    json_decref(p);
+    snprintf(path, sizeof path, "%s/upload/params.json", u->dir);
+    tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
+                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    free(text);
+    return s;
+}
+
+static tw_status load_params(const char *dir, upload *u, tw_error *err)
+{
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/upload/params.json", dir);
+    json_error_t je;
+    json_t *p = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    const char *lc = NULL, *tf = NULL;
+    int fields = 0;
+    if (!p || json_unpack(p, "{s:i, s:s, s:s}", "fields", &fields, "label_column", &lc, "test_fraction", &tf)) {
+        json_decref(p);
+        return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "unreadable upload parameters");
+    }
+    u->have = (unsigned)fields;
+    snprintf(u->values[F_LABEL_COLUMN], sizeof u->values[0], "%s", lc);
+    snprintf(u->values[F_TEST_FRACTION], sizeof u->values[0], "%s", tf);
+    snprintf(u->dir, sizeof u->dir, "%s", dir);
+    json_decref(p);
+    return TW_OK;
+}
+
+/* Converts dir/upload into dir/{train,test}.tfrecord + meta.json. On success *meta is the meta text. */
+static tw_status convert_dir(tw_server *S, const upload *u, char **meta, tw_error *err)
+{
+    static __thread char paths[N_FILES][PATH_MAX + 64]; /* per thread: the worker and HTTP threads convert */
+    char train[PATH_MAX + 32], test[PATH_MAX + 32], meta_path[PATH_MAX + 32];
+    tw_convert_options o;
+    tw_convert_options_default(&o);
+    const char *why = source_of(u->have, u->dir, &o, paths);
+    if (why)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s", why);
+    snprintf(train, sizeof train, "%s/train.tfrecord", u->dir);
+    snprintf(test, sizeof test, "%s/test.tfrecord", u->dir);
+    snprintf(meta_path, sizeof meta_path, "%s/meta.json", u->dir);
+    o.output = train;
+    o.test_output = test;
+    o.meta = meta_path;
+    o.max_bytes = S->opt.max_dataset;
+    if (u->values[F_LABEL_COLUMN][0])
+        o.label_column = u->values[F_LABEL_COLUMN];
+    if (u->values[F_TEST_FRACTION][0]) {
+        char *end;
+        o.test_fraction = strtod(u->values[F_TEST_FRACTION], &end);
+        if (*end || !(o.test_fraction >= 0 && o.test_fraction <= 1))
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "test_fraction must be a number from 0 to 1");
+    }
+    if (!o.test_images && !o.test_tfrecord && o.test_fraction < 0)
+        o.test_output = NULL;
+    if (o.csv && !o.label_column)
+        o.label_column = "label";
+    TW_TRY(tw_convert(&o, NULL, err));
+    json_t *m = json_load_file(meta_path, 0, NULL);
+    *meta = m ? json_dumps(m, JSON_COMPACT) : NULL;
+    json_decref(m);
+    return *meta ? TW_OK : tw_error_set(err, TW_ERR_IO, meta_path, -1, "cannot read the meta file back");
+}
+
+/* Converts and records the outcome in the store. */
+static void convert_and_record(tw_server *S, const upload *u)
+{
+    tw_error err, serr;
+    tw_error_clear(&err);
+    char *meta = NULL, *error = NULL, up[PATH_MAX + 16];
+    tw_status s = convert_dir(S, u, &meta, &err);
+    if (s != TW_OK) {
+        char msg[1200];
+        tw_error_format(&err, msg, sizeof msg);
+        json_t *e = json_pack("{s:s, s:s}", "code", tw_api_code_name(tw_api_code_for(&err)), "message", msg);
+        if (err.offset >= 0)
+            json_object_set_new(e, "offset", json_integer(err.offset));
+        error = json_dumps(e, JSON_COMPACT);
+        json_decref(e);
+    }
+    if (tw_store_dataset_finish(S->store, u->id, s == TW_OK ? "ready" : "failed", meta, error, &serr) != TW_OK &&
+        tw_store_fatal(&serr))
+        tw_server_fatal(S, &serr);
+    snprintf(up, sizeof up, "%s/upload", u->dir);
+    tw_remove_tree(up);
+    free(meta);
+    free(error);
+    tw_server_changed(S);
+}
+
+/* ================================ the worker ================================ */
+
+struct tw_converter {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stopping;
+};
+
+/* Converts the oldest dataset still "converting", if any. Returns 1 when it did one. */
+static int convert_next(tw_server *S)
+{
+    json_t *rows = tw_store_datasets_converting(S->store);
+    json_t *row = json_array_get(rows, json_array_size(rows) ? json_array_size(rows) - 1 : 0);
+    int did = 0;
+    if (row) {
+        upload u = {.S = S};
+        tw_error err;
+        const char *id = json_string_value(json_object_get(row, "id"));
+        snprintf(u.id, sizeof u.id, "%s", id);
+        char dir[PATH_MAX];
+        if (tw_dataset_dir(S, id, dir, sizeof dir) == 0 && load_params(dir, &u, &err) == TW_OK)
+            convert_and_record(S, &u);
+        else {
+            char *e = NULL;
+            json_t *ej = json_pack("{s:s, s:s}", "code", "INTERNAL", "message",
+                                   "the upload's files are gone (interrupted before it was accepted)");
+            e = json_dumps(ej, JSON_COMPACT);
+            json_decref(ej);
+            tw_store_dataset_finish(S->store, id, "failed", NULL, e, &err);
+            free(e);
+        }
+        did = 1;
+    }
+    json_decref(rows);
+    return did;
+}
+
+static void *convert_loop(void *arg)
+{
+    tw_server *S = arg;
+    struct tw_converter *c = S->converter;
+    pthread_mutex_lock(&c->mu);
+    while (!c->stopping) {
+        pthread_mutex_unlock(&c->mu);
+        int did = convert_next(S);
+        pthread_mutex_lock(&c->mu);
+        if (!did && !c->stopping)
+            pthread_cond_wait(&c->cv, &c->mu);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+static void converter_wake(tw_server *S)
+{
+    pthread_mutex_lock(&S->converter->mu);
+    pthread_cond_signal(&S->converter->cv);
+    pthread_mutex_unlock(&S->converter->mu);
+}
+
+/* Removes dataset and run folders that have no row: uploads and submissions that never committed. */
+static void remove_debris(tw_server *S, const char *kind, json_t *(*get)(tw_store *, const char *))
+{
+    char dir[PATH_MAX + 16], path[PATH_MAX + 300];
+    snprintf(dir, sizeof dir, "%s/%s", S->data, kind);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        json_t *row = get(S->store, e->d_name);
+        if (!row) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            fprintf(stderr, "tower serve: removing %s (never accepted)\n", path);
+            tw_remove_tree(path);
+        }
+        json_decref(row);
+    }
+    if (d)
+        closedir(d);
+}
+
+tw_status tw_datasets_start(tw_server *S, tw_error *err)
+{
+    remove_debris(S, "datasets", tw_store_dataset_get);
+    remove_debris(S, "runs", tw_store_run_get);
+    struct tw_converter *c = calloc(1, sizeof *c);
+    if (!c)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+    S->converter = c;
+    if (pthread_create(&c->thread, NULL, convert_loop, S) != 0) {
+        S->converter = NULL;
+        free(c);
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cannot start the conversion thread");
+    }
+    return TW_OK;
+}
+
+void tw_datasets_stop(tw_server *S)
+{
+    struct tw_converter *c = S->converter;
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    c->stopping = 1;
+    pthread_cond_signal(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    pthread_join(c->thread, NULL);
+    free(c);
+    S->converter = NULL;
+}
+
+/* ================================ accepting an upload ================================ */
+
+/* Makes the upload durable and registers it. Returns 0, or -1 after replying. */
+static int accept_upload(tw_server *S, tw_req *r, upload *u)
+{
+    char up[PATH_MAX + 16];
+    snprintf(up, sizeof up, "%s/upload", u->dir);
+    if (save_params(u, &u->err) != TW_OK || tw_fsync_dir_of(up, &u->err) != TW_OK ||
+        tw_store_dataset_insert(S->store, u->id, u->name, source_name(u->have), (int64_t)u->bytes,
+                                &u->err) != TW_OK) {
+        if (tw_store_fatal(&u->err))
+            tw_server_fatal(S, &u->err);
+        tw_reply_status(r, &u->err);
+        return -1;
+    }
+    u->committed = 1;
+    return 0;
+}
+
+void tw_dataset_upload_done(tw_server *S, tw_req *r)
+{
+    upload *u = tw_req_upload(r);
+    if (u->mp && tw_multipart_finish(u->mp, &u->err) != TW_OK) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "multipart body: %s", u->err.message);
+        return;
+    }
+    if (u->fd >= 0 && part_end(u, &u->err) != TW_OK) {
+        tw_reply_status(r, &u->err);
+        return;
+    }
+    tw_convert_options o;
+    tw_convert_options_default(&o);
+    static __thread char paths[N_FILES][PATH_MAX + 64];
+    const char *why = source_of(u->have, u->dir, &o, paths);
+    if (why) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "%s", why);
+        return;
+    }
+    if (accept_upload(S, r, u) != 0)
+        return;
+    if (u->have & (1u << F_TFRECORD)) { /* validated record by record before the reply */
+        convert_and_record(S, u);
+        json_t *row = tw_store_dataset_get(S->store, u->id);
+        json_t *d = tw_dataset_present(row);
+        json_decref(row);
+        json_t *e = json_object_get(d, "error");
+        if (json_is_object(e)) {
+            tw_api_code code = TW_API_DATASET_CORRUPT;
+            const char *cname = json_string_value(json_object_get(e, "code"));
+            for (int c = 0; c < TW_API_CODES; c++)
+                if (cname && !strcmp(cname, tw_api_code_name((tw_api_code)c)))
+                    code = (tw_api_code)c;
+            json_object_set(e, "dataset", json_object_get(d, "id"));
+            tw_reply_error_json(r, code, json_incref(e));
+            json_decref(d);
+            return;
+        }
+        tw_reply_json(r, 201, d);
+        return;
+    }
+    converter_wake(S);
+    json_t *row = tw_store_dataset_get(S->store, u->id);
+    tw_reply_json(r, 202, tw_dataset_present(row));
+    json_decref(row);
+    tw_server_changed(S);
+}
+
+/* ================================ presentation ================================ */
+
+static json_t *split_field(const json_t *meta, const char *split, const char *key)
+{
+    return json_object_get(json_object_get(json_object_get(meta, "splits"), split), key);
+}
+
+/* The meta's per-example shape as an array (CSV meta holds the feature count), new; NULL if none. */
+static json_t *shape_of(const json_t *meta)
+{
+    json_t *shape = json_object_get(meta, "shape");
+    if (json_is_integer(shape))
+        return json_pack("[O]", shape);
+    return json_is_array(shape) && json_array_size(shape) ? json_copy(shape) : NULL;
+}
+
+json_t *tw_dataset_present(const json_t *row)
+{
+    if (!row)
+        return NULL;
+    json_t *meta = json_object_get(row, "meta");
+    json_t *d = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O, s:O}", "id", json_object_get(row, "id"), "name",
+                          json_object_get(row, "name"), "status", json_object_get(row, "status"), "error",
+                          json_object_get(row, "error"), "created", json_object_get(row, "created"), "bytes",
+                          json_object_get(row, "bytes"), "source",
+                          json_is_object(meta) ? json_object_get(meta, "source") : json_object_get(row, "source"));
+    json_object_set_new(d, "train_examples", json_copy(split_field(meta, "train", "count")));
+    json_object_set_new(d, "test_examples", json_copy(split_field(meta, "test", "count")));
+    json_object_set_new(d, "shape", shape_of(meta));
+    json_object_set_new(d, "dtype", json_copy(json_object_get(meta, "dtype")));
+    json_object_set_new(d, "features", json_copy(json_object_get(meta, "features")));
+    json_object_set_new(d, "label_histogram",
+                        json_is_object(meta) ? json_pack("{s:O*, s:O*}", "train",
+                                                         split_field(meta, "train", "label_histogram"), "test",
+                                                         split_field(meta, "test", "label_histogram"))
+                                             : json_null());
+    /* json_copy(NULL) is NULL: absent keys become null */
+    const char *keys[] = {"train_examples", "test_examples", "shape", "dtype", "features"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!json_object_get(d, keys[i]))
+            json_object_set_new(d, keys[i], json_null());
+    return d;
+}
+
+json_t *tw_dataset_for_run(tw_server *S, const json_t *row, const char **why)
+{
+    json_t *meta = json_object_get(row, "meta"), *shape = shape_of(meta);
+    const char *id = json_string_value(json_object_get(row, "id"));
+    const json_t *features = json_object_get(meta, "features");
+    *why = NULL;
+    if (!shape) {
+        *why = "the dataset has no known per-example shape";
+        return NULL;
+    }
+    char dir[PATH_MAX], train[PATH_MAX + 32], test[PATH_MAX + 32];
+    tw_dataset_dir(S, id, dir, sizeof dir);
+    snprintf(train, sizeof train, "%s/train.tfrecord", dir);
+    snprintf(test, sizeof test, "%s/test.tfrecord", dir);
+    json_t *count = split_field(meta, "test", "count");
+    int has_test = json_is_integer(count) && json_integer_value(count) > 0;
+    const char *image = json_object_get(features, "image_raw") ? "image_raw" : "features";
+    return json_pack("{s:s, s:s?, s:s, s:s, s:o}", "train", train, "test", has_test ? test : NULL,
+                     "image_feature", image, "label_feature", "label", "shape", shape);
+}
+
+/* ================================ the demo ================================ */
+
+tw_status tw_datasets_demo(tw_server *S, tw_error *err)
+{
+    json_t *all = tw_store_dataset_list(S->store), *counts = tw_store_run_counts(S->store);
+    const char *key;
+    json_t *v;
+    int empty = json_array_size(all) == 0;
+    json_object_foreach(counts, key, v) empty = empty && json_integer_value(v) == 0;
+    json_decref(all);
+    json_decref(counts);
+    char images[256];
+    snprintf(images, sizeof images, "%s/train-images-idx3-ubyte.gz", FASHION);
+    if (!empty || access(images, R_OK) != 0)
+        return TW_OK;
+    upload u = {.S = S, .fd = -1, .field = -1};
+    tw_store_new_id('d', u.id);
+    snprintf(u.name, sizeof u.name, "fashion-mnist");
+    char up[PATH_MAX + 16];
+    static const char *const files[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                                         "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
+    if (tw_dataset_dir(S, u.id, u.dir, sizeof u.dir) != 0 || mkdir(u.dir, 0755) != 0 ||
+        snprintf(up, sizeof up, "%s/upload", u.dir) < 0 || mkdir(up, 0755) != 0)
+        return tw_error_errno(err, u.dir, "cannot create the demo dataset's folder");
+    for (int f = 0; f < 4; f++) { /* links, not copies: the conversion reads Debian's files */
+        char src[300], dst[PATH_MAX + 64];
+        struct stat st;
+        snprintf(src, sizeof src, "%s/%s", FASHION, files[f]);
+        if (stat(src, &st) == 0)
+            u.bytes += (uint64_t)st.st_size;
+        upload_path(u.dir, f, dst, sizeof dst);
+        if (symlink(src, dst) != 0)
+            return tw_error_errno(err, dst, "cannot link the demo dataset");
+        u.have |= 1u << f;
+    }
+    TW_TRY(save_params(&u, err));
+    TW_TRY(tw_store_dataset_insert(S->store, u.id, u.name, "idx", (int64_t)u.bytes, err));
+    convert_and_record(S, &u);
+    return tw_runs_submit_demo(S, err);
+}

@@ -1,0 +1,619 @@
+/* http.c — libmicrohttpd under the route table: limits, matching, auth, bodies, replies, the envelope.
+ *
+ * Owns the daemon and the per-request state (tw_req, freed in the completion callback). One thread per
+ * connection: a blocking event stream or a long upload holds only its own thread, and the connection
+ * limit bounds the threads. libmicrohttpd's PostProcessor is not used (RELIABILITY rule 6): upload bodies go
+ * to the route's own streaming callbacks. A reply is stored by the tw_reply_* helpers and queued by the
+ * dispatcher at the end of the callback (libmicrohttpd accepts a response only at those points). */
+#define _GNU_SOURCE
+#include "http.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+enum {
+    JSON_BODY_CAP = 1 << 20, /* bytes of a JSON request body */
+    MAX_PARAMS = 4,
+    MAX_SEGMENTS = 12,
+    PARAM_BYTES = 128,
+};
+
+/* The bytes an upload may still send after crossing the cap, discarded, so that the client can read the
+ * 413 (libmicrohttpd queues a reply only once the body is complete); past it the connection is closed. */
+static const uint64_t DISCARD_ALLOWANCE = 64ull << 20;
+
+static const struct {
+    const char *name;
+    int http;
+} API_CODES[TW_API_CODES] = {
+    [TW_API_INVALID_ARGUMENT] = {"INVALID_ARGUMENT", 400},
+    [TW_API_JSON_TOO_DEEP] = {"JSON_TOO_DEEP", 400},
+    [TW_API_UNAUTHENTICATED] = {"UNAUTHENTICATED", 401},
+    [TW_API_PERMISSION_DENIED] = {"PERMISSION_DENIED", 403},
+    [TW_API_NOT_FOUND] = {"NOT_FOUND", 404},
+    [TW_API_METHOD_NOT_ALLOWED] = {"METHOD_NOT_ALLOWED", 405},
+    [TW_API_CONFLICT] = {"CONFLICT", 409},
+    [TW_API_PAYLOAD_TOO_LARGE] = {"PAYLOAD_TOO_LARGE", 413},
+    [TW_API_UNSUPPORTED_MEDIA_TYPE] = {"UNSUPPORTED_MEDIA_TYPE", 415},
+    [TW_API_DATASET_CORRUPT] = {"DATASET_CORRUPT", 422},
+    [TW_API_INSUFFICIENT_STORAGE] = {"INSUFFICIENT_STORAGE", 507},
+    [TW_API_UNAVAILABLE] = {"UNAVAILABLE", 503},
+    [TW_API_INTERNAL] = {"INTERNAL", 500},
+};
+
+const char *tw_api_code_name(tw_api_code c) { return API_CODES[c].name; }
+int tw_api_code_http(tw_api_code c) { return API_CODES[c].http; }
+
+static const int STATUS_SLOTS[TW_STATUS_SLOTS] = {200, 201, 202, 204, 304, 400, 401, 403,
+                                                  404, 405, 409, 413, 415, 422, 500, 0};
+
+int tw_http_status_slot(int status)
+{
+    for (int i = 0; i < TW_STATUS_SLOTS - 1; i++)
+        if (STATUS_SLOTS[i] == status)
+            return i;
+    return TW_STATUS_SLOTS - 1;
+}
+
+const char *tw_http_status_label(int slot)
+{
+    static char labels[TW_STATUS_SLOTS][8];
+    if (slot == TW_STATUS_SLOTS - 1)
+        return "other";
+    if (!labels[slot][0])
+        snprintf(labels[slot], sizeof labels[slot], "%d", STATUS_SLOTS[slot]);
+    return labels[slot];
+}
+
+struct tw_http {
+    struct MHD_Daemon *daemon;
+    int port;
+    int loopback;
+};
+
+struct tw_req {
+    tw_server *S;
+    struct MHD_Connection *conn;
+    const char *method;
+    const tw_route *route;
+    char params[MAX_PARAMS][2][PARAM_BYTES]; /* name, value */
+    int n_params;
+    char *body;            /* JSON body, NUL-terminated; owned */
+    size_t body_len;
+    json_t *json;          /* decoded body; owned */
+    void *upload;          /* the upload ops' state */
+    uint64_t received;     /* body bytes seen */
+    uint64_t discarded;    /* body bytes dropped after an error */
+    int began;             /* upload begin ran */
+    int status;            /* of the stored reply */
+    struct MHD_Response *response; /* stored reply, queued by the dispatcher */
+};
+
+/* ================================ replies ================================ */
+
+static void store_reply(tw_req *r, int status, struct MHD_Response *resp, const char *content_type)
+{
+    if (!resp)
+        return;
+    if (r->response) { /* one reply per request: keep the first */
+        MHD_destroy_response(resp);
+        return;
+    }
+    if (content_type)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, content_type);
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    r->response = resp;
+    r->status = status;
+}
+
+void tw_reply_text(tw_req *r, int status, const char *content_type, char *text, size_t n)
+{
+    store_reply(r, status, MHD_create_response_from_buffer(n, text, MHD_RESPMEM_MUST_FREE),
+                content_type);
+}
+
+void tw_reply_static(tw_req *r, const char *content_type, const void *data, size_t n)
+{
+    store_reply(r, 200, MHD_create_response_from_buffer(n, (void *)data, MHD_RESPMEM_PERSISTENT),
+                content_type);
+}
+
+void tw_reply_json(tw_req *r, int status, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        static const char oom[] = "{\"error\":{\"code\":\"UNAVAILABLE\",\"message\":\"out of memory\"}}";
+        tw_reply_static(r, "application/json", oom, sizeof oom - 1);
+        r->status = 503;
+        return;
+    }
+    tw_reply_text(r, status, "application/json", text, strlen(text));
+}
+
+void tw_reply_error_json(tw_req *r, tw_api_code code, json_t *error)
+{
+    if (error)
+        json_object_set_new(error, "code", json_string(API_CODES[code].name));
+    atomic_fetch_add(&r->S->errors[code], 1);
+    tw_reply_json(r, API_CODES[code].http, json_pack("{s:o*}", "error", error));
+}
+
+void tw_reply_error(tw_req *r, tw_api_code code, const char *fmt, ...)
+{
+    char msg[1400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    tw_reply_error_json(r, code, json_pack("{s:s}", "message", msg));
+}
+
+void tw_reply_empty(tw_req *r, int status)
+{
+    store_reply(r, status, MHD_create_response_from_buffer(0, "", MHD_RESPMEM_PERSISTENT), NULL);
+}
+
+void tw_reply_file(tw_req *r, int fd, uint64_t n, const char *content_type, const char *download_name)
+{
+    struct MHD_Response *resp = MHD_create_response_from_fd64(n, fd);
+    if (!resp) {
+        close(fd);
+        tw_reply_error(r, TW_API_UNAVAILABLE, "out of memory");
+        return;
+    }
+    if (download_name) {
+        char cd[300];
+        snprintf(cd, sizeof cd, "attachment; filename=\"%s\"", download_name);
+        MHD_add_response_header(resp, "Content-Disposition", cd);
+    }
+    store_reply(r, 200, resp, content_type);
+}
+
+void tw_reply_stream(tw_req *r, const char *content_type, tw_stream_next next, void (*done)(void *),
+                     void *ctx)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, next,
+                                          ctx, done);
+    if (!resp) {
+        done(ctx);
+        tw_reply_error(r, TW_API_UNAVAILABLE, "out of memory");
+        return;
+    }
+    store_reply(r, 200, resp, content_type);
+}
+
+tw_api_code tw_api_code_for(const tw_error *err)
+{
+    switch (err->status) {
+    case TW_ERR_INVALID:
+    case TW_ERR_UNSUPPORTED: return TW_API_INVALID_ARGUMENT;
+    case TW_ERR_CORRUPT:
+    case TW_ERR_TRUNCATED: return TW_API_DATASET_CORRUPT;
+    case TW_ERR_TOO_LARGE: return TW_API_PAYLOAD_TOO_LARGE;
+    case TW_ERR_NOMEM: return TW_API_UNAVAILABLE;
+    case TW_ERR_IO:
+        return err->errno_value == ENOSPC || err->errno_value == EDQUOT ? TW_API_INSUFFICIENT_STORAGE
+                                                                       : TW_API_INTERNAL;
+    default: return TW_API_INTERNAL;
+    }
+}
+
+void tw_reply_status(tw_req *r, const tw_error *err)
+{
+    char msg[1200];
+    tw_error_format(err, msg, sizeof msg);
+    json_t *e = json_pack("{s:s}", "message", msg);
+    if (err->offset >= 0)
+        json_object_set_new(e, "offset", json_integer(err->offset));
+    tw_reply_error_json(r, tw_api_code_for(err), e);
+}
+
+/* ================================ the request ================================ */
+
+const char *tw_req_method(const tw_req *r) { return r->method; }
+json_t *tw_req_json(const tw_req *r) { return r->json; }
+void *tw_req_upload(const tw_req *r) { return r->upload; }
+void tw_req_set_upload(tw_req *r, void *state) { r->upload = state; }
+
+const char *tw_req_param(const tw_req *r, const char *name)
+{
+    for (int i = 0; i < r->n_params; i++)
+        if (!strcmp(r->params[i][0], name))
+            return r->params[i][1];
+    return NULL;
+}
+
+const char *tw_req_query(const tw_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+const char *tw_req_header(const tw_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+int tw_req_query_int(tw_req *r, const char *name, long lo, long hi, long def, long *out)
+{
+    const char *v = tw_req_query(r, name);
+    *out = def;
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (!*v || *end || errno || n < lo || n > hi) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter '%s' must be an integer from %ld to %ld",
+                       name, lo, hi);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+/* ================================ routing ================================ */
+
+/* Splits path at '/' into at most MAX_SEGMENTS segments (pointers into buf). Returns the count, or -1. */
+static int split_path(const char *path, char *buf, size_t size, char **seg)
+{
+    if (strlen(path) >= size || path[0] != '/')
+        return -1;
+    strcpy(buf, path + 1);
+    int n = 0;
+    for (char *s = buf, *save = NULL, *t; (t = strtok_r(s, "/", &save)); s = NULL) {
+        if (n == MAX_SEGMENTS)
+            return -1;
+        seg[n++] = t;
+    }
+    return n;
+}
+
+/* Matches url against pattern; fills r's parameters. Returns 1 on a match. */
+static int match(const char *pattern, const char *url, tw_req *r)
+{
+    char pbuf[256], ubuf[1024], *ps[MAX_SEGMENTS], *us[MAX_SEGMENTS];
+    int np = split_path(pattern, pbuf, sizeof pbuf, ps), nu = split_path(url, ubuf, sizeof ubuf, us);
+    if (np < 0 || np != nu)
+        return 0;
+    r->n_params = 0;
+    for (int i = 0; i < np; i++) {
+        size_t pl = strlen(ps[i]);
+        if (ps[i][0] == '{' && ps[i][pl - 1] == '}') {
+            if (r->n_params == MAX_PARAMS || pl - 2 >= PARAM_BYTES || strlen(us[i]) >= PARAM_BYTES)
+                return 0;
+            snprintf(r->params[r->n_params][0], PARAM_BYTES, "%.*s", (int)(pl - 2), ps[i] + 1);
+            snprintf(r->params[r->n_params][1], PARAM_BYTES, "%s", us[i]);
+            r->n_params++;
+        } else if (strcmp(ps[i], us[i])) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Finds the route for method + url; replies 404/405 when there is none. */
+static const tw_route *route_for(tw_req *r, const char *method, const char *url)
+{
+    int path_known = 0;
+    for (const tw_route *rt = TW_ROUTES; rt->method; rt++) {
+        if (!match(rt->pattern, url, r))
+            continue;
+        if (!strcmp(rt->method, method) || (!strcmp(method, "HEAD") && !strcmp(rt->method, "GET")))
+            return rt;
+        path_known = 1;
+    }
+    if (path_known)
+        tw_reply_error(r, TW_API_METHOD_NOT_ALLOWED, "%s is not allowed on %s", method, url);
+    else
+        tw_reply_error(r, TW_API_NOT_FOUND, "no route %s %s", method, url);
+    return NULL;
+}
+
+/* ================================ checks ================================ */
+
+static int loopback_host(const char *host, int port)
+{
+    static const char *const names[] = {"127.0.0.1", "localhost", "[::1]"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        size_t n = strlen(names[i]);
+        if (strncasecmp(host, names[i], n))
+            continue;
+        if (!host[n])
+            return 1;
+        char *end;
+        if (host[n] == ':' && strtol(host + n + 1, &end, 10) == port && !*end)
+            return 1;
+    }
+    return 0;
+}
+
+/* Constant-time comparison of the bearer token. */
+static int token_ok(const char *header, const char *token)
+{
+    static const char prefix[] = "Bearer ";
+    if (!header || strncmp(header, prefix, sizeof prefix - 1))
+        return 0;
+    header += sizeof prefix - 1;
+    size_t a = strlen(header), b = strlen(token);
+    unsigned char diff = a != b;
+    for (size_t i = 0; i < b; i++)
+        diff |= (unsigned char)header[i < a ? i : 0] ^ (unsigned char)token[i];
+    return diff == 0;
+}
+
+/* Host, auth and size checks before any body byte is read. Returns 0 or -1 (replied). */
+static int admit(tw_req *r)
+{
+    tw_server *S = r->S;
+    const char *host = tw_req_header(r, MHD_HTTP_HEADER_HOST);
+    if (S->http->loopback && host && !loopback_host(host, S->http->port)) {
+        tw_reply_error(r, TW_API_PERMISSION_DENIED,
+                       "Host '%.200s' is not this server's loopback address", host);
+        return -1;
+    }
+    if (S->opt.token && strcmp(r->route->method, "GET") &&
+        !token_ok(tw_req_header(r, MHD_HTTP_HEADER_AUTHORIZATION), S->opt.token)) {
+        tw_reply_error(r, TW_API_UNAUTHENTICATED,
+                       "%s %s needs the header 'Authorization: Bearer <token>' with the server's token",
+                       r->route->method, r->route->pattern);
+        return -1;
+    }
+    if (atomic_load(&S->fatal)) {
+        tw_reply_error(r, TW_API_UNAVAILABLE, "the server is stopping: its state cannot be saved");
+        return -1;
+    }
+    const char *ct = NULL;
+    size_t ct_len = 0;
+    if (MHD_lookup_connection_value_n(r->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                      sizeof MHD_HTTP_HEADER_CONTENT_TYPE - 1, &ct, &ct_len) == MHD_YES &&
+        strlen(ct) != ct_len) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "the Content-Type header contains a NUL byte");
+        return -1;
+    }
+    struct statvfs fs;
+    if (!strcmp(r->route->method, "POST") && statvfs(S->data, &fs) == 0 &&
+        (uint64_t)fs.f_bavail * fs.f_frsize < S->opt.min_free) {
+        tw_reply_error(r, TW_API_INSUFFICIENT_STORAGE,
+                       "the data folder has %llu bytes free, under the %llu the server keeps: new work is "
+                       "refused until there is space",
+                       (unsigned long long)fs.f_bavail * fs.f_frsize, (unsigned long long)S->opt.min_free);
+        return -1;
+    }
+    const char *cl = tw_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    uint64_t cap = r->route->flags & TW_ROUTE_UPLOAD ? S->opt.max_upload : JSON_BODY_CAP;
+    if (cl && strtoull(cl, NULL, 10) > cap) {
+        tw_reply_error(r, TW_API_PAYLOAD_TOO_LARGE, "the body (%s bytes) is over the cap of %llu bytes", cl,
+                       (unsigned long long)cap);
+        return -1;
+    }
+    return 0;
+}
+
+/* ================================ bodies ================================ */
+
+static void body_too_large(tw_req *r, uint64_t cap)
+{
+    tw_reply_error(r, TW_API_PAYLOAD_TOO_LARGE, "the body is over the cap of %llu bytes",
+                   (unsigned long long)cap);
+}
+
+/* Takes one chunk of the body. Returns 0 to go on, -1 once a reply is stored. */
+static int take_body(tw_req *r, const char *data, size_t n)
+{
+    r->received += n;
+    if (r->route->flags & TW_ROUTE_UPLOAD) {
+        if (r->received > r->S->opt.max_upload) {
+            body_too_large(r, r->S->opt.max_upload);
+            return -1;
+        }
+        return r->route->upload->data(r->S, r, data, n);
+    }
+    if (r->received > JSON_BODY_CAP) {
+        body_too_large(r, JSON_BODY_CAP);
+        return -1;
+    }
+    char *grown = realloc(r->body, r->body_len + n + 1);
+    if (!grown) {
+        tw_reply_error(r, TW_API_UNAVAILABLE, "out of memory reading the body");
+        return -1;
+    }
+    r->body = grown;
+    memcpy(r->body + r->body_len, data, n);
+    r->body_len += n;
+    r->body[r->body_len] = 0;
+    return 0;
+}
+
+/* Decodes the JSON body strictly. Returns 0, or -1 after replying 400. */
+static int decode_json(tw_req *r)
+{
+    json_error_t e;
+    r->json = json_loadb(r->body ? r->body : "", r->body_len, JSON_REJECT_DUPLICATES, &e);
+    if (!r->json) {
+        tw_api_code code = json_error_code(&e) == json_error_stack_overflow ? TW_API_JSON_TOO_DEEP
+                                                                             : TW_API_INVALID_ARGUMENT;
+        tw_reply_error(r, code, "request body: %s (line %d, column %d, byte %d)", e.text, e.line,
+                       e.column, e.position);
+        return -1;
+    }
+    if (!json_is_object(r->json)) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "request body: expected a JSON object");
+        return -1;
+    }
+    return 0;
+}
+
+/* ================================ dispatch ================================ */
+
+static enum MHD_Result queue(tw_req *r)
+{
+    if (r->began && r->route->upload->cleanup) { /* before the client hears back: no debris visible */
+        r->route->upload->cleanup(r->S, r);
+        r->began = 0;
+    }
+    if (!r->response)
+        tw_reply_error(r, TW_API_INTERNAL, "the route %s %s gave no reply", r->method,
+                       r->route ? r->route->pattern : "?");
+    enum MHD_Result ok = MHD_queue_response(r->conn, r->status, r->response);
+    atomic_fetch_add(&r->S->requests[tw_http_status_slot(r->status)], 1);
+    MHD_destroy_response(r->response);
+    r->response = NULL;
+    r->status = -1; /* queued */
+    return ok;
+}
+
+/* First call: the headers are in. Routes, admits, and begins an upload. */
+static enum MHD_Result first_call(tw_req *r, const char *url)
+{
+    r->route = route_for(r, r->method, url);
+    if (r->route && admit(r) == 0 && (r->route->flags & TW_ROUTE_UPLOAD)) {
+        r->began = 1;
+        r->route->upload->begin(r->S, r); /* replies itself on refusal */
+    }
+    return r->response ? queue(r) : MHD_YES;
+}
+
+static enum MHD_Result last_call(tw_req *r)
+{
+    if (!r->response && (r->route->flags & TW_ROUTE_JSON_BODY) && decode_json(r) != 0)
+        return queue(r);
+    if (!r->response)
+        r->route->handler(r->S, r);
+    return queue(r);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls)
+{
+    (void)version;
+    tw_req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r)
+            return MHD_NO;
+        r->S = cls;
+        r->conn = conn;
+        r->method = method;
+        *con_cls = r;
+        return first_call(r, url);
+    }
+    if (r->status == -1) /* a reply already went out: drop what the client still sends */
+        return MHD_NO;
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (!r->response)
+            take_body(r, upload_data, n);
+        else if ((r->discarded += n) > DISCARD_ALLOWANCE)
+            return MHD_NO; /* close: the client keeps sending after its error */
+        return MHD_YES;
+    }
+    return last_call(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)conn;
+    (void)toe;
+    tw_req *r = *con_cls;
+    if (!r)
+        return;
+    if (r->began && r->route->upload->cleanup)
+        r->route->upload->cleanup(cls, r);
+    if (r->response)
+        MHD_destroy_response(r->response);
+    json_decref(r->json);
+    free(r->body);
+    free(r);
+    *con_cls = NULL;
+}
+
+/* ================================ the daemon ================================ */
+
+static tw_status parse_listen(const char *listen, struct sockaddr_in *sa, tw_error *err)
+{
+    char host[64];
+    const char *colon = strrchr(listen, ':');
+    char *end;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host || !colon[1] || *end ||
+        port < 0 || port > 65535)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "--listen: expected HOST:PORT with an IPv4 address, got '%s'", listen);
+    snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    if (!strcmp(host, "localhost"))
+        strcpy(host, "127.0.0.1");
+    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--listen: '%s' is not an IPv4 address", host);
+    return TW_OK;
+}
+
+static void log_mhd(void *cls, const char *fmt, va_list ap)
+{
+    (void)cls;
+    fprintf(stderr, "tower serve: http: ");
+    vfprintf(stderr, fmt, ap);
+}
+
+tw_status tw_http_start(tw_server *S, int *port, tw_error *err)
+{
+    struct sockaddr_in sa;
+    TW_TRY(parse_listen(S->opt.listen, &sa, err));
+    int loopback = (ntohl(sa.sin_addr.s_addr) >> 24) == 127;
+    if (!loopback && !S->opt.token && !S->opt.insecure)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "--listen %s is not a loopback address: give --token (or TOWER_TOKEN), or "
+                            "--insecure to serve without authentication",
+                            S->opt.listen);
+    tw_http *h = calloc(1, sizeof *h);
+    if (!h)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    h->loopback = loopback;
+    S->http = h;
+    h->daemon = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG,
+        0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&sa,
+        MHD_OPTION_CONNECTION_LIMIT, S->opt.conn_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        S->opt.per_ip_limit, MHD_OPTION_CONNECTION_TIMEOUT, S->opt.conn_timeout,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, S, MHD_OPTION_END);
+    if (!h->daemon) {
+        S->http = NULL;
+        free(h);
+        return tw_error_set(err, TW_ERR_IO, NULL, -1, "cannot listen on %s (in use, or not an address of "
+                            "this machine)", S->opt.listen);
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = info ? info->port : ntohs(sa.sin_port);
+    *port = h->port;
+    return TW_OK;
+}
+
+void tw_http_stop(tw_server *S)
+{
+    if (!S->http)
+        return;
+    MHD_stop_daemon(S->http->daemon);
+    free(S->http);
+    S->http = NULL;
+}

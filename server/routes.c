@@ -1,0 +1,33 @@
+/* routes.c — the one route table of `tower serve`: every path, its handler, and what the OpenAPI
+ * document says about it. 404 and 405 come from this table (http.c), and so does /api/v1/openapi.json. */
+#include "api.h"
+#include "datasets.h"
+#include "runs.h"
+
+#define JSON TW_ROUTE_JSON_BODY
+
+const tw_route TW_ROUTES[] = {
+    {"GET", "/api/v1/health", tw_api_health, 0, NULL, "Liveness and queue summary", "{status, version, uptime_s, queued, running}"},
+    {"GET", "/api/v1/devices", tw_api_devices, 0, NULL, "Devices runs are scheduled on", "{devices: [{id, kind, name, run}]}"},
+    {"GET", "/api/v1/openapi.json", tw_api_openapi, 0, NULL, "This document", "OpenAPI 3.0"},
+    {"GET", "/api/v1/datasets", tw_api_datasets_list, 0, NULL, "List datasets, newest first", "{datasets: [dataset], total}"},
+    {"POST", "/api/v1/datasets", tw_dataset_upload_done, TW_ROUTE_UPLOAD, &TW_DATASET_UPLOAD,
+     "Upload a dataset (multipart form, or a raw CSV or TFRecord body); ?name=N", "dataset (202 converting, 201 ready)"},
+    {"GET", "/api/v1/datasets/{id}", tw_api_dataset_get, 0, NULL, "Show a dataset", "dataset"},
+    {"DELETE", "/api/v1/datasets/{id}", tw_api_dataset_delete, 0, NULL, "Delete a dataset no queued or running run uses", "204"},
+    {"GET", "/api/v1/datasets/{id}/samples", tw_api_dataset_samples, 0, NULL, "A few decoded examples; ?n=16", "{shape, samples: [{label, pixels | features}]}"},
+    {"GET", "/api/v1/runs", tw_api_runs_list, 0, NULL, "List runs, newest first; ?status=S&limit=50&offset=0", "{runs: [run], total, limit, offset}"},
+    {"POST", "/api/v1/runs", tw_api_runs_create, JSON, NULL, "Submit a run (the tower train config with \"dataset\" naming a dataset)", "{id, status, logdir}"},
+    {"GET", "/api/v1/runs/{id}", tw_api_run_get, 0, NULL, "Show a run", "run"},
+    {"DELETE", "/api/v1/runs/{id}", tw_api_run_delete, 0, NULL, "Delete a finished run and its files", "204"},
+    {"POST", "/api/v1/runs/{id}/cancel", tw_api_run_cancel, 0, NULL, "Cancel a queued or running run", "run"},
+    {"GET", "/api/v1/runs/{id}/metrics", tw_api_run_metrics, 0, NULL, "Scalar series from the run's event files", "{scalars: {tag: [[step, value, wall_time]]}}"},
+    {"GET", "/api/v1/runs/{id}/events", tw_api_run_events, 0, NULL, "Server-Sent Events: the run whenever it changes", "text/event-stream"},
+    {"GET", "/api/v1/runs/{id}/log", tw_api_run_log, 0, NULL, "The last lines of the run's log; ?tail=200", "text/plain"},
+    {"GET", "/api/v1/runs/{id}/checkpoints", tw_api_run_checkpoints, 0, NULL, "The run's checkpoints", "{checkpoints: [{step, file, bytes}], latest}"},
+    {"GET", "/api/v1/runs/{id}/checkpoints/latest", tw_api_run_checkpoint_latest, 0, NULL, "Download the latest checkpoint (safetensors)", "application/octet-stream"},
+    {"GET", "/metrics", tw_api_prometheus, 0, NULL, "Prometheus metrics", "text/plain"},
+    {"GET", "/", tw_api_index, 0, NULL, "The status page", "text/html"},
+    {"GET", "/static/{file}", tw_api_static, 0, NULL, "The status page's files and Chart.js", "the file"},
+    {0},
+};

@@ -1,0 +1,36 @@
+/* runs.h — the run routes (api_runs.c) and the one submission path they share with the demo.
+ *
+ * Owns: decoding a submission (the engine config with "dataset" naming an uploaded dataset, plus the
+ * server keys "name", "max_restarts", "deadline_s"), validating it with the engine's own parser before
+ * anything is stored, writing DIR/runs/<id>/config.json (durable) and then the row (the commit), the run
+ * as the API shows it, and the handlers of every /api/v1/runs route. */
+#ifndef TW_RUNS_H
+#define TW_RUNS_H
+
+#include <jansson.h>
+
+#include "http.h"
+
+/* Submits body (borrowed). On success *run is the new run (new JSON) and *created is 1, or 0 when
+ * idem_key (may be NULL) named an existing run, which *run then is. On error *code and err say why. */
+tw_status tw_runs_submit(tw_server *S, const json_t *body, const char *idem_key, json_t **run, int *created,
+                         tw_api_code *code, tw_error *err);
+
+/* Queues the seed MLP (examples/seed_mlp.json, embedded) on the dataset named "fashion-mnist". */
+tw_status tw_runs_submit_demo(tw_server *S, tw_error *err);
+
+/* A run row as the API shows it (new JSON). */
+json_t *tw_run_present(tw_server *S, const json_t *row);
+
+void tw_api_runs_list(tw_server *S, tw_req *r);
+void tw_api_runs_create(tw_server *S, tw_req *r);
+void tw_api_run_get(tw_server *S, tw_req *r);
+void tw_api_run_cancel(tw_server *S, tw_req *r);
+void tw_api_run_delete(tw_server *S, tw_req *r);
+void tw_api_run_metrics(tw_server *S, tw_req *r);
+void tw_api_run_events(tw_server *S, tw_req *r);
+void tw_api_run_log(tw_server *S, tw_req *r);
+void tw_api_run_checkpoints(tw_server *S, tw_req *r);
+void tw_api_run_checkpoint_latest(tw_server *S, tw_req *r);
+
+#endif

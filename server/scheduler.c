@@ -1,0 +1,765 @@
+/* scheduler.c — the supervisor thread: queue, spawn, read, watch, kill, classify (see scheduler.h).
+ *
+ * One thread owns every child: it polls their stdout/stderr pipes and a wake pipe, so no lock is held
+ * while a child is slow, and the process that forks (this thread) lives as long as the children (the
+ * kernel's parent-death signal is tied to the forking thread). The mutex guards the child table against
+ * the HTTP threads (cancel, devices, rates). */
+#define _GNU_SOURCE
+#include "scheduler.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "devices.h"
+#include "store.h"
+#include "trainer.h"
+
+extern char **environ;
+
+enum {
+    MAX_CHILDREN = TW_MAX_DEVICES,
+    LINE_CAP = 64 * 1024, /* a longer line is cut there */
+    OUT = 0,
+    ERR = 1,
+};
+
+static const double PROGRESS_EVERY = 1.0; /* seconds between progress writes per run */
+
+typedef struct {
+    char buf[LINE_CAP];
+    size_t len;
+    int fd;        /* -1 after EOF */
+    int dropping;  /* inside an over-long line */
+} pipe_in;
+
+typedef struct {
+    char id[TW_ID_BYTES];
+    pid_t pid;
+    pipe_in in[2];           /* stdout (JSON lines), stderr (text) */
+    int log_fd;              /* DIR/runs/<id>/log, append */
+    int exited, wstatus;
+    double last_line;        /* monotonic time of the last line */
+    double term_at;          /* when SIGTERM went out (0: not yet) */
+    int killed;              /* SIGKILL went out */
+    int cancel;              /* the user asked */
+    const char *kill_reason; /* "timeout", "deadline" or NULL */
+    double deadline;         /* monotonic; 0 = none */
+    int restarts, max_restarts;
+    unsigned devices;        /* bit mask of device indices */
+    int64_t step, steps;
+    json_t *metrics;         /* latest values by key (owned) */
+    double eta_s, rate, rate_t;
+    int64_t rate_step;
+    int dirty;
+    double saved_at;
+    char final_status[16];   /* "completed" / "cancelled" from the last status line */
+    char last_error[600];    /* the last error line the child printed, else its last stderr line */
+    int json_error;          /* last_error came from a JSON error line (it wins over stderr) */
+} child;
+
+struct tw_scheduler {
+    tw_server *S;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    int wake[2];
+    int stopping;
+    tw_device dev[TW_MAX_DEVICES];
+    int n_dev, gpus;
+    child *kids[MAX_CHILDREN];
+    int n_kids;
+};
+
+/* ================================ small helpers ================================ */
+
+static void wake(tw_scheduler *s)
+{
+    char b = 1;
+    ssize_t n = write(s->wake[1], &b, 1);
+    (void)n; /* a full pipe already means "wake up" */
+}
+
+void tw_scheduler_wake(tw_scheduler *s) { wake(s); }
+
+static void log_store_error(tw_server *S, const tw_error *err)
+{
+    if (tw_store_fatal(err))
+        tw_server_fatal(S, err);
+    else
+        fprintf(stderr, "tower serve: %s\n", err->message);
+}
+
+static void log_write(child *c, const char *text, size_t n)
+{
+    if (c->log_fd < 0)
+        return;
+    ssize_t w = write(c->log_fd, text, n); /* a log that cannot be written loses lines, never the run */
+    (void)w;
+}
+
+/* {"code": code, "message": msg} as new JSON text (caller frees). */
+static char *error_text(const char *code, const char *msg)
+{
+    json_t *e = json_pack("{s:s, s:s}", "code", code, "message", msg);
+    char *t = json_dumps(e, JSON_COMPACT);
+    json_decref(e);
+    return t;
+}
+
+/* ================================ lines from the child ================================ */
+
+static void update_rate(child *c, double now)
+{
+    if (c->rate_t > 0 && now > c->rate_t + 0.5) {
+        double r = (double)(c->step - c->rate_step) / (now - c->rate_t);
+        c->rate = c->rate > 0 ? 0.5 * c->rate + 0.5 * r : r;
+    }
+    if (c->rate_t == 0 || now > c->rate_t + 0.5) {
+        c->rate_t = now;
+        c->rate_step = c->step;
+    }
+}
+
+static void take_json_line(child *c, json_t *o, double now)
+{
+    json_t *v;
+    if ((v = json_object_get(o, "step")) && json_is_integer(v)) {
+        c->step = json_integer_value(v);
+        update_rate(c, now);
+    }
+    if ((v = json_object_get(o, "eta_s")) && json_is_number(v))
+        c->eta_s = json_number_value(v);
+    if ((v = json_object_get(o, "status")) && json_is_string(v))
+        snprintf(c->final_status, sizeof c->final_status, "%s", json_string_value(v));
+    json_t *err = json_object_get(o, "error");
+    const char *msg = json_string_value(json_object_get(o, "message"));
+    if (json_is_string(err) || json_is_object(err)) {
+        const char *code = json_is_string(err) ? json_string_value(err)
+                                                : json_string_value(json_object_get(err, "code"));
+        json_t *step = json_object_get(o, "step");
+        char at[40] = "";
+        if (json_is_integer(step))
+            snprintf(at, sizeof at, " at step %lld", (long long)json_integer_value(step));
+        snprintf(c->last_error, sizeof c->last_error, "%s%s%s%s", code ? code : "error", at, msg ? ": " : "",
+                 msg ? msg : "");
+        c->json_error = 1;
+    }
+    const char *key;
+    json_object_foreach(o, key, v)
+        if (json_is_number(v) && (!strcmp(key, "loss") || !strcmp(key, "learning_rate") ||
+                                  !strcmp(key, "examples_per_sec") || !strncmp(key, "eval_", 5)))
+            json_object_set(c->metrics, key, v);
+    if ((v = json_object_get(o, "warning")) && json_is_string(v))
+        json_object_set(c->metrics, "warning", v);
+    json_object_set_new(c->metrics, "steps_per_sec", json_real(c->rate));
+    c->dirty = 1;
+}
+
+static void take_line(child *c, int which, char *line, size_t n, double now)
+{
+    c->last_line = now;
+    line[n] = 0;
+    if (which == ERR) {
+        if (n && !c->json_error)
+            snprintf(c->last_error, sizeof c->last_error, "%s", line);
+        log_write(c, line, n);
+        log_write(c, "\n", 1);
+        return;
+    }
+    json_t *o = json_loadb(line, n, 0, NULL);
+    if (json_is_object(o)) {
+        if (!json_object_get(o, "heartbeat")) {
+            log_write(c, line, n);
+            log_write(c, "\n", 1);
+        }
+        take_json_line(c, o, now);
+    }
+    json_decref(o);
+}
+
+/* Reads what a pipe has; splits lines. */
+static void drain(child *c, int which, double now)
+{
+    pipe_in *p = &c->in[which];
+    ssize_t n = read(p->fd, p->buf + p->len, LINE_CAP - 1 - p->len);
+    if (n <= 0) {
+        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+            if (p->len && !p->dropping)
+                take_line(c, which, p->buf, p->len, now);
+            close(p->fd);
+            p->fd = -1;
+        }
+        return;
+    }
+    p->len += (size_t)n;
+    size_t start = 0;
+    for (size_t i = p->len - (size_t)n; i < p->len; i++)
+        if (p->buf[i] == '\n') {
+            if (!p->dropping)
+                take_line(c, which, p->buf + start, i - start, now);
+            p->dropping = 0;
+            start = i + 1;
+        }
+    memmove(p->buf, p->buf + start, p->len - start);
+    p->len -= start;
+    if (p->len == LINE_CAP - 1) { /* an over-long line: keep its head, drop the rest */
+        if (!p->dropping)
+            take_line(c, which, p->buf, p->len, now);
+        p->dropping = 1;
+        p->len = 0;
+    }
+}
+
+/* ================================ spawning ================================ */
+
+/* Removes temporary files a killed child left in DIR/checkpoints (RELIABILITY P3). */
+static void remove_temporaries(const char *logdir)
+{
+    char dir[PATH_MAX + 16], path[PATH_MAX + 300];
+    snprintf(dir, sizeof dir, "%s/checkpoints", logdir);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        if (strstr(e->d_name, ".tmp.")) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    if (d)
+        closedir(d);
+}
+
+/* The child's environment: ours, with CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set. Caller frees. */
+static char **child_env(const char *visible)
+{
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 3, sizeof *env);
+    if (!env)
+        return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) && strncmp(environ[i], "CUDA_DEVICE_ORDER=", 18))
+            env[k++] = environ[i];
+    static char order[] = "CUDA_DEVICE_ORDER=PCI_BUS_ID";
+    static __thread char vis[128];
+    snprintf(vis, sizeof vis, "CUDA_VISIBLE_DEVICES=%s", visible);
+    env[k++] = order;
+    env[k++] = vis;
+    return env;
+}
+
+/* In the child between fork and exec: only async-signal-safe calls. */
+static void exec_child(char **argv, char **env, int out_w, int err_w, pid_t parent)
+{
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(127);
+    int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0)
+        _exit(127);
+    close_range(3, ~0U, 0); /* no database, socket or other child's pipe leaks into the trainer */
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    execve(argv[0], argv, env);
+    _exit(127);
+}
+
+/* Forks the trainer for run id. Returns 0 or -1 (errno set). */
+static int spawn(tw_scheduler *s, child *c, const char *visible, int gpu)
+{
+    tw_server *S = s->S;
+    char logdir[PATH_MAX], config[PATH_MAX + 16], logpath[PATH_MAX + 16];
+    if (tw_run_dir(S, c->id, logdir, sizeof logdir) != 0) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    snprintf(config, sizeof config, "%s/config.json", logdir);
+    snprintf(logpath, sizeof logpath, "%s/log", logdir);
+    remove_temporaries(logdir);
+    char *argv[] = {(char *)(S->opt.trainer ? S->opt.trainer : S->self), "train", config, "--logdir",
+                    logdir, "--resume", "--backend", gpu ? "cuda" : "cpu", NULL};
+    int out[2] = {-1, -1}, err[2] = {-1, -1};
+    char **env = child_env(visible);
+    if (!env || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
+        goto fail;
+    c->log_fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    pid_t parent = getpid();
+    c->pid = fork();
+    if (c->pid == 0)
+        exec_child(argv, env, out[1], err[1], parent);
+    if (c->pid < 0)
+        goto fail;
+    setpgid(c->pid, c->pid);
+    close(out[1]);
+    close(err[1]);
+    c->in[OUT].fd = out[0];
+    c->in[ERR].fd = err[0];
+    fcntl(out[0], F_SETFL, O_NONBLOCK);
+    fcntl(err[0], F_SETFL, O_NONBLOCK);
+    free(env);
+    return 0;
+fail:;
+    int e = errno;
+    for (int i = 0; i < 2; i++) {
+        if (out[i] >= 0)
+            close(out[i]);
+        if (err[i] >= 0)
+            close(err[i]);
+    }
+    if (c->log_fd >= 0)
+        close(c->log_fd);
+    c->log_fd = -1;
+    free(env);
+    errno = e;
+    return -1;
+}
+
+/* ================================ starting runs ================================ */
+
+static unsigned busy_mask(const tw_scheduler *s)
+{
+    unsigned m = 0;
+    for (int i = 0; i < s->n_kids; i++)
+        m |= s->kids[i]->devices;
+    return m;
+}
+
+/* Picks `towers` free devices (the CPU counts as one for any number of towers). 0: none free. */
+static unsigned pick_devices(const tw_scheduler *s, int towers)
+{
+    unsigned busy = busy_mask(s), mask = 0;
+    int want = s->gpus ? towers : 1;
+    for (int i = 0; i < s->n_dev && want > 0; i++)
+        if (!(busy & (1u << i))) {
+            mask |= 1u << i;
+            want--;
+        }
+    return want == 0 ? mask : 0;
+}
+
+static void devices_text(const tw_scheduler *s, unsigned mask, char *ids, size_t ids_size, char *visible,
+                         size_t vis_size)
+{
+    json_t *arr = json_array();
+    size_t v = 0;
+    visible[0] = 0;
+    for (int i = 0; i < s->n_dev; i++)
+        if (mask & (1u << i)) {
+            json_array_append_new(arr, json_string(s->dev[i].id));
+            if (s->dev[i].index >= 0)
+                v += (size_t)snprintf(visible + v, v < vis_size ? vis_size - v : 0, "%s%d", v ? "," : "",
+                                      s->dev[i].index);
+        }
+    char *t = json_dumps(arr, JSON_COMPACT);
+    snprintf(ids, ids_size, "%s", t ? t : "[]");
+    free(t);
+    json_decref(arr);
+}
+
+static void fail_now(tw_scheduler *s, const char *id, const char *reason, const char *code, const char *msg)
+{
+    tw_error err;
+    char *e = error_text(code, msg);
+    if (tw_store_run_finished(s->S->store, id, "failed", reason, e, tw_now_wall(), &err) != TW_OK)
+        log_store_error(s->S, &err);
+    free(e);
+    tw_server_changed(s->S);
+}
+
+/* A queued run whose deadline passed before it could run again. Returns 1 when it was failed. */
+static int deadline_passed(tw_scheduler *s, json_t *run)
+{
+    double limit = json_number_value(json_object_get(run, "deadline_s"));
+    json_t *first = json_object_get(run, "first_started");
+    if (limit <= 0 || !json_is_number(first) || tw_now_wall() < json_number_value(first) + limit)
+        return 0;
+    fail_now(s, json_string_value(json_object_get(run, "id")), "deadline", "DEADLINE_EXCEEDED",
+             "the run's deadline passed");
+    return 1;
+}
+
+static child *child_new(json_t *run, unsigned mask)
+{
+    child *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    snprintf(c->id, sizeof c->id, "%s", json_string_value(json_object_get(run, "id")));
+    c->in[OUT].fd = c->in[ERR].fd = c->log_fd = -1;
+    c->devices = mask;
+    c->steps = json_integer_value(json_object_get(run, "steps"));
+    c->step = json_integer_value(json_object_get(run, "step"));
+    c->restarts = (int)json_integer_value(json_object_get(run, "restarts"));
+    c->max_restarts = (int)json_integer_value(json_object_get(run, "max_restarts"));
+    c->metrics = json_object();
+    double limit = json_number_value(json_object_get(run, "deadline_s"));
+    json_t *first = json_object_get(run, "first_started");
+    double since = json_is_number(first) ? json_number_value(first) : tw_now_wall();
+    if (limit > 0)
+        c->deadline = tw_now_mono() + (since + limit - tw_now_wall());
+    c->last_line = tw_now_mono();
+    return c;
+}
+
+/* Starts the next queued run if its devices are free. Returns 1 when it started or disposed of one. */
+static int start_next(tw_scheduler *s)
+{
+    if (s->n_kids == MAX_CHILDREN)
+        return 0;
+    json_t *run = tw_store_run_next(s->S->store, tw_now_wall());
+    if (!run)
+        return 0;
+    int done = 1;
+    unsigned mask;
+    if (deadline_passed(s, run)) {
+    } else if (!(mask = pick_devices(s, (int)json_integer_value(json_object_get(run, "towers"))))) {
+        done = 0; /* FIFO: the head waits for its devices */
+    } else {
+        child *c = child_new(run, mask);
+        char ids[256], visible[128];
+        devices_text(s, mask, ids, sizeof ids, visible, sizeof visible);
+        tw_error err;
+        if (!c || spawn(s, c, visible, s->gpus > 0) != 0) {
+            fail_now(s, json_string_value(json_object_get(run, "id")), "crashed", "SPAWN_FAILED",
+                     strerror(errno));
+            if (c)
+                json_decref(c->metrics);
+            free(c);
+        } else {
+            s->kids[s->n_kids++] = c;
+            if (tw_store_run_started(s->S->store, c->id, ids, tw_now_wall(), &err) != TW_OK)
+                log_store_error(s->S, &err);
+            char head[128];
+            int n = snprintf(head, sizeof head, "== attempt %d: pid %d ==\n", c->restarts + 1, (int)c->pid);
+            log_write(c, head, (size_t)n);
+            tw_server_changed(s->S);
+        }
+    }
+    json_decref(run);
+    return done;
+}
+
+/* ================================ watching and finishing ================================ */
+
+static void signal_group(child *c, int sig)
+{
+    if (c->pid > 0)
+        kill(-c->pid, sig);
+}
+
+static void terminate(child *c, const char *reason, double now)
+{
+    if (c->term_at > 0)
+        return;
+    if (reason && !c->kill_reason)
+        c->kill_reason = reason;
+    c->term_at = now;
+    signal_group(c, SIGTERM);
+}
+
+static void watch(tw_scheduler *s, child *c, double now)
+{
+    const tw_serve_options *o = &s->S->opt;
+    if (c->exited)
+        return;
+    if (c->cancel)
+        terminate(c, NULL, now);
+    if (now - c->last_line > o->heartbeat_timeout)
+        terminate(c, "timeout", now);
+    if (c->deadline > 0 && now > c->deadline)
+        terminate(c, "deadline", now);
+    if (c->term_at > 0 && !c->killed && now - c->term_at > o->grace) {
+        c->killed = 1;
+        signal_group(c, SIGKILL);
+    }
+}
+
+static void save_progress(tw_scheduler *s, child *c, double now)
+{
+    if (!c->dirty || now - c->saved_at < PROGRESS_EVERY)
+        return;
+    char *m = json_dumps(c->metrics, JSON_COMPACT);
+    tw_error err;
+    if (tw_store_run_progress(s->S->store, c->id, c->step, m, c->eta_s, &err) != TW_OK)
+        log_store_error(s->S, &err);
+    free(m);
+    c->dirty = 0;
+    c->saved_at = now;
+    tw_server_changed(s->S);
+}
+
+typedef struct {
+    const char *status; /* final state, or NULL: retriable */
+    const char *reason;
+    const char *code;
+} outcome;
+
+/* What an exit means (RELIABILITY: deterministic failures fail fast, infrastructure ones retry). */
+static outcome classify(const child *c)
+{
+    if (c->cancel)
+        return (outcome){"cancelled", NULL, NULL};
+    if (c->kill_reason && !strcmp(c->kill_reason, "deadline"))
+        return (outcome){"failed", "deadline", "DEADLINE_EXCEEDED"};
+    if (c->kill_reason)
+        return (outcome){NULL, "timeout", "HEARTBEAT_TIMEOUT"};
+    if (WIFSIGNALED(c->wstatus))
+        return (outcome){NULL, "crashed", "CRASHED"};
+    switch (WEXITSTATUS(c->wstatus)) {
+    case 0:
+        if (!strcmp(c->final_status, "completed"))
+            return (outcome){"succeeded", NULL, NULL};
+        return (outcome){NULL, "interrupted", "INTERRUPTED"}; /* stopped by someone else's SIGTERM */
+    case TW_EXIT_USAGE: return (outcome){"failed", "bad_config", "BAD_CONFIG"};
+    case TW_EXIT_DIVERGED: return (outcome){"failed", "diverged", "DIVERGED"};
+    case TW_EXIT_OOM: return (outcome){"failed", "out_of_memory", "OUT_OF_MEMORY"};
+    case TW_EXIT_DEVICE: return (outcome){NULL, "device_error", "DEVICE_ERROR"};
+    case TW_EXIT_STORAGE_FULL: return (outcome){NULL, "storage_full", "STORAGE_FULL"};
+    case TW_EXIT_BAD_DATA: return (outcome){"failed", "bad_dataset", "BAD_DATASET"};
+    default: return (outcome){NULL, "crashed", "CRASHED"};
+    }
+}
+
+static void describe_exit(const child *c, double heartbeat_timeout, char *buf, size_t size)
+{
+    if (c->kill_reason && !strcmp(c->kill_reason, "timeout"))
+        snprintf(buf, size, "no progress line for %.0f s: killed", heartbeat_timeout);
+    else if (WIFSIGNALED(c->wstatus))
+        snprintf(buf, size, "killed by signal %d (%s)", WTERMSIG(c->wstatus), strsignal(WTERMSIG(c->wstatus)));
+    else
+        snprintf(buf, size, "exit status %d", WEXITSTATUS(c->wstatus));
+}
+
+static void finish(tw_scheduler *s, child *c)
+{
+    tw_server *S = s->S;
+    outcome o = classify(c);
+    char how[160], msg[900];
+    describe_exit(c, S->opt.heartbeat_timeout, how, sizeof how);
+    snprintf(msg, sizeof msg, "%s%s%s", how, c->last_error[0] ? ": " : "", c->last_error);
+    c->dirty = 1;
+    c->saved_at = 0;
+    save_progress(s, c, tw_now_mono());
+    tw_error err;
+    tw_status st = TW_OK;
+    char *e = o.code ? error_text(o.code, msg) : NULL;
+    if (!o.status && c->restarts < c->max_restarts) {
+        double delay = fmin(S->opt.backoff_cap, S->opt.backoff_base * pow(2.0, c->restarts));
+        st = tw_store_run_requeue(S->store, c->id, o.reason, e, tw_now_wall() + delay, &err);
+    } else {
+        if (!o.status && c->max_restarts > 0) {
+            char gave_up[1000];
+            snprintf(gave_up, sizeof gave_up, "gave up after %d restarts: %s", c->restarts, msg);
+            free(e);
+            e = error_text(o.code, gave_up);
+        }
+        st = tw_store_run_finished(S->store, c->id, o.status ? o.status : "failed", o.reason, e,
+                                   tw_now_wall(), &err);
+    }
+    if (st != TW_OK)
+        log_store_error(S, &err);
+    free(e);
+    char tail[1100];
+    int n = snprintf(tail, sizeof tail, "== %s ==\n", msg);
+    log_write(c, tail, (size_t)n < sizeof tail ? (size_t)n : sizeof tail - 1);
+    tw_server_changed(S);
+}
+
+static void child_free(child *c)
+{
+    for (int i = 0; i < 2; i++)
+        if (c->in[i].fd >= 0)
+            close(c->in[i].fd);
+    if (c->log_fd >= 0)
+        close(c->log_fd);
+    json_decref(c->metrics);
+    free(c);
+}
+
+/* Reaps exited children whose pipes are drained; finishes them. Caller holds the mutex. */
+static void reap(tw_scheduler *s, int finish_runs)
+{
+    for (int i = 0; i < s->n_kids;) {
+        child *c = s->kids[i];
+        if (!c->exited && waitpid(c->pid, &c->wstatus, WNOHANG) == c->pid)
+            c->exited = 1;
+        if (!c->exited || c->in[OUT].fd >= 0 || c->in[ERR].fd >= 0) {
+            i++;
+            continue;
+        }
+        if (finish_runs)
+            finish(s, c);
+        child_free(c);
+        s->kids[i] = s->kids[--s->n_kids];
+    }
+}
+
+/* ================================ the thread ================================ */
+
+static void poll_once(tw_scheduler *s)
+{
+    struct pollfd pf[1 + 2 * MAX_CHILDREN];
+    child *owner[1 + 2 * MAX_CHILDREN];
+    int which[1 + 2 * MAX_CHILDREN], n = 1;
+    pf[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_kids; i++)
+        for (int w = 0; w < 2; w++)
+            if (s->kids[i]->in[w].fd >= 0) {
+                pf[n] = (struct pollfd){.fd = s->kids[i]->in[w].fd, .events = POLLIN};
+                owner[n] = s->kids[i];
+                which[n++] = w;
+            }
+    pthread_mutex_unlock(&s->mu);
+    poll(pf, (nfds_t)n, 200);
+    char junk[64];
+    if (pf[0].revents & POLLIN)
+        while (read(s->wake[0], junk, sizeof junk) > 0) {
+        }
+    double now = tw_now_mono();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 1; i < n; i++)
+        if (pf[i].revents & (POLLIN | POLLHUP | POLLERR))
+            drain(owner[i], which[i], now);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void *supervise(void *arg)
+{
+    tw_scheduler *s = arg;
+    while (1) {
+        poll_once(s);
+        pthread_mutex_lock(&s->mu);
+        double now = tw_now_mono();
+        if (s->stopping && s->n_kids == 0) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        for (int i = 0; i < s->n_kids; i++) {
+            watch(s, s->kids[i], now);
+            save_progress(s, s->kids[i], now);
+        }
+        reap(s, !s->stopping);
+        while (!s->stopping && !atomic_load(&s->S->fatal) && start_next(s)) {
+        }
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
+}
+
+tw_status tw_scheduler_create(tw_server *S, tw_scheduler **out, tw_error *err)
+{
+    tw_scheduler *s = calloc(1, sizeof *s);
+    if (!s)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    s->S = S;
+    pthread_mutex_init(&s->mu, NULL);
+    s->n_dev = tw_devices_detect(s->dev, TW_MAX_DEVICES);
+    s->gpus = s->dev[0].index >= 0 ? s->n_dev : 0;
+    if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        free(s);
+        return tw_error_errno(err, NULL, "cannot create the scheduler's pipe");
+    }
+    if (pthread_create(&s->thread, NULL, supervise, s) != 0) {
+        close(s->wake[0]);
+        close(s->wake[1]);
+        free(s);
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cannot start the scheduler thread");
+    }
+    *out = s;
+    return TW_OK;
+}
+
+void tw_scheduler_destroy(tw_scheduler *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    double now = tw_now_mono();
+    for (int i = 0; i < s->n_kids; i++)
+        terminate(s->kids[i], "shutdown", now);
+    pthread_mutex_unlock(&s->mu);
+    wake(s);
+    pthread_join(s->thread, NULL);
+    close(s->wake[0]);
+    close(s->wake[1]);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static child *find(tw_scheduler *s, const char *id)
+{
+    for (int i = 0; i < s->n_kids; i++)
+        if (!strcmp(s->kids[i]->id, id))
+            return s->kids[i];
+    return NULL;
+}
+
+tw_status tw_scheduler_cancel(tw_scheduler *s, const char *id, tw_error *err)
+{
+    pthread_mutex_lock(&s->mu);
+    tw_status st = TW_OK;
+    child *c = find(s, id);
+    if (c) {
+        c->cancel = 1;
+    } else {
+        int changed = tw_store_run_cancel_queued(s->S->store, id, tw_now_wall(), err);
+        if (changed < 0)
+            st = err->status;
+        else if (!changed) {
+            json_t *run = tw_store_run_get(s->S->store, id);
+            st = run ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has already %s", id,
+                                    json_string_value(json_object_get(run, "status")))
+                     : TW_END;
+            json_decref(run);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    wake(s);
+    if (st == TW_OK)
+        tw_server_changed(s->S);
+    return st;
+}
+
+json_t *tw_scheduler_devices(tw_scheduler *s)
+{
+    json_t *arr = json_array();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_dev; i++) {
+        const char *run = NULL;
+        for (int k = 0; k < s->n_kids; k++)
+            if (s->kids[k]->devices & (1u << i))
+                run = s->kids[k]->id;
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s?}", "id", s->dev[i].id, "kind",
+                                             s->dev[i].kind, "name", s->dev[i].name, "run", run));
+    }
+    pthread_mutex_unlock(&s->mu);
+    return arr;
+}
+
+int tw_scheduler_gpu_count(const tw_scheduler *s) { return s->gpus; }
+
+double tw_scheduler_steps_per_sec(tw_scheduler *s)
+{
+    double sum = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_kids; i++)
+        sum += s->kids[i]->rate;
+    pthread_mutex_unlock(&s->mu);
+    return sum;
+}

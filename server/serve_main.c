@@ -1,0 +1,243 @@
+/* serve_main.c — `tower serve`: options, the data folder, start-up recovery, the threads, shutdown.
+ *
+ * Start-up order: refuse a data folder on NFS (SQLite locking), open the store, requeue runs a dead
+ * server left running (they resume from their checkpoints), remove folders of uploads and submissions
+ * that never committed, restart interrupted conversions, optionally register the demo, then start the
+ * scheduler and the HTTP daemon and print one JSON line {"listening": URL} on stdout. SIGTERM/SIGINT
+ * stop it cleanly; a store that cannot persist stops it with status 1 (to be restarted by a supervisor). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "datasets.h"
+#include "http.h"
+#include "scheduler.h"
+#include "store.h"
+
+#ifndef NFS_SUPER_MAGIC
+#define NFS_SUPER_MAGIC 0x6969
+#endif
+
+static const char USAGE[] =
+    "usage: tower serve [--listen HOST:PORT] [--data DIR] [--token TOKEN] [options]\n"
+    "\n"
+    "Runs the training service: the REST API (/api/v1), the status page (/), Prometheus metrics\n"
+    "(/metrics). State lives in DIR/tower.db; datasets in DIR/datasets, runs in DIR/runs\n"
+    "(tensorboard --logdir DIR/runs shows them).\n"
+    "\n"
+    "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8080; port 0 = any free port)\n"
+    "  --data DIR                data folder (default tower-data)\n"
+    "  --token TOKEN             bearer token required by POST and DELETE (default $TOWER_TOKEN)\n"
+    "  --insecure                allow a non-loopback --listen without a token\n"
+    "  --no-demo                 do not register Fashion-MNIST and queue the seed MLP on a new folder\n"
+    "  --max-upload BYTES        cap on an upload body (default 8 GiB)\n"
+    "  --max-dataset BYTES       cap on the decompressed bytes of an uploaded file (default 16 GiB)\n"
+    "  --min-free BYTES          refuse new uploads and runs (507) below this much free disk (256 MiB)\n"
+    "  --conn-limit N            open connections (default 256)\n"
+    "  --per-ip-limit N          open connections per client address (default 64)\n"
+    "  --conn-timeout S          seconds of silence before a connection is closed (default 30)\n"
+    "  --heartbeat-timeout S     seconds without a progress line before a run is killed (default 300)\n"
+    "  --grace S                 seconds between SIGTERM and SIGKILL of a run (default 30)\n"
+    "  --backoff S               first retry delay, doubled per restart (default 10)\n"
+    "  --backoff-cap S           longest retry delay (default 300)\n"
+    "  --max-restarts N          retries of a run that does not say (default 3)\n"
+    "  --trainer PATH            program run for each run (default: this binary's `train`)\n";
+
+enum {
+    O_LISTEN = 256, O_DATA, O_TOKEN, O_INSECURE, O_NO_DEMO, O_MAX_UPLOAD, O_MAX_DATASET, O_MIN_FREE, O_CONN_LIMIT,
+    O_PER_IP, O_CONN_TIMEOUT, O_HEARTBEAT, O_GRACE, O_BACKOFF, O_BACKOFF_CAP, O_MAX_RESTARTS, O_TRAINER,
+    O_HELP
+};
+
+static int number(const char *opt, const char *v, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtod(v, &end);
+    if (!*v || *end || errno || *out < lo || *out > hi) {
+        fprintf(stderr, "tower serve: %s needs a number from %g to %g, got '%s'\n", opt, lo, hi, v);
+        return -1;
+    }
+    return 0;
+}
+
+/* Returns 0 to go on, -1 after --help, else the exit status. */
+static int parse_args(int argc, char **argv, tw_serve_options *o)
+{
+    static const struct option longs[] = {
+        {"listen", required_argument, 0, O_LISTEN}, {"data", required_argument, 0, O_DATA},
+        {"token", required_argument, 0, O_TOKEN}, {"insecure", no_argument, 0, O_INSECURE},
+        {"no-demo", no_argument, 0, O_NO_DEMO}, {"max-upload", required_argument, 0, O_MAX_UPLOAD},
+        {"max-dataset", required_argument, 0, O_MAX_DATASET}, {"min-free", required_argument, 0, O_MIN_FREE},
+        {"conn-limit", required_argument, 0, O_CONN_LIMIT}, {"per-ip-limit", required_argument, 0, O_PER_IP},
+        {"conn-timeout", required_argument, 0, O_CONN_TIMEOUT},
+        {"heartbeat-timeout", required_argument, 0, O_HEARTBEAT}, {"grace", required_argument, 0, O_GRACE},
+        {"backoff", required_argument, 0, O_BACKOFF}, {"backoff-cap", required_argument, 0, O_BACKOFF_CAP},
+        {"max-restarts", required_argument, 0, O_MAX_RESTARTS}, {"trainer", required_argument, 0, O_TRAINER},
+        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+    tw_serve_options_default(o);
+    o->token = getenv("TOWER_TOKEN");
+    optind = 1;
+    int c;
+    double v = 0;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        const char *name = "";
+        for (const struct option *l = longs; l->name; l++)
+            if (l->val == c)
+                name = l->name;
+        int bad = 0;
+        switch (c) {
+        case O_LISTEN: o->listen = optarg; break;
+        case O_DATA: o->data = optarg; break;
+        case O_TOKEN: o->token = optarg; break;
+        case O_INSECURE: o->insecure = 1; break;
+        case O_NO_DEMO: o->demo = 0; break;
+        case O_TRAINER: o->trainer = optarg; break;
+        case O_MAX_UPLOAD: bad = number(name, optarg, 1, 1e15, &v); o->max_upload = (uint64_t)v; break;
+        case O_MAX_DATASET: bad = number(name, optarg, 1, 1e15, &v); o->max_dataset = (uint64_t)v; break;
+        case O_MIN_FREE: bad = number(name, optarg, 0, 1e18, &v); o->min_free = (uint64_t)v; break;
+        case O_CONN_LIMIT: bad = number(name, optarg, 2, 10000, &v); o->conn_limit = (unsigned)v; break;
+        case O_PER_IP: bad = number(name, optarg, 1, 10000, &v); o->per_ip_limit = (unsigned)v; break;
+        case O_CONN_TIMEOUT: bad = number(name, optarg, 1, 86400, &v); o->conn_timeout = (unsigned)v; break;
+        case O_HEARTBEAT: bad = number(name, optarg, 0.1, 1e6, &o->heartbeat_timeout); break;
+        case O_GRACE: bad = number(name, optarg, 0, 3600, &o->grace); break;
+        case O_BACKOFF: bad = number(name, optarg, 0, 86400, &o->backoff_base); break;
+        case O_BACKOFF_CAP: bad = number(name, optarg, 0, 86400, &o->backoff_cap); break;
+        case O_MAX_RESTARTS: bad = number(name, optarg, 0, 100, &v); o->max_restarts = (int)v; break;
+        case O_HELP: fputs(USAGE, stdout); return -1;
+        default: fputs(USAGE, stderr); return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    if (optind != argc) {
+        fprintf(stderr, "tower serve: unexpected argument '%s'\n%s", argv[optind], USAGE);
+        return 2;
+    }
+    if (o->token && !*o->token) {
+        fprintf(stderr, "tower serve: the token is empty\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* ================================ the data folder ================================ */
+
+static tw_status make_dirs(tw_server *S, tw_error *err)
+{
+    static const char *const subs[] = {"", "/runs", "/datasets"};
+    for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+        char path[PATH_MAX + 16];
+        snprintf(path, sizeof path, "%s%s", i ? S->data : S->opt.data, subs[i]);
+        if (mkdir(path, 0755) != 0 && errno != EEXIST)
+            return tw_error_errno(err, path, "cannot create the data folder");
+        if (i == 0 && !realpath(S->opt.data, S->data))
+            return tw_error_errno(err, S->opt.data, "cannot resolve the data folder");
+    }
+    struct statfs fs;
+    if (statfs(S->data, &fs) == 0 && fs.f_type == NFS_SUPER_MAGIC)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, S->data, -1,
+                            "the data folder is on NFS: SQLite's locking is not safe there; use a local disk");
+    return TW_OK;
+}
+
+static tw_status start(tw_server *S, int *port, tw_error *err)
+{
+    TW_TRY(make_dirs(S, err));
+    static const char chartjs[] = "/usr/share/javascript/chart.js/chart.min.js"; /* Debian libjs-chart.js */
+    if (access(chartjs, R_OK) == 0)
+        snprintf(S->chartjs_path, sizeof S->chartjs_path, "%s", chartjs);
+    char db[PATH_MAX + 16];
+    snprintf(db, sizeof db, "%s/tower.db", S->data);
+    TW_TRY(tw_store_open(db, &S->store, err));
+    int recovered = tw_store_runs_recover(S->store, err);
+    if (recovered < 0)
+        return err->status;
+    if (recovered)
+        fprintf(stderr, "tower serve: %d run(s) were running when the server stopped: queued to resume\n",
+                recovered);
+    TW_TRY(tw_datasets_start(S, err));
+    TW_TRY(tw_scheduler_create(S, &S->sched, err));
+    if (S->opt.demo)
+        TW_TRY(tw_datasets_demo(S, err));
+    return tw_http_start(S, port, err);
+}
+
+static void stop(tw_server *S)
+{
+    tw_http_stop(S);
+    tw_scheduler_destroy(S->sched);
+    tw_datasets_stop(S);
+    tw_store_close(S->store);
+}
+
+/* Blocks until SIGTERM/SIGINT or a fatal store error. Returns the exit status. */
+static int wait_for_stop(tw_server *S, int sfd)
+{
+    struct pollfd pf[2] = {{.fd = sfd, .events = POLLIN}, {.fd = S->wake_fd[0], .events = POLLIN}};
+    while (!atomic_load(&S->fatal)) {
+        if (poll(pf, 2, -1) < 0 && errno != EINTR)
+            break;
+        if (pf[0].revents & POLLIN) {
+            fprintf(stderr, "tower serve: stopping (signal)\n");
+            return 0;
+        }
+    }
+    return atomic_load(&S->fatal) ? 1 : 0;
+}
+
+int tw_serve_main(int argc, char **argv)
+{
+    static tw_server S; /* one per process: the threads hold pointers into it */
+    int rc = parse_args(argc, argv, &S.opt);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    S.started = tw_now_wall();
+    pthread_mutex_init(&S.change_mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&S.change_cv, &ca);
+    ssize_t n = readlink("/proc/self/exe", S.self, sizeof S.self - 1);
+    S.self[n > 0 ? n : 0] = 0;
+    sigset_t stop_signals; /* blocked in every thread; read through a signalfd here */
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int sfd = signalfd(-1, &stop_signals, SFD_CLOEXEC);
+    tw_error err;
+    tw_error_clear(&err);
+    int port = 0;
+    if (sfd < 0 || pipe2(S.wake_fd, O_CLOEXEC) != 0) {
+        perror("tower serve");
+        return 1;
+    }
+    if (start(&S, &port, &err) != TW_OK) {
+        char msg[1200];
+        tw_error_format(&err, msg, sizeof msg);
+        fprintf(stderr, "tower serve: %s\n", msg);
+        stop(&S);
+        return err.status == TW_ERR_INVALID || err.status == TW_ERR_UNSUPPORTED ? 2 : 1;
+    }
+    const char *host = strncmp(S.opt.listen, "0.0.0.0:", 8) ? S.opt.listen : "127.0.0.1:";
+    printf("{\"listening\": \"http://%.*s:%d\"}\n", (int)(strrchr(host, ':') - host), host, port);
+    fflush(stdout);
+    fprintf(stderr, "tower serve: listening on %s (port %d), data in %s\n", S.opt.listen, port, S.data);
+    rc = wait_for_stop(&S, sfd);
+    stop(&S);
+    close(sfd);
+    return rc;
+}

@@ -1,0 +1,108 @@
+/* server.c — the shared pieces of tw_server (see server.h): defaults, the change signal, the fatal flag,
+ * clocks and the data-folder paths. */
+#define _GNU_SOURCE
+#include "server.h"
+
+#include <ftw.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+void tw_serve_options_default(tw_serve_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->listen = "127.0.0.1:8080";
+    o->data = "tower-data";
+    o->demo = 1;
+    o->max_upload = 8ull << 30;
+    o->max_dataset = 16ull << 30;
+    o->min_free = 256ull << 20;
+    o->conn_limit = 256;
+    o->per_ip_limit = 64;
+    o->conn_timeout = 30;
+    o->heartbeat_timeout = 300;
+    o->grace = 30;
+    o->backoff_base = 10;
+    o->backoff_cap = 300;
+    o->max_restarts = 3;
+}
+
+void tw_server_changed(tw_server *S)
+{
+    pthread_mutex_lock(&S->change_mu);
+    S->change++;
+    pthread_cond_broadcast(&S->change_cv);
+    pthread_mutex_unlock(&S->change_mu);
+}
+
+int tw_server_wait_change(tw_server *S, uint64_t *seen, double seconds)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)seconds;
+    until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&S->change_mu);
+    int rc = 0;
+    while (S->change == *seen && rc == 0)
+        rc = pthread_cond_timedwait(&S->change_cv, &S->change_mu, &until);
+    int changed = S->change != *seen;
+    *seen = S->change;
+    pthread_mutex_unlock(&S->change_mu);
+    return changed;
+}
+
+void tw_server_fatal(tw_server *S, const tw_error *err)
+{
+    char msg[1200];
+    tw_error_format(err, msg, sizeof msg);
+    fprintf(stderr, "tower serve: fatal: %s: stopping (state can no longer be saved)\n", msg);
+    atomic_store(&S->fatal, 1);
+    char b = 1;
+    ssize_t n = write(S->wake_fd[1], &b, 1);
+    (void)n;
+}
+
+static double clock_seconds(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double tw_now_mono(void) { return clock_seconds(CLOCK_MONOTONIC); }
+double tw_now_wall(void) { return clock_seconds(CLOCK_REALTIME); }
+
+static int sub_dir(const tw_server *S, const char *kind, const char *id, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%s/%s/%s", S->data, kind, id);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+int tw_run_dir(const tw_server *S, const char *id, char *buf, size_t size)
+{
+    return sub_dir(S, "runs", id, buf, size);
+}
+
+int tw_dataset_dir(const tw_server *S, const char *id, char *buf, size_t size)
+{
+    return sub_dir(S, "datasets", id, buf, size);
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void tw_remove_tree(const char *path)
+{
+    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}

@@ -1,0 +1,87 @@
+/* server.h — what the threads of `tower serve` share: the options, the data folder, the store, the
+ * scheduler, the request counters and the change signal that Server-Sent Events wait on.
+ *
+ * Owns: tw_serve_options (every default in tw_serve_options_default), tw_server (one per process, built
+ * by serve_main.c), the change signal and the fatal flag. Does not own the HTTP plumbing (http.c), the
+ * routes (routes.c, api_*.c), SQLite (store.c) or the children (scheduler.c). */
+#ifndef TW_SERVER_H
+#define TW_SERVER_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "status.h"
+
+typedef struct tw_store tw_store;
+typedef struct tw_scheduler tw_scheduler;
+typedef struct tw_http tw_http;
+
+typedef struct {
+    const char *listen;        /* "HOST:PORT"; port 0 = any free port */
+    const char *data;          /* the data folder (created if missing) */
+    const char *token;         /* bearer token for POST/DELETE; NULL = none */
+    const char *trainer;       /* program run as `TRAINER train CONFIG --logdir DIR ...`; NULL = this binary */
+    int insecure;              /* allow a non-loopback listen address without a token */
+    int demo;                  /* on an empty data folder: register Fashion-MNIST and queue the seed MLP */
+    uint64_t max_upload;       /* bytes per upload body */
+    uint64_t max_dataset;      /* decompressed bytes per uploaded file (a gzip bomb stops here) */
+    uint64_t min_free;         /* below this many free bytes in the data folder, new work gets 507 */
+    unsigned conn_limit;       /* open connections in all */
+    unsigned per_ip_limit;     /* open connections per client address */
+    unsigned conn_timeout;     /* seconds of silence before a connection is closed */
+    double heartbeat_timeout;  /* seconds without a line from a child before it is killed */
+    double grace;              /* seconds between SIGTERM and SIGKILL */
+    double backoff_base;       /* first retry delay (seconds); doubles per restart */
+    double backoff_cap;        /* longest retry delay (seconds) */
+    int max_restarts;          /* default for runs that do not say */
+} tw_serve_options;
+
+void tw_serve_options_default(tw_serve_options *o);
+
+/* HTTP request counters for /metrics, by status code. */
+enum { TW_STATUS_SLOTS = 16, TW_API_CODE_SLOTS = 16 };
+
+typedef struct tw_server {
+    tw_serve_options opt;
+    char data[PATH_MAX];           /* absolute data folder */
+    char self[PATH_MAX];           /* this binary (/proc/self/exe) */
+    double started;                /* wall-clock start, seconds */
+    tw_store *store;
+    tw_scheduler *sched;
+    tw_http *http;
+    char chartjs_path[PATH_MAX];   /* Debian's Chart.js, served as /static/chart.js ("" = absent) */
+    atomic_uint_fast64_t requests[TW_STATUS_SLOTS]; /* indexed by tw_http_status_slot */
+    atomic_uint_fast64_t errors[TW_API_CODE_SLOTS]; /* indexed by tw_api_code */
+    struct tw_converter *converter; /* datasets.c: the background conversion worker */
+    atomic_int fatal;              /* set when the store cannot persist: main stops the process */
+    int wake_fd[2];                /* main's self-pipe: a byte = stop */
+    pthread_mutex_t change_mu;
+    pthread_cond_t change_cv;
+    uint64_t change;               /* bumped on every run or dataset change (guarded by change_mu) */
+} tw_server;
+
+/* Signals that runs or datasets changed: wakes every SSE stream. Thread-safe. */
+void tw_server_changed(tw_server *S);
+
+/* Waits until the change counter differs from *seen or `seconds` pass; updates *seen. Returns 1 on a
+ * change, 0 on a timeout. Thread-safe. */
+int tw_server_wait_change(tw_server *S, uint64_t *seen, double seconds);
+
+/* Records that state can no longer be persisted (a SQLite I/O error, a failed fsync): the process stops
+ * with a non-zero status and is expected to be restarted by its supervisor (RELIABILITY P7). */
+void tw_server_fatal(tw_server *S, const tw_error *err);
+
+/* Monotonic and wall-clock seconds. */
+double tw_now_mono(void);
+double tw_now_wall(void);
+
+/* Paths inside the data folder: "<data>/runs/<id>" etc. Return 0, or -1 when it does not fit. */
+int tw_run_dir(const tw_server *S, const char *id, char *buf, size_t size);
+int tw_dataset_dir(const tw_server *S, const char *id, char *buf, size_t size);
+
+/* Removes path and everything under it (symlinks are removed, not followed). Best effort. */
+void tw_remove_tree(const char *path);
+
+#endif

@@ -1,0 +1,427 @@
+/* store.c — SQLite under the server: schema, cached statements, rows as JSON, state transitions.
+ *
+ * Every statement is prepared once (keyed by its text's address: they are literals) and bound with a
+ * small format string ("s" text, "S" text or NULL, "i" int64, "d" double). Rows become JSON objects
+ * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. */
+#define _GNU_SOURCE
+#include "store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+enum { MAX_STATEMENTS = 48 };
+
+struct tw_store {
+    sqlite3 *db;
+    pthread_mutex_t mu;
+    struct {
+        const char *sql;
+        sqlite3_stmt *stmt;
+    } cache[MAX_STATEMENTS];
+    int n_cached;
+};
+
+static const char SCHEMA[] =
+    "CREATE TABLE IF NOT EXISTS datasets("
+    " id TEXT PRIMARY KEY, name TEXT NOT NULL, status TEXT NOT NULL, source TEXT NOT NULL,"
+    " error TEXT, meta TEXT, bytes INTEGER NOT NULL, created REAL NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS runs("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, name TEXT,"
+    " dataset_id TEXT NOT NULL, status TEXT NOT NULL, reason TEXT, error TEXT, config TEXT NOT NULL,"
+    " towers INTEGER NOT NULL, steps INTEGER NOT NULL, step INTEGER NOT NULL DEFAULT 0, metrics TEXT,"
+    " devices TEXT, eta_s REAL, created REAL NOT NULL, started REAL, first_started REAL, finished REAL,"
+    " restarts INTEGER NOT NULL DEFAULT 0, max_restarts INTEGER NOT NULL, deadline_s REAL NOT NULL,"
+    " not_before REAL NOT NULL DEFAULT 0, idempotency_key TEXT UNIQUE);"
+    "CREATE INDEX IF NOT EXISTS runs_status ON runs(status, seq);"
+    "PRAGMA user_version = 1;";
+
+static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices"};
+
+/* ================================ plumbing ================================ */
+
+static tw_status sql_error(tw_store *st, int rc, const char *what, tw_error *err)
+{
+    int ext = sqlite3_extended_errcode(st->db);
+    tw_status s = tw_error_set(err, TW_ERR_IO, NULL, -1, "database: %s: %s (%d)", what,
+                               sqlite3_errmsg(st->db), ext);
+    if (err)
+        err->errno_value = rc == SQLITE_FULL ? ENOSPC : ((ext & 0xff) == SQLITE_IOERR ? EIO : 0);
+    return s;
+}
+
+int tw_store_fatal(const tw_error *err) { return err->status == TW_ERR_IO && err->errno_value == EIO; }
+
+static sqlite3_stmt *prepared(tw_store *st, const char *sql)
+{
+    for (int i = 0; i < st->n_cached; i++)
+        if (st->cache[i].sql == sql) {
+            sqlite3_reset(st->cache[i].stmt);
+            sqlite3_clear_bindings(st->cache[i].stmt);
+            return st->cache[i].stmt;
+        }
+    sqlite3_stmt *stmt = NULL;
+    if (st->n_cached == MAX_STATEMENTS ||
+        sqlite3_prepare_v3(st->db, sql, -1, SQLITE_PREPARE_PERSISTENT, &stmt, NULL) != SQLITE_OK)
+        return NULL;
+    st->cache[st->n_cached].sql = sql;
+    st->cache[st->n_cached++].stmt = stmt;
+    return stmt;
+}
+
+static int bind_all(sqlite3_stmt *stmt, const char *fmt, va_list ap)
+{
+    int rc = SQLITE_OK;
+    for (int i = 1; *fmt && rc == SQLITE_OK; fmt++, i++) {
+        const char *s;
+        switch (*fmt) {
+        case 's':
+        case 'S':
+            s = va_arg(ap, const char *);
+            rc = s ? sqlite3_bind_text(stmt, i, s, -1, SQLITE_TRANSIENT) : sqlite3_bind_null(stmt, i);
+            break;
+        case 'i': rc = sqlite3_bind_int64(stmt, i, va_arg(ap, int64_t)); break;
+        case 'd': rc = sqlite3_bind_double(stmt, i, va_arg(ap, double)); break;
+        default: rc = SQLITE_MISUSE;
+        }
+    }
+    return rc;
+}
+
+/* Prepares and binds sql; the caller holds the lock. NULL after filling err. */
+static sqlite3_stmt *statement(tw_store *st, const char *sql, tw_error *err, const char *fmt, va_list ap)
+{
+    sqlite3_stmt *stmt = prepared(st, sql);
+    if (!stmt) {
+        sql_error(st, SQLITE_ERROR, "prepare", err);
+        return NULL;
+    }
+    if (bind_all(stmt, fmt, ap) != SQLITE_OK) {
+        sql_error(st, SQLITE_ERROR, "bind", err);
+        return NULL;
+    }
+    return stmt;
+}
+
+/* Runs a statement without result rows. *changes (may be NULL) gets the rows changed. */
+static tw_status exec(tw_store *st, int *changes, tw_error *err, const char *sql, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&st->mu);
+    tw_status s = TW_OK;
+    sqlite3_stmt *stmt = statement(st, sql, err, fmt, ap);
+    int rc = stmt ? sqlite3_step(stmt) : SQLITE_ERROR;
+    if (!stmt)
+        s = TW_ERR_IO;
+    else if (rc != SQLITE_DONE)
+        s = sql_error(st, rc, "write", err);
+    if (changes)
+        *changes = sqlite3_changes(st->db);
+    if (stmt)
+        sqlite3_reset(stmt);
+    pthread_mutex_unlock(&st->mu);
+    va_end(ap);
+    return s;
+}
+
+static json_t *column_json(sqlite3_stmt *stmt, int i)
+{
+    const char *name = sqlite3_column_name(stmt, i);
+    switch (sqlite3_column_type(stmt, i)) {
+    case SQLITE_INTEGER: return json_integer(sqlite3_column_int64(stmt, i));
+    case SQLITE_FLOAT: return json_real(sqlite3_column_double(stmt, i));
+    case SQLITE_NULL: return json_null();
+    default: break;
+    }
+    const char *text = (const char *)sqlite3_column_text(stmt, i);
+    for (size_t k = 0; k < sizeof JSON_COLUMNS / sizeof JSON_COLUMNS[0]; k++)
+        if (!strcmp(name, JSON_COLUMNS[k])) {
+            json_t *v = json_loads(text, JSON_DECODE_ANY, NULL);
+            return v ? v : json_null();
+        }
+    return json_string(text);
+}
+
+/* Runs a query; returns its rows as a new array of objects (NULL on error, logged to stderr). */
+static json_t *query(tw_store *st, const char *sql, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&st->mu);
+    tw_error err;
+    sqlite3_stmt *stmt = statement(st, sql, &err, fmt, ap);
+    json_t *rows = stmt ? json_array() : NULL;
+    int rc = SQLITE_DONE;
+    while (rows && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+        json_t *row = json_object();
+        for (int i = 0; i < sqlite3_column_count(stmt); i++)
+            json_object_set_new(row, sqlite3_column_name(stmt, i), column_json(stmt, i));
+        json_array_append_new(rows, row);
+    }
+    if (rows && rc != SQLITE_DONE) {
+        sql_error(st, rc, "read", &err);
+        json_decref(rows);
+        rows = NULL;
+    }
+    if (stmt)
+        sqlite3_reset(stmt);
+    pthread_mutex_unlock(&st->mu);
+    va_end(ap);
+    if (!rows)
+        fprintf(stderr, "tower serve: %s\n", err.message);
+    return rows;
+}
+
+/* The first row of a result as a new object, or NULL. */
+static json_t *first(json_t *rows)
+{
+    json_t *row = json_incref(json_array_get(rows, 0));
+    json_decref(rows);
+    return row;
+}
+
+tw_status tw_store_open(const char *path, tw_store **out, tw_error *err)
+{
+    *out = NULL;
+    tw_store *st = calloc(1, sizeof *st);
+    if (!st)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    pthread_mutex_init(&st->mu, NULL);
+    int rc = sqlite3_open_v2(path, &st->db,
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+    static const char *const setup[] = {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
+                                        "PRAGMA busy_timeout=5000", SCHEMA};
+    for (size_t i = 0; rc == SQLITE_OK && i < sizeof setup / sizeof setup[0]; i++)
+        rc = sqlite3_exec(st->db, setup[i], NULL, NULL, NULL);
+    if (rc != SQLITE_OK) {
+        tw_status s = tw_error_set(err, TW_ERR_IO, path, -1, "cannot open the database: %s",
+                                   st->db ? sqlite3_errmsg(st->db) : "out of memory");
+        tw_store_close(st);
+        return s;
+    }
+    *out = st;
+    return TW_OK;
+}
+
+void tw_store_close(tw_store *st)
+{
+    if (!st)
+        return;
+    for (int i = 0; i < st->n_cached; i++)
+        sqlite3_finalize(st->cache[i].stmt);
+    sqlite3_close(st->db);
+    pthread_mutex_destroy(&st->mu);
+    free(st);
+}
+
+void tw_store_new_id(char prefix, char id[TW_ID_BYTES])
+{
+    uint64_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != (ssize_t)sizeof v) /* never on Linux >= 3.17; still unique-ish */
+        v ^= (uint64_t)(uintptr_t)&v ^ (uint64_t)time(NULL) << 20;
+    snprintf(id, TW_ID_BYTES, "%c%015llx", prefix, (unsigned long long)(v & 0xfffffffffffffffull));
+}
+
+/* ================================ datasets ================================ */
+
+#define DATASET_COLUMNS "id, name, status, source, error, meta, bytes, created"
+
+tw_status tw_store_dataset_insert(tw_store *st, const char *id, const char *name, const char *source,
+                                  int64_t bytes, tw_error *err)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return exec(st, NULL, err,
+                "INSERT INTO datasets(id, name, status, source, bytes, created) "
+                "VALUES(?, ?, 'converting', ?, ?, ?)",
+                "sssid", id, name, source, (int64_t)bytes, ts.tv_sec + ts.tv_nsec * 1e-9);
+}
+
+tw_status tw_store_dataset_finish(tw_store *st, const char *id, const char *status, const char *meta,
+                                  const char *error, tw_error *err)
+{
+    return exec(st, NULL, err, "UPDATE datasets SET status = ?, meta = ?, error = ? WHERE id = ?", "sSSs",
+                status, meta, error, id);
+}
+
+json_t *tw_store_dataset_get(tw_store *st, const char *id)
+{
+    return first(query(st, "SELECT " DATASET_COLUMNS " FROM datasets WHERE id = ?", "s", id));
+}
+
+json_t *tw_store_dataset_list(tw_store *st)
+{
+    return query(st, "SELECT " DATASET_COLUMNS " FROM datasets ORDER BY created DESC", "");
+}
+
+json_t *tw_store_dataset_resolve(tw_store *st, const char *name_or_id)
+{
+    return first(query(st,
+                       "SELECT " DATASET_COLUMNS " FROM datasets WHERE id = ?1 OR name = ?1 "
+                       "ORDER BY id = ?1 DESC, status = 'ready' DESC, created DESC LIMIT 1",
+                       "s", name_or_id));
+}
+
+json_t *tw_store_datasets_converting(tw_store *st)
+{
+    return query(st, "SELECT " DATASET_COLUMNS " FROM datasets WHERE status = 'converting'", "");
+}
+
+tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)
+{
+    int changed = 0;
+    TW_TRY(exec(st, &changed, err,
+                "DELETE FROM datasets WHERE id = ?1 AND NOT EXISTS (SELECT 1 FROM runs WHERE "
+                "dataset_id = ?1 AND status IN ('queued', 'running'))",
+                "s", id));
+    if (changed)
+        return TW_OK;
+    json_t *d = tw_store_dataset_get(st, id);
+    json_decref(d);
+    return d ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "dataset %s is used by a queued or running run", id)
+             : TW_END;
+}
+
+/* ================================ runs ================================ */
+
+#define RUN_COLUMNS                                                                                \
+    "id, name, dataset_id, status, reason, error, config, towers, steps, step, metrics, devices,"  \
+    " eta_s, created, started, first_started, finished, restarts, max_restarts, deadline_s,"       \
+    " not_before"
+
+tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return exec(st, NULL, err,
+                "INSERT INTO runs(id, name, dataset_id, status, config, towers, steps, created, "
+                "max_restarts, deadline_s, idempotency_key) VALUES(?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
+                "sSssiididS", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
+                ts.tv_sec + ts.tv_nsec * 1e-9, (int64_t)r->max_restarts, r->deadline_s, r->idem_key);
+}
+
+json_t *tw_store_run_get(tw_store *st, const char *id)
+{
+    return first(query(st, "SELECT " RUN_COLUMNS " FROM runs WHERE id = ?", "s", id));
+}
+
+json_t *tw_store_run_by_key(tw_store *st, const char *idem_key)
+{
+    return first(query(st, "SELECT " RUN_COLUMNS " FROM runs WHERE idempotency_key = ?", "s", idem_key));
+}
+
+json_t *tw_store_run_list(tw_store *st, const char *status, long limit, long offset)
+{
+    json_t *rows = query(st,
+                         "SELECT " RUN_COLUMNS " FROM runs WHERE ?1 IS NULL OR status = ?1 "
+                         "ORDER BY seq DESC LIMIT ?2 OFFSET ?3",
+                         "Sii", status, (int64_t)limit, (int64_t)offset);
+    json_t *total = first(query(st, "SELECT count(*) AS n FROM runs WHERE ?1 IS NULL OR status = ?1",
+                                "S", status));
+    json_t *out = NULL;
+    if (rows && total) /* json_pack steals rows, even when it fails */
+        out = json_pack("{s:o, s:O, s:i, s:i}", "runs", rows, "total", json_object_get(total, "n"), "limit",
+                        (int)limit, "offset", (int)offset);
+    else
+        json_decref(rows);
+    json_decref(total);
+    return out;
+}
+
+json_t *tw_store_run_counts(tw_store *st)
+{
+    json_t *rows = query(st, "SELECT status, count(*) AS n FROM runs GROUP BY status", "");
+    json_t *out = json_pack("{s:i, s:i, s:i, s:i, s:i}", "queued", 0, "running", 0, "succeeded", 0,
+                            "failed", 0, "cancelled", 0);
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row)
+        json_object_set(out, json_string_value(json_object_get(row, "status")), json_object_get(row, "n"));
+    json_decref(rows);
+    return out;
+}
+
+json_t *tw_store_run_next(tw_store *st, double now)
+{
+    return first(query(st,
+                       "SELECT " RUN_COLUMNS " FROM runs WHERE status = 'queued' AND not_before <= ? "
+                       "ORDER BY seq LIMIT 1",
+                       "d", now));
+}
+
+json_t *tw_store_runs_in(tw_store *st, const char *status)
+{
+    return query(st, "SELECT " RUN_COLUMNS " FROM runs WHERE status = ? ORDER BY seq", "s", status);
+}
+
+tw_status tw_store_run_started(tw_store *st, const char *id, const char *devices, double now,
+                               tw_error *err)
+{
+    return exec(st, NULL, err,
+                "UPDATE runs SET status = 'running', devices = ?, started = ?2, "
+                "first_started = coalesce(first_started, ?2) WHERE id = ?3",
+                "sds", devices, now, id);
+}
+
+tw_status tw_store_run_progress(tw_store *st, const char *id, int64_t step, const char *metrics,
+                                double eta_s, tw_error *err)
+{
+    return exec(st, NULL, err, "UPDATE runs SET step = ?, metrics = ?, eta_s = ? WHERE id = ?", "iSds",
+                step, metrics, eta_s, id);
+}
+
+tw_status tw_store_run_finished(tw_store *st, const char *id, const char *status, const char *reason,
+                                const char *error, double now, tw_error *err)
+{
+    return exec(st, NULL, err,
+                "UPDATE runs SET status = ?, reason = ?, error = ?, finished = ?, eta_s = NULL WHERE id = ?",
+                "sSSds", status, reason, error, now, id);
+}
+
+tw_status tw_store_run_requeue(tw_store *st, const char *id, const char *reason, const char *error,
+                               double not_before, tw_error *err)
+{
+    return exec(st, NULL, err,
+                "UPDATE runs SET status = 'queued', reason = ?, error = ?, not_before = ?, "
+                "restarts = restarts + 1, devices = NULL, eta_s = NULL WHERE id = ?",
+                "SSds", reason, error, not_before, id);
+}
+
+int tw_store_runs_recover(tw_store *st, tw_error *err)
+{
+    int changed = 0;
+    if (exec(st, &changed, err,
+             "UPDATE runs SET status = 'queued', devices = NULL, eta_s = NULL WHERE status = 'running'",
+             "") != TW_OK)
+        return -1;
+    return changed;
+}
+
+int tw_store_run_cancel_queued(tw_store *st, const char *id, double now, tw_error *err)
+{
+    int changed = 0;
+    if (exec(st, &changed, err,
+             "UPDATE runs SET status = 'cancelled', finished = ? WHERE id = ? AND status = 'queued'", "ds",
+             now, id) != TW_OK)
+        return -1;
+    return changed;
+}
+
+tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err)
+{
+    int changed = 0;
+    TW_TRY(exec(st, &changed, err,
+                "DELETE FROM runs WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled')", "s", id));
+    if (changed)
+        return TW_OK;
+    json_t *r = tw_store_run_get(st, id);
+    json_decref(r);
+    return r ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has not finished: cancel it first", id)
+             : TW_END;
+}

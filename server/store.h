@@ -1,0 +1,88 @@
+/* store.h — the server's durable state in SQLite (DIR/tower.db): datasets and runs with their states.
+ *
+ * Owns: the schema, the connection (WAL, synchronous=FULL: a commit survives power loss), every SQL
+ * statement (prepared once, cached), and the state transitions as single statements so that a crash
+ * leaves each row in one state or the next, never between. Does not own files (api_*.c, scheduler.c).
+ * The child processes never open the database; the connection is opened with O_CLOEXEC by SQLite and the
+ * children close every inherited descriptor anyway.
+ *
+ * Errors: SQLite failures return TW_ERR_IO with the SQLite message; a full disk keeps errno_value =
+ * ENOSPC (the caller answers 507); any other I/O failure is fatal for the process (tw_store_fatal says
+ * which). Thread-safety: every function locks the store's mutex; JSON results are new (caller owns). */
+#ifndef TW_STORE_H
+#define TW_STORE_H
+
+#include <jansson.h>
+#include <stdint.h>
+
+#include "status.h"
+
+typedef struct tw_store tw_store;
+
+enum { TW_ID_BYTES = 17 }; /* "r" or "d" + 15 hex digits + NUL */
+
+tw_status tw_store_open(const char *path, tw_store **out, tw_error *err);
+void tw_store_close(tw_store *st); /* NULL-safe */
+
+/* 1 when err came from a failure that must stop the process (an I/O error other than a full disk). */
+int tw_store_fatal(const tw_error *err);
+
+/* A new random id: prefix ('r' or 'd') and 15 hex digits. */
+void tw_store_new_id(char prefix, char id[TW_ID_BYTES]);
+
+/* ---- datasets ---- */
+tw_status tw_store_dataset_insert(tw_store *st, const char *id, const char *name, const char *source,
+                                  int64_t bytes, tw_error *err);
+/* status "ready" with meta (JSON text) or "failed" with error (JSON text {"code","message",...}). */
+tw_status tw_store_dataset_finish(tw_store *st, const char *id, const char *status, const char *meta,
+                                  const char *error, tw_error *err);
+json_t *tw_store_dataset_get(tw_store *st, const char *id);  /* NULL: not found */
+json_t *tw_store_dataset_list(tw_store *st);                 /* array, newest first */
+/* The dataset a run names: an id, or the newest ready dataset with that name, else the newest of that
+ * name. NULL: none. */
+json_t *tw_store_dataset_resolve(tw_store *st, const char *name_or_id);
+/* Ids of datasets still "converting" (to restart after a crash): a new array. */
+json_t *tw_store_datasets_converting(tw_store *st);
+/* Deletes unless a queued or running run uses it: TW_ERR_INVALID (in use), TW_END (no such dataset). */
+tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err);
+
+/* ---- runs ---- */
+typedef struct {
+    const char *id, *name, *dataset_id, *config, *idem_key; /* name, idem_key may be NULL */
+    int towers;
+    int64_t steps;
+    int max_restarts;
+    double deadline_s; /* 0 = none */
+} tw_run_new;
+
+tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err);
+json_t *tw_store_run_get(tw_store *st, const char *id);           /* NULL: not found */
+json_t *tw_store_run_by_key(tw_store *st, const char *idem_key);  /* NULL: none */
+/* {"runs": [...], "total", "limit", "offset"}; status may be NULL (all). */
+json_t *tw_store_run_list(tw_store *st, const char *status, long limit, long offset);
+/* Counts by status: {"queued": n, ...}. */
+json_t *tw_store_run_counts(tw_store *st);
+/* The oldest queued run (by submission) whose back-off has passed (not_before <= now); NULL if none. */
+json_t *tw_store_run_next(tw_store *st, double now);
+/* Every run in state `status` (array of run objects). */
+json_t *tw_store_runs_in(tw_store *st, const char *status);
+
+tw_status tw_store_run_started(tw_store *st, const char *id, const char *devices, double now,
+                               tw_error *err);
+tw_status tw_store_run_progress(tw_store *st, const char *id, int64_t step, const char *metrics,
+                                double eta_s, tw_error *err);
+/* Final states: succeeded, failed (reason, error JSON), cancelled. */
+tw_status tw_store_run_finished(tw_store *st, const char *id, const char *status, const char *reason,
+                                const char *error, double now, tw_error *err);
+/* Back to queued after a retriable failure: restarts + 1, not before `not_before`; reason/error kept as
+ * the last failure. */
+tw_status tw_store_run_requeue(tw_store *st, const char *id, const char *reason, const char *error,
+                               double not_before, tw_error *err);
+/* Runs left "running" by a server that died: back to queued (not counted as restarts). Returns count. */
+int tw_store_runs_recover(tw_store *st, tw_error *err);
+/* queued -> cancelled in one statement. 1 when it changed the row. */
+int tw_store_run_cancel_queued(tw_store *st, const char *id, double now, tw_error *err);
+/* Deletes a finished run: TW_ERR_INVALID when it is not finished, TW_END when there is no such run. */
+tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err);
+
+#endif

@@ -1,0 +1,1178 @@
+/* Tower status page: runs, one run's live charts, datasets, upload, submit and devices, on the REST API of
+ * server/API.md. Plain ES2017, no framework, no build step; the server embeds this file and serves it at
+ * /static/app.js. Chart.js (Debian's libjs-chart.js, global `Chart`, served at /static/chart.js) draws the
+ * run charts; without it the page shows the same metrics as a table.
+ *
+ * Routing is on the location hash (#/, #/runs/ID, #/datasets, #/datasets/ID, #/submit, #/upload,
+ * #/devices). Each view gets a context whose timers, event sources and charts are torn down when the hash
+ * changes. Every element a test drives has a stable id. DOM is built with h() (text nodes, never innerHTML),
+ * so names and error messages from the server cannot inject markup. URLs are relative, so the page also
+ * works behind a reverse proxy that mounts Tower under a path. */
+'use strict';
+
+(function () {
+  const API = 'api/v1';
+  const TERMINAL = ['succeeded', 'failed', 'cancelled'];
+  const STATUSES = ['queued', 'running', 'succeeded', 'failed', 'cancelled'];
+  const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
+  const TOKEN_KEY = 'tower.token';
+  const METRICS_EVERY_MS = 2000;
+  const LOG_EVERY_MS = 3000;
+  const MAX_CHART_POINTS = 1000;
+  const COLORS = ['#2563eb', '#ea580c', '#16a34a', '#9333ea', '#dc2626'];
+
+  /* examples/seed_mlp.json with the dataset named instead of given by paths, and a run name. */
+  const SEED_CONFIG = {
+    name: 'seed-mlp',
+    dataset: 'fashion-mnist',
+    model: {
+      layers: [
+        {type: 'flatten'},
+        {type: 'dense', units: 500, activation: 'relu', name: 'layer1',
+          weight_init: {type: 'truncated_normal', stddev: 0.1},
+          bias_init: {type: 'glorot_uniform'}},
+        {type: 'dense', units: 10, name: 'layer2',
+          weight_init: {type: 'truncated_normal', stddev: 0.1},
+          bias_init: {type: 'glorot_uniform'}}
+      ]
+    },
+    loss: 'softmax_cross_entropy',
+    optimizer: {type: 'sgd', learning_rate: 0.001},
+    lr_decay: {type: 'exponential', decay_steps: 1718, decay_rate: 0.99, staircase: false},
+    l2: 0.0001,
+    ema_decay: 0.99,
+    batch_size: 32,
+    towers: 1,
+    steps: 30000,
+    seed: 1,
+    summary_every: 1000,
+    eval_every: 5000,
+    checkpoint_every: 5000,
+    keep_checkpoints: 5
+  };
+
+  const hasChart = typeof window.Chart === 'function';
+  window.towerCharts = {};
+  window.towerPage = {chartjs: hasChart};
+
+  /* ============================== DOM and formatting helpers ============================== */
+
+  /* h('tag', {id, class, text, onclick, ...attributes}, ...children): a new element. Children are nodes,
+   * strings (text), arrays, or null/false (skipped). */
+  function h(tag, props, ...kids) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(props || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === 'class') el.className = v;
+      else if (k === 'text') el.textContent = v;
+      else if (k.startsWith('on')) el.addEventListener(k.slice(2), v);
+      else if (k in el && typeof v !== 'string') el[k] = v;
+      else el.setAttribute(k, v === true ? '' : v);
+    }
+    addKids(el, kids);
+    return el;
+  }
+
+  function append(el, ...kids) {
+    addKids(el, kids);
+    return el;
+  }
+
+  function addKids(el, kids) {
+    for (const kid of kids) {
+      if (kid === null || kid === undefined || kid === false) continue;
+      if (Array.isArray(kid)) addKids(el, kid);
+      else el.appendChild(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+    }
+  }
+
+  function set(el, ...kids) {
+    el.replaceChildren();
+    addKids(el, kids);
+    return el;
+  }
+
+  const $ = (id) => document.getElementById(id);
+  const isNum = (x) => typeof x === 'number' && isFinite(x);
+
+  function fmtNum(x, digits) {
+    if (!isNum(x)) return '—';
+    if (x !== 0 && (Math.abs(x) >= 1e6 || Math.abs(x) < 1e-3)) return x.toExponential(2);
+    return x.toFixed(digits === undefined ? 4 : digits);
+  }
+
+  function fmtInt(x) {
+    return isNum(x) ? Math.round(x).toLocaleString('en-US') : '—';
+  }
+
+  function fmtPct(x) {
+    return isNum(x) ? (100 * x).toFixed(2) + '%' : '—';
+  }
+
+  function fmtDuration(s) {
+    if (!isNum(s) || s < 0) return '—';
+    if (s < 60) return s.toFixed(s < 10 ? 1 : 0) + 's';
+    const m = Math.floor(s / 60), sec = Math.floor(s % 60);
+    if (m < 60) return `${m}m ${String(sec).padStart(2, '0')}s`;
+    const hr = Math.floor(m / 60);
+    return `${hr}h ${String(m % 60).padStart(2, '0')}m`;
+  }
+
+  function fmtTime(t) {
+    return isNum(t) ? new Date(t * 1000).toLocaleString() : '—';
+  }
+
+  function fmtBytes(n) {
+    if (!isNum(n)) return '—';
+    const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i ? n.toFixed(1) : String(n)) + ' ' + units[i];
+  }
+
+  function statusBadge(status, extra) {
+    return h('span', {class: `status status-${status || 'unknown'}`, text: status || '?'},
+      extra ? h('span', {class: 'reason', text: ' ' + extra}) : null);
+  }
+
+  function progressBar(step, steps, id) {
+    const frac = isNum(step) && isNum(steps) && steps > 0 ? Math.min(1, step / steps) : 0;
+    const bar = h('div', {class: 'bar'});
+    bar.style.width = (100 * frac).toFixed(1) + '%';
+    return h('div', {class: 'progress', id, role: 'progressbar', 'aria-valuemin': '0', 'aria-valuemax': '100',
+      'aria-valuenow': (100 * frac).toFixed(1), title: `${fmtInt(step)} / ${fmtInt(steps)} steps`},
+    bar, h('span', {class: 'progress-text', text: `${fmtInt(step)} / ${fmtInt(steps)}`}));
+  }
+
+  function stepsPerSec(run) {
+    const m = run.metrics || {};
+    if (run.status !== 'running') return null;
+    if (isNum(m.steps_per_sec)) return m.steps_per_sec;
+    const batch = run.config && isNum(run.config.batch_size) ? run.config.batch_size : null;
+    const towers = isNum(run.towers) ? run.towers : 1;
+    if (!isNum(m.examples_per_sec) || !batch || run.status !== 'running') return null;
+    return m.examples_per_sec / (batch * Math.max(1, towers));
+  }
+
+  function elapsed(run) {
+    if (!isNum(run.started)) return null;
+    const end = isNum(run.finished) ? run.finished : Date.now() / 1000;
+    return Math.max(0, end - run.started);
+  }
+
+  function elapsedEta(run) {
+    const e = fmtDuration(elapsed(run));
+    return run.status === 'running' && isNum(run.eta_s) ? `${e} / ${fmtDuration(run.eta_s)}` : e;
+  }
+
+  /* JSON like examples/*.json: a value that fits in the line stays on one line, others open up. */
+  function pretty(v, indent) {
+    indent = indent || '';
+    const inline = (x) => {
+      if (Array.isArray(x)) return '[' + x.map(inline).join(', ') + ']';
+      if (x && typeof x === 'object') return '{' + Object.entries(x).map(([k, y]) => JSON.stringify(k) + ': ' + inline(y)).join(', ') + '}';
+      return JSON.stringify(x === undefined ? null : x);
+    };
+    const flat = inline(v);
+    if (!v || typeof v !== 'object' || indent.length + flat.length <= 100) return flat;
+    const inner = indent + '  ';
+    if (Array.isArray(v)) return '[\n' + v.map((x) => inner + pretty(x, inner)).join(',\n') + '\n' + indent + ']';
+    return '{\n' + Object.entries(v).map(([k, x]) => inner + JSON.stringify(k) + ': ' + pretty(x, inner)).join(',\n') +
+      '\n' + indent + '}';
+  }
+
+  function randomKey() {
+    if (window.crypto && crypto.getRandomValues) {
+      const a = new Uint8Array(16);
+      crypto.getRandomValues(a);
+      return Array.from(a, (b) => b.toString(16).padStart(2, '0')).join('');
+    }
+    return String(Math.random()).slice(2) + String(Date.now());
+  }
+
+  /* ============================== errors, token, API ============================== */
+
+  class ApiError extends Error {
+    constructor(code, message, status) {
+      super(message);
+      this.code = code;
+      this.status = status;
+    }
+  }
+
+  function errorText(e) {
+    if (e instanceof ApiError) return `${e.code}: ${e.message}`;
+    return e && e.message ? e.message : String(e);
+  }
+
+  let errorKey = null;
+
+  /* Shows e in the banner; a later clearError(key) with the same key hides it (background polls use their
+   * own key, so a poll that works again clears its own failure and nothing else). */
+  function showError(e, key) {
+    errorKey = key || 'action';
+    $('error-text').textContent = errorText(e);
+    $('error').hidden = false;
+  }
+
+  function clearError(key) {
+    if (errorKey === key) {
+      $('error').hidden = true;
+      errorKey = null;
+    }
+  }
+
+  function token() {
+    try {
+      return localStorage.getItem(TOKEN_KEY) || '';
+    } catch (_) {
+      return '';
+    }
+  }
+
+  function authHeaders() {
+    const t = token().trim();
+    return t ? {Authorization: 'Bearer ' + t} : {};
+  }
+
+  async function errorFrom(status, statusText, bodyText) {
+    let code = 'HTTP_' + status, message = statusText || 'HTTP ' + status;
+    try {
+      const j = JSON.parse(bodyText);
+      if (j && j.error) {
+        code = j.error.code || code;
+        message = j.error.message || message;
+      }
+    } catch (_) { /* not the JSON envelope: keep the HTTP status */ }
+    return new ApiError(code, message, status);
+  }
+
+  /* api(path, {method, json, headers, text}) -> the parsed JSON reply (or text with text: true, or null
+   * for 204); throws ApiError with the envelope's code and message on a non-2xx reply. POST and DELETE
+   * carry the token. */
+  async function api(path, opts) {
+    opts = opts || {};
+    const method = opts.method || 'GET';
+    const headers = Object.assign({}, method === 'GET' ? {} : authHeaders(), opts.headers || {});
+    const init = {method, headers, cache: 'no-store'};
+    if (opts.json !== undefined) {
+      init.body = JSON.stringify(opts.json);
+      headers['Content-Type'] = 'application/json';
+    }
+    let res;
+    try {
+      res = await fetch(API + path, init);
+    } catch (e) {
+      throw new ApiError('NETWORK', 'cannot reach the server (' + e.message + ')', 0);
+    }
+    if (!res.ok) throw await errorFrom(res.status, res.statusText, await res.text().catch(() => ''));
+    if (res.status === 204) return null;
+    if (opts.text) return res.text();
+    return res.json();
+  }
+
+  /* Posts a FormData with XMLHttpRequest (fetch has no upload progress); resolves with the JSON reply. */
+  function postForm(path, form, onProgress) {
+    return new Promise((resolve, reject) => {
+      const xhr = new XMLHttpRequest();
+      xhr.open('POST', API + path);
+      for (const [k, v] of Object.entries(authHeaders())) xhr.setRequestHeader(k, v);
+      xhr.upload.onprogress = (ev) => { if (ev.lengthComputable && onProgress) onProgress(ev.loaded / ev.total); };
+      xhr.onload = async () => {
+        if (xhr.status >= 200 && xhr.status < 300) {
+          try {
+            resolve(JSON.parse(xhr.responseText));
+          } catch (e) {
+            reject(new ApiError('BAD_REPLY', 'the server replied with something that is not JSON', xhr.status));
+          }
+        } else {
+          reject(await errorFrom(xhr.status, xhr.statusText, xhr.responseText));
+        }
+      };
+      xhr.onerror = () => reject(new ApiError('NETWORK',
+        'the upload failed: the connection closed (is the file over the server\'s --max-upload?)', 0));
+      xhr.send(form);
+    });
+  }
+
+  /* ============================== views and routing ============================== */
+
+  /* A view's context: everything it starts is stopped by ctx.close() when the route changes. */
+  function newContext() {
+    const ctx = {
+      alive: true,
+      cleanups: [],
+      /* Runs fn now and then every ms after it settles, until the view closes. */
+      poll(ms, fn, key) {
+        let timer = null;
+        const tick = async () => {
+          timer = null;
+          if (!ctx.alive) return;
+          try {
+            await fn();
+            clearError(key);
+          } catch (e) {
+            if (ctx.alive) showError(e, key);
+          }
+          if (ctx.alive) timer = setTimeout(tick, ms);
+        };
+        ctx.cleanups.push(() => clearTimeout(timer));
+        tick();
+      },
+      /* A throttle: ctx.throttle(ms, fn)() runs fn at most once per ms, the last call never lost. */
+      throttle(ms, fn, key) {
+        let last = 0, timer = null, running = false, again = false;
+        const run = async () => {
+          timer = null;
+          if (!ctx.alive) return;
+          if (running) { again = true; return; }
+          running = true;
+          last = Date.now();
+          try {
+            await fn();
+            clearError(key);
+          } catch (e) {
+            if (ctx.alive) showError(e, key);
+          }
+          running = false;
+          if (again) { again = false; trigger(); }
+        };
+        const trigger = () => {
+          if (timer || !ctx.alive) return;
+          timer = setTimeout(run, Math.max(0, last + ms - Date.now()));
+        };
+        ctx.cleanups.push(() => clearTimeout(timer));
+        return trigger;
+      },
+      close() {
+        ctx.alive = false;
+        for (const f of ctx.cleanups.splice(0)) {
+          try { f(); } catch (_) { /* a teardown must not stop the others */ }
+        }
+      }
+    };
+    return ctx;
+  }
+
+  const ROUTES = [
+    [/^#?\/?$/, 'runs', viewRuns],
+    [/^#\/runs\/?$/, 'runs', viewRuns],
+    [/^#\/runs\/([A-Za-z0-9]+)$/, 'runs', viewRun],
+    [/^#\/datasets\/?$/, 'datasets', viewDatasets],
+    [/^#\/datasets\/([A-Za-z0-9]+)$/, 'datasets', viewDatasets],
+    [/^#\/submit$/, 'submit', viewSubmit],
+    [/^#\/upload$/, 'upload', viewUpload],
+    [/^#\/devices$/, 'devices', viewDevices]
+  ];
+
+  let current = null;
+
+  function route() {
+    if (current) current.close();
+    refreshHealth();
+    current = newContext();
+    const hash = location.hash || '#/';
+    const main = set($('view'));
+    window.towerCharts = {};
+    for (const [re, nav, fn] of ROUTES) {
+      const m = hash.match(re);
+      if (!m) continue;
+      for (const a of document.querySelectorAll('nav a')) a.classList.toggle('active', a.dataset.view === nav);
+      main.dataset.view = fn.name;
+      fn(current, main, ...m.slice(1).map(decodeURIComponent));
+      return;
+    }
+    append(main, h('h2', {text: 'Not found'}), h('p', {}, 'No page at ', h('code', {text: hash}), '. ',
+      h('a', {href: '#/', text: 'Back to the runs.'})));
+  }
+
+  /* ============================== runs list ============================== */
+
+  function viewRuns(ctx, main) {
+    const filter = h('select', {id: 'runs-filter', 'aria-label': 'status filter'},
+      h('option', {value: '', text: 'all'}), STATUSES.map((s) => h('option', {value: s, text: s})));
+    const total = h('span', {id: 'runs-total', class: 'muted'});
+    const body = h('tbody', {id: 'runs-body'});
+    const empty = h('p', {id: 'runs-empty', class: 'muted', hidden: true}, 'No runs yet. ',
+      h('a', {href: '#/submit', text: 'Submit one.'}));
+    append(main,
+      h('div', {class: 'title-row'}, h('h2', {text: 'Runs'}), h('label', {}, 'Status ', filter), total,
+        h('a', {href: '#/submit', class: 'button', id: 'runs-new', text: 'New run'})),
+      h('div', {class: 'table-wrap'},
+        h('table', {id: 'runs-table', class: 'grid'},
+          h('thead', {}, h('tr', {}, ['Run', 'Status', 'Dataset', 'Devices', 'Progress', 'Step/s', 'Loss',
+            'EMA accuracy', 'Elapsed / ETA', ''].map((t) => h('th', {text: t})))),
+          body)),
+      empty);
+    const rows = new Map();
+
+    function row(run) {
+      let r = rows.get(run.id);
+      if (!r) {
+        const cancel = h('button', {type: 'button', id: `cancel-${run.id}`, class: 'small danger', text: 'Cancel',
+          onclick: () => cancelRun(run.id, refresh)});
+        const del = h('button', {type: 'button', id: `delete-${run.id}`, class: 'small', text: 'Delete',
+          onclick: () => deleteRun(run.id, refresh)});
+        const cells = {};
+        const tr = h('tr', {id: `run-row-${run.id}`},
+          ['name', 'status', 'dataset', 'devices', 'progress', 'rate', 'loss', 'acc', 'time'].map((k) => {
+            cells[k] = h('td', {class: `col-${k}`});
+            return cells[k];
+          }),
+          h('td', {class: 'col-actions'}, cancel, del));
+        r = {tr, cells, cancel, del};
+        rows.set(run.id, r);
+      }
+      const c = r.cells, m = run.metrics || {};
+      r.tr.dataset.status = run.status;
+      set(c.name, h('a', {href: `#/runs/${run.id}`, id: `run-link-${run.id}`, text: run.name || run.id}),
+        h('div', {class: 'id', text: run.id}));
+      set(c.status, statusBadge(run.status, run.reason));
+      set(c.dataset, run.dataset ? h('a', {href: `#/datasets/${run.dataset.id}`, text: run.dataset.name || run.dataset.id}) : '—');
+      set(c.devices, (run.devices || []).join(', ') || '—');
+      set(c.progress, progressBar(run.step, run.steps));
+      /* steps/s from examples/s and the batch; else from the step count between two polls */
+      const now = Date.now() / 1000;
+      let rate = stepsPerSec(run);
+      if (rate === null && run.status === 'running' && r.last && run.step > r.last.step) {
+        rate = (run.step - r.last.step) / (now - r.last.t);
+      }
+      if (!r.last || run.step !== r.last.step) r.last = {step: run.step, t: now};
+      set(c.rate, fmtNum(rate, 0));
+      set(c.loss, fmtNum(m.loss));
+      set(c.acc, fmtPct(m.eval_accuracy_ema));
+      set(c.time, elapsedEta(run));
+      const done = TERMINAL.includes(run.status);
+      r.cancel.hidden = done;
+      r.del.hidden = !done;
+      return r.tr;
+    }
+
+    async function refresh() {
+      const q = filter.value ? `&status=${encodeURIComponent(filter.value)}` : '';
+      const reply = await api(`/runs?limit=50${q}`);
+      if (!ctx.alive) return;
+      const seen = new Set();
+      for (const run of reply.runs) {
+        seen.add(run.id);
+        body.appendChild(row(run));
+      }
+      for (const [id, r] of rows) {
+        if (!seen.has(id)) {
+          r.tr.remove();
+          rows.delete(id);
+        }
+      }
+      empty.hidden = reply.runs.length > 0;
+      total.textContent = reply.total > reply.runs.length ? `${reply.runs.length} of ${reply.total}` : `${reply.total} total`;
+    }
+    filter.addEventListener('change', () => refresh().catch((e) => showError(e)));
+    ctx.poll(2000, refresh, 'runs');
+  }
+
+  async function cancelRun(id, after) {
+    try {
+      await api(`/runs/${id}/cancel`, {method: 'POST'});
+      clearError('action');
+    } catch (e) {
+      showError(e);
+    }
+    if (after) await after().catch(() => {});
+  }
+
+  async function deleteRun(id, after) {
+    if (!window.confirm(`Delete run ${id} and its files?`)) return;
+    try {
+      await api(`/runs/${id}`, {method: 'DELETE'});
+      clearError('action');
+    } catch (e) {
+      showError(e);
+    }
+    if (after) await after().catch(() => {});
+  }
+
+  /* ============================== one run ============================== */
+
+  const CHARTS = [
+    {key: 'loss', title: 'Loss', series: [['loss', 'loss']]},
+    {key: 'accuracy', title: 'Eval accuracy (raw vs EMA)', series: [['eval/accuracy', 'raw'], ['eval/accuracy_ema', 'EMA']]},
+    {key: 'lr', title: 'Learning rate', series: [['learning_rate', 'learning rate']]},
+    {key: 'throughput', title: 'Examples / s', series: [['examples_per_sec', 'examples/s']]}
+  ];
+
+  function makeChart(canvas, spec) {
+    return new window.Chart(canvas, {
+      type: 'line',
+      data: {
+        datasets: spec.series.map(([, label], i) => ({
+          label, data: [], borderColor: COLORS[i], backgroundColor: COLORS[i], borderWidth: 1.5,
+          pointRadius: (c) => (c.dataset.data.length < 60 ? 2 : 0), tension: 0, spanGaps: true
+        }))
+      },
+      options: {
+        animation: false,
+        responsive: true,
+        maintainAspectRatio: false,
+        parsing: false,
+        normalized: true,
+        interaction: {mode: 'nearest', axis: 'x', intersect: false},
+        scales: {
+          x: {type: 'linear', min: 0, title: {display: true, text: 'step'}, ticks: {maxTicksLimit: 8}},
+          y: {type: 'linear', ticks: {maxTicksLimit: 6}}
+        },
+        plugins: {legend: {display: spec.series.length > 1}, title: {display: false}}
+      }
+    });
+  }
+
+  /* At most MAX_CHART_POINTS points, evenly thinned, always with the last one. */
+  function thin(points) {
+    if (points.length <= MAX_CHART_POINTS) return points;
+    const k = points.length / MAX_CHART_POINTS, out = [];
+    for (let i = 0; i < MAX_CHART_POINTS - 1; i++) out.push(points[Math.floor(i * k)]);
+    out.push(points[points.length - 1]);
+    return out;
+  }
+
+  function seriesOf(scalars, tag) {
+    return (scalars[tag] || []).filter((p) => Array.isArray(p) && isNum(p[0]))
+      .map((p) => ({x: p[0], y: isNum(p[1]) ? p[1] : null}));
+  }
+
+  function metricsTable(scalars, tableBody) {
+    const cols = [['loss', fmtNum], ['learning_rate', (x) => fmtNum(x, 6)], ['examples_per_sec', (x) => fmtNum(x, 0)],
+      ['eval/accuracy', fmtPct], ['eval/accuracy_ema', fmtPct]];
+    const bySteps = new Map();
+    cols.forEach(([tag], i) => {
+      for (const p of scalars[tag] || []) {
+        if (!bySteps.has(p[0])) bySteps.set(p[0], new Array(cols.length).fill(null));
+        bySteps.get(p[0])[i] = p[1];
+      }
+    });
+    const steps = Array.from(bySteps.keys()).sort((a, b) => b - a).slice(0, 500);
+    set(tableBody, steps.map((s) => h('tr', {},
+      h('td', {text: fmtInt(s)}), cols.map(([, f], i) => h('td', {text: f(bySteps.get(s)[i])})))));
+    return bySteps.size;
+  }
+
+  function viewRun(ctx, main, id) {
+    const el = {};
+    const mk = (name, tag, props, ...kids) => (el[name] = h(tag, props, ...kids));
+    append(main,
+      h('p', {class: 'crumbs'}, h('a', {href: '#/', text: 'Runs'}), ' / ', h('span', {class: 'id', text: id})),
+      h('div', {class: 'title-row'},
+        mk('name', 'h2', {id: 'run-name', text: id}),
+        mk('status', 'span', {id: 'run-status'}),
+        mk('cancel', 'button', {type: 'button', id: 'run-cancel', class: 'danger', text: 'Cancel', hidden: true,
+          onclick: () => cancelRun(id, loadRun)}),
+        mk('del', 'button', {type: 'button', id: 'run-delete', text: 'Delete', hidden: true,
+          onclick: () => deleteRun(id, async () => { location.hash = '#/'; })})),
+      mk('progress', 'div', {id: 'run-progress-wrap'}),
+      mk('error', 'p', {id: 'run-error', class: 'banner error', hidden: true}),
+      mk('facts', 'dl', {id: 'run-facts', class: 'facts'}),
+      h('h3', {text: 'Metrics'}),
+      mk('metricsNote', 'p', {id: 'metrics-note', class: 'muted'}),
+      mk('charts', 'div', {id: 'charts', class: 'charts'}),
+      h('div', {class: 'two-col'},
+        h('section', {},
+          h('h3', {text: 'TensorBoard'}),
+          h('div', {class: 'copy-row'}, mk('tb', 'pre', {id: 'run-tensorboard', class: 'cmd'}),
+            h('button', {type: 'button', id: 'run-tensorboard-copy', class: 'small', text: 'Copy',
+              onclick: () => copyText(el.tb.textContent)})),
+          h('h3', {text: 'Checkpoint'}),
+          mk('ckpt', 'p', {id: 'run-checkpoint-wrap', class: 'muted', text: 'none yet'}),
+          h('h3', {text: 'Config'}),
+          mk('config', 'pre', {id: 'run-config', class: 'json'})),
+        h('section', {},
+          h('h3', {}, 'Log ', h('span', {class: 'muted small-text', text: '(last 100 lines)'})),
+          mk('log', 'pre', {id: 'run-log', class: 'log'}))));
+
+    let run = null, es = null, lastEvent = 0;
+    const charts = {};
+
+    if (hasChart) {
+      for (const spec of CHARTS) {
+        const canvas = h('canvas', {id: `chart-${spec.key}`, 'aria-label': spec.title, role: 'img'});
+        el.charts.appendChild(h('figure', {class: 'chart'}, h('figcaption', {text: spec.title}),
+          h('div', {class: 'chart-box'}, canvas)));
+        charts[spec.key] = makeChart(canvas, spec);
+      }
+      window.towerCharts = charts;
+      ctx.cleanups.push(() => { for (const c of Object.values(charts)) c.destroy(); });
+    } else {
+      el.metricsBody = h('tbody', {id: 'metrics-body'});
+      el.charts.appendChild(h('div', {class: 'table-wrap'}, h('table', {id: 'metrics-table', class: 'grid numeric'},
+        h('thead', {}, h('tr', {}, ['step', 'loss', 'learning rate', 'examples/s', 'eval accuracy',
+          'eval accuracy (EMA)'].map((t) => h('th', {text: t})))), el.metricsBody)));
+    }
+
+    function showRun(r) {
+      run = r;
+      const m = r.metrics || {};
+      el.name.textContent = r.name || r.id;
+      set(el.status, statusBadge(r.status, r.reason));
+      set(el.progress, progressBar(r.step, r.steps, 'run-progress'),
+        h('p', {id: 'run-step', class: 'muted'},
+          `step ${fmtInt(r.step)} of ${fmtInt(r.steps)} · ${fmtNum(stepsPerSec(r), 0)} steps/s · elapsed ${fmtDuration(elapsed(r))}`,
+          r.status === 'running' ? ` · eta ${fmtDuration(r.eta_s)}` : ''));
+      const done = TERMINAL.includes(r.status);
+      el.cancel.hidden = done;
+      el.del.hidden = !done;
+      const err = r.error ? (typeof r.error === 'string' ? r.error : r.error.message || JSON.stringify(r.error)) : '';
+      el.error.hidden = !(r.reason || err);
+      el.error.textContent = [r.reason, err].filter(Boolean).join(': ');
+      const fact = (k, v) => h('div', {}, h('dt', {text: k}), h('dd', {}, v));
+      set(el.facts,
+        fact('id', h('code', {text: r.id})),
+        fact('dataset', r.dataset ? h('a', {href: `#/datasets/${r.dataset.id}`, text: `${r.dataset.name} (${r.dataset.id})`}) : '—'),
+        fact('devices', `${(r.devices || []).join(', ') || '—'} · ${r.towers || 1} tower(s)`),
+        fact('loss', fmtNum(m.loss)),
+        fact('eval accuracy', `${fmtPct(m.eval_accuracy)} raw · ${fmtPct(m.eval_accuracy_ema)} EMA`),
+        fact('learning rate', fmtNum(m.learning_rate, 6)),
+        fact('examples/s', fmtNum(m.examples_per_sec, 0)),
+        fact('created', fmtTime(r.created)),
+        fact('started', fmtTime(r.started)),
+        fact('finished', fmtTime(r.finished)),
+        fact('restarts', `${r.restarts || 0} of ${isNum(r.max_restarts) ? r.max_restarts : '—'}`),
+        fact('logdir', h('code', {text: r.logdir || '—'})));
+      el.tb.textContent = r.tensorboard || (r.logdir ? `tensorboard --logdir ${r.logdir}` : '—');
+      if (r.config && !el.config.textContent) el.config.textContent = pretty(r.config);
+    }
+
+    async function loadMetrics() {
+      if (!run || (run.status === 'queued' && !run.step)) return;
+      const reply = await api(`/runs/${id}/metrics`);
+      if (!ctx.alive) return;
+      const scalars = (reply && reply.scalars) || {};
+      let n = 0;
+      if (hasChart) {
+        for (const spec of CHARTS) {
+          const chart = charts[spec.key];
+          spec.series.forEach(([tag], i) => {
+            const pts = thin(seriesOf(scalars, tag));
+            chart.data.datasets[i].data = pts;
+            n += pts.length;
+          });
+          chart.update('none');
+        }
+      } else {
+        n = metricsTable(scalars, el.metricsBody);
+      }
+      el.metricsNote.textContent = n ? `${Object.keys(scalars).length} tags, updated ${new Date().toLocaleTimeString()}` +
+        (hasChart ? '' : ' · Chart.js is not available: metrics as a table (newest first)') : 'no metrics yet';
+    }
+
+    async function loadLog() {
+      if (!run || (run.status === 'queued' && !run.step && !run.restarts)) return;
+      const text = await api(`/runs/${id}/log?tail=100`, {text: true});
+      if (!ctx.alive) return;
+      const atEnd = el.log.scrollTop + el.log.clientHeight >= el.log.scrollHeight - 4;
+      el.log.textContent = text || '(empty)';
+      if (atEnd) el.log.scrollTop = el.log.scrollHeight;
+    }
+
+    async function loadCheckpoints() {
+      if (!run || (run.status === 'queued' && !run.step)) return;
+      const reply = await api(`/runs/${id}/checkpoints`);
+      if (!ctx.alive) return;
+      if (reply && reply.latest !== null && reply.latest !== undefined) {
+        const latest = (reply.checkpoints || []).find((c) => c.step === reply.latest);
+        set(el.ckpt, h('a', {id: 'run-checkpoint', href: `${API}/runs/${id}/checkpoints/latest`,
+          download: `${id}-step${reply.latest}.safetensors`, text: `Download step ${fmtInt(reply.latest)}`}),
+        latest ? ` (${fmtBytes(latest.bytes)}, ${(reply.checkpoints || []).length} kept)` : '');
+        el.ckpt.className = '';
+      }
+    }
+
+    const metricsSoon = ctx.throttle(METRICS_EVERY_MS, loadMetrics, 'metrics');
+    const logSoon = ctx.throttle(LOG_EVERY_MS, loadLog, 'log');
+    const ckptSoon = ctx.throttle(10000, loadCheckpoints, 'checkpoints');
+
+    function onRun(r) {
+      const before = run;
+      showRun(r);
+      if (!before || before.step !== r.step || before.status !== r.status) {
+        metricsSoon();
+        logSoon();
+      }
+      if (!before || before.status !== r.status || TERMINAL.includes(r.status)) ckptSoon();
+      if (TERMINAL.includes(r.status) && es) {
+        es.close();
+        es = null;
+      }
+    }
+
+    async function loadRun() {
+      const r = await api(`/runs/${id}`);
+      if (ctx.alive) onRun(r);
+    }
+
+    function openEvents() {
+      if (!window.EventSource || TERMINAL.includes(run.status)) return;
+      es = new EventSource(`${API}/runs/${id}/events`);
+      es.addEventListener('run', (ev) => {
+        lastEvent = Date.now();
+        try {
+          onRun(JSON.parse(ev.data));
+        } catch (e) {
+          showError(e, 'events');
+        }
+      });
+      ctx.cleanups.push(() => { if (es) es.close(); });
+    }
+
+    (async () => {
+      try {
+        await loadRun();
+      } catch (e) {
+        if (!ctx.alive) return;
+        showError(e, 'run');
+        el.name.textContent = e.status === 404 ? `No run ${id}` : id;
+        return;
+      }
+      if (!ctx.alive) return;
+      openEvents();
+      /* A safety net under SSE: while the run is unfinished and no event came for 4 s (a proxy that buffers,
+       * a reconnecting stream), fetch the run; also refreshes elapsed time. */
+      ctx.poll(2000, async () => {
+        if (!run || TERMINAL.includes(run.status)) return;
+        if (Date.now() - lastEvent > 4000) await loadRun();
+        else showRun(run);
+      }, 'run');
+    })();
+  }
+
+  async function copyText(text) {
+    try {
+      await navigator.clipboard.writeText(text);
+    } catch (_) {
+      const ta = h('textarea', {class: 'offscreen'});
+      ta.value = text;
+      document.body.appendChild(ta);
+      ta.select();
+      document.execCommand('copy');
+      ta.remove();
+    }
+  }
+
+  /* ============================== datasets ============================== */
+
+  function viewDatasets(ctx, main, selected) {
+    const body = h('tbody', {id: 'datasets-body'});
+    const empty = h('p', {id: 'datasets-empty', class: 'muted', hidden: true}, 'No datasets yet. ',
+      h('a', {href: '#/upload', text: 'Upload one.'}));
+    const detail = h('section', {id: 'dataset-detail'});
+    append(main,
+      h('div', {class: 'title-row'}, h('h2', {text: 'Datasets'}),
+        h('a', {href: '#/upload', class: 'button', id: 'datasets-upload', text: 'Upload'})),
+      h('div', {class: 'table-wrap'},
+        h('table', {id: 'datasets-table', class: 'grid'},
+          h('thead', {}, h('tr', {}, ['Name', 'Status', 'Source', 'Train', 'Test', 'Shape', 'Size', 'Created', '']
+            .map((t) => h('th', {text: t})))),
+          body)),
+      empty, detail);
+    let shownStatus = null;
+
+    async function refresh() {
+      const reply = await api('/datasets');
+      if (!ctx.alive) return;
+      set(body, reply.datasets.map((d) => h('tr', {id: `dataset-row-${d.id}`, class: d.id === selected ? 'selected' : null,
+        'data-status': d.status},
+      h('td', {}, h('a', {href: `#/datasets/${d.id}`, id: `dataset-link-${d.id}`, text: d.name}),
+        h('div', {class: 'id', text: d.id})),
+      h('td', {}, statusBadge(d.status)),
+      h('td', {text: d.source || '—'}),
+      h('td', {class: 'num', text: fmtInt(d.train_examples)}),
+      h('td', {class: 'num', text: fmtInt(d.test_examples)}),
+      h('td', {text: Array.isArray(d.shape) ? d.shape.join('×') : '—'}),
+      h('td', {class: 'num', text: fmtBytes(d.bytes)}),
+      h('td', {text: fmtTime(d.created)}),
+      h('td', {}, h('button', {type: 'button', class: 'small', id: `dataset-delete-${d.id}`, text: 'Delete',
+        onclick: () => deleteDataset(d, refresh)})))));
+      empty.hidden = reply.datasets.length > 0;
+      const sel = reply.datasets.find((d) => d.id === selected);
+      if (selected && sel && sel.status !== shownStatus) {
+        shownStatus = sel.status;
+        await showDataset(ctx, detail, sel);
+      }
+    }
+
+    if (selected) {
+      /* The list has only the newest datasets: fetch the selected one directly too. */
+      api(`/datasets/${selected}`).then((d) => {
+        if (!ctx.alive || shownStatus === d.status) return;
+        shownStatus = d.status;
+        return showDataset(ctx, detail, d);
+      }).catch((e) => {
+        if (ctx.alive) set(detail, h('p', {class: 'banner error', id: 'dataset-error', text: errorText(e)}));
+      });
+    }
+    ctx.poll(3000, refresh, 'datasets');
+  }
+
+  async function deleteDataset(d, after) {
+    if (!window.confirm(`Delete dataset ${d.name} (${d.id})?`)) return;
+    try {
+      await api(`/datasets/${d.id}`, {method: 'DELETE'});
+      clearError('action');
+      if (location.hash === `#/datasets/${d.id}`) location.hash = '#/datasets';
+    } catch (e) {
+      showError(e);
+    }
+    if (after) await after().catch(() => {});
+  }
+
+  async function showDataset(ctx, detail, d) {
+    const fact = (k, v) => h('div', {}, h('dt', {text: k}), h('dd', {}, v));
+    const features = d.features ? Object.entries(d.features).map(([k, v]) => `${k}: ${v}`).join(', ') : '—';
+    set(detail,
+      h('h3', {id: 'dataset-title'}, d.name, ' ', statusBadge(d.status)),
+      d.error ? h('p', {class: 'banner error', id: 'dataset-error', text: errorText(new ApiError(d.error.code || 'FAILED',
+        d.error.message || String(d.error), 0))}) : null,
+      h('dl', {class: 'facts', id: 'dataset-facts'},
+        fact('id', h('code', {text: d.id})),
+        fact('examples', `${fmtInt(d.train_examples)} train · ${fmtInt(d.test_examples)} test`),
+        fact('shape', Array.isArray(d.shape) ? `${d.shape.join(' × ')} ${d.dtype || ''}` : '—'),
+        fact('features', features),
+        fact('source', d.source || '—'),
+        fact('size', fmtBytes(d.bytes))));
+    if (d.status !== 'ready') {
+      if (d.status === 'converting') detail.appendChild(h('p', {class: 'muted', text: 'Converting… this page updates when it is ready.'}));
+      return;
+    }
+    detail.appendChild(h('div', {class: 'two-col'},
+      h('section', {}, h('h3', {text: 'Label histogram'}), histogramTable(d.label_histogram)),
+      h('section', {id: 'dataset-samples-section'}, h('h3', {text: 'Samples'}),
+        h('p', {class: 'muted', id: 'dataset-samples-note', text: 'loading…'}))));
+    const reply = await api(`/datasets/${d.id}/samples?n=16`);
+    if (!ctx.alive) return;
+    const section = $('dataset-samples-section');
+    if (!section) return;
+    const note = $('dataset-samples-note');
+    const samples = reply.samples || [];
+    const shape = reply.shape || d.shape || [];
+    if (samples.length && samples[0].pixels) {
+      section.appendChild(drawSamples(samples, shape));
+      note.textContent = `${samples.length} examples from the training set, label below each`;
+    } else {
+      section.appendChild(featuresTable(samples));
+      note.textContent = `${samples.length} examples from the training set`;
+    }
+  }
+
+  function histogramTable(hist) {
+    if (!hist) return h('p', {class: 'muted', text: 'no histogram'});
+    const splits = Object.keys(hist);
+    const labels = Array.from(new Set(splits.flatMap((s) => Object.keys(hist[s] || {}))))
+      .sort((a, b) => (isNaN(a) || isNaN(b) ? a.localeCompare(b) : Number(a) - Number(b)));
+    const max = {};
+    for (const s of splits) max[s] = Math.max(1, ...Object.values(hist[s] || {}).filter(isNum));
+    return h('table', {id: 'dataset-histogram', class: 'grid histogram'},
+      h('thead', {}, h('tr', {}, h('th', {text: 'label'}), splits.map((s) => h('th', {text: s, colspan: '2'})))),
+      h('tbody', {}, labels.map((l) => h('tr', {},
+        h('td', {text: l}),
+        splits.map((s) => {
+          const n = (hist[s] || {})[l] || 0;
+          const bar = h('div', {class: `hbar hbar-${s}`});
+          bar.style.width = (100 * n / max[s]).toFixed(1) + '%';
+          return [h('td', {class: 'num', text: fmtInt(n)}), h('td', {class: 'bar-cell'}, bar)];
+        })))));
+  }
+
+  /* One canvas with the samples in a grid, each scaled up with no smoothing and its label under it.
+   * pixels are uint8 h·w·d (d = 1 grayscale, 3 RGB, 4 RGBA, otherwise the first channel); a 4-D shape
+   * [depth, h, w, d] shows the middle slice. */
+  function drawSamples(samples, shape) {
+    let depth = 1, hgt, wid, ch;
+    if (shape.length >= 4) [depth, hgt, wid, ch] = shape.slice(-4);
+    else if (shape.length === 3) [hgt, wid, ch] = shape;
+    else if (shape.length === 2) [hgt, wid, ch] = [shape[0], shape[1], 1];
+    else {
+      const n = samples[0].pixels.length;
+      hgt = wid = Math.round(Math.sqrt(n));
+      ch = 1;
+      if (hgt * wid !== n) { hgt = 1; wid = n; }
+    }
+    const scale = Math.max(1, Math.floor(84 / Math.max(hgt, wid)));
+    const cols = Math.min(8, samples.length), rowsN = Math.ceil(samples.length / cols);
+    const cellW = wid * scale + 8, cellH = hgt * scale + 20;
+    const canvas = h('canvas', {id: 'dataset-samples', width: String(cols * cellW), height: String(rowsN * cellH),
+      'aria-label': 'sample images', role: 'img'});
+    const g = canvas.getContext('2d');
+    const tile = document.createElement('canvas');
+    tile.width = wid;
+    tile.height = hgt;
+    const tg = tile.getContext('2d');
+    const offset = Math.floor(depth / 2) * hgt * wid * ch;
+    let top = 0;
+    for (const s of samples) for (const v of s.pixels || []) if (v > top) top = v;
+    const scaleUp = top > 0 && top <= 1 ? 255 : 1; /* float pixels in [0, 1] */
+    g.imageSmoothingEnabled = false;
+    g.font = '12px sans-serif';
+    g.textAlign = 'center';
+    g.fillStyle = getComputedStyle(document.body).color || '#222';
+    samples.forEach((s, i) => {
+      const img = tg.createImageData(wid, hgt), px = s.pixels || [];
+      for (let p = 0; p < hgt * wid; p++) {
+        const base = offset + p * ch, v = (k) => Math.max(0, Math.min(255, (px[base + k] || 0) * scaleUp));
+        const rgb = ch === 3 || ch === 4 ? [v(0), v(1), v(2)] : [v(0), v(0), v(0)];
+        img.data.set([rgb[0], rgb[1], rgb[2], ch === 4 ? v(3) : 255], p * 4);
+      }
+      tg.putImageData(img, 0, 0);
+      const x = (i % cols) * cellW + 4, y = Math.floor(i / cols) * cellH + 2;
+      g.drawImage(tile, x, y, wid * scale, hgt * scale);
+      g.fillText(String(s.label), x + wid * scale / 2, y + hgt * scale + 14);
+    });
+    return canvas;
+  }
+
+  function featuresTable(samples) {
+    const n = Math.min(12, Math.max(0, ...samples.map((s) => (s.features || []).length)));
+    return h('table', {id: 'dataset-features', class: 'grid numeric'},
+      h('thead', {}, h('tr', {}, h('th', {text: 'label'}),
+        Array.from({length: n}, (_, i) => h('th', {text: `f${i}`})))),
+      h('tbody', {}, samples.map((s) => h('tr', {}, h('td', {text: String(s.label)}),
+        Array.from({length: n}, (_, i) => h('td', {text: fmtNum((s.features || [])[i], 3)}))))));
+  }
+
+  /* ============================== upload ============================== */
+
+  const UPLOAD_KINDS = {
+    idx: {title: 'IDX (MNIST style, .gz or raw)', files: [['images', 'images', true], ['labels', 'labels', true],
+      ['test_images', 'test images', false], ['test_labels', 'test labels', false]]},
+    npy: {title: 'NumPy .npy', files: [['features', 'features', true], ['labels', 'labels', true]]},
+    csv: {title: 'CSV with a label column', files: [['csv', 'CSV file', true]], text: [['label_column', 'label column', 'label']]},
+    tfrecord: {title: 'TFRecord (tf.train.Example)', files: [['tfrecord', 'train TFRecord', true],
+      ['test_tfrecord', 'test TFRecord', false]]}
+  };
+
+  function viewUpload(ctx, main) {
+    const kind = h('select', {id: 'upload-kind', name: 'kind'},
+      Object.entries(UPLOAD_KINDS).map(([k, v]) => h('option', {value: k, text: v.title})));
+    const name = h('input', {id: 'upload-name', name: 'name', required: true, autocomplete: 'off',
+      pattern: NAME_RE.source.slice(1, -1), placeholder: 'fashion-mnist', title: 'letters, digits, . _ - (up to 64)'});
+    const groups = {};
+    const inputs = {};
+    for (const [k, v] of Object.entries(UPLOAD_KINDS)) {
+      groups[k] = h('fieldset', {id: `upload-${k}`, class: 'files'}, h('legend', {text: v.title}),
+        v.files.map(([field, label, req]) => {
+          const input = h('input', {type: 'file', id: `upload-${k}-${field}`.replace(/_/g, '-'), 'data-field': field});
+          inputs[`${k}:${field}`] = input;
+          return h('label', {}, h('span', {text: label + (req ? ' *' : '')}), input);
+        }),
+        (v.text || []).map(([field, label, ph]) => {
+          const input = h('input', {type: 'text', id: `upload-${k}-${field}`.replace(/_/g, '-'), 'data-field': field,
+            placeholder: ph});
+          inputs[`${k}:${field}`] = input;
+          return h('label', {}, h('span', {text: label}), input);
+        }));
+    }
+    const bar = h('progress', {id: 'upload-progress', max: '1', value: '0', hidden: true});
+    const status = h('div', {id: 'upload-status', class: 'status-line', role: 'status'});
+    const submit = h('button', {type: 'submit', id: 'upload-submit', text: 'Upload'});
+    const form = h('form', {id: 'upload-form', class: 'form', novalidate: true},
+      h('label', {}, h('span', {text: 'Name *'}), name),
+      h('label', {}, h('span', {text: 'Format'}), kind),
+      Object.values(groups), h('div', {class: 'actions'}, submit, bar), status);
+    append(main, h('h2', {text: 'Upload a dataset'}),
+      h('p', {class: 'muted'}, 'The files stream to the server, which converts them to TFRecord in the background. ',
+        'Names may be reused: a run naming a dataset gets the newest ready one.'), form);
+    const showKind = () => {
+      for (const [k, g] of Object.entries(groups)) g.hidden = k !== kind.value;
+    };
+    kind.addEventListener('change', showKind);
+    showKind();
+
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      status.className = 'status-line';
+      const spec = UPLOAD_KINDS[kind.value];
+      if (!NAME_RE.test(name.value)) {
+        status.className = 'status-line error';
+        status.textContent = 'The name must be letters, digits, ".", "_" or "-" (up to 64), starting with a letter or digit.';
+        return;
+      }
+      const fd = new FormData();
+      for (const [field, label, req] of spec.files) {
+        const input = inputs[`${kind.value}:${field}`];
+        if (input.files.length) fd.append(field, input.files[0], input.files[0].name);
+        else if (req) {
+          status.className = 'status-line error';
+          status.textContent = `Choose a file for "${label}".`;
+          return;
+        }
+      }
+      for (const [field] of spec.text || []) {
+        const v = inputs[`${kind.value}:${field}`].value.trim();
+        if (v) fd.append(field, v);
+      }
+      submit.disabled = true;
+      bar.hidden = false;
+      bar.value = 0;
+      status.textContent = 'Uploading…';
+      try {
+        const d = await postForm(`/datasets?name=${encodeURIComponent(name.value)}`, fd, (f) => { bar.value = f; });
+        if (!ctx.alive) return;
+        status.className = 'status-line ok';
+        set(status, 'Uploaded as ', h('a', {href: `#/datasets/${d.id}`, id: 'upload-result', text: d.id}),
+          ` (${d.status}).`);
+        location.hash = `#/datasets/${d.id}`;
+      } catch (e) {
+        if (!ctx.alive) return;
+        status.className = 'status-line error';
+        status.textContent = errorText(e);
+      } finally {
+        submit.disabled = false;
+        bar.hidden = true;
+      }
+    });
+  }
+
+  /* ============================== submit ============================== */
+
+  function viewSubmit(ctx, main) {
+    const select = h('select', {id: 'submit-dataset', 'aria-label': 'dataset'},
+      h('option', {value: '', text: '(as named in the config)'}));
+    const text = h('textarea', {id: 'submit-config', rows: '28', spellcheck: 'false', autocomplete: 'off',
+      'aria-label': 'run config (JSON)'});
+    text.value = pretty(SEED_CONFIG);
+    const status = h('div', {id: 'submit-status', class: 'status-line', role: 'status'});
+    const submit = h('button', {type: 'submit', id: 'submit-run', text: 'Submit run'});
+    const reset = h('button', {type: 'button', id: 'submit-reset', text: 'Reset to the seed config'});
+    const form = h('form', {id: 'submit-form', class: 'form wide'},
+      h('label', {}, h('span', {text: 'Dataset'}), select),
+      h('label', {class: 'block'}, h('span', {text: 'Config'}), text),
+      h('div', {class: 'actions'}, submit, reset), status);
+    append(main, h('h2', {text: 'Submit a run'}),
+      h('p', {class: 'muted'}, 'The ', h('code', {text: 'tower train'}), ' config, with ', h('code', {text: '"dataset"'}),
+        ' naming an uploaded dataset (id or name), plus the optional server keys ', h('code', {text: '"name"'}), ', ',
+        h('code', {text: '"max_restarts"'}), ' and ', h('code', {text: '"deadline_s"'}), '.'), form);
+    let idemKey = randomKey();
+    let ready = [];
+
+    const datasetOf = (cfg) => (cfg && typeof cfg.dataset === 'object' && cfg.dataset ? cfg.dataset.name : cfg && cfg.dataset);
+
+    function selectFromConfig() {
+      let cfg;
+      try { cfg = JSON.parse(text.value); } catch (_) { return; }
+      const want = datasetOf(cfg);
+      const byId = ready.find((d) => d.id === want);
+      const byName = ready.find((d) => d.name === want); /* the list is newest first */
+      select.value = (byId || byName || {id: ''}).id;
+    }
+
+    async function loadDatasets() {
+      const reply = await api('/datasets');
+      if (!ctx.alive) return;
+      ready = reply.datasets.filter((d) => d.status === 'ready');
+      set(select, h('option', {value: '', text: '(as named in the config)'}),
+        ready.map((d) => h('option', {value: d.id, text: `${d.name} — ${d.id} (${fmtInt(d.train_examples)} train)`})));
+      selectFromConfig();
+    }
+
+    select.addEventListener('change', () => {
+      const d = ready.find((x) => x.id === select.value);
+      if (!d) return;
+      let cfg;
+      try {
+        cfg = JSON.parse(text.value);
+      } catch (e) {
+        status.className = 'status-line error';
+        status.textContent = 'The config is not valid JSON: ' + e.message;
+        return;
+      }
+      const newest = ready.find((x) => x.name === d.name);
+      const ref = newest && newest.id === d.id ? d.name : d.id;
+      if (cfg.dataset && typeof cfg.dataset === 'object') cfg.dataset.name = ref;
+      else cfg.dataset = ref;
+      text.value = pretty(cfg);
+      idemKey = randomKey();
+    });
+    text.addEventListener('input', () => { idemKey = randomKey(); });
+    reset.addEventListener('click', () => {
+      text.value = pretty(SEED_CONFIG);
+      idemKey = randomKey();
+      selectFromConfig();
+    });
+
+    form.addEventListener('submit', async (ev) => {
+      ev.preventDefault();
+      let cfg;
+      try {
+        cfg = JSON.parse(text.value);
+      } catch (e) {
+        status.className = 'status-line error';
+        status.textContent = 'The config is not valid JSON: ' + e.message;
+        return;
+      }
+      submit.disabled = true;
+      status.className = 'status-line';
+      status.textContent = 'Submitting…';
+      try {
+        const reply = await api('/runs', {method: 'POST', json: cfg, headers: {'Idempotency-Key': idemKey}});
+        if (!ctx.alive) return;
+        status.className = 'status-line ok';
+        status.textContent = `Submitted ${reply.id}.`;
+        location.hash = `#/runs/${reply.id}`;
+      } catch (e) {
+        if (!ctx.alive) return;
+        status.className = 'status-line error';
+        status.textContent = errorText(e);
+      } finally {
+        submit.disabled = false;
+      }
+    });
+    loadDatasets().catch((e) => { if (ctx.alive) showError(e, 'datasets'); });
+  }
+
+  /* ============================== devices ============================== */
+
+  function viewDevices(ctx, main) {
+    const body = h('tbody', {id: 'devices-body'});
+    append(main, h('h2', {text: 'Devices'}),
+      h('div', {class: 'table-wrap'}, h('table', {id: 'devices-table', class: 'grid'},
+        h('thead', {}, h('tr', {}, ['Id', 'Kind', 'Name', 'Run'].map((t) => h('th', {text: t})))), body)));
+    ctx.poll(3000, async () => {
+      const reply = await api('/devices');
+      if (!ctx.alive) return;
+      set(body, reply.devices.map((d) => h('tr', {id: `device-row-${d.id}`},
+        h('td', {}, h('code', {text: d.id})), h('td', {text: d.kind}), h('td', {text: d.name}),
+        h('td', {}, d.run ? h('a', {href: `#/runs/${d.run}`, text: d.run}) : h('span', {class: 'muted', text: 'idle'})))));
+    }, 'devices');
+  }
+
+  /* ============================== header ============================== */
+
+  function startHeader() {
+    const input = $('token');
+    input.value = token();
+    input.addEventListener('input', () => {
+      try {
+        if (input.value) localStorage.setItem(TOKEN_KEY, input.value);
+        else localStorage.removeItem(TOKEN_KEY);
+      } catch (_) { /* storage disabled: the token lives for this page only */ }
+    });
+    $('error-close').addEventListener('click', () => {
+      $('error').hidden = true;
+      errorKey = null;
+    });
+    const tick = () => refreshHealth().then(() => setTimeout(tick, 5000));
+    tick();
+  }
+
+  async function refreshHealth() {
+    const health = $('health');
+    try {
+      const r = await api('/health');
+      health.className = 'muted';
+      health.textContent = `v${r.version} · ${r.running} running · ${r.queued} queued`;
+    } catch (e) {
+      health.className = 'error';
+      health.textContent = 'server unreachable';
+    }
+  }
+
+  startHeader();
+  window.addEventListener('hashchange', route);
+  route();
+})();

@@ -1,0 +1,50 @@
+"""Helpers shared by the integration tests: polling for a condition and a stock TensorBoard."""
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+DEADLINE_S = 60
+
+
+def poll(what, fn, deadline_s=DEADLINE_S):
+    """Calls fn() until it returns something other than None, for at most deadline_s seconds."""
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        got = fn()
+        if got is not None:
+            return got
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {deadline_s} s waiting for {what}")
+
+
+@contextlib.contextmanager
+def tensorboard(logdir, logs):
+    """Runs `tensorboard --load_fast=true --logdir logdir` (logs: a folder for its output); yields
+    (base_url, pid). Killed with its process group (the Rust data server included) at the end."""
+    out, err = open(logs / "stdout", "w+"), open(logs / "stderr", "w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--load_fast=true",
+         "--host", "127.0.0.1", "--port", "0", "--reload_interval", "1"],
+        stdout=out, stderr=err, start_new_session=True)
+    try:
+        def url():
+            assert proc.poll() is None, (logs / "stderr").read_text()[-4000:]
+            m = re.search(r"TensorBoard \S+ at (http://127\.0\.0\.1:\d+)/",
+                          (logs / "stderr").read_text() + (logs / "stdout").read_text())
+            return m.group(1) if m else None
+        yield poll("tensorboard to listen", url), proc.pid
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        out.close()
+        err.close()

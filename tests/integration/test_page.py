@@ -1,0 +1,249 @@
+"""The status page (static/) in headless Chromium against a real `tower serve`: upload Fashion-MNIST through
+the upload form, see its sample images drawn, submit a run through the submit form, watch its charts grow
+from the SSE-driven metrics, cancel it, find it in the runs table; and, with Chart.js blocked, the same
+metrics as a table. No console errors beyond the ones a case provokes on purpose. Screenshots go to
+$TOWER_ARTIFACTS (default build/test-artifacts/).
+
+Needs Debian's chromium and chromium-driver and the selenium package (scripts/install-deps.sh --test)."""
+import json
+import os
+import pathlib
+import shutil
+import time
+
+import pytest
+import requests
+
+from conftest import FASHION, ROOT
+
+webdriver = pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import TimeoutException, WebDriverException  # noqa: E402
+from selenium.webdriver.chrome.options import Options  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+ARTIFACTS = pathlib.Path(os.environ.get("TOWER_ARTIFACTS", ROOT / "build" / "test-artifacts"))
+TOKEN = "page-test-token"
+IDX = {"images": "train-images-idx3-ubyte.gz", "labels": "train-labels-idx1-ubyte.gz",
+       "test_images": "t10k-images-idx3-ubyte.gz", "test_labels": "t10k-labels-idx1-ubyte.gz"}
+
+pytestmark = pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+                                reason="needs chromium and chromium-driver (scripts/install-deps.sh --test)")
+
+
+@pytest.fixture
+def browser():
+    opts = Options()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1100",
+                "--disable-gpu"):
+        opts.add_argument(arg)
+    opts.binary_location = CHROMIUM
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=opts, service=Service(CHROMEDRIVER))
+    yield driver
+    driver.quit()
+
+
+def wait(driver, what, timeout=30, message="", detail=None):
+    """WebDriverWait(driver).until(what); on a timeout the message names what did not happen, and
+    detail(driver), if given, adds what the page shows then."""
+    try:
+        return WebDriverWait(driver, timeout, poll_frequency=0.2).until(what)
+    except TimeoutException:
+        extra = ""
+        if detail:
+            try:
+                extra = f" (page: {detail(driver)!r})"
+            except WebDriverException as e:
+                extra = f" (page: {e.msg})"
+        raise TimeoutException(f"timed out after {timeout} s waiting for {message}{extra}") from None
+
+
+def severe(driver, allowed=()):
+    """SEVERE console entries since the last call, less those containing one of `allowed`."""
+    return [e for e in driver.get_log("browser")
+            if e["level"] == "SEVERE" and not any(a in e["message"] for a in allowed)]
+
+
+def poll_api(url, ok, timeout, what, **kw):
+    """GETs url until ok(json) holds; returns that JSON."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reply = requests.get(url, timeout=10, **kw)
+        reply.raise_for_status()
+        body = reply.json()
+        if ok(body):
+            return body
+        assert time.monotonic() < deadline, f"timed out waiting for {what}: {body}"
+        time.sleep(0.25)
+
+
+def js(driver, script, *args):
+    return driver.execute_script(script, *args)
+
+
+def chart_points(driver, chart, series=0):
+    return js(driver, "const c = (window.towerCharts || {})[arguments[0]];"
+                      "return c ? c.data.datasets[arguments[1]].data.length : 0;", chart, series)
+
+
+def navigate(driver, nav, element):
+    """Clicks the header link `nav` and waits for the view's element `element` (routing is on hashchange)."""
+    driver.find_element(By.ID, nav).click()
+    return wait(driver, lambda d: d.find_element(By.ID, element), message=f"{element} after clicking {nav}")
+
+
+def screenshot(driver, name):
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(ARTIFACTS / name)), f"could not save {ARTIFACTS / name}"
+
+
+def non_blank_pixels(driver, canvas_id):
+    """Pixels of the canvas that are drawn (opaque) and not black."""
+    return js(driver, """
+        const c = document.getElementById(arguments[0]);
+        if (!c || !c.width || !c.height) return 0;
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) if (d[i + 3] && (d[i] || d[i + 1] || d[i + 2])) n++;
+        return n;""", canvas_id)
+
+
+def test_upload_submit_and_live_charts(serve, browser):
+    server = serve(token=TOKEN)
+    d = browser
+    d.get(server.url + "/")
+    wait(d, lambda d: d.find_element(By.ID, "runs-empty").is_displayed(), message="empty runs table")
+    assert "Tower" in d.title
+    assert js(d, "return window.towerPage.chartjs") is True, "Chart.js was not loaded from /static/chart.js"
+    assert severe(d) == []
+
+    # Without the token a mutating request fails and the page shows the error envelope's message.
+    status = navigate(d, "nav-submit", "submit-status")
+    d.find_element(By.ID, "submit-run").click()
+    wait(d, lambda d: "error" in status.get_attribute("class") and "UNAUTHENTICATED" in status.text,
+         message="the 401 envelope shown on the submit form")
+    assert [e for e in severe(d) if "401" not in e["message"]] == []  # only the refused request itself
+
+    d.find_element(By.ID, "token").send_keys(TOKEN)
+    assert js(d, "return localStorage.getItem('tower.token')") == TOKEN
+
+    # Upload Fashion-MNIST through the form.
+    navigate(d, "nav-upload", "upload-name").send_keys("fashion-mnist")
+    for field, name in IDX.items():
+        d.find_element(By.ID, "upload-idx-" + field.replace("_", "-")).send_keys(str(FASHION / name))
+    d.find_element(By.ID, "upload-submit").click()
+    wait(d, lambda d: d.execute_script("return location.hash").startswith("#/datasets/d"), timeout=120,
+         message="the upload to finish and the page to open the dataset",
+         detail=lambda d: d.find_element(By.ID, "upload-status").text)
+    dataset_id = js(d, "return location.hash").split("/")[-1]
+    dataset = poll_api(server.api(f"/datasets/{dataset_id}"), lambda b: b["status"] != "converting", 300,
+                       "the conversion")
+    assert dataset["status"] == "ready", dataset
+    assert (dataset["train_examples"], dataset["test_examples"]) == (60000, 10000)
+
+    # The dataset page: counts, the label histogram and the sample grid on a canvas.
+    wait(d, lambda d: non_blank_pixels(d, "dataset-samples") > 2000, timeout=30,
+         message="the sample images drawn on the canvas")
+    row = d.find_element(By.ID, f"dataset-row-{dataset_id}")
+    assert "60,000" in row.text and "10,000" in row.text, row.text
+    hist = d.find_element(By.ID, "dataset-histogram")
+    assert len(hist.find_elements(By.CSS_SELECTOR, "tbody tr")) == 10
+    assert "6,000" in hist.text and "1,000" in hist.text
+    screenshot(d, "page-dataset.png")
+
+    # Submit a run through the form: the seed config, made long enough to be watched and then cancelled.
+    navigate(d, "nav-submit", "submit-dataset")
+    wait(d, lambda d: d.find_element(By.ID, "submit-dataset").get_attribute("value") == dataset_id,
+         message="the dataset dropdown to select the uploaded dataset")
+    text = d.find_element(By.ID, "submit-config")
+    config = json.loads(text.get_attribute("value"))
+    seed = json.loads((ROOT / "examples" / "seed_mlp.json").read_text())
+    assert config == {**seed, "name": "seed-mlp", "dataset": "fashion-mnist"}, "the prefill drifted from the seed"
+    config.update(steps=200000, summary_every=100, eval_every=1000, checkpoint_every=1000)
+    js(d, "arguments[0].value = arguments[1];"
+          "arguments[0].dispatchEvent(new Event('input', {bubbles: true}));", text, json.dumps(config, indent=2))
+    d.find_element(By.ID, "submit-run").click()
+    wait(d, lambda d: d.execute_script("return location.hash").startswith("#/runs/r"), timeout=30,
+         message="the page to open the new run", detail=lambda d: d.find_element(By.ID, "submit-status").text)
+    run_id = js(d, "return location.hash").split("/")[-1]
+
+    # The run page: charts fed by SSE + metrics grow while it trains.
+    wait(d, lambda d: chart_points(d, "loss") > 0, timeout=120, message="loss points on the chart")
+    first = chart_points(d, "loss")
+    wait(d, lambda d: chart_points(d, "loss") > first, timeout=60, message=f"more than {first} loss points")
+    wait(d, lambda d: chart_points(d, "accuracy", 0) > 0 and chart_points(d, "accuracy", 1) > 0, timeout=60,
+         message="eval accuracy points, raw and EMA")
+    for chart in ("lr", "throughput"):
+        assert chart_points(d, chart) > 0, chart
+    assert d.find_element(By.ID, "run-status").text.startswith("running")
+    assert "tensorboard --logdir" in d.find_element(By.ID, "run-tensorboard").text
+    assert json.loads(d.find_element(By.ID, "run-config").text)["steps"] == 200000
+    wait(d, lambda d: d.find_element(By.ID, "run-log").text.strip() not in ("", "(empty)"), timeout=30,
+         message="the log tail")
+    screenshot(d, "page.png")
+
+    # Cancel from the run page; a cancelled run keeps its checkpoint, which the page links to.
+    d.find_element(By.ID, "run-cancel").click()
+    wait(d, lambda d: d.find_element(By.ID, "run-status").text.startswith("cancelled"), timeout=60,
+         message="the run to show as cancelled")
+    wait(d, lambda d: d.find_elements(By.ID, "run-checkpoint"), timeout=30, message="the checkpoint link")
+    href = d.find_element(By.ID, "run-checkpoint").get_attribute("href")
+    assert href.endswith(f"/api/v1/runs/{run_id}/checkpoints/latest")
+    ckpt = requests.get(href, timeout=30)
+    assert ckpt.status_code == 200 and len(ckpt.content) > 8
+
+    # The runs table lists it with its dataset, devices and progress.
+    navigate(d, "nav-runs", "runs-table")
+    row = wait(d, lambda d: d.find_element(By.ID, f"run-row-{run_id}"), message="the run in the runs table")
+    wait(d, lambda d: row.get_attribute("data-status") == "cancelled", message="the row's status")
+    assert "seed-mlp" in row.text and "fashion-mnist" in row.text, row.text
+    devices = row.find_element(By.CSS_SELECTOR, ".col-devices").text
+    assert devices and devices != "—", row.text
+    progress = row.find_element(By.CSS_SELECTOR, ".col-progress .progress")
+    assert 0 < float(progress.get_attribute("aria-valuenow")) < 100, progress.text
+    screenshot(d, "page-runs.png")
+    assert severe(d) == []
+
+
+def test_without_chartjs_metrics_are_a_table(serve, browser):
+    server = serve()
+    files = {field: (name, open(FASHION / name, "rb")) for field, name in IDX.items()}
+    try:
+        reply = requests.post(server.api("/datasets?name=fashion-mnist"), files=files, timeout=300)
+    finally:
+        for _, f in files.values():
+            f.close()
+    assert reply.status_code == 202, reply.text
+    dataset_id = reply.json()["id"]
+    poll_api(server.api(f"/datasets/{dataset_id}"), lambda b: b["status"] != "converting", 300, "the conversion")
+    config = json.loads((ROOT / "examples" / "seed_mlp.json").read_text())
+    config.update(dataset=dataset_id, name="no-charts", steps=2000, summary_every=100, eval_every=1000,
+                  checkpoint_every=1000)
+    reply = requests.post(server.api("/runs"), json=config, timeout=30)
+    assert reply.status_code == 201, reply.text
+    run_id = reply.json()["id"]
+    run = poll_api(server.api(f"/runs/{run_id}"), lambda b: b["status"] not in ("queued", "running"), 300,
+                   "the run to finish")
+    assert run["status"] == "succeeded", run
+
+    d = browser
+    d.execute_cdp_cmd("Network.enable", {})
+    d.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*/static/chart.js"]})
+    d.get(f"{server.url}/#/runs/{run_id}")
+    wait(d, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#metrics-table tbody tr")) >= 20, timeout=30,
+         message="the metrics table with one row per summary step")
+    assert js(d, "return typeof window.Chart") == "undefined"
+    assert js(d, "return window.towerPage.chartjs") is False
+    assert d.find_elements(By.CSS_SELECTOR, "#charts canvas") == []
+    first = d.find_element(By.CSS_SELECTOR, "#metrics-table tbody tr").text.split()
+    assert first[0] == "2,000" and float(first[1]) > 0, first  # newest first: step, loss, ...
+    assert "Chart.js is not available" in d.find_element(By.ID, "metrics-note").text
+    screenshot(d, "page-nochart.png")
+    navigate(d, "nav-runs", "runs-table")
+    wait(d, lambda d: d.find_elements(By.ID, f"run-row-{run_id}"), message="the runs table without Chart.js")
+    # The blocked request is the only error.
+    assert severe(d, allowed=("static/chart.js",)) == []

@@ -1,0 +1,42 @@
+"""The children `tower serve` runs: own process group, nothing of the server's inherited (RELIABILITY
+P12), the devices they are scheduled on, and `tower devices`."""
+import json
+import os
+import subprocess
+
+import requests
+
+from helpers import poll
+from test_server import child_pids, seed_config, submit, upload_fashion, wait_run
+
+
+def test_child_has_its_own_group_and_no_server_descriptors(serve, tool):
+    server = serve("--trainer", tool("tw_faketrain"), env={"TW_FAKE": "step_ms=20"})
+    upload_fashion(server)
+    run = submit(server, seed_config(steps=100000)).json()
+    wait_run(server, run["id"], ("running",))
+    child = poll("the child", lambda: (child_pids(server.proc.pid) or [None])[0])
+    assert os.getpgid(child) == child != os.getpgid(server.proc.pid)
+    fds = {os.readlink(f"/proc/{child}/fd/{fd}") for fd in os.listdir(f"/proc/{child}/fd")}
+    assert not any("tower.db" in f for f in fds), fds
+    assert not any(f.startswith("socket:") for f in fds), fds  # not the listening socket
+    logdir = str(server.data.resolve() / "runs" / run["id"])
+    cmdline = open(f"/proc/{child}/cmdline", "rb").read().split(b"\0")
+    assert [c.decode() for c in cmdline[1:7]] == ["train", f"{logdir}/config.json", "--logdir", logdir,
+                                                   "--resume", "--backend"]
+    env = dict(e.split(b"=", 1) for e in open(f"/proc/{child}/environ", "rb").read().split(b"\0") if b"=" in e)
+    assert env[b"CUDA_VISIBLE_DEVICES"] == b"" and env[b"CUDA_DEVICE_ORDER"] == b"PCI_BUS_ID"
+    devices = requests.get(server.api("/devices"), timeout=10).json()["devices"]
+    assert devices == [{"id": "cpu", "kind": "cpu", "name": devices[0]["name"], "run": run["id"]}]
+    requests.post(server.api(f"/runs/{run['id']}/cancel"), timeout=10)
+    wait_run(server, run["id"])
+    assert requests.get(server.api("/devices"), timeout=10).json()["devices"][0]["run"] is None
+
+
+def test_tower_devices_lists_the_cpu(tower_bin):
+    out = subprocess.run([tower_bin, "devices"], capture_output=True, text=True, check=True).stdout
+    devices = json.loads(out)
+    if not os.path.isdir("/proc/driver/nvidia/gpus"):
+        assert [d["id"] for d in devices] == ["cpu"] and devices[0]["kind"] == "cpu"
+    else:
+        assert all(d["kind"] == "gpu" for d in devices)

@@ -1,0 +1,568 @@
+/* tw_faketrain.c — a stand-in for `tower train` that the server's reliability tests run as the child
+ * process (`tower serve --trainer PATH`). It speaks the trainer's whole contract without a model or data,
+ * and fails on request. Not a test itself.
+ *
+ *   tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B]
+ *
+ * The same arguments as `tower train` (the first is ignored; --towers and --backend are checked and
+ * ignored). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
+ * (default 1000) and "checkpoint_every" (default 1000, 0 = only at the end), as engine/config.c does.
+ * What it writes, through the real modules:
+ *   - DIR/events.out.tfevents.*: a scalar "loss" per step (eventlog/events.h); a resumed run writes a new
+ *     file that starts with SessionLog START at step+1, like the trainer. A failed event write only
+ *     prints the trainer's METRICS_DEGRADED warning.
+ *   - DIR/checkpoints/: tw_checkpoint_save every checkpoint_every steps, at the end and on SIGTERM or
+ *     SIGINT (ckpt-%010lld.safetensors holding "w" [4] fp32, metadata "format" and "step"; the `latest`
+ *     pointer; keep 3). --resume continues from tw_checkpoint_open_latest (none: from step 0).
+ *   - DIR/steps.log: one line "step K" per completed step, appended with write(2) (so SIGKILL loses
+ *     none; no fsync). On --resume the lines after the checkpoint's step are dropped first (the work
+ *     since the checkpoint is redone; TensorBoard drops those points the same way), so after any number of
+ *     kills and resumes the file reads "step 1" ... "step N" exactly once each. A run without --resume
+ *     appends to what is there: a restart that forgets --resume shows up as repeated steps.
+ *   - stdout, one JSON object per line, each flushed: {"resumed_from":PATH,"step":K} after a resume,
+ *     {"step":K,"loss":X} per step, {"heartbeat":true,"step":K} when no line was written for a second
+ *     (checked once per step, as the trainer does), and last {"status":"completed"|"cancelled","step":K,
+ *     "seconds":S}; a failure ends with {"status":"failed","error":{"code":NAME},"exit":CODE,
+ *     "message":TEXT} and the message on stderr.
+ * Exit status as engine/train_main.c: 0 completed or cancelled, 1 other failure, 2 usage or config
+ * error, 10 NaN/Inf loss, 11 out of memory, 12 sticky device error, 13 storage full, 14 bad dataset.
+ *
+ * Fault switches: the environment variable TW_FAKE (inherited from the server), comma-separated; an
+ * unknown or malformed switch is a usage error (exit 2). "At step K" means instead of completing step K
+ * (steps 1..K-1 are done, logged and printed); K = 0 fires at start-up, before the first line, the
+ * checkpoint load and steps.log (only DIR and the `once` marker exist by then).
+ *   step_ms=N      sleep N ms in each step (default 10)
+ *   startup_ms=N   sleep N ms before the first line (and before loading the checkpoint)
+ *   ckpt_ms=N      sleep N ms between writing a checkpoint's temporary file and renaming it, so a test
+ *                  can SIGKILL during a checkpoint write (rename(2) is wrapped below; the real
+ *                  checkpoint and atomic-file code runs unchanged around the pause)
+ *   nan_at=K       the loss of step K is NaN: the trainer's LOSS_NAN line, then {"status":"diverged"},
+ *                  exit 10, no checkpoint of that state (K >= 1)
+ *   inf_at=K       the same with +Inf and LOSS_INF
+ *   hang_at=K      at step K print nothing more and sleep forever; SIGTERM and SIGINT are noted but the
+ *                  process stays hung (a deadlock): only SIGKILL ends it
+ *   crash_at=K     raise(SIGSEGV) at step K (death by signal, nothing flushed or checkpointed)
+ *   exit_at=K:CODE at step K write a message naming the fault to stderr (11: CUDA out of memory,
+ *                  12: "CUDA error: an illegal memory access was encountered", 13: No space left on
+ *                  device, 14: a corrupt TFRecord, other: an injected failure), the failed JSON line
+ *                  (CODE != 0) and exit CODE (0..255)
+ *   once           the faults above (nan/inf/hang/crash/exit) fire only in the first attempt: the first
+ *                  run creates DIR/.tw_fake_once, and a run that finds it runs clean (timings still apply)
+ * Example: TW_FAKE=step_ms=50,exit_at=7:12,once */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "atomic_file.h"
+#include "checkpoint.h"
+#include "events.h"
+#include "trainer.h"
+
+
+enum { KEEP_CHECKPOINTS = 3, W_VALUES = 4, PATH_BYTES = 4096 };
+
+#define NEVER (-1)
+
+static const char USAGE[] =
+    "usage: tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B]\n"
+    "fault switches in $TW_FAKE: step_ms=N,startup_ms=N,ckpt_ms=N,nan_at=K,inf_at=K,hang_at=K,\n"
+    "crash_at=K,exit_at=K:CODE,once (see the comment at the top of tw_faketrain.c)\n";
+
+typedef struct {
+    long step_ms, startup_ms, ckpt_ms;
+    int64_t nan_at, inf_at, hang_at, crash_at, exit_at;
+    int exit_code;
+    int once;
+} fault_switches;
+
+static fault_switches F = {.step_ms = 10, .nan_at = NEVER, .inf_at = NEVER, .hang_at = NEVER,
+                           .crash_at = NEVER, .exit_at = NEVER};
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Sleeps ms milliseconds, the whole time even when a signal interrupts. */
+static void sleep_ms(long ms)
+{
+    struct timespec left = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (ms > 0 && nanosleep(&left, &left) != 0 && errno == EINTR)
+        ;
+}
+
+/* The checkpoint write's pause (ckpt_ms): tw_atomic_file_commit renames the fsynced temporary over the
+ * final name; this definition takes the place of libc's rename for the whole program, waits when the
+ * temporary is a checkpoint's, then renames with renameat. */
+int rename(const char *from, const char *to)
+{
+    if (F.ckpt_ms > 0 && strstr(from, ".safetensors.tmp."))
+        sleep_ms(F.ckpt_ms);
+    return renameat(AT_FDCWD, from, AT_FDCWD, to);
+}
+
+/* ================================ exit codes and output ================================ */
+
+
+static double last_line; /* now() when the last line was written */
+
+/* Writes obj as one flushed line; steals obj. */
+static void emit(json_t *obj)
+{
+    if (obj && json_dumpf(obj, stdout, JSON_COMPACT | JSON_REAL_PRECISION(7)) == 0)
+        fputc('\n', stdout);
+    fflush(stdout);
+    json_decref(obj);
+    last_line = now();
+}
+
+static void heartbeat(int64_t step)
+{
+    if (now() - last_line >= 1.0)
+        emit(json_pack("{s:b, s:I}", "heartbeat", 1, "step", (json_int_t)step));
+}
+
+/* stderr and the final failed line, as `tower train` writes them; returns code. */
+static int fail_with(const char *status_name, const char *msg, int code)
+{
+    fprintf(stderr, "tw_faketrain: %s\n", msg);
+    emit(json_pack("{s:s, s:{s:s}, s:i, s:s}", "status", "failed", "error", "code", status_name,
+                   "exit", code, "message", msg));
+    return code;
+}
+
+static int fail(const tw_error *err)
+{
+    char msg[1200];
+    tw_error_format(err, msg, sizeof msg);
+    return fail_with(tw_status_name(err->status), msg, tw_train_exit_code(err));
+}
+
+/* ================================ switches, arguments, config ================================ */
+
+static int parse_i64(const char *s, int64_t lo, int64_t *v)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(s, &end, 10);
+    if (!*s || *end || errno || x < lo)
+        return 0;
+    *v = x;
+    return 1;
+}
+
+/* Parses one switch; 0 when it is unknown or malformed. */
+static int parse_switch(char *item)
+{
+    static const struct {
+        const char *name;
+        int64_t *at;
+        int64_t lo;
+    } STEPS[] = {{"nan_at", &F.nan_at, 1},     {"inf_at", &F.inf_at, 1},
+                 {"hang_at", &F.hang_at, 0},   {"crash_at", &F.crash_at, 0}};
+    static const struct {
+        const char *name;
+        long *ms;
+    } TIMES[] = {{"step_ms", &F.step_ms}, {"startup_ms", &F.startup_ms}, {"ckpt_ms", &F.ckpt_ms}};
+    if (!strcmp(item, "once"))
+        return F.once = 1;
+    char *value = strchr(item, '=');
+    if (!value)
+        return 0;
+    *value++ = 0;
+    int64_t v;
+    for (size_t i = 0; i < sizeof STEPS / sizeof STEPS[0]; i++)
+        if (!strcmp(item, STEPS[i].name))
+            return parse_i64(value, STEPS[i].lo, STEPS[i].at);
+    for (size_t i = 0; i < sizeof TIMES / sizeof TIMES[0]; i++)
+        if (!strcmp(item, TIMES[i].name)) {
+            if (!parse_i64(value, 0, &v) || v > 86400000)
+                return 0;
+            *TIMES[i].ms = (long)v;
+            return 1;
+        }
+    if (strcmp(item, "exit_at"))
+        return 0;
+    char *code = strchr(value, ':');
+    if (!code)
+        return 0;
+    *code++ = 0;
+    if (!parse_i64(value, 0, &F.exit_at) || !parse_i64(code, 0, &v) || v > 255)
+        return 0;
+    F.exit_code = (int)v;
+    return 1;
+}
+
+/* Reads $TW_FAKE into F; 0 after printing a usage error. */
+static int parse_switches(void)
+{
+    const char *env = getenv("TW_FAKE");
+    if (!env || !*env)
+        return 1;
+    char *copy = strdup(env), *save = NULL;
+    int ok = copy != NULL;
+    for (char *item = copy ? strtok_r(copy, ",", &save) : NULL; ok && item;
+         item = strtok_r(NULL, ",", &save)) {
+        char shown[128];
+        snprintf(shown, sizeof shown, "%s", item);
+        if (!(ok = parse_switch(item)))
+            fprintf(stderr, "tw_faketrain: TW_FAKE: unknown or malformed switch '%s'\n%s", shown,
+                    USAGE);
+    }
+    free(copy);
+    return ok;
+}
+
+typedef struct {
+    const char *config, *logdir;
+    int resume;
+    int64_t steps, checkpoint_every;
+    char ckpt_dir[PATH_BYTES], steps_log[PATH_BYTES];
+} options;
+
+/* `tower train`'s arguments, argv[0] being "train". Returns 0 to go on, else the exit status. */
+static int parse_args(int argc, char **argv, options *o)
+{
+    static const struct option longs[] = {
+        {"logdir", required_argument, 0, 'l'}, {"resume", no_argument, 0, 'r'},
+        {"towers", required_argument, 0, 't'}, {"backend", required_argument, 0, 'b'},
+        {0, 0, 0, 0}};
+    int c;
+    int64_t towers;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
+        switch (c) {
+        case 'l': o->logdir = optarg; break;
+        case 'r': o->resume = 1; break;
+        case 't':
+            if (!parse_i64(optarg, 1, &towers) || towers > 64)
+                return fputs(USAGE, stderr), TW_EXIT_USAGE;
+            break;
+        case 'b':
+            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+                return fputs(USAGE, stderr), TW_EXIT_USAGE;
+            break;
+        default: return fputs(USAGE, stderr), TW_EXIT_USAGE;
+        }
+    }
+    if (optind != argc - 1 || !o->logdir)
+        return fputs(USAGE, stderr), TW_EXIT_USAGE;
+    o->config = argv[optind];
+    int a = snprintf(o->ckpt_dir, sizeof o->ckpt_dir, "%s/checkpoints", o->logdir);
+    int b = snprintf(o->steps_log, sizeof o->steps_log, "%s/steps.log", o->logdir);
+    if (a < 0 || a >= PATH_BYTES || b < 0 || b >= PATH_BYTES)
+        return fputs("tw_faketrain: --logdir is too long\n", stderr), TW_EXIT_USAGE;
+    return 0;
+}
+
+/* config[key] into *v when present: an integer of at least lo. */
+static tw_status config_int(const char *path, json_t *root, const char *key, int64_t lo, int64_t *v,
+                            tw_error *err)
+{
+    json_t *j = json_object_get(root, key);
+    if (!j)
+        return TW_OK;
+    if (!json_is_integer(j) || json_integer_value(j) < lo)
+        return tw_error_set(err, TW_ERR_INVALID, path, -1, "'%s' must be an integer >= %lld", key,
+                            (long long)lo);
+    *v = json_integer_value(j);
+    return TW_OK;
+}
+
+static tw_status load_config(options *o, tw_error *err)
+{
+    json_error_t je;
+    json_t *root = json_load_file(o->config, JSON_REJECT_DUPLICATES, &je);
+    if (!root)
+        return tw_error_set(err, TW_ERR_INVALID, o->config, -1, "%s", je.text);
+    o->steps = 1000;
+    o->checkpoint_every = 1000;
+    tw_status s = json_is_object(root) ? TW_OK
+                                       : tw_error_set(err, TW_ERR_INVALID, o->config, -1,
+                                                      "the config must be a JSON object");
+    if (s == TW_OK)
+        s = config_int(o->config, root, "steps", 1, &o->steps, err);
+    if (s == TW_OK)
+        s = config_int(o->config, root, "checkpoint_every", 0, &o->checkpoint_every, err);
+    json_decref(root);
+    return s;
+}
+
+/* ================================ faults ================================ */
+
+static const struct {
+    int code;
+    const char *status;
+    const char *message;
+} INJECTED[] = {
+    {TW_EXIT_OOM, "OUT_OF_MEMORY", "CUDA error: out of memory (cudaMalloc of 4294967296 bytes)"},
+    {TW_EXIT_DEVICE, "INTERNAL", "CUDA error: an illegal memory access was encountered"},
+    {TW_EXIT_STORAGE_FULL, "IO_ERROR", "checkpoints/ckpt-fake.safetensors: write failed: No space left "
+                                    "on device"},
+    {TW_EXIT_BAD_DATA, "CORRUPT", "train.tfrecord: at byte 0: corrupted record: length CRC mismatch"},
+};
+
+/* Fires the hang, crash or exit fault set for step k; returns only when there is none. */
+static void fire_faults(int64_t k)
+{
+    if (F.hang_at == k) {
+        fprintf(stderr, "tw_faketrain: hang_at=%lld: hanging (only SIGKILL ends this)\n",
+                (long long)k);
+        for (;;)
+            pause();
+    }
+    if (F.crash_at == k) {
+        fprintf(stderr, "tw_faketrain: crash_at=%lld: raising SIGSEGV\n", (long long)k);
+        signal(SIGSEGV, SIG_DFL);
+        raise(SIGSEGV);
+    }
+    if (F.exit_at != k)
+        return;
+    const char *status = "INTERNAL", *what = "injected failure";
+    for (size_t i = 0; i < sizeof INJECTED / sizeof INJECTED[0]; i++)
+        if (INJECTED[i].code == F.exit_code) {
+            status = INJECTED[i].status;
+            what = INJECTED[i].message;
+        }
+    char msg[512];
+    snprintf(msg, sizeof msg, "exit_at=%lld:%d (injected at step %lld): %s", (long long)k,
+             F.exit_code, (long long)k, what);
+    if (F.exit_code)
+        fail_with(status, msg, F.exit_code);
+    else
+        fprintf(stderr, "tw_faketrain: %s\n", msg);
+    exit(F.exit_code);
+}
+
+/* With `once`, the first run in logdir leaves a marker; later runs clear the faults. */
+static tw_status apply_once(const char *logdir, tw_error *err)
+{
+    if (!F.once)
+        return TW_OK;
+    char path[PATH_BYTES];
+    snprintf(path, sizeof path, "%s/.tw_fake_once", logdir);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd >= 0)
+        return close(fd), TW_OK;
+    if (errno != EEXIST)
+        return tw_error_errno(err, path, "cannot create the once marker");
+    F.nan_at = F.inf_at = F.hang_at = F.crash_at = F.exit_at = NEVER;
+    return TW_OK;
+}
+
+/* ================================ the run ================================ */
+
+typedef struct {
+    options *o;
+    tw_events_writer *ev; /* NULL once degraded */
+    int log_fd;           /* steps.log, O_APPEND */
+    int64_t step;         /* completed steps */
+    double t_start;
+} run;
+
+/* The loss of step k: falls smoothly, the same for a resumed run. */
+static double fake_loss(int64_t k) { return 2.3 * exp(-(double)k / 200.0) + 0.05; }
+
+static void events_failed(run *R, const tw_error *e)
+{
+    char msg[1200];
+    tw_error_format(e, msg, sizeof msg);
+    emit(json_pack("{s:s, s:s, s:I}", "warning", "METRICS_DEGRADED", "message", msg, "step",
+                   (json_int_t)R->step));
+    tw_events_destroy(R->ev);
+    R->ev = NULL;
+}
+
+static tw_status save(run *R, tw_error *err)
+{
+    float w[W_VALUES];
+    for (int i = 0; i < W_VALUES; i++)
+        w[i] = (float)R->step * 0.5f + (float)i;
+    char step[24];
+    snprintf(step, sizeof step, "%lld", (long long)R->step);
+    const tw_ckpt_tensor t = {.name = "w", .data = w, .rank = 1, .shape = {W_VALUES}};
+    const tw_ckpt_meta meta[] = {{"format", "tower-faketrain-1"}, {"step", step}};
+    tw_error e; /* as the trainer: the events up to this step are in the file before the checkpoint */
+    if (R->ev && tw_events_flush(R->ev, &e) != TW_OK)
+        events_failed(R, &e);
+    return tw_checkpoint_save(R->o->ckpt_dir, R->step, KEEP_CHECKPOINTS, &t, 1, meta, 2, err);
+}
+
+/* Rewrites steps.log atomically with only its lines up to step (none when it does not exist). */
+static tw_status trim_steps_log(const char *path, int64_t step, tw_error *err)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return errno == ENOENT ? TW_OK : tw_error_errno(err, path, "cannot open");
+    char *kept = NULL, line[64];
+    size_t len = 0;
+    FILE *out = open_memstream(&kept, &len);
+    long long k;
+    while (out && fgets(line, sizeof line, f))
+        if (sscanf(line, "step %lld", &k) == 1 && k <= step)
+            fputs(line, out);
+    fclose(f);
+    if (!out)
+        return tw_error_set(err, TW_ERR_NOMEM, path, -1, "out of memory");
+    fclose(out);
+    tw_status s = tw_atomic_write_file(path, kept, len, err);
+    free(kept);
+    return s;
+}
+
+/* --resume: loads the latest checkpoint (if any) into R->step and trims steps.log to it. */
+static tw_status resume(run *R, tw_error *err)
+{
+    tw_checkpoint *ck;
+    tw_status s = tw_checkpoint_open_latest(R->o->ckpt_dir, &ck, err);
+    if (s == TW_END)
+        return trim_steps_log(R->o->steps_log, 0, err);
+    TW_TRY(s);
+    const char *meta = tw_checkpoint_meta(ck, "step");
+    float w[W_VALUES];
+    const int64_t shape[1] = {W_VALUES};
+    int64_t step = -1;
+    if (!meta || !parse_i64(meta, 0, &step))
+        s = tw_error_set(err, TW_ERR_CORRUPT, tw_checkpoint_path(ck), -1,
+                         "checkpoint metadata lacks a valid 'step'");
+    if (s == TW_OK)
+        s = tw_checkpoint_fetch(ck, "w", 1, shape, w, err);
+    if (s == TW_OK) {
+        R->step = step;
+        emit(json_pack("{s:s, s:I}", "resumed_from", tw_checkpoint_path(ck), "step",
+                       (json_int_t)step));
+    }
+    tw_checkpoint_free(ck);
+    return s == TW_OK ? trim_steps_log(R->o->steps_log, step, err) : s;
+}
+
+static tw_status start(run *R, tw_error *err)
+{
+    if (mkdir(R->o->logdir, 0755) != 0 && errno != EEXIST)
+        return tw_error_errno(err, R->o->logdir, "cannot create the log folder");
+    TW_TRY(apply_once(R->o->logdir, err));
+    fire_faults(0);
+    if (R->o->resume)
+        TW_TRY(resume(R, err));
+    R->log_fd = open(R->o->steps_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (R->log_fd < 0)
+        return tw_error_errno(err, R->o->steps_log, "cannot open");
+    TW_TRY(tw_events_create(R->o->logdir, NULL, &R->ev, err));
+    tw_error e;
+    if (R->step > 0 && tw_events_add_session_start(R->ev, R->step + 1, &e) != TW_OK)
+        events_failed(R, &e);
+    return TW_OK;
+}
+
+/* One step (k = R->step + 1). Returns TW_OK, or TW_END when the loss is not finite (reported). */
+static tw_status step(run *R, tw_error *err)
+{
+    int64_t k = R->step + 1;
+    sleep_ms(F.step_ms);
+    fire_faults(k);
+    double loss = F.nan_at == k ? NAN : F.inf_at == k ? INFINITY : fake_loss(k);
+    if (!isfinite(loss)) {
+        emit(json_pack("{s:s, s:I, s:s}", "error", isnan(loss) ? "LOSS_NAN" : "LOSS_INF", "step",
+                       (json_int_t)k, "message",
+                       "the loss is not finite: stopping without checkpointing this state"));
+        return TW_END;
+    }
+    tw_error e;
+    if (R->ev && tw_events_add_scalar(R->ev, "loss", k, (float)loss, &e) != TW_OK)
+        events_failed(R, &e);
+    R->step = k;
+    char line[40];
+    int n = snprintf(line, sizeof line, "step %lld\n", (long long)k);
+    TW_TRY(tw_write_all(R->log_fd, line, (size_t)n, R->o->steps_log, err));
+    emit(json_pack("{s:I, s:f}", "step", (json_int_t)k, "loss", loss));
+    int64_t every = R->o->checkpoint_every;
+    if ((every > 0 && k % every == 0) || k == R->o->steps)
+        TW_TRY(save(R, err));
+    heartbeat(k);
+    return TW_OK;
+}
+
+static void final_line(run *R, const char *status)
+{
+    emit(json_pack("{s:s, s:I, s:f}", "status", status, "step", (json_int_t)R->step, "seconds",
+                   now() - R->t_start));
+}
+
+static void finish(run *R)
+{
+    tw_error e;
+    if (R->ev && tw_events_close(R->ev, &e) != TW_OK)
+        events_failed(R, &e);
+    tw_events_destroy(R->ev);
+    if (R->log_fd >= 0)
+        close(R->log_fd);
+}
+
+/* Returns the exit status. */
+static int train(options *o)
+{
+    run R = {.o = o, .log_fd = -1};
+    tw_error err;
+    tw_error_clear(&err);
+    tw_status s = start(&R, &err);
+    R.t_start = last_line = now();
+    const char *status = "completed";
+    while (s == TW_OK && R.step < o->steps) {
+        if (stop_requested) {
+            status = "cancelled";
+            s = save(&R, &err);
+            break;
+        }
+        s = step(&R, &err);
+    }
+    if (s == TW_OK)
+        final_line(&R, status);
+    if (s == TW_END)
+        final_line(&R, "diverged");
+    finish(&R);
+    if (s == TW_END) {
+        fprintf(stderr, "tw_faketrain: the loss is not finite (NaN or Inf): stopped; the last "
+                        "checkpoint is from before it\n");
+        return TW_EXIT_DIVERGED;
+    }
+    return s == TW_OK ? 0 : fail(&err);
+}
+
+int main(int argc, char **argv)
+{
+    options o = {0};
+    int rc = argc < 2 ? (fputs(USAGE, stderr), TW_EXIT_USAGE) : parse_args(argc - 1, argv + 1, &o);
+    if (rc)
+        return rc;
+    if (!parse_switches())
+        return TW_EXIT_USAGE;
+    tw_error err;
+    tw_error_clear(&err);
+    if (load_config(&o, &err) != TW_OK)
+        return fail(&err);
+    struct sigaction sa = {.sa_handler = on_stop_signal};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sleep_ms(F.startup_ms);
+    return train(&o);
+}

@@ -1,0 +1,776 @@
+/* test_store.c — the SQLite store (store.h) against a fresh folder per test: the schema and its journal
+ * mode as a second connection sees them, durability across close/reopen, datasets (insert, finish, get,
+ * list, resolve, delete while in use), runs (insert, lookups, paging, idempotency keys, the scheduler's
+ * queue order and back-off, every state transition and the ones refused), JSON columns decoded, ids. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <sqlite3.h>
+
+#include "store.h"
+#include "testutil.h"
+
+typedef struct {
+    char dir[4096];
+    char db[4200];
+    tw_store *st;
+} fixture;
+
+static int setup(void **state)
+{
+    fixture *f = calloc(1, sizeof *f);
+    if (!f || tw_test_mkdtemp(f->dir, sizeof f->dir, "test_store") != 0)
+        return -1;
+    snprintf(f->db, sizeof f->db, "%s/tower.db", f->dir);
+    tw_error err;
+    if (tw_store_open(f->db, &f->st, &err) != TW_OK) {
+        fprintf(stderr, "tw_store_open: %s\n", err.message);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture *f = *state;
+    tw_store_close(f->st);
+    int rc = tw_test_rmdir(f->dir);
+    free(f);
+    return rc;
+}
+
+/* ---- helpers ---- */
+
+static const char *str(const json_t *row, const char *key)
+{
+    return json_string_value(json_object_get(row, key));
+}
+
+static json_int_t num(const json_t *row, const char *key)
+{
+    const json_t *v = json_object_get(row, key);
+    if (!json_is_integer(v))
+        fail_msg("%s is not an integer", key);
+    return json_integer_value(v);
+}
+
+static double real(const json_t *row, const char *key)
+{
+    const json_t *v = json_object_get(row, key);
+    if (!json_is_number(v))
+        fail_msg("%s is not a number", key);
+    return json_number_value(v);
+}
+
+static void expect_null(const json_t *row, const char *key)
+{
+    if (!json_is_null(json_object_get(row, key)))
+        fail_msg("%s is not null", key);
+}
+
+static void add_dataset(tw_store *st, const char *id, const char *name, const char *status)
+{
+    tw_error err;
+    assert_int_equal(tw_store_dataset_insert(st, id, name, "upload", 1000, &err), TW_OK);
+    if (status)
+        assert_int_equal(tw_store_dataset_finish(st, id, status, !strcmp(status, "ready") ? "{\"n\": 1}" : NULL,
+                                                 !strcmp(status, "failed") ? "{\"code\": \"CORRUPT\"}" : NULL,
+                                                 &err),
+                         TW_OK);
+}
+
+static tw_status add_run_key(tw_store *st, const char *id, const char *dataset_id, const char *key,
+                             tw_error *err)
+{
+    tw_run_new r = {.id = id, .name = NULL, .dataset_id = dataset_id, .config = "{\"steps\": 10}",
+                    .idem_key = key, .towers = 1, .steps = 10, .max_restarts = 3, .deadline_s = 0};
+    return tw_store_run_insert(st, &r, err);
+}
+
+static void add_run(tw_store *st, const char *id, const char *dataset_id)
+{
+    tw_error err;
+    assert_int_equal(add_run_key(st, id, dataset_id, NULL, &err), TW_OK);
+}
+
+static void expect_status(tw_store *st, const char *id, const char *status)
+{
+    json_t *r = tw_store_run_get(st, id);
+    if (!r)
+        fail_msg("run %s not found", id);
+    if (strcmp(str(r, "status"), status))
+        fail_msg("run %s is %s, expected %s", id, str(r, "status"), status);
+    json_decref(r);
+}
+
+/* A second, independent connection's answer to a one-value query, as text (caller frees). */
+static char *peek(const char *db, const char *sql)
+{
+    sqlite3 *c = NULL;
+    assert_int_equal(sqlite3_open_v2(db, &c, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *s = NULL;
+    assert_int_equal(sqlite3_prepare_v2(c, sql, -1, &s, NULL), SQLITE_OK);
+    assert_int_equal(sqlite3_step(s), SQLITE_ROW);
+    const unsigned char *t = sqlite3_column_text(s, 0);
+    char *out = strdup(t ? (const char *)t : "(null)");
+    sqlite3_finalize(s);
+    sqlite3_close(c);
+    return out;
+}
+
+static void expect_peek(const char *db, const char *sql, const char *want)
+{
+    char *got = peek(db, sql);
+    if (strcmp(got, want))
+        fail_msg("%s: got %s, expected %s", sql, got, want);
+    free(got);
+}
+
+/* ---- open, schema, durability ---- */
+
+static void test_open_creates_schema_in_wal_mode(void **state)
+{
+    fixture *f = *state;
+    expect_peek(f->db, "PRAGMA journal_mode", "wal");
+    expect_peek(f->db, "PRAGMA user_version", "1");
+    expect_peek(f->db,
+                "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
+                "WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%' ORDER BY name)",
+                "datasets,runs,runs_status");
+}
+
+static void test_reopen_keeps_rows(void **state)
+{
+    fixture *f = *state;
+    add_dataset(f->st, "d000000000000001", "mnist", "ready");
+    add_run(f->st, "r000000000000001", "d000000000000001");
+    tw_store_close(f->st);
+    f->st = NULL;
+    tw_error err;
+    assert_int_equal(tw_store_open(f->db, &f->st, &err), TW_OK);
+    json_t *d = tw_store_dataset_get(f->st, "d000000000000001");
+    assert_non_null(d);
+    assert_string_equal(str(d, "status"), "ready");
+    json_decref(d);
+    expect_status(f->st, "r000000000000001", "queued");
+    /* Opening again over existing tables is not an error, and still WAL. */
+    expect_peek(f->db, "PRAGMA journal_mode", "wal");
+    expect_peek(f->db, "SELECT count(*) FROM runs", "1");
+}
+
+static void test_open_refuses_what_is_not_a_database(void **state)
+{
+    fixture *f = *state;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/garbage.db", f->dir);
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    for (int i = 0; i < 512; i++)
+        fputs("this is not an SQLite file. ", fp);
+    fclose(fp);
+    tw_store *st = (tw_store *)&st;
+    tw_error err;
+    assert_int_equal(tw_store_open(path, &st, &err), TW_ERR_IO);
+    assert_null(st);
+    assert_non_null(strstr(err.message, "cannot open the database"));
+
+    snprintf(path, sizeof path, "%s/no/such/folder/tower.db", f->dir);
+    st = (tw_store *)&st;
+    assert_int_equal(tw_store_open(path, &st, &err), TW_ERR_IO);
+    assert_null(st);
+    tw_store_close(NULL);
+}
+
+static void test_new_id_format(void **state)
+{
+    (void)state;
+    char a[TW_ID_BYTES], b[TW_ID_BYTES];
+    tw_store_new_id('r', a);
+    tw_store_new_id('r', b);
+    assert_int_equal(strlen(a), TW_ID_BYTES - 1);
+    assert_int_equal(a[0], 'r');
+    for (int i = 1; i < TW_ID_BYTES - 1; i++)
+        if (!((a[i] >= '0' && a[i] <= '9') || (a[i] >= 'a' && a[i] <= 'f')))
+            fail_msg("id %s: character %d is not a lower-case hex digit", a, i);
+    assert_string_not_equal(a, b);
+    tw_store_new_id('d', a);
+    assert_int_equal(a[0], 'd');
+    assert_int_equal(strlen(a), 16);
+}
+
+/* ---- datasets ---- */
+
+static void test_dataset_insert_finish_get(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    assert_int_equal(tw_store_dataset_insert(f->st, "d1", "mnist", "tfrecord", 123456789012LL, &err), TW_OK);
+    json_t *d = tw_store_dataset_get(f->st, "d1");
+    assert_non_null(d);
+    assert_string_equal(str(d, "id"), "d1");
+    assert_string_equal(str(d, "name"), "mnist");
+    assert_string_equal(str(d, "status"), "converting");
+    assert_string_equal(str(d, "source"), "tfrecord");
+    assert_int_equal(num(d, "bytes"), 123456789012LL);
+    assert_true(real(d, "created") > 1e9);
+    expect_null(d, "meta");
+    expect_null(d, "error");
+    json_decref(d);
+
+    json_t *conv = tw_store_datasets_converting(f->st);
+    assert_int_equal(json_array_size(conv), 1);
+    assert_string_equal(str(json_array_get(conv, 0), "id"), "d1");
+    json_decref(conv);
+
+    assert_int_equal(tw_store_dataset_finish(f->st, "d1", "ready", "{\"examples\": 60000, \"shape\": [28, 28, 1]}",
+                                             NULL, &err),
+                     TW_OK);
+    d = tw_store_dataset_get(f->st, "d1");
+    assert_string_equal(str(d, "status"), "ready");
+    json_t *meta = json_object_get(d, "meta");
+    assert_true(json_is_object(meta)); /* decoded, not a string */
+    assert_int_equal(num(meta, "examples"), 60000);
+    assert_int_equal(json_array_size(json_object_get(meta, "shape")), 3);
+    expect_null(d, "error");
+    json_decref(d);
+    conv = tw_store_datasets_converting(f->st);
+    assert_int_equal(json_array_size(conv), 0);
+    json_decref(conv);
+
+    assert_int_equal(tw_store_dataset_insert(f->st, "d2", "bad", "upload", 5, &err), TW_OK);
+    assert_int_equal(tw_store_dataset_finish(f->st, "d2", "failed", NULL,
+                                             "{\"code\": \"CORRUPT\", \"message\": \"bad CRC\", \"offset\": 12}", &err),
+                     TW_OK);
+    d = tw_store_dataset_get(f->st, "d2");
+    assert_string_equal(str(d, "status"), "failed");
+    assert_string_equal(str(json_object_get(d, "error"), "code"), "CORRUPT");
+    assert_int_equal(num(json_object_get(d, "error"), "offset"), 12);
+    expect_null(d, "meta");
+    json_decref(d);
+
+    assert_null(tw_store_dataset_get(f->st, "d3"));
+    /* The same id twice is refused, and a constraint is not a fatal I/O failure. */
+    assert_int_equal(tw_store_dataset_insert(f->st, "d1", "again", "upload", 1, &err), TW_ERR_IO);
+    assert_int_equal(tw_store_fatal(&err), 0);
+}
+
+static void test_dataset_list_newest_first(void **state)
+{
+    fixture *f = *state;
+    json_t *l = tw_store_dataset_list(f->st);
+    assert_true(json_is_array(l));
+    assert_int_equal(json_array_size(l), 0);
+    json_decref(l);
+    add_dataset(f->st, "d1", "a", "ready");
+    add_dataset(f->st, "d2", "b", NULL);
+    add_dataset(f->st, "d3", "c", "failed");
+    l = tw_store_dataset_list(f->st);
+    assert_int_equal(json_array_size(l), 3);
+    assert_string_equal(str(json_array_get(l, 0), "id"), "d3");
+    assert_string_equal(str(json_array_get(l, 1), "id"), "d2");
+    assert_string_equal(str(json_array_get(l, 2), "id"), "d1");
+    json_decref(l);
+}
+
+static void expect_resolves(tw_store *st, const char *name_or_id, const char *id)
+{
+    json_t *d = tw_store_dataset_resolve(st, name_or_id);
+    if (!id) {
+        if (d)
+            fail_msg("%s resolved to %s, expected nothing", name_or_id, str(d, "id"));
+        return;
+    }
+    if (!d)
+        fail_msg("%s resolved to nothing, expected %s", name_or_id, id);
+    if (strcmp(str(d, "id"), id))
+        fail_msg("%s resolved to %s, expected %s", name_or_id, str(d, "id"), id);
+    json_decref(d);
+}
+
+static void test_dataset_resolve(void **state)
+{
+    fixture *f = *state;
+    add_dataset(f->st, "d1", "mnist", "ready");
+    add_dataset(f->st, "d2", "mnist", "ready");
+    add_dataset(f->st, "d3", "mnist", NULL);     /* newest, still converting */
+    add_dataset(f->st, "d4", "mnist", "failed"); /* newest of all, failed */
+    expect_resolves(f->st, "mnist", "d2");       /* the newest *ready* one */
+    /* An id resolves to itself whatever its status. */
+    expect_resolves(f->st, "d1", "d1");
+    expect_resolves(f->st, "d3", "d3");
+    expect_resolves(f->st, "d4", "d4");
+    /* No ready dataset of that name: the newest of that name. */
+    add_dataset(f->st, "d5", "fashion", "failed");
+    add_dataset(f->st, "d6", "fashion", NULL);
+    expect_resolves(f->st, "fashion", "d6");
+    /* A name spelled like another dataset's id: the id wins. */
+    add_dataset(f->st, "d7", "d1", "ready");
+    expect_resolves(f->st, "d1", "d1");
+    expect_resolves(f->st, "nothing", NULL);
+    expect_resolves(f->st, "", NULL);
+    /* Names are matched exactly (no LIKE, no case folding). */
+    expect_resolves(f->st, "MNIST", NULL);
+    expect_resolves(f->st, "mnis%", NULL);
+}
+
+static void test_dataset_delete_while_in_use(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    add_dataset(f->st, "d1", "mnist", "ready");
+    add_dataset(f->st, "d2", "other", "ready");
+    add_run(f->st, "r1", "d1");
+    assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_ERR_INVALID); /* queued */
+    assert_non_null(strstr(err.message, "d1"));
+    assert_int_equal(tw_store_run_started(f->st, "r1", "[0]", 100.0, &err), TW_OK);
+    assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_ERR_INVALID); /* running */
+    json_t *d = tw_store_dataset_get(f->st, "d1");
+    assert_non_null(d);
+    json_decref(d);
+    assert_int_equal(tw_store_run_finished(f->st, "r1", "succeeded", NULL, NULL, 200.0, &err), TW_OK);
+    assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_OK); /* only finished runs use it */
+    assert_null(tw_store_dataset_get(f->st, "d1"));
+    assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_END);
+    assert_int_equal(tw_store_dataset_delete(f->st, "nope", &err), TW_END);
+    /* Another dataset's runs do not matter. */
+    add_run(f->st, "r2", "d1");
+    assert_int_equal(tw_store_dataset_delete(f->st, "d2", &err), TW_OK);
+}
+
+/* ---- runs ---- */
+
+static void test_run_insert_get(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    tw_run_new r = {.id = "r1", .name = "123", .dataset_id = "d1",
+                    .config = "{\"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 10}]}, \"steps\": 500}",
+                    .idem_key = "key-1", .towers = 2, .steps = 500, .max_restarts = 4, .deadline_s = 3600.5};
+    assert_int_equal(tw_store_run_insert(f->st, &r, &err), TW_OK);
+    json_t *g = tw_store_run_get(f->st, "r1");
+    assert_non_null(g);
+    assert_string_equal(str(g, "id"), "r1");
+    assert_string_equal(str(g, "name"), "123"); /* a text column stays text even when it reads as JSON */
+    assert_string_equal(str(g, "dataset_id"), "d1");
+    assert_string_equal(str(g, "status"), "queued");
+    json_t *cfg = json_object_get(g, "config");
+    assert_true(json_is_object(cfg));
+    assert_int_equal(num(cfg, "steps"), 500);
+    assert_string_equal(str(json_array_get(json_object_get(json_object_get(cfg, "model"), "layers"), 0), "type"),
+                        "dense");
+    assert_int_equal(num(g, "towers"), 2);
+    assert_int_equal(num(g, "steps"), 500);
+    assert_int_equal(num(g, "step"), 0);
+    assert_int_equal(num(g, "restarts"), 0);
+    assert_int_equal(num(g, "max_restarts"), 4);
+    assert_true(real(g, "deadline_s") == 3600.5);
+    assert_true(real(g, "created") > 1e9);
+    assert_true(real(g, "not_before") == 0);
+    static const char *const nulls[] = {"reason", "error", "metrics", "devices", "eta_s",
+                                        "started", "first_started", "finished"};
+    for (size_t i = 0; i < sizeof nulls / sizeof nulls[0]; i++)
+        expect_null(g, nulls[i]);
+    json_decref(g);
+
+    tw_run_new anon = {.id = "r2", .dataset_id = "d1", .config = "{}", .towers = 1, .steps = 1};
+    assert_int_equal(tw_store_run_insert(f->st, &anon, &err), TW_OK);
+    g = tw_store_run_get(f->st, "r2");
+    expect_null(g, "name");
+    assert_true(json_is_object(json_object_get(g, "config")));
+    json_decref(g);
+    assert_null(tw_store_run_get(f->st, "r3"));
+    /* The same id twice is refused (not fatal). */
+    assert_int_equal(tw_store_run_insert(f->st, &anon, &err), TW_ERR_IO);
+    assert_int_equal(tw_store_fatal(&err), 0);
+}
+
+static void test_idempotency_key(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    assert_int_equal(add_run_key(f->st, "r1", "d1", "abc", &err), TW_OK);
+    assert_int_equal(add_run_key(f->st, "r2", "d1", NULL, &err), TW_OK);
+    assert_int_equal(add_run_key(f->st, "r3", "d1", NULL, &err), TW_OK); /* many runs without a key */
+    json_t *r = tw_store_run_by_key(f->st, "abc");
+    assert_non_null(r);
+    assert_string_equal(str(r, "id"), "r1");
+    json_decref(r);
+    assert_null(tw_store_run_by_key(f->st, "abd"));
+    assert_null(tw_store_run_by_key(f->st, ""));
+    assert_int_equal(add_run_key(f->st, "r4", "d1", "abc", &err), TW_ERR_IO);
+    assert_non_null(strstr(err.message, "UNIQUE"));
+    assert_int_equal(tw_store_fatal(&err), 0);
+    assert_null(tw_store_run_get(f->st, "r4"));
+    r = tw_store_run_by_key(f->st, "abc");
+    assert_string_equal(str(r, "id"), "r1");
+    json_decref(r);
+}
+
+static void expect_page(tw_store *st, const char *status, long limit, long offset, json_int_t total,
+                        const char *const *ids, size_t n)
+{
+    json_t *p = tw_store_run_list(st, status, limit, offset);
+    assert_non_null(p);
+    assert_int_equal(num(p, "total"), total);
+    assert_int_equal(num(p, "limit"), limit);
+    assert_int_equal(num(p, "offset"), offset);
+    json_t *runs = json_object_get(p, "runs");
+    assert_true(json_is_array(runs));
+    if (json_array_size(runs) != n)
+        fail_msg("status %s limit %ld offset %ld: %zu runs, expected %zu", status ? status : "(all)", limit,
+                 offset, json_array_size(runs), n);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(str(json_array_get(runs, i), "id"), ids[i]);
+    json_decref(p);
+}
+
+static void test_run_list_filter_and_paging(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    expect_page(f->st, NULL, 10, 0, 0, NULL, 0);
+    const char *ids[] = {"r1", "r2", "r3", "r4", "r5"};
+    for (int i = 0; i < 5; i++)
+        add_run(f->st, ids[i], "d1");
+    assert_int_equal(tw_store_run_started(f->st, "r2", "[0]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_started(f->st, "r4", "[1]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r4", "failed", "crashed", NULL, 2.0, &err), TW_OK);
+
+    const char *all[] = {"r5", "r4", "r3", "r2", "r1"}; /* newest first */
+    expect_page(f->st, NULL, 50, 0, 5, all, 5);
+    expect_page(f->st, NULL, 2, 0, 5, all, 2);
+    expect_page(f->st, NULL, 2, 2, 5, all + 2, 2);
+    expect_page(f->st, NULL, 2, 4, 5, all + 4, 1);
+    expect_page(f->st, NULL, 2, 5, 5, NULL, 0);
+    expect_page(f->st, NULL, 0, 0, 5, NULL, 0);
+    const char *queued[] = {"r5", "r3", "r1"};
+    expect_page(f->st, "queued", 50, 0, 3, queued, 3);
+    expect_page(f->st, "queued", 1, 1, 3, queued + 1, 1);
+    const char *running[] = {"r2"};
+    expect_page(f->st, "running", 50, 0, 1, running, 1);
+    expect_page(f->st, "succeeded", 50, 0, 0, NULL, 0);
+    expect_page(f->st, "no-such-status", 50, 0, 0, NULL, 0);
+
+    json_t *c = tw_store_run_counts(f->st);
+    assert_int_equal(num(c, "queued"), 3);
+    assert_int_equal(num(c, "running"), 1);
+    assert_int_equal(num(c, "failed"), 1);
+    assert_int_equal(num(c, "succeeded"), 0);
+    assert_int_equal(num(c, "cancelled"), 0);
+    json_decref(c);
+
+    json_t *in = tw_store_runs_in(f->st, "queued"); /* oldest first */
+    assert_int_equal(json_array_size(in), 3);
+    assert_string_equal(str(json_array_get(in, 0), "id"), "r1");
+    assert_string_equal(str(json_array_get(in, 2), "id"), "r5");
+    json_decref(in);
+}
+
+static void expect_next(tw_store *st, double now, const char *id)
+{
+    json_t *r = tw_store_run_next(st, now);
+    if (!id) {
+        if (r)
+            fail_msg("next at %g is %s, expected none", now, str(r, "id"));
+        return;
+    }
+    if (!r)
+        fail_msg("next at %g is none, expected %s", now, id);
+    if (strcmp(str(r, "id"), id))
+        fail_msg("next at %g is %s, expected %s", now, str(r, "id"), id);
+    json_decref(r);
+}
+
+static void test_run_next_order_and_back_off(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    expect_next(f->st, 1000.0, NULL);
+    /* Ids in an order unlike submission: the queue follows submission, not ids. */
+    add_run(f->st, "rc", "d1");
+    add_run(f->st, "ra", "d1");
+    add_run(f->st, "rb", "d1");
+    expect_next(f->st, 1000.0, "rc");
+    assert_int_equal(tw_store_run_started(f->st, "rc", "[0]", 1000.0, &err), TW_OK);
+    expect_next(f->st, 1000.0, "ra");
+    /* rc fails and backs off until 1100: ra, rb go first; at 1100 rc is first again (older). */
+    assert_int_equal(tw_store_run_requeue(f->st, "rc", "oom", NULL, 1100.0, &err), TW_OK);
+    expect_next(f->st, 1000.0, "ra");
+    expect_next(f->st, 1099.9, "ra");
+    expect_next(f->st, 1100.0, "rc");
+    assert_int_equal(tw_store_run_started(f->st, "ra", "[0]", 1001.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_started(f->st, "rb", "[1]", 1001.0, &err), TW_OK);
+    expect_next(f->st, 1050.0, NULL);
+    expect_next(f->st, 1100.0, "rc");
+    assert_int_equal(tw_store_run_cancel_queued(f->st, "rc", 1060.0, &err), 1);
+    expect_next(f->st, 1e12, NULL);
+}
+
+static void test_run_lifecycle(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    add_run(f->st, "r1", "d1");
+    assert_int_equal(tw_store_run_started(f->st, "r1", "[0, 1]", 100.0, &err), TW_OK);
+    json_t *r = tw_store_run_get(f->st, "r1");
+    assert_string_equal(str(r, "status"), "running");
+    json_t *dev = json_object_get(r, "devices");
+    assert_true(json_is_array(dev));
+    assert_int_equal(json_array_size(dev), 2);
+    assert_int_equal(json_integer_value(json_array_get(dev, 1)), 1);
+    assert_true(real(r, "started") == 100.0);
+    assert_true(real(r, "first_started") == 100.0);
+    json_decref(r);
+
+    assert_int_equal(tw_store_run_progress(f->st, "r1", 42, "{\"loss\": 0.5, \"accuracy\": 0.75}", 12.5, &err),
+                     TW_OK);
+    r = tw_store_run_get(f->st, "r1");
+    assert_int_equal(num(r, "step"), 42);
+    assert_true(json_is_object(json_object_get(r, "metrics")));
+    assert_true(real(json_object_get(r, "metrics"), "loss") == 0.5);
+    assert_true(real(r, "eta_s") == 12.5);
+    json_decref(r);
+
+    /* A retriable failure: back to queued, restarts + 1, the failure kept, devices and ETA cleared. */
+    assert_int_equal(tw_store_run_requeue(f->st, "r1", "worker_crashed", "{\"code\": \"INTERNAL\", \"signal\": 9}",
+                                          150.0, &err),
+                     TW_OK);
+    r = tw_store_run_get(f->st, "r1");
+    assert_string_equal(str(r, "status"), "queued");
+    assert_int_equal(num(r, "restarts"), 1);
+    assert_string_equal(str(r, "reason"), "worker_crashed");
+    assert_int_equal(num(json_object_get(r, "error"), "signal"), 9);
+    assert_true(real(r, "not_before") == 150.0);
+    expect_null(r, "devices");
+    expect_null(r, "eta_s");
+    assert_int_equal(num(r, "step"), 42); /* progress stays until the run reports again */
+    json_decref(r);
+
+    /* Started again: started moves, first_started stays. */
+    assert_int_equal(tw_store_run_started(f->st, "r1", "[1]", 200.0, &err), TW_OK);
+    r = tw_store_run_get(f->st, "r1");
+    assert_true(real(r, "started") == 200.0);
+    assert_true(real(r, "first_started") == 100.0);
+    json_decref(r);
+    assert_int_equal(tw_store_run_requeue(f->st, "r1", "worker_crashed", NULL, 250.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_started(f->st, "r1", "[1]", 260.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_progress(f->st, "r1", 100, NULL, 1.0, &err), TW_OK);
+
+    assert_int_equal(tw_store_run_finished(f->st, "r1", "failed", "diverged",
+                                           "{\"code\": \"INVALID_ARGUMENT\", \"message\": \"loss is NaN\"}", 300.0,
+                                           &err),
+                     TW_OK);
+    r = tw_store_run_get(f->st, "r1");
+    assert_string_equal(str(r, "status"), "failed");
+    assert_string_equal(str(r, "reason"), "diverged");
+    assert_string_equal(str(json_object_get(r, "error"), "message"), "loss is NaN");
+    assert_true(real(r, "finished") == 300.0);
+    assert_int_equal(num(r, "restarts"), 2);
+    assert_int_equal(num(r, "step"), 100);
+    expect_null(r, "eta_s");
+    expect_null(r, "metrics");
+    json_decref(r);
+
+    add_run(f->st, "r2", "d1");
+    assert_int_equal(tw_store_run_started(f->st, "r2", "[0]", 10.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r2", "succeeded", NULL, NULL, 20.0, &err), TW_OK);
+    r = tw_store_run_get(f->st, "r2");
+    assert_string_equal(str(r, "status"), "succeeded");
+    expect_null(r, "reason");
+    expect_null(r, "error");
+    json_decref(r);
+}
+
+static void test_runs_recover(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    assert_int_equal(tw_store_runs_recover(f->st, &err), 0);
+    add_run(f->st, "r1", "d1");
+    add_run(f->st, "r2", "d1");
+    add_run(f->st, "r3", "d1");
+    add_run(f->st, "r4", "d1");
+    assert_int_equal(tw_store_run_started(f->st, "r1", "[0]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_started(f->st, "r2", "[1]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_progress(f->st, "r2", 7, "{}", 3.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_started(f->st, "r3", "[2]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r3", "succeeded", NULL, NULL, 2.0, &err), TW_OK);
+
+    /* The server dies and comes back. */
+    tw_store_close(f->st);
+    assert_int_equal(tw_store_open(f->db, &f->st, &err), TW_OK);
+    assert_int_equal(tw_store_runs_recover(f->st, &err), 2);
+    expect_status(f->st, "r1", "queued");
+    expect_status(f->st, "r2", "queued");
+    expect_status(f->st, "r3", "succeeded");
+    expect_status(f->st, "r4", "queued");
+    json_t *r = tw_store_run_get(f->st, "r2");
+    assert_int_equal(num(r, "restarts"), 0); /* not counted as a restart */
+    expect_null(r, "devices");
+    expect_null(r, "eta_s");
+    json_decref(r);
+    assert_int_equal(tw_store_runs_recover(f->st, &err), 0);
+    /* Submission order survives: r1 is still first. */
+    expect_next(f->st, 10.0, "r1");
+}
+
+static void test_cancel_queued_only(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    add_run(f->st, "r1", "d1");
+    add_run(f->st, "r2", "d1");
+    add_run(f->st, "r3", "d1");
+    assert_int_equal(tw_store_run_started(f->st, "r2", "[0]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_started(f->st, "r3", "[1]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r3", "succeeded", NULL, NULL, 2.0, &err), TW_OK);
+
+    assert_int_equal(tw_store_run_cancel_queued(f->st, "r1", 5.0, &err), 1);
+    json_t *r = tw_store_run_get(f->st, "r1");
+    assert_string_equal(str(r, "status"), "cancelled");
+    assert_true(real(r, "finished") == 5.0);
+    json_decref(r);
+    assert_int_equal(tw_store_run_cancel_queued(f->st, "r1", 6.0, &err), 0); /* already cancelled */
+    r = tw_store_run_get(f->st, "r1");
+    assert_true(real(r, "finished") == 5.0);
+    json_decref(r);
+    assert_int_equal(tw_store_run_cancel_queued(f->st, "r2", 6.0, &err), 0); /* running */
+    expect_status(f->st, "r2", "running");
+    assert_int_equal(tw_store_run_cancel_queued(f->st, "r3", 6.0, &err), 0); /* finished */
+    expect_status(f->st, "r3", "succeeded");
+    assert_int_equal(tw_store_run_cancel_queued(f->st, "nope", 6.0, &err), 0);
+}
+
+static void test_run_delete_only_finished(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    const char *finals[] = {"succeeded", "failed", "cancelled"};
+    add_run(f->st, "rq", "d1");
+    add_run(f->st, "rr", "d1");
+    assert_int_equal(tw_store_run_started(f->st, "rr", "[0]", 1.0, &err), TW_OK);
+    char id[8];
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof id, "rf%d", i);
+        add_run(f->st, id, "d1");
+        assert_int_equal(tw_store_run_finished(f->st, id, finals[i], NULL, NULL, 2.0, &err), TW_OK);
+    }
+    assert_int_equal(tw_store_run_delete(f->st, "rq", &err), TW_ERR_INVALID);
+    assert_non_null(strstr(err.message, "rq"));
+    assert_int_equal(tw_store_run_delete(f->st, "rr", &err), TW_ERR_INVALID);
+    expect_status(f->st, "rq", "queued");
+    expect_status(f->st, "rr", "running");
+    for (int i = 0; i < 3; i++) {
+        snprintf(id, sizeof id, "rf%d", i);
+        assert_int_equal(tw_store_run_delete(f->st, id, &err), TW_OK);
+        assert_null(tw_store_run_get(f->st, id));
+        assert_int_equal(tw_store_run_delete(f->st, id, &err), TW_END);
+    }
+    assert_int_equal(tw_store_run_delete(f->st, "nope", &err), TW_END);
+    json_t *p = tw_store_run_list(f->st, NULL, 10, 0);
+    assert_int_equal(num(p, "total"), 2);
+    json_decref(p);
+}
+
+/* A JSON column whose text is a JSON scalar decodes to that scalar, not a string. */
+static void test_json_columns_decode(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    add_run(f->st, "r1", "d1");
+    assert_int_equal(tw_store_run_started(f->st, "r1", "\"cpu\"", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_progress(f->st, "r1", 1, "[1.5, null, true]", 0.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r1", "failed", "{\"not\": \"json column\"}", "17", 2.0, &err),
+                     TW_OK);
+    json_t *r = tw_store_run_get(f->st, "r1");
+    assert_string_equal(str(r, "devices"), "cpu");
+    json_t *m = json_object_get(r, "metrics");
+    assert_true(json_is_array(m));
+    assert_true(json_is_null(json_array_get(m, 1)));
+    assert_true(json_is_true(json_array_get(m, 2)));
+    assert_true(json_is_integer(json_object_get(r, "error")));
+    assert_int_equal(num(r, "error"), 17);
+    assert_string_equal(str(r, "reason"), "{\"not\": \"json column\"}"); /* reason is plain text */
+    json_decref(r);
+}
+
+/* Several threads inserting and reading at once: every insert lands, none is lost or doubled. */
+typedef struct {
+    tw_store *st;
+    int thread;
+    int failures;
+} worker;
+
+enum { THREADS = 4, PER_THREAD = 20 };
+
+static void *insert_many(void *arg)
+{
+    worker *w = arg;
+    char id[TW_ID_BYTES], key[32];
+    for (int i = 0; i < PER_THREAD; i++) {
+        tw_store_new_id('r', id);
+        snprintf(key, sizeof key, "t%d-%d", w->thread, i);
+        tw_error err;
+        if (add_run_key(w->st, id, "d1", key, &err) != TW_OK)
+            w->failures++;
+        json_t *r = tw_store_run_by_key(w->st, key);
+        if (!r || strcmp(json_string_value(json_object_get(r, "id")), id))
+            w->failures++;
+        json_decref(r);
+        json_decref(tw_store_run_next(w->st, 1e12));
+    }
+    return NULL;
+}
+
+static void test_concurrent_use(void **state)
+{
+    fixture *f = *state;
+    pthread_t t[THREADS];
+    worker w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker){f->st, i, 0};
+        assert_int_equal(pthread_create(&t[i], NULL, insert_many, &w[i]), 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+        assert_int_equal(w[i].failures, 0);
+    }
+    json_t *p = tw_store_run_list(f->st, "queued", 1, 0);
+    assert_int_equal(num(p, "total"), THREADS * PER_THREAD);
+    json_decref(p);
+}
+
+int main(void)
+{
+#define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
+    const struct CMUnitTest tests[] = {
+        T(test_open_creates_schema_in_wal_mode),
+        T(test_reopen_keeps_rows),
+        T(test_open_refuses_what_is_not_a_database),
+        cmocka_unit_test(test_new_id_format),
+        T(test_dataset_insert_finish_get),
+        T(test_dataset_list_newest_first),
+        T(test_dataset_resolve),
+        T(test_dataset_delete_while_in_use),
+        T(test_run_insert_get),
+        T(test_idempotency_key),
+        T(test_run_list_filter_and_paging),
+        T(test_run_next_order_and_back_off),
+        T(test_run_lifecycle),
+        T(test_runs_recover),
+        T(test_cancel_queued_only),
+        T(test_run_delete_only_finished),
+        T(test_json_columns_decode),
+        T(test_concurrent_use),
+    };
+#undef T
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
