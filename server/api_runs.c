@@ -3,6 +3,7 @@
 #include "runs.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -278,12 +279,76 @@ void tw_api_runs_create(tw_server *S, tw_req *r)
     json_decref(run);
 }
 
+/* GET /runs/{id} is what dashboards poll: its reply is kept per run until the next change of any run or
+ * dataset (tw_server_changed), so polling costs a copy instead of two queries and a JSON round trip. The
+ * version is read before the store is, so a reply is never kept under a version newer than its data. */
+enum { RUN_CACHE = 64 };
+
+static struct {
+    pthread_mutex_t mu;
+    struct {
+        char id[TW_ID_BYTES];
+        uint64_t version;
+        char *text; /* owned */
+        size_t len;
+    } slot[RUN_CACHE];
+} run_cache = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static unsigned cache_slot(const char *id)
+{
+    unsigned h = 2166136261u; /* FNV-1a */
+    for (; *id; id++)
+        h = (h ^ (unsigned char)*id) * 16777619u;
+    return h % RUN_CACHE;
+}
+
+/* A copy of the cached reply for id at version, or NULL. */
+static char *cache_get(const char *id, uint64_t version, size_t *len)
+{
+    unsigned k = cache_slot(id);
+    char *copy = NULL;
+    pthread_mutex_lock(&run_cache.mu);
+    if (run_cache.slot[k].text && run_cache.slot[k].version == version && !strcmp(run_cache.slot[k].id, id) &&
+        (copy = malloc(run_cache.slot[k].len)))
+        memcpy(copy, run_cache.slot[k].text, *len = run_cache.slot[k].len);
+    pthread_mutex_unlock(&run_cache.mu);
+    return copy;
+}
+
+static void cache_put(const char *id, uint64_t version, const char *text, size_t len)
+{
+    unsigned k = cache_slot(id);
+    char *copy = malloc(len);
+    if (!copy)
+        return;
+    memcpy(copy, text, len);
+    pthread_mutex_lock(&run_cache.mu);
+    free(run_cache.slot[k].text);
+    snprintf(run_cache.slot[k].id, TW_ID_BYTES, "%s", id);
+    run_cache.slot[k].version = version;
+    run_cache.slot[k].text = copy;
+    run_cache.slot[k].len = len;
+    pthread_mutex_unlock(&run_cache.mu);
+}
+
 void tw_api_run_get(tw_server *S, tw_req *r)
 {
-    json_t *row = run_or_404(S, r);
-    if (row)
-        tw_reply_json(r, 200, tw_run_present(S, row));
-    json_decref(row);
+    const char *id = tw_req_param(r, "id");
+    uint64_t version = tw_server_version(S);
+    size_t len = 0;
+    char *text = cache_get(id, version, &len);
+    if (!text) {
+        json_t *row = run_or_404(S, r);
+        json_t *run = tw_run_present(S, row);
+        json_decref(row);
+        text = run ? json_dumps(run, JSON_COMPACT) : NULL;
+        json_decref(run);
+        if (!text)
+            return; /* replied 404, or out of memory: the dispatcher answers */
+        len = strlen(text);
+        cache_put(id, version, text, len);
+    }
+    tw_reply_text(r, 200, "application/json", text, len);
 }
 
 void tw_api_run_cancel(tw_server *S, tw_req *r)

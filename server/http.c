@@ -27,6 +27,8 @@ enum {
     MAX_PARAMS = 4,
     MAX_SEGMENTS = 12,
     PARAM_BYTES = 128,
+    CONNECTION_MEMORY = 256 * 1024, /* per connection: headers plus the read buffer uploads arrive in (256 KiB:
+                                      * 4x fewer syscalls than 64 KiB; 1 MiB was no faster) */
 };
 
 /* The bytes an upload may still send after crossing the cap, discarded, so that the client can read the
@@ -595,7 +597,7 @@ tw_status tw_http_start(tw_server *S, int *port, tw_error *err)
         (struct sockaddr *)&sa,
         MHD_OPTION_CONNECTION_LIMIT, S->opt.conn_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         S->opt.per_ip_limit, MHD_OPTION_CONNECTION_TIMEOUT, S->opt.conn_timeout,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024), MHD_OPTION_NOTIFY_COMPLETED,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED,
         on_completed, S, MHD_OPTION_END);
     if (!h->daemon) {
         S->http = NULL;

@@ -36,6 +36,14 @@ void tw_server_changed(tw_server *S)
     pthread_mutex_unlock(&S->change_mu);
 }
 
+uint64_t tw_server_version(tw_server *S)
+{
+    pthread_mutex_lock(&S->change_mu);
+    uint64_t v = S->change;
+    pthread_mutex_unlock(&S->change_mu);
+    return v;
+}
+
 int tw_server_wait_change(tw_server *S, uint64_t *seen, double seconds)
 {
     struct timespec until;

@@ -65,6 +65,9 @@ typedef struct tw_server {
 /* Signals that runs or datasets changed: wakes every SSE stream. Thread-safe. */
 void tw_server_changed(tw_server *S);
 
+/* The change counter now. Thread-safe. */
+uint64_t tw_server_version(tw_server *S);
+
 /* Waits until the change counter differs from *seen or `seconds` pass; updates *seen. Returns 1 on a
  * change, 0 on a timeout. Thread-safe. */
 int tw_server_wait_change(tw_server *S, uint64_t *seen, double seconds);

@@ -1,7 +1,7 @@
 """Benchmark of `tower serve` (issue 4), with a run training on the same machine:
 
   - wrk on GET /api/v1/runs/{id} and GET /api/v1/health: requests/s and p99 latency;
-  - a raw upload body of --upload-mb MB (curl --data-binary): MB/s, and the server's peak resident memory
+  - a raw upload body of --upload-mb MB (curl -T, streamed from a file): MB/s, and the server's peak resident memory
     while it streams (sampled from /proc every 20 ms) against its resident memory before;
   - the disk's own speed for the same bytes (dd ... conv=fdatasync), the "disk speed" the upload is held to.
 
@@ -54,7 +54,7 @@ def upload(server, path, size):
     t = threading.Thread(target=sample)
     t.start()
     out = subprocess.run(["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code} %{time_total}",
-                          "--data-binary", f"@{path}", "-H", "Content-Type: text/csv",
+                          "-X", "POST", "-T", str(path), "-H", "Content-Type: text/csv",
                           server.api("/datasets?name=big")], capture_output=True, text=True, check=True).stdout
     done.set()
     t.join()
