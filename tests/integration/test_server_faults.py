@@ -205,3 +205,20 @@ def test_p1_kill_9_mid_submission(serve, tool, tmp_path):
     runs_dirs = set(os.listdir(server.data / "runs"))
     listed = {r["id"] for r in requests.get(server.api("/runs?limit=100"), timeout=10).json()["runs"]}
     assert runs_dirs <= listed  # no orphan folders after the restart's clean-up
+
+
+def test_sigterm_stops_cleanly_and_the_run_resumes(with_dataset, serve, tool):
+    """A graceful stop: the children checkpoint on SIGTERM, the server exits 0, the next start resumes."""
+    server = with_dataset("step_ms=10")
+    run = submit(server, seed_config(steps=300, checkpoint_every=1000)).json()
+    poll("progress", lambda: True if requests.get(server.api(f"/runs/{run['id']}"), timeout=10)
+         .json()["step"] >= 50 else None)
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=30) == 0
+    ckdir = server.data / "runs" / run["id"] / "checkpoints"
+    saved = int((ckdir / "latest").read_text().split("-")[1].split(".")[0])
+    assert 50 <= saved < 300  # checkpointed on SIGTERM, not at a checkpoint_every boundary
+    again = fake_server(serve, tool, "step_ms=1", data=server.data)
+    done = wait_run(again, run["id"])
+    assert done["status"] == "succeeded" and done["restarts"] == 0 and done["step"] == 300
+    assert run_steps(again, run["id"]) == list(range(1, 301))
