@@ -16,6 +16,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef TW_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
+
 struct tw_backend {
     const tw_backend_ops *ops; /* borrowed: a static table */
     void *ctx;                 /* owned: destroyed with ops->destroy */
@@ -184,12 +188,32 @@ tw_status tw_window_resolve(tw_window *w, int same, tw_error *err)
 
 /* ---- lifecycle and registry ---- */
 
-/* The table for kind; "auto" is the CPU while this build has no CUDA backend. */
+/* Number of CUDA devices: 0 in a build without the CUDA backend, and (not an error) on a machine
+ * without a GPU or driver. */
+static int cuda_devices(void)
+{
+#ifdef TW_HAVE_CUDA
+    return tw_cuda_device_count(NULL, 0);
+#else
+    return 0;
+#endif
+}
+
+/* The table for kind: "cuda" is the CUDA backend when this build has one (creating an instance then
+ * fails with TW_ERR_UNSUPPORTED, naming why, where no device is usable); "auto" is "cuda" when a device
+ * exists, else "cpu". */
 static tw_status find_ops(const char *kind, const tw_backend_ops **ops, tw_error *err)
 {
     if (!kind)
         return fail(err, "tw_backend_create", "no backend kind (NULL)");
-    if (strcmp(kind, "cpu") == 0 || strcmp(kind, "auto") == 0) {
+    int is_auto = strcmp(kind, "auto") == 0;
+#ifdef TW_HAVE_CUDA
+    if (strcmp(kind, "cuda") == 0 || (is_auto && cuda_devices() > 0)) {
+        *ops = &tw_cuda_backend_ops;
+        return TW_OK;
+    }
+#endif
+    if (strcmp(kind, "cpu") == 0 || is_auto) {
         *ops = &tw_cpu_backend_ops;
         return TW_OK;
     }
@@ -243,11 +267,38 @@ const char *tw_backend_name(const tw_backend *b) { return b->name; }
 
 const char *tw_backend_kind(const tw_backend *b) { return b->ops->kind; }
 
+int tw_backend_built(const char *kind)
+{
+#ifdef TW_HAVE_CUDA
+    if (kind && strcmp(kind, "cuda") == 0)
+        return 1;
+#endif
+    return kind && strcmp(kind, "cpu") == 0;
+}
+
+tw_status tw_backend_device_info(int device, tw_device_info *out, tw_error *err)
+{
+    memset(out, 0, sizeof *out);
+#ifdef TW_HAVE_CUDA
+    return tw_cuda_device_info(device, out, err);
+#else
+    (void)device;
+    return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
+                        "this build has no CUDA backend (built without the CUDA toolkit, cuBLAS and NCCL)");
+#endif
+}
+
 int tw_backend_devices(const char *kind)
 {
     if (!kind)
         return 0;
-    return strcmp(kind, "cpu") == 0 || strcmp(kind, "auto") == 0 ? 1 : 0;
+    if (strcmp(kind, "cuda") == 0)
+        return cuda_devices();
+    if (strcmp(kind, "auto") == 0) {
+        int n = cuda_devices();
+        return n > 0 ? n : 1;
+    }
+    return strcmp(kind, "cpu") == 0 ? 1 : 0;
 }
 
 /* ---- memory ---- */

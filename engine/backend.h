@@ -132,8 +132,25 @@ void tw_backend_destroy(tw_backend *b); /* NULL-safe */
 const char *tw_backend_name(const tw_backend *b);  /* "cpu", "cuda:0" */
 const char *tw_backend_kind(const tw_backend *b);  /* "cpu", "cuda" */
 
-/* Number of devices a kind offers (cpu: 1). */
+/* Number of devices a kind offers (cpu: 1). For "cuda" the first call initialises the CUDA runtime. */
 int tw_backend_devices(const char *kind);
+
+/* 1 when this build includes the backend kind ("cpu" always; "cuda" with TW_HAVE_CUDA). Touches no
+ * device: the server asks this, never the CUDA runtime, so that it holds no CUDA state. */
+int tw_backend_built(const char *kind);
+
+/* One GPU as `tower devices` shows it. */
+typedef struct {
+    char name[96];             /* "NVIDIA H200" */
+    size_t memory_bytes;       /* total device memory */
+    int cc_major, cc_minor;    /* compute capability */
+    int driver_version;        /* CUDA encoding: 1000 * major + 10 * minor (13000 = 13.0) */
+    int runtime_version;       /* the same, of the runtime this build links */
+} tw_device_info;
+
+/* Describes CUDA device `device`. Errors: TW_ERR_UNSUPPORTED saying why there is none (this build has
+ * no CUDA backend; no driver, or one older than the runtime; no GPU; no such index). */
+tw_status tw_backend_device_info(int device, tw_device_info *out, tw_error *err);
 
 /* Tells a kind that `concurrent` instances will compute at the same time (one per tower), before they
  * are created, so it can share the machine among them (the CPU backend gives each tower its share of the

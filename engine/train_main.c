@@ -7,7 +7,7 @@
  *    2  a usage or config error (nothing written), or records that do not fit the config (TW_ERR_INVALID)
  *   10  a NaN or Inf loss (diverged; the last checkpoint is from before it)
  *   11  out of memory (TW_ERR_NOMEM)
- *   12  a sticky device error (reserved for the CUDA backend; no status maps to it yet)
+ *   12  a sticky device error (a poisoned CUDA context or NCCL group): the server retries in a new process
  *   13  storage full (an I/O error with errno ENOSPC or EDQUOT)
  *   14  a damaged input file (TW_ERR_CORRUPT, TW_ERR_TRUNCATED or TW_ERR_TOO_LARGE: the dataset, or the
  *       checkpoint being resumed; the message names the file)

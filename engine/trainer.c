@@ -4,7 +4,8 @@
  * slice (on its own thread when there are several); the gradient arenas are averaged across towers;
  * every tower applies the same fused update (optimizer + L2 + EMA), so the replicas stay identical.
  * Everything random is a function of (seed, step, tower), and the data position is checkpointed, so a
- * resumed run repeats an uninterrupted one bit for bit. */
+ * resumed run repeats an uninterrupted one bit for bit. tw_train_bench runs the same step on a synthetic
+ * batch, without input or output, and times it and its all-reduce between syncs of every tower. */
 #include "trainer.h"
 
 #include <errno.h>
@@ -72,6 +73,8 @@ typedef struct {
     int64_t step_start;
     double last_line;               /* now() when the last progress line was written */
     char ckpt_dir[TW_PATH_BYTES + 16];
+    int bench;                      /* tw_train_bench: one synthetic batch in x/y, no input, no output */
+    double allreduce_time;          /* bench: seconds of this step's all-reduce, between syncs */
 } run;
 
 static double now(void)
@@ -401,21 +404,53 @@ static tw_update step_update(const run *R)
     return u;
 }
 
+/* A phase of the step that the bench times as a whole (the step itself, its all-reduce). */
+typedef tw_status (*phase_fn)(run *R, double *out, tw_error *err);
+
+/* Waits for every tower's queued work. */
+static tw_status sync_towers(run *R, tw_error *err)
+{
+    for (int t = 0; t < R->n; t++)
+        TW_TRY(tw_backend_sync(R->b[t], err));
+    return TW_OK;
+}
+
+/* fn between two syncs of every tower, so that the device work it queues lies inside the interval;
+ * *seconds = its wall time. */
+static tw_status synced(run *R, phase_fn fn, double *out, double *seconds, tw_error *err)
+{
+    TW_TRY(sync_towers(R, err));
+    double t0 = now();
+    TW_TRY(fn(R, out, err));
+    TW_TRY(sync_towers(R, err));
+    *seconds = now() - t0;
+    return TW_OK;
+}
+
+/* Every tower's gradient arena becomes the mean over the towers. */
+static tw_status average_gradients(run *R, double *unused, tw_error *err)
+{
+    *unused = 0;
+    tw_tensor grads[MAX_TOWERS];
+    for (int t = 0; t < R->n; t++)
+        grads[t] = tw_replica_grads(R->r[t]);
+    return tw_backend_allreduce_avg(R->b, R->n, grads, R->P, err);
+}
+
 static tw_status train_step(run *R, double *loss, tw_error *err)
 {
     int rows = R->n * R->c->batch_size;
-    TW_TRY(tw_input_next(R->train, rows, R->x, R->y, err));
+    if (!R->bench) /* the bench trains on the one batch it filled in */
+        TW_TRY(tw_input_next(R->train, rows, R->x, R->y, err));
     TW_TRY(run_towers(R, loss, err));
     if (!isfinite(*loss))
         return TW_OK; /* the caller stops before this state is applied or saved */
-    if (R->n > 1) {
-        tw_tensor grads[MAX_TOWERS];
-        for (int t = 0; t < R->n; t++)
-            grads[t] = tw_replica_grads(R->r[t]);
-        TW_TRY(tw_backend_allreduce_avg(R->b, R->n, grads, R->P, err));
-    }
-    R->update = step_update(R);
     double unused;
+    if (R->n > 1 && R->bench)
+        TW_TRY(synced(R, average_gradients, &unused, &R->allreduce_time, err));
+    else if (R->n > 1)
+        TW_TRY(average_gradients(R, &unused, err));
+    R->update = step_update(R);
     TW_TRY(for_each_tower(R, tower_update, &unused, err));
     R->step++;
     return TW_OK;
@@ -654,14 +689,26 @@ static tw_status setup(run *R, tw_error *err)
     R->n = c->towers;
     if (R->n < 1 || R->n > MAX_TOWERS)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers must be 1..%d", MAX_TOWERS);
-    snprintf(R->ckpt_dir, sizeof R->ckpt_dir, "%s/checkpoints", R->o->logdir);
+    if (!R->bench)
+        snprintf(R->ckpt_dir, sizeof R->ckpt_dir, "%s/checkpoints", R->o->logdir);
     TW_TRY(tw_model_create(c, &R->m, err));
     R->in_size = tw_model_input_size(R->m);
     R->P = tw_model_param_floats(R->m);
     R->label_values = c->loss == TW_LOSS_MSE ? (size_t)tw_model_output_size(R->m) : 1;
-    TW_TRY(open_inputs(R, err));
+    if (!R->bench)
+        TW_TRY(open_inputs(R, err));
     TW_TRY(alloc_host(R, err));
     return create_towers(R, err);
+}
+
+/* The first progress line: which backend `auto` chose and the device of each tower. */
+static void announce(run *R)
+{
+    json_t *devices = json_array();
+    for (int t = 0; t < R->n; t++)
+        json_array_append_new(devices, json_string(tw_backend_name(R->b[t])));
+    emit(R, json_pack("{s:s, s:o, s:I}", "backend", tw_backend_kind(R->b[0]), "devices", devices, "towers",
+                      (json_int_t)R->n));
 }
 
 static void teardown(run *R)
@@ -701,6 +748,8 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
     *outcome = TW_TRAIN_COMPLETED;
     int resumed = 0;
     tw_status s = setup(&R, err); /* everything is checked before anything is written */
+    if (s == TW_OK)
+        announce(&R);
     if (s == TW_OK && mkdir(o->logdir, 0755) != 0 && errno != EEXIST)
         s = tw_error_errno(err, o->logdir, "cannot create the log folder");
     if (s == TW_OK)
@@ -719,6 +768,64 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
     return s;
 }
 
+/* ================================ the bench ================================ */
+
+/* The bench's one batch, from the seed: inputs uniform in [0, 1); labels uniform over the classes
+ * (int32), or regression targets uniform in [0, 1). */
+static void synthetic_batch(run *R)
+{
+    size_t rows = (size_t)R->n * (size_t)R->c->batch_size;
+    uint64_t seed = R->c->seed, classes = (uint64_t)tw_model_output_size(R->m);
+    for (size_t i = 0; i < rows * R->in_size; i++)
+        R->x[i] = tw_uniform(seed, i);
+    for (size_t i = 0; i < rows * R->label_values; i++) {
+        if (R->c->loss == TW_LOSS_MSE)
+            ((float *)R->y)[i] = tw_uniform(~seed, i);
+        else
+            ((int32_t *)R->y)[i] = (int32_t)(tw_hash64(~seed, i) % classes);
+    }
+}
+
+static tw_status bench_steps(run *R, const tw_bench_options *o, tw_error *err)
+{
+    for (int i = 0; i < o->warmup + o->steps; i++) {
+        double loss, seconds;
+        R->allreduce_time = 0;
+        TW_TRY(synced(R, train_step, &loss, &seconds, err));
+        if (!isfinite(loss))
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the loss on synthetic data is not "
+                                "finite at step %d: lower the config's learning rate", i + 1);
+        if (i >= o->warmup) {
+            o->step_s[i - o->warmup] = seconds;
+            o->allreduce_s[i - o->warmup] = R->allreduce_time;
+        }
+    }
+    return TW_OK;
+}
+
+tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench_info *info,
+                         tw_error *err)
+{
+    if (o->warmup < 0 || o->steps < 1 || !o->step_s || !o->allreduce_s)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "tw_train_bench: warmup must be >= 0, "
+                            "steps >= 1, and step_s and allreduce_s [steps] arrays");
+    tw_train_options to = {.backend = o->backend};
+    run R = {.c = c, .o = &to, .bench = 1};
+    tw_status s = setup(&R, err);
+    if (s == TW_OK) {
+        synthetic_batch(&R);
+        s = init_params(&R, err);
+    }
+    if (s == TW_OK)
+        s = bench_steps(&R, o, err);
+    if (s == TW_OK) {
+        *info = (tw_bench_info){.allreduce_bytes = R.P * sizeof(float), .graphs = 0};
+        snprintf(info->backend, sizeof info->backend, "%s", tw_backend_kind(R.b[0]));
+    }
+    teardown(&R);
+    return s;
+}
+
 int tw_train_exit_code(const tw_error *err)
 {
     static const struct {
@@ -731,6 +838,8 @@ int tw_train_exit_code(const tw_error *err)
     };
     if (err->status == TW_ERR_IO && (err->errno_value == ENOSPC || err->errno_value == EDQUOT))
         return TW_EXIT_STORAGE_FULL;
+    if (err->status == TW_ERR_INTERNAL && err->errno_value == ENOTRECOVERABLE)
+        return TW_EXIT_DEVICE; /* a poisoned CUDA context or an aborted NCCL group (kernels/cuda_backend.h) */
     for (size_t i = 0; i < sizeof BY_STATUS / sizeof BY_STATUS[0]; i++)
         if (BY_STATUS[i].status == err->status)
             return BY_STATUS[i].code;

@@ -5,8 +5,9 @@
  * each when N > 1), the learning-rate schedule (tf.train.exponential_decay), the EMA decay schedule
  * (num_updates = step), the per-step loop, evaluation with raw and EMA weights, the scalars, histograms,
  * graph and config text of the event file, checkpoints every checkpoint_every steps and at the end,
- * bit-exact resume from the latest checkpoint, and the JSON progress lines. Does not own the formats
- * (eventlog/), the math (backends) or the data (input.c). */
+ * bit-exact resume from the latest checkpoint, and the JSON progress lines; and the same step timed on
+ * synthetic data for `tower bench`. Does not own the formats (eventlog/), the math (backends), the data
+ * (input.c) or the bench's statistics and report (bench_main.c). */
 #ifndef TW_TRAINER_H
 #define TW_TRAINER_H
 
@@ -36,7 +37,7 @@ enum {
     TW_EXIT_USAGE = 2,         /* a usage or config error: nothing written */
     TW_EXIT_DIVERGED = 10,     /* a NaN or Inf loss */
     TW_EXIT_OOM = 11,          /* out of memory */
-    TW_EXIT_DEVICE = 12,       /* reserved: a sticky CUDA error, once the backend reports one */
+    TW_EXIT_DEVICE = 12,       /* a sticky device error (TW_ERR_INTERNAL with ENOTRECOVERABLE): retry fresh */
     TW_EXIT_STORAGE_FULL = 13, /* ENOSPC or EDQUOT */
     TW_EXIT_BAD_DATA = 14,     /* a damaged data or checkpoint file (corrupt, truncated, a length past its cap) */
 };
@@ -50,6 +51,33 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
 
 /* Asks the running loop to checkpoint and stop after the current step. Async-signal-safe. */
 void tw_train_request_stop(void);
+
+/* ---- `tower bench`: the training step, timed on synthetic data ---- */
+
+typedef struct {
+    const char *backend;  /* "auto", "cpu" or "cuda" */
+    int warmup;           /* untimed steps first, >= 0 */
+    int steps;            /* timed steps, >= 1 */
+    double *step_s;       /* [steps] caller-owned, filled: seconds of each timed step */
+    double *allreduce_s;  /* [steps] caller-owned, filled: seconds of its all-reduce (0 with 1 tower) */
+} tw_bench_options;
+
+typedef struct {
+    char backend[16];       /* the kind that ran ("auto" resolved): "cpu" or "cuda" */
+    size_t allreduce_bytes; /* bytes of the gradient arena each tower all-reduces per step */
+    int graphs;             /* 1 when the step ran as a CUDA Graph: 0, not implemented yet */
+} tw_bench_info;
+
+/* Runs o->warmup + o->steps training steps of c's model (c->towers towers of o->backend) on one fixed
+ * synthetic batch of c's shape: inputs uniform in [0, 1), labels uniform over the classes. No dataset is
+ * opened and nothing is written. The step is tw_train's own (upload, forward, backward, loss, all-reduce,
+ * update + EMA) without the input pipeline; each step, and its all-reduce, lies between two
+ * tw_backend_sync of every tower. Fills o->step_s, o->allreduce_s and *info. Errors: the model's and the
+ * backend's (TW_ERR_UNSUPPORTED: no such device); TW_ERR_INVALID for bad options or when the loss is
+ * not finite (the update was skipped, the timing would be wrong). Not thread-safe (the backend plan is
+ * process-wide). */
+tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench_info *info,
+                         tw_error *err);
 
 /* tf.train.exponential_decay(lr, global_step, decay_steps, decay_rate, staircase), in float32. */
 float tw_learning_rate(const tw_config *c, int64_t global_step);

@@ -8,5 +8,6 @@ int tw_inspect_main(int argc, char **argv);
 int tw_train_main(int argc, char **argv);   /* engine/train_main.c */
 int tw_serve_main(int argc, char **argv);   /* server/serve_main.c */
 int tw_devices_main(int argc, char **argv); /* server/devices.c */
+int tw_bench_main(int argc, char **argv);   /* engine/bench_main.c */
 
 #endif

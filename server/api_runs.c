@@ -263,8 +263,6 @@ void tw_api_runs_create(tw_server *S, tw_req *r)
     tw_error err;
     tw_error_clear(&err);
     if (tw_runs_submit(S, tw_req_json(r), tw_req_header(r, "Idempotency-Key"), &run, &created, &code, &err) != TW_OK) {
-        if (tw_store_fatal(&err))
-            tw_server_fatal(S, &err);
         char msg[1200];
         tw_error_format(&err, msg, sizeof msg);
         tw_reply_error(r, code, "%s", msg);

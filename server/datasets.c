@@ -351,10 +351,12 @@ static void convert_and_record(tw_server *S, const upload *u)
         error = json_dumps(e, JSON_COMPACT);
         json_decref(e);
     }
-    if (tw_store_dataset_finish(S->store, u->id, s == TW_OK ? "ready" : "failed", meta, error, &serr) != TW_OK &&
-        tw_store_fatal(&serr))
-        tw_server_fatal(S, &serr);
+    /* The received files go when they are no longer needed: a failure keeps nothing, so they go before the
+     * row says "failed"; a success goes after "ready" (a crash in between re-converts, never loses it). */
     snprintf(up, sizeof up, "%s/upload", u->dir);
+    if (s != TW_OK)
+        tw_remove_tree(up);
+    tw_store_dataset_finish(S->store, u->id, s == TW_OK ? "ready" : "failed", meta, error, &serr);
     tw_remove_tree(up);
     free(meta);
     free(error);
@@ -486,8 +488,6 @@ static int accept_upload(tw_server *S, tw_req *r, upload *u)
     if (save_params(u, &u->err) != TW_OK || tw_fsync_dir_of(up, &u->err) != TW_OK ||
         tw_store_dataset_insert(S->store, u->id, u->name, source_name(u->have), (int64_t)u->bytes,
                                 &u->err) != TW_OK) {
-        if (tw_store_fatal(&u->err))
-            tw_server_fatal(S, &u->err);
         tw_reply_status(r, &u->err);
         return -1;
     }

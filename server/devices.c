@@ -1,4 +1,5 @@
-/* devices.c — device detection from /proc (see devices.h) and `tower devices`. */
+/* devices.c — device detection from /proc for the scheduler (see devices.h), and `tower devices`, which
+ * asks the CUDA runtime itself (through the backend registry) for each GPU's details or why there is none. */
 #define _GNU_SOURCE
 #include "devices.h"
 
@@ -9,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "cli.h"
 
 static const char GPU_DIR[] = "/proc/driver/nvidia/gpus";
@@ -39,7 +41,7 @@ static void gpu_model(const char *bus, char *name, size_t size)
 int tw_devices_detect(tw_device *out, int max)
 {
     struct dirent **list = NULL;
-    int n = scandir(GPU_DIR, &list, NULL, by_name), count = 0;
+    int n = tw_backend_built("cuda") ? scandir(GPU_DIR, &list, NULL, by_name) : 0, count = 0;
     for (int i = 0; i < n; i++) {
         if (list[i]->d_name[0] != '.' && count < max) {
             tw_device *d = &out[count];
@@ -61,21 +63,77 @@ int tw_devices_detect(tw_device *out, int max)
     return count;
 }
 
+/* ================================ tower devices ================================ */
+
+static const char DEVICES_USAGE[] =
+    "usage: tower devices [--json]\n"
+    "\n"
+    "Lists the GPUs this build can train on (index, name, memory, compute capability, driver and runtime\n"
+    "versions), or says why there are none; `tower train --backend auto` uses them, else the CPU.\n";
+
+static json_t *gpu_json(int i, const tw_device_info *d)
+{
+    char cc[16], drv[16], rt[16];
+    snprintf(cc, sizeof cc, "%d.%d", d->cc_major, d->cc_minor);
+    snprintf(drv, sizeof drv, "%d.%d", d->driver_version / 1000, d->driver_version % 1000 / 10);
+    snprintf(rt, sizeof rt, "%d.%d", d->runtime_version / 1000, d->runtime_version % 1000 / 10);
+    return json_pack("{s:i, s:s, s:I, s:s, s:s, s:s}", "index", i, "name", d->name, "memory_bytes",
+                     (json_int_t)d->memory_bytes, "compute_capability", cc, "driver_version", drv,
+                     "runtime_version", rt);
+}
+
+/* {"gpus": [...], "why_no_gpu": null or a sentence, "cpu": {...}, "auto": "cuda" or "cpu"} (new). */
+static json_t *describe(void)
+{
+    json_t *gpus = json_array();
+    tw_error err;
+    tw_error_clear(&err);
+    int n = tw_backend_devices("cuda");
+    tw_device_info d;
+    for (int i = 0; i < n; i++)
+        if (tw_backend_device_info(i, &d, &err) == TW_OK)
+            json_array_append_new(gpus, gpu_json(i, &d));
+    if (n == 0)
+        tw_backend_device_info(0, &d, &err); /* fills err with why there is none */
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    return json_pack("{s:o, s:s?, s:{s:s, s:i}, s:s}", "gpus", gpus, "why_no_gpu",
+                     json_array_size(gpus) ? NULL : err.message, "cpu", "name", "CPU", "cores", (int)cores,
+                     "auto", json_array_size(gpus) ? "cuda" : "cpu");
+}
+
+static void print_text(const json_t *d)
+{
+    size_t i;
+    json_t *g;
+    json_array_foreach(json_object_get(d, "gpus"), i, g)
+        printf("cuda:%d  %s  %.1f GiB  compute %s  driver %s  runtime %s\n",
+               (int)json_integer_value(json_object_get(g, "index")), json_string_value(json_object_get(g, "name")),
+               (double)json_integer_value(json_object_get(g, "memory_bytes")) / (1 << 30),
+               json_string_value(json_object_get(g, "compute_capability")),
+               json_string_value(json_object_get(g, "driver_version")),
+               json_string_value(json_object_get(g, "runtime_version")));
+    const char *why = json_string_value(json_object_get(d, "why_no_gpu"));
+    if (why)
+        printf("no GPU: %s\n", why);
+    printf("cpu     %d cores%s\n", (int)json_integer_value(json_object_get(json_object_get(d, "cpu"), "cores")),
+           why ? " (--backend auto trains here)" : "");
+}
+
 int tw_devices_main(int argc, char **argv)
 {
-    if (argc > 1) {
-        fprintf(argc == 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
-                "usage: tower devices\n\nLists the devices `tower serve` schedules runs on, as JSON.\n");
-        return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+    int as_json = argc == 2 && !strcmp(argv[1], "--json");
+    if (argc > 1 && !as_json) {
+        int help = argc == 2 && !strcmp(argv[1], "--help");
+        fputs(DEVICES_USAGE, help ? stdout : stderr);
+        return help ? 0 : 2;
     }
-    tw_device d[TW_MAX_DEVICES];
-    int n = tw_devices_detect(d, TW_MAX_DEVICES);
-    json_t *arr = json_array();
-    for (int i = 0; i < n; i++)
-        json_array_append_new(arr, json_pack("{s:s, s:s, s:s}", "id", d[i].id, "kind", d[i].kind, "name",
-                                             d[i].name));
-    json_dumpf(arr, stdout, JSON_INDENT(2));
-    putchar('\n');
-    json_decref(arr);
+    json_t *d = describe();
+    if (as_json) {
+        json_dumpf(d, stdout, JSON_INDENT(2));
+        putchar('\n');
+    } else {
+        print_text(d);
+    }
+    json_decref(d);
     return 0;
 }

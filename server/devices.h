@@ -2,8 +2,9 @@
  *
  * Owns: detection (without the CUDA runtime, so the server never creates a CUDA context: the GPUs are
  * read from /proc/driver/nvidia/gpus, in PCI bus order, which is CUDA's order with
- * CUDA_DEVICE_ORDER=PCI_BUS_ID, set for every child) and `tower devices`. A machine without GPUs has
- * one device, "cpu", which runs one training run at a time with its towers as threads. */
+ * CUDA_DEVICE_ORDER=PCI_BUS_ID, set for every child; and only when this build has the CUDA backend) and
+ * `tower devices`. A machine without GPUs has one device, "cpu", which runs one training run at a time with
+ * its towers as threads. */
 #ifndef TW_DEVICES_H
 #define TW_DEVICES_H
 

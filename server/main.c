@@ -20,6 +20,7 @@ static const command COMMANDS[] = {
     {"train", tw_train_main, "train a model from a JSON run config; events and checkpoints in --logdir"},
     {"serve", tw_serve_main, "run the training service: REST API, job queue, status page"},
     {"devices", tw_devices_main, "list the devices runs are scheduled on"},
+    {"bench", tw_bench_main, "time the training step per model and tower count on synthetic data"},
 };
 
 static void usage(FILE *out)

@@ -90,12 +90,11 @@ static void wake(tw_scheduler *s)
 
 void tw_scheduler_wake(tw_scheduler *s) { wake(s); }
 
-static void log_store_error(tw_server *S, const tw_error *err)
+/* A store failure the supervisor cannot answer to anyone: logged (a fatal one already stopped the server
+ * through the store's hook). */
+static void log_store_error(const tw_error *err)
 {
-    if (tw_store_fatal(err))
-        tw_server_fatal(S, err);
-    else
-        fprintf(stderr, "tower serve: %s\n", err->message);
+    fprintf(stderr, "tower serve: %s\n", err->message);
 }
 
 static void log_write(child *c, const char *text, size_t n)
@@ -376,7 +375,7 @@ static void fail_now(tw_scheduler *s, const char *id, const char *reason, const 
     tw_error err;
     char *e = error_text(code, msg);
     if (tw_store_run_finished(s->S->store, id, "failed", reason, e, tw_now_wall(), &err) != TW_OK)
-        log_store_error(s->S, &err);
+        log_store_error(&err);
     free(e);
     tw_server_changed(s->S);
 }
@@ -442,7 +441,7 @@ static int start_next(tw_scheduler *s)
         } else {
             s->kids[s->n_kids++] = c;
             if (tw_store_run_started(s->S->store, c->id, ids, tw_now_wall(), &err) != TW_OK)
-                log_store_error(s->S, &err);
+                log_store_error(&err);
             char head[128];
             int n = snprintf(head, sizeof head, "== attempt %d: pid %d ==\n", c->restarts + 1, (int)c->pid);
             log_write(c, head, (size_t)n);
@@ -495,7 +494,7 @@ static void save_progress(tw_scheduler *s, child *c, double now)
     char *m = json_dumps(c->metrics, JSON_COMPACT);
     tw_error err;
     if (tw_store_run_progress(s->S->store, c->id, c->step, m, c->eta_s, &err) != TW_OK)
-        log_store_error(s->S, &err);
+        log_store_error(&err);
     free(m);
     c->dirty = 0;
     c->saved_at = now;
@@ -571,7 +570,7 @@ static void finish(tw_scheduler *s, child *c)
                                    tw_now_wall(), &err);
     }
     if (st != TW_OK)
-        log_store_error(S, &err);
+        log_store_error(&err);
     free(e);
     char tail[1100];
     int n = snprintf(tail, sizeof tail, "== %s ==\n", msg);

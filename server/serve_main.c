@@ -152,6 +152,8 @@ static tw_status make_dirs(tw_server *S, tw_error *err)
     return TW_OK;
 }
 
+static void store_failed(void *arg, const tw_error *err) { tw_server_fatal(arg, err); }
+
 static tw_status start(tw_server *S, int *port, tw_error *err)
 {
     TW_TRY(make_dirs(S, err));
@@ -161,6 +163,7 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
     char db[PATH_MAX + 16];
     snprintf(db, sizeof db, "%s/tower.db", S->data);
     TW_TRY(tw_store_open(db, &S->store, err));
+    tw_store_on_fatal(S->store, store_failed, S);
     int recovered = tw_store_runs_recover(S->store, err);
     if (recovered < 0)
         return err->status;

@@ -25,6 +25,8 @@ struct tw_store {
         sqlite3_stmt *stmt;
     } cache[MAX_STATEMENTS];
     int n_cached;
+    void (*on_fatal)(void *arg, const tw_error *err);
+    void *fatal_arg;
 };
 
 static const char SCHEMA[] =
@@ -50,12 +52,19 @@ static tw_status sql_error(tw_store *st, int rc, const char *what, tw_error *err
     int ext = sqlite3_extended_errcode(st->db);
     tw_status s = tw_error_set(err, TW_ERR_IO, NULL, -1, "database: %s: %s (%d)", what,
                                sqlite3_errmsg(st->db), ext);
+    int fatal = rc != SQLITE_FULL && (ext & 0xff) == SQLITE_IOERR;
     if (err)
-        err->errno_value = rc == SQLITE_FULL ? ENOSPC : ((ext & 0xff) == SQLITE_IOERR ? EIO : 0);
+        err->errno_value = rc == SQLITE_FULL ? ENOSPC : (fatal ? EIO : 0);
+    if (fatal && st->on_fatal && err)
+        st->on_fatal(st->fatal_arg, err);
     return s;
 }
 
-int tw_store_fatal(const tw_error *err) { return err->status == TW_ERR_IO && err->errno_value == EIO; }
+void tw_store_on_fatal(tw_store *st, void (*fn)(void *arg, const tw_error *err), void *arg)
+{
+    st->on_fatal = fn;
+    st->fatal_arg = arg;
+}
 
 static sqlite3_stmt *prepared(tw_store *st, const char *sql)
 {

@@ -7,8 +7,7 @@
  * children close every inherited descriptor anyway.
  *
  * Errors: SQLite failures return TW_ERR_IO with the SQLite message; a full disk keeps errno_value =
- * ENOSPC (the caller answers 507); any other I/O failure is fatal for the process (tw_store_fatal says
- * which). Thread-safety: every function locks the store's mutex; JSON results are new (caller owns). */
+ * ENOSPC (the caller answers 507); any other I/O failure is fatal for the process (tw_store_on_fatal). Thread-safety: every function locks the store's mutex; JSON results are new (caller owns). */
 #ifndef TW_STORE_H
 #define TW_STORE_H
 
@@ -24,8 +23,10 @@ enum { TW_ID_BYTES = 17 }; /* "r" or "d" + 15 hex digits + NUL */
 tw_status tw_store_open(const char *path, tw_store **out, tw_error *err);
 void tw_store_close(tw_store *st); /* NULL-safe */
 
-/* 1 when err came from a failure that must stop the process (an I/O error other than a full disk). */
-int tw_store_fatal(const tw_error *err);
+/* Registers what runs when a write fails in a way that must stop the process (an I/O error other than
+ * a full disk, e.g. a failed fsync: PostgreSQL's lesson, RELIABILITY rule 2): fn(arg, err), once per
+ * failure, on the failing thread, before the call returns its error. */
+void tw_store_on_fatal(tw_store *st, void (*fn)(void *arg, const tw_error *err), void *arg);
 
 /* A new random id: prefix ('r' or 'd') and 15 hex digits. */
 void tw_store_new_id(char prefix, char id[TW_ID_BYTES]);

@@ -354,6 +354,7 @@ def test_tower_heartbeat_when_summary_every_exceeds_steps(tower_bin, tmp_path, t
     watchdog = threading.Timer(60, proc.kill)
     watchdog.start()
     try:
+        assert json.loads(proc.stdout.readline())["backend"] == "cpu"  # the first line names the backend
         t0 = time.monotonic()
         beats = []
         while len(beats) < 3:

@@ -247,6 +247,8 @@ def test_cancel_delete_rules(serve, tool):
     # cancel the queued one (immediate) and the running one (SIGTERM: it checkpoints and stops)
     assert requests.post(server.api(f"/runs/{queued['id']}/cancel"), timeout=10).status_code == 202
     assert requests.get(server.api(f"/runs/{queued['id']}"), timeout=10).json()["status"] == "cancelled"
+    poll("a step of the long run", lambda: True if requests.get(server.api(f"/runs/{long_run['id']}"),
+                                                                timeout=10).json()["step"] > 0 else None)
     assert requests.post(server.api(f"/runs/{long_run['id']}/cancel"), timeout=10).status_code == 202
     done = wait_run(server, long_run["id"])
     assert done["status"] == "cancelled" and 0 < done["step"] < 100000

@@ -33,10 +33,15 @@ def test_child_has_its_own_group_and_no_server_descriptors(serve, tool):
     assert requests.get(server.api("/devices"), timeout=10).json()["devices"][0]["run"] is None
 
 
-def test_tower_devices_lists_the_cpu(tower_bin):
-    out = subprocess.run([tower_bin, "devices"], capture_output=True, text=True, check=True).stdout
-    devices = json.loads(out)
-    if not os.path.isdir("/proc/driver/nvidia/gpus"):
-        assert [d["id"] for d in devices] == ["cpu"] and devices[0]["kind"] == "cpu"
+def test_tower_devices_says_why_there_is_no_gpu(tower_bin):
+    out = subprocess.run([tower_bin, "devices", "--json"], capture_output=True, text=True, check=True).stdout
+    d = json.loads(out)
+    assert d["cpu"]["cores"] == os.cpu_count()
+    if not os.path.isdir("/proc/driver/nvidia/gpus"):  # this machine: no driver
+        assert d["gpus"] == [] and d["auto"] == "cpu"
+        assert "no CUDA backend" in d["why_no_gpu"] or "driver" in d["why_no_gpu"]
     else:
-        assert all(d["kind"] == "gpu" for d in devices)
+        assert d["auto"] == "cuda" and all(g["compute_capability"] for g in d["gpus"])
+    text = subprocess.run([tower_bin, "devices"], capture_output=True, text=True, check=True).stdout
+    assert text.splitlines()[-1].startswith("cpu ")
+    assert subprocess.run([tower_bin, "devices", "--bogus"], capture_output=True).returncode == 2

@@ -6,7 +6,6 @@ import os
 import socket
 import struct
 import subprocess
-import time
 
 import pytest
 import requests
@@ -80,21 +79,31 @@ def test_h2_chunked_body_over_cap_413_and_nothing_kept(serve):
 # ---------------------------------------------------------------- H3: slow clients
 
 def test_h3_slow_clients_are_cut_and_do_not_starve_others(serve):
-    server = serve("--per-ip-limit", "3", "--conn-timeout", "2")
+    server = serve("--per-ip-limit", "3", "--conn-timeout", "5")
     host, port = server.url.split("//")[1].split(":")
     stalled = [socket.create_connection((host, int(port)), timeout=10) for _ in range(3)]
     for s in stalled:
         s.sendall(b"GET /api/v1/health HTTP/1.1\r\n")  # and then nothing
     extra = socket.create_connection((host, int(port)), timeout=10)
-    assert extra.recv(100) == b""  # over the per-address limit: closed at once
+    try:  # over the per-address limit: closed at once (a FIN or a reset, whichever the kernel sends)
+        assert extra.recv(100) == b""
+    except ConnectionResetError:
+        pass
     extra.close()
-    t0 = time.monotonic()  # another client address is served while the stalled ones hang
+    # another client address is served while the stalled ones still hang (they are open after its reply)
     other = raw_request(server, f"GET /api/v1/health HTTP/1.0\r\nHost: {server.url[7:]}\r\n\r\n".encode(),
                         source="127.0.0.2")
     assert other.startswith(b"HTTP/1.1 200") or other.startswith(b"HTTP/1.0 200"), other[:100]
-    assert time.monotonic() - t0 < 1.5
+    for s in stalled:
+        s.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            s.recv(100)
+        s.settimeout(30)
     for s in stalled:  # the server closes them after its timeout, without a reply
-        assert s.recv(100) == b""
+        try:
+            assert s.recv(100) == b""
+        except ConnectionResetError:
+            pass
         s.close()
     assert requests.get(server.api("/health"), timeout=5).status_code == 200
 

@@ -1128,17 +1128,18 @@ static void test_registry(void **state)
     assert_string_equal(tw_backend_name(b), "cpu");
     assert_string_equal(tw_backend_kind(b), "cpu");
     tw_backend_destroy(b);
+    int gpus = tw_backend_devices("cuda"); /* 0 without a CUDA build, a driver or a device */
     OK(tw_backend_create("auto", 0, &b, &E));
-    assert_string_equal(tw_backend_kind(b), "cpu");
+    assert_string_equal(tw_backend_kind(b), gpus ? "cuda" : "cpu");
     tw_backend_destroy(b);
     b = B; /* a stale value: a failed create must reset it */
-    assert_int_equal(tw_backend_create("cuda", 0, &b, &E), TW_ERR_UNSUPPORTED);
+    assert_int_equal(tw_backend_create("cuda", gpus, &b, &E), TW_ERR_UNSUPPORTED);
     assert_null(b);
-    assert_non_null(strstr(E.message, "no CUDA backend"));
+    assert_non_null(strstr(E.message, gpus ? "device" : "no CUDA backend"));
     assert_invalid(tw_backend_create("bogus", 0, &b, &E), "tw_backend_create", "bogus");
     assert_invalid(tw_backend_create(NULL, 0, &b, &E), "tw_backend_create", "kind");
     assert_int_equal(tw_backend_devices("cpu"), 1);
-    assert_int_equal(tw_backend_devices("cuda"), 0);
+    assert_true(tw_backend_devices("cuda") >= 0);
     assert_int_equal(tw_backend_devices("bogus"), 0);
     tw_backend_destroy(NULL);
 }

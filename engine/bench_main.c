@@ -1,0 +1,370 @@
+/* bench_main.c — `tower bench [--config FILE ...] [--backend auto|cpu|cuda] [--towers N ...] [--steps N]
+ * [--warmup N] [--json]`: the training step's speed per model and tower count, on synthetic data.
+ *
+ * Owns: the command line, the default configs and tower counts, the statistics over the timed steps
+ * (median and p90 step time, examples/s, the all-reduce's time and bus bandwidth) and the report (a
+ * table, or one JSON object). The step and its timing are tw_train_bench's (trainer.c): the same step
+ * `tower train` runs. Exit status: 0 ok, 2 a usage or config error (the message names the option or the
+ * key), else tw_train_exit_code's (1 for a backend that cannot run here, e.g. no CUDA device). */
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "config.h"
+#include "trainer.h"
+
+static const char USAGE[] =
+    "usage: tower bench [--config FILE ...] [--backend auto|cpu|cuda] [--towers N ...] [--steps N]\n"
+    "                   [--warmup N] [--json]\n"
+    "\n"
+    "Times the training step of each config's model on each tower count, on synthetic data of the\n"
+    "config's shape (no dataset is read, nothing is written): step time (median and p90 over the timed\n"
+    "steps, between the backend's syncs), examples/s (towers x batch / median step), the gradient\n"
+    "all-reduce's time per step and its bus bandwidth (NCCL's: bytes / time x 2(n-1)/n).\n"
+    "\n"
+    "  --config FILE      a run config (repeatable; default examples/seed_mlp.json and\n"
+    "                     examples/fashion_cnn.json, looked up here and above the tower binary)\n"
+    "  --backend B        auto (default: cuda when a GPU is present, else cpu), cpu or cuda\n"
+    "  --towers N         a tower count (repeatable; default 1 to the number of GPUs, or 1 and 2 on\n"
+    "                     the CPU, which runs at most one tower per core)\n"
+    "  --steps N          timed steps per measurement (default 100)\n"
+    "  --warmup N         untimed steps before them (default 10)\n"
+    "  --json             one JSON object instead of the table\n"
+    "\n"
+    "The \"graphs\" column says whether the step ran as a CUDA Graph: always \"off\", CUDA Graphs are\n"
+    "not implemented yet.\n"
+    "Exit status: 0 ok, 2 usage or config error, 1 a backend that cannot run here (no CUDA device).\n";
+
+enum { MAX_LIST = 16, DEFAULT_STEPS = 100, DEFAULT_WARMUP = 10, MAX_STEPS = 1000000 };
+
+typedef struct {
+    const char *configs[MAX_LIST];
+    int n_configs;
+    const char *backend;
+    int towers[MAX_LIST];
+    int n_towers;
+    int steps, warmup;
+    int json;
+} options;
+
+/* One model on one tower count. */
+typedef struct {
+    const char *config;       /* the file, borrowed */
+    int towers, batch;
+    double step_us, step_p90_us, examples_per_s;
+    double allreduce_us;      /* median over the timed steps; 0 with one tower */
+    double busbw_gbs;         /* GB/s (1e9); NAN with one tower (nothing crosses a link) */
+    tw_bench_info info;
+} row;
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Prints "tower bench: MESSAGE" and the usage on stderr; returns the usage exit status. */
+static int usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tower bench: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n%s", USAGE);
+    va_end(ap);
+    return TW_EXIT_USAGE;
+}
+
+/* *v = arg as an integer in [lo, hi]; else the usage error naming opt. */
+static int parse_int(const char *opt, const char *arg, int lo, int hi, int *v)
+{
+    char *end;
+    long n = strtol(arg, &end, 10);
+    if (*arg == '\0' || *end || n < lo || n > hi)
+        return usage_error("%s needs a number from %d to %d, got '%s'", opt, lo, hi, arg);
+    *v = (int)n;
+    return 0;
+}
+
+/* 0 while a list of n entries has room for arg; else the usage error naming opt. */
+static int room(const char *opt, const char *arg, int n)
+{
+    if (n < MAX_LIST)
+        return 0;
+    return usage_error("%s is given more than %d times ('%s')", opt, MAX_LIST, arg);
+}
+
+static int parse_option(int c, options *o)
+{
+    int rc;
+    switch (c) {
+    case 'c':
+        if ((rc = room("--config", optarg, o->n_configs)) == 0)
+            o->configs[o->n_configs++] = optarg;
+        return rc;
+    case 't':
+        if ((rc = room("--towers", optarg, o->n_towers)) != 0)
+            return rc;
+        return parse_int("--towers", optarg, 1, 64, &o->towers[o->n_towers++]);
+    case 'b':
+        if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
+            return usage_error("--backend must be auto, cpu or cuda, got '%s'", optarg);
+        o->backend = optarg;
+        return 0;
+    case 's': return parse_int("--steps", optarg, 1, MAX_STEPS, &o->steps);
+    case 'w': return parse_int("--warmup", optarg, 0, MAX_STEPS, &o->warmup);
+    case 'j': o->json = 1; return 0;
+    case 'h': fputs(USAGE, stdout); return -1;
+    default: fputs(USAGE, stderr); return TW_EXIT_USAGE;
+    }
+}
+
+/* Returns 0 to go on, -1 after --help, else the exit status. */
+static int parse_args(int argc, char **argv, options *o)
+{
+    static const struct option longs[] = {
+        {"config", required_argument, 0, 'c'}, {"backend", required_argument, 0, 'b'},
+        {"towers", required_argument, 0, 't'}, {"steps", required_argument, 0, 's'},
+        {"warmup", required_argument, 0, 'w'}, {"json", no_argument, 0, 'j'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    *o = (options){.backend = "auto", .steps = DEFAULT_STEPS, .warmup = DEFAULT_WARMUP};
+    optind = 1;
+    int c, rc;
+    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1)
+        if ((rc = parse_option(c, o)) != 0)
+            return rc;
+    if (optind < argc)
+        return usage_error("unexpected argument '%s' (a config is given with --config FILE)",
+                           argv[optind]);
+    return 0;
+}
+
+/* ================================ configs and tower counts ================================ */
+
+/* examples/NAME in the current folder, else in a folder above the tower binary (a build tree's
+ * server/tower finds the source tree's examples/). Fills out; returns 0, or -1 when there is none. */
+static int find_example(const char *name, char *out, size_t size)
+{
+    char dir[TW_PATH_BYTES];
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    dir[n > 0 ? n : 0] = '\0';
+    snprintf(out, size, "examples/%s", name);
+    for (int up = 0; access(out, R_OK) != 0; up++) {
+        char *slash = strrchr(dir, '/');
+        if (!slash || up > 4)
+            return -1;
+        *slash = '\0';
+        snprintf(out, size, "%s/examples/%s", dir, name);
+    }
+    return 0;
+}
+
+/* Without --config: the seed's MLP and the Fashion-MNIST CNN. */
+static int default_configs(options *o, char paths[2][TW_PATH_BYTES + 16])
+{
+    static const char *names[2] = {"seed_mlp.json", "fashion_cnn.json"};
+    for (int i = 0; i < 2; i++) {
+        if (find_example(names[i], paths[i], sizeof paths[i]) != 0)
+            return usage_error("cannot find examples/%s (looked here and above the tower binary): "
+                               "give --config FILE", names[i]);
+        o->configs[o->n_configs++] = paths[i];
+    }
+    return 0;
+}
+
+/* The kind `backend` runs as here, and how many towers it can run: one per GPU, one per CPU core. */
+static const char *resolve_kind(const char *backend, int *max_towers)
+{
+    int gpus = strcmp(backend, "cpu") ? tw_backend_devices("cuda") : 0;
+    if (!strcmp(backend, "cuda") || gpus > 0) {
+        *max_towers = gpus;
+        return "cuda";
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    *max_towers = cores > 1 ? (int)cores : 1;
+    return "cpu";
+}
+
+/* Fills o->towers when none were given; refuses a count the machine cannot run. Without any CUDA
+ * device the one count left lets the backend say why it cannot run. */
+static int tower_counts(options *o, const char *kind, int max)
+{
+    if (o->n_towers == 0) {
+        int top = !strcmp(kind, "cpu") ? (max < 2 ? max : 2) : (max > 0 ? max : 1);
+        for (int n = 1; n <= top && n <= MAX_LIST; n++)
+            o->towers[o->n_towers++] = n;
+    }
+    for (int i = 0; i < o->n_towers; i++)
+        if (max > 0 && o->towers[i] > max)
+            return usage_error("--towers %d: the %s backend runs at most %d towers here (one per %s)",
+                               o->towers[i], kind, max, strcmp(kind, "cpu") ? "GPU" : "core");
+    return 0;
+}
+
+/* Loads every config (all are checked before anything runs). *out: caller frees. */
+static int load_configs(const options *o, tw_config **out)
+{
+    tw_config *c = calloc((size_t)o->n_configs, sizeof *c);
+    tw_error err;
+    tw_error_clear(&err);
+    for (int i = 0; c && i < o->n_configs; i++) {
+        if (tw_config_load(o->configs[i], &c[i], &err) != TW_OK) {
+            char msg[1200];
+            tw_error_format(&err, msg, sizeof msg);
+            fprintf(stderr, "tower bench: %s\n", msg); /* the message names the file */
+            free(c);
+            return TW_EXIT_USAGE;
+        }
+    }
+    *out = c;
+    return c ? 0 : TW_EXIT_OOM;
+}
+
+/* ================================ measuring ================================ */
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The q-quantile of v[n] (sorts v), interpolated between neighbours as numpy's default. */
+static double quantile(double *v, int n, double q)
+{
+    qsort(v, (size_t)n, sizeof *v, by_value);
+    double pos = q * (n - 1);
+    int lo = (int)pos;
+    return lo + 1 < n ? v[lo] + (v[lo + 1] - v[lo]) * (pos - lo) : v[lo];
+}
+
+static void summarize(row *r, double *step_s, double *allreduce_s, int steps)
+{
+    r->step_us = quantile(step_s, steps, 0.5) * 1e6;
+    r->step_p90_us = quantile(step_s, steps, 0.9) * 1e6;
+    r->examples_per_s = (double)r->towers * r->batch * 1e6 / r->step_us;
+    r->allreduce_us = quantile(allreduce_s, steps, 0.5) * 1e6;
+    double n = r->towers, t = r->allreduce_us * 1e-6; /* NCCL's busbw: algbw (bytes / t) x 2(n-1)/n */
+    r->busbw_gbs = n > 1 && t > 0 ? (double)r->info.allreduce_bytes / t * 2 * (n - 1) / n / 1e9 : NAN;
+}
+
+/* Benchmarks config c (from path) on `towers` towers into *r. */
+static tw_status measure(const options *o, const char *kind, tw_config *c, const char *path,
+                         int towers, row *r, tw_error *err)
+{
+    *r = (row){.config = path, .towers = towers, .batch = c->batch_size};
+    TW_TRY(tw_config_override_towers(c, towers, err));
+    double *t = calloc(2 * (size_t)o->steps, sizeof *t);
+    if (!t)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    tw_bench_options bo = {.backend = kind, .warmup = o->warmup, .steps = o->steps, .step_s = t,
+                           .allreduce_s = t + o->steps};
+    tw_status s = tw_train_bench(c, &bo, &r->info, err);
+    if (s == TW_OK)
+        summarize(r, t, t + o->steps, o->steps);
+    free(t);
+    return s;
+}
+
+/* ================================ the report ================================ */
+
+/* "seed_mlp" from ".../seed_mlp.json". */
+static void model_name(const char *path, char *out, size_t size)
+{
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t len = strlen(base);
+    if (len > 5 && !strcmp(base + len - 5, ".json"))
+        len -= 5;
+    snprintf(out, size, "%.*s", (int)len, base);
+}
+
+static void table_header(const options *o, const char *kind)
+{
+    printf("tower bench: %s backend, %d timed steps after %d warm-up, synthetic data; times in "
+           "microseconds\n\n",
+           kind, o->steps, o->warmup);
+    printf("%-20s %6s %6s %12s %12s %12s %14s %9s %7s\n", "model", "towers", "batch",
+           "step median", "step p90", "examples/s", "all-reduce", "bus GB/s", "graphs");
+}
+
+static void table_row(const row *r)
+{
+    char name[64], bw[32] = "-";
+    model_name(r->config, name, sizeof name);
+    if (!isnan(r->busbw_gbs))
+        snprintf(bw, sizeof bw, "%.2f", r->busbw_gbs);
+    printf("%-20s %6d %6d %12.1f %12.1f %12.0f %14.1f %9s %7s\n", name, r->towers, r->batch,
+           r->step_us, r->step_p90_us, r->examples_per_s, r->allreduce_us, bw,
+           r->info.graphs ? "on" : "off");
+    fflush(stdout);
+}
+
+static json_t *json_row(const row *r)
+{
+    char name[64];
+    model_name(r->config, name, sizeof name);
+    return json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:o, s:s}", "config",
+                     r->config, "model", name, "backend", r->info.backend, "towers", r->towers,
+                     "batch_size", r->batch, "step_us_median", r->step_us, "step_us_p90",
+                     r->step_p90_us, "examples_per_s", r->examples_per_s, "allreduce_us",
+                     r->allreduce_us, "allreduce_bytes", (json_int_t)r->info.allreduce_bytes,
+                     "busbw_gb_s", isnan(r->busbw_gbs) ? json_null() : json_real(r->busbw_gbs),
+                     "graphs", r->info.graphs ? "on" : "off");
+}
+
+static int print_json(const options *o, const char *kind, const row *rows, int n)
+{
+    json_t *results = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(results, json_row(&rows[i]));
+    json_t *doc = json_pack("{s:s, s:i, s:i, s:o}", "backend", kind, "steps", o->steps, "warmup",
+                            o->warmup, "results", results);
+    int ok = doc && json_dumpf(doc, stdout, JSON_COMPACT | JSON_REAL_PRECISION(7)) == 0;
+    json_decref(doc);
+    printf("\n");
+    return ok ? 0 : TW_EXIT_FAILED;
+}
+
+/* Every config on every tower count, in order; the table streams row by row (its header once the
+ * first row succeeded). */
+static int run_all(const options *o, const char *kind, tw_config *configs, row *rows)
+{
+    tw_error err;
+    tw_error_clear(&err);
+    for (int i = 0, k = 0; i < o->n_configs; i++) {
+        for (int j = 0; j < o->n_towers; j++, k++) {
+            if (measure(o, kind, &configs[i], o->configs[i], o->towers[j], &rows[k], &err) != TW_OK) {
+                char msg[1200];
+                tw_error_format(&err, msg, sizeof msg);
+                fprintf(stderr, "tower bench: %s, %d tower(s): %s\n", o->configs[i], o->towers[j], msg);
+                return tw_train_exit_code(&err);
+            }
+            if (!o->json && k == 0)
+                table_header(o, kind);
+            if (!o->json)
+                table_row(&rows[k]);
+        }
+    }
+    return o->json ? print_json(o, kind, rows, o->n_configs * o->n_towers) : 0;
+}
+
+int tw_bench_main(int argc, char **argv)
+{
+    options o;
+    char defaults[2][TW_PATH_BYTES + 16];
+    int max, rc = parse_args(argc, argv, &o);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    if (o.n_configs == 0 && (rc = default_configs(&o, defaults)) != 0)
+        return rc;
+    const char *kind = resolve_kind(o.backend, &max);
+    tw_config *configs = NULL;
+    if ((rc = tower_counts(&o, kind, max)) != 0 || (rc = load_configs(&o, &configs)) != 0)
+        return rc;
+    row *rows = calloc((size_t)(o.n_configs * o.n_towers), sizeof *rows);
+    rc = rows ? run_all(&o, kind, configs, rows) : TW_EXIT_OOM;
+    free(rows);
+    free(configs);
+    return rc;
+}

@@ -1,0 +1,446 @@
+/* cuda_backend.cu — the CUDA backend's instance, memory, GEMM, waiting and error mapping, and its
+ * operation table.
+ *
+ * Owns: struct tw_cuda_ctx's lifetime (cudaSetDevice, one compute stream, one copy stream, one cuBLAS
+ * handle bound to the compute stream, the label-error flag, the grow-only scratch), buffers
+ * (cudaMalloc), uploads and downloads (cudaMemcpyAsync on the compute stream), GEMM (cublasSgemm, FP32),
+ * the wait behind download and sync (which polls NCCL while an all-reduce is in flight, so a failed
+ * collective aborts instead of hanging), the mapping of CUDA/cuBLAS/NCCL errors to tw_status
+ * (cuda_backend.h), the device count, and tw_cuda_backend_ops. cuBLAS does the GEMMs because no kernel
+ * of ours would match it. Does not own the other compute ops (cuda_kernels.cu) or NCCL
+ * (cuda_allreduce.cu).
+ *
+ * Thread-safety: as backend.h says, one instance is driven by one thread at a time, not always the same
+ * one (the trainer's tower threads change every step), so every op first makes the instance's device
+ * current on the calling thread. */
+#include "cuda_internal.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- errors ---- */
+
+/* Errors after which the CUDA context is unusable: every later call of the process fails. */
+static int is_sticky(cudaError_t e)
+{
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchFailure:
+    case cudaErrorECCUncorrectable:
+    case cudaErrorNvlinkUncorrectable:
+    case cudaErrorContained:
+    case cudaErrorExternalDevice:
+    case cudaErrorUnknown:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The statement as it goes into a message: at most 160 characters. */
+static void clip(char *out, size_t size, const char *stmt)
+{
+    size_t n = strlen(stmt);
+    if (n < size) {
+        memcpy(out, stmt, n + 1);
+        return;
+    }
+    snprintf(out, size, "%.*s...", (int)(size - 4), stmt);
+}
+
+/* File name without its directories (messages stay short and do not depend on the build path). */
+static const char *base(const char *file)
+{
+    const char *s = strrchr(file, '/');
+    return s ? s + 1 : file;
+}
+
+static tw_status set(tw_error *err, tw_status status, int sticky, const tw_cuda_ctx *ctx,
+                     const char *stmt, const char *lib_name, const char *lib_text, const char *file,
+                     int line)
+{
+    char what[164];
+    clip(what, sizeof what, stmt);
+    tw_error_set(err, status, NULL, -1, "%s: %s failed: %s (%s) at %s:%d%s", ctx ? ctx->name : "cuda",
+                 what, lib_text, lib_name, base(file), line,
+                 sticky ? "; the GPU context is unusable, the process must restart" : "");
+    if (err && sticky)
+        err->errno_value = TW_CUDA_STICKY_ERRNO;
+    return status;
+}
+
+tw_status tw_cuda_fail(tw_error *err, const tw_cuda_ctx *ctx, cudaError_t e, const char *stmt,
+                       const char *file, int line)
+{
+    int sticky = is_sticky(e);
+    if (!sticky)
+        (void)cudaGetLastError(); /* reported here; must not resurface after the next launch */
+    tw_status s = e == cudaErrorMemoryAllocation ? TW_ERR_NOMEM
+                  : e == cudaErrorNoKernelImageForDevice ? TW_ERR_UNSUPPORTED
+                                                         : TW_ERR_INTERNAL;
+    return set(err, s, sticky, ctx, stmt, cudaGetErrorName(e), cudaGetErrorString(e), file, line);
+}
+
+static const char *cublas_name(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "CUBLAS_STATUS_?";
+    }
+}
+
+tw_status tw_cublas_fail(tw_error *err, const tw_cuda_ctx *ctx, cublasStatus_t s, const char *stmt,
+                         const char *file, int line)
+{
+    /* A failed cuBLAS kernel leaves its CUDA error behind: sticky if the context is gone. */
+    cudaError_t e = cudaPeekAtLastError();
+    int sticky = s == CUBLAS_STATUS_EXECUTION_FAILED && is_sticky(e);
+    tw_status st = s == CUBLAS_STATUS_ALLOC_FAILED ? TW_ERR_NOMEM : TW_ERR_INTERNAL;
+    return set(err, st, sticky, ctx, stmt, cublas_name(s), cublasGetStatusString(s), file, line);
+}
+
+tw_status tw_nccl_fail(tw_error *err, const tw_cuda_ctx *ctx, ncclResult_t r, int sticky,
+                       const char *stmt, const char *file, int line)
+{
+    static const char *names[] = {"ncclSuccess",      "ncclUnhandledCudaError", "ncclSystemError",
+                                  "ncclInternalError", "ncclInvalidArgument",   "ncclInvalidUsage",
+                                  "ncclRemoteError",  "ncclInProgress"};
+    const char *name = (unsigned)r < sizeof names / sizeof names[0] ? names[r] : "ncclResult?";
+    char text[400];
+    const char *last = ncclGetLastError(NULL);
+    snprintf(text, sizeof text, "%s%s%s", ncclGetErrorString(r), last && *last ? ": " : "",
+             last ? last : "");
+    return set(err, TW_ERR_INTERNAL, sticky, ctx, stmt, name, text, file, line);
+}
+
+/* ---- device count ---- */
+
+int tw_cuda_device_count(char *why, size_t why_size)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        n = 0;
+    }
+    if (n == 0 && why && why_size) {
+        if (e == cudaErrorInsufficientDriver)
+            snprintf(why, why_size, "no NVIDIA driver is loaded, or it is older than this build's CUDA "
+                                    "runtime %d.%d (%s)", CUDART_VERSION / 1000,
+                     CUDART_VERSION % 1000 / 10, cudaGetErrorName(e));
+        else if (e == cudaSuccess || e == cudaErrorNoDevice)
+            snprintf(why, why_size, "the NVIDIA driver reports no CUDA-capable GPU (is the container "
+                                    "started with the NVIDIA runtime and a GPU?)");
+        else
+            snprintf(why, why_size, "cudaGetDeviceCount failed: %s (%s)", cudaGetErrorString(e),
+                     cudaGetErrorName(e));
+    }
+    return n;
+}
+
+tw_status tw_cuda_device_info(int device, tw_device_info *out, tw_error *err)
+{
+    char why[300];
+    int count = tw_cuda_device_count(why, sizeof why);
+    if (count == 0)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "no CUDA device: %s", why);
+    if (device < 0 || device >= count)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "no CUDA device %d (this machine has %d)",
+                            device, count);
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, device);
+    if (e == cudaSuccess)
+        e = cudaDriverGetVersion(&out->driver_version);
+    if (e == cudaSuccess)
+        e = cudaRuntimeGetVersion(&out->runtime_version);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "cuda:%d: cannot read its properties: %s (%s)",
+                            device, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    snprintf(out->name, sizeof out->name, "%.*s", (int)sizeof out->name - 1, p.name);
+    out->memory_bytes = p.totalGlobalMem;
+    out->cc_major = p.major;
+    out->cc_minor = p.minor;
+    return TW_OK;
+}
+
+/* ---- lifecycle ---- */
+
+tw_status tw_cuda_enter(tw_cuda_ctx *ctx, tw_error *err)
+{
+    TW_CUDA_CHECK(ctx, cudaSetDevice(ctx->device), err);
+    return TW_OK;
+}
+
+/* Frees what ctx holds, tolerating a half-built ctx and a device that already failed (errors are
+ * ignored: destroy cannot report them). */
+static void cuda_destroy(void *p)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    if (!ctx)
+        return;
+    tw_cuda_group_leave(ctx);
+    if (cudaSetDevice(ctx->device) == cudaSuccess) {
+        if (ctx->stream) {
+            if (ctx->scratch)
+                (void)cudaFreeAsync(ctx->scratch, ctx->stream);
+            (void)cudaStreamSynchronize(ctx->stream);
+        }
+        if (ctx->blas)
+            (void)cublasDestroy(ctx->blas);
+        if (ctx->stream)
+            (void)cudaStreamDestroy(ctx->stream);
+        if (ctx->copy)
+            (void)cudaStreamDestroy(ctx->copy);
+        if (ctx->flag_dev)
+            (void)cudaFree(ctx->flag_dev);
+        if (ctx->flag)
+            (void)cudaFreeHost((void *)ctx->flag);
+    }
+    (void)cudaGetLastError();
+    free(ctx);
+}
+
+/* The part of create that can fail after ctx exists; the caller destroys ctx on failure. */
+static tw_status setup(tw_cuda_ctx *ctx, tw_error *err)
+{
+    TW_TRY(tw_cuda_enter(ctx, err));
+    TW_CUDA_CHECK(ctx, cudaDeviceGetAttribute(&ctx->sm_count, cudaDevAttrMultiProcessorCount,
+                                              ctx->device), err);
+    int pools = 0;
+    TW_CUDA_CHECK(ctx, cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, ctx->device),
+                  err);
+    if (!pools)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
+                            "%s: the device or driver lacks stream-ordered memory pools "
+                            "(cudaMallocAsync), which this backend needs", ctx->name);
+    TW_TRY(tw_cuda_kernels_probe(ctx, err));
+    TW_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking), err);
+    TW_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&ctx->copy, cudaStreamNonBlocking), err);
+    TW_CUBLAS_CHECK(ctx, cublasCreate(&ctx->blas), err);
+    TW_CUBLAS_CHECK(ctx, cublasSetStream(ctx->blas, ctx->stream), err);
+    TW_CUBLAS_CHECK(ctx, cublasSetMathMode(ctx->blas, CUBLAS_DEFAULT_MATH), err);
+    void *flag = NULL;
+    TW_CUDA_CHECK(ctx, cudaMallocHost(&flag, 4 * sizeof(int)), err);
+    ctx->flag = (volatile int *)flag;
+    memset(flag, 0, 4 * sizeof(int));
+    TW_CUDA_CHECK(ctx, cudaMalloc((void **)&ctx->flag_dev, 4 * sizeof(int)), err);
+    TW_CUDA_CHECK(ctx, cudaMemsetAsync(ctx->flag_dev, 0, 4 * sizeof(int), ctx->stream), err);
+    return TW_OK;
+}
+
+static tw_status cuda_create(int device, void **out, char *name, size_t name_size, tw_error *err)
+{
+    char why[200] = "";
+    int count = tw_cuda_device_count(why, sizeof why);
+    if (count == 0)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
+                            "tw_backend_create: no CUDA device: %s; no CUDA backend can run here "
+                            "(use --backend cpu or auto)", why);
+    if (device < 0 || device >= count)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
+                            "tw_backend_create: no CUDA device %d: this machine has %d (cuda:0 to "
+                            "cuda:%d); one tower needs one GPU", device, count, count - 1);
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)calloc(1, sizeof *ctx);
+    if (!ctx)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "tw_backend_create: out of memory");
+    ctx->device = device;
+    snprintf(ctx->name, sizeof ctx->name, "cuda:%d", device);
+    tw_status s = setup(ctx, err);
+    if (s != TW_OK) {
+        cuda_destroy(ctx);
+        return s;
+    }
+    snprintf(name, name_size, "%s", ctx->name);
+    *out = ctx;
+    return TW_OK;
+}
+
+/* ---- memory ---- */
+
+static tw_status cuda_alloc(void *p, size_t bytes, tw_buffer **out, tw_error *err)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    TW_TRY(tw_cuda_enter(ctx, err));
+    tw_buffer *b = (tw_buffer *)malloc(sizeof *b);
+    if (!b)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "%s: out of host memory", ctx->name);
+    void *data = NULL;
+    cudaError_t e = cudaMalloc(&data, bytes);
+    if (e != cudaSuccess) {
+        free(b);
+        char stmt[80];
+        snprintf(stmt, sizeof stmt, "cudaMalloc of %zu bytes", bytes);
+        return tw_cuda_fail(err, ctx, e, stmt, __FILE__, __LINE__);
+    }
+    b->bytes = bytes;
+    b->data = data;
+    *out = b;
+    return TW_OK;
+}
+
+/* cudaFree waits for the device; buffers are freed at teardown, never inside a step. */
+static void cuda_free(void *p, tw_buffer *b)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    if (cudaSetDevice(ctx->device) == cudaSuccess)
+        (void)cudaFree(b->data);
+    (void)cudaGetLastError();
+    free(b);
+}
+
+tw_status tw_cuda_scratch(tw_cuda_ctx *ctx, size_t bytes, void **p, tw_error *err)
+{
+    if (bytes > ctx->scratch_bytes) {
+        size_t want = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB */
+        if (ctx->scratch) {
+            TW_CUDA_CHECK(ctx, cudaFreeAsync(ctx->scratch, ctx->stream), err);
+            ctx->scratch = NULL;
+            ctx->scratch_bytes = 0;
+        }
+        TW_CUDA_CHECK(ctx, cudaMallocAsync(&ctx->scratch, want, ctx->stream), err);
+        ctx->scratch_bytes = want;
+    }
+    *p = ctx->scratch;
+    return TW_OK;
+}
+
+/* Host to device on the compute stream. src is pageable host memory (the engine's malloc'd batches and
+ * arenas): the runtime has staged it before cudaMemcpyAsync returns, so the caller may reuse it at
+ * once. */
+static tw_status cuda_upload(void *p, tw_tensor dst, const void *src, size_t bytes, tw_error *err)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    TW_TRY(tw_cuda_enter(ctx, err));
+    TW_CUDA_CHECK(ctx, cudaMemcpyAsync((char *)dst.buf->data + dst.offset, src, bytes,
+                                       cudaMemcpyHostToDevice, ctx->stream), err);
+    return TW_OK;
+}
+
+/* Waits for everything issued on ctx: a plain stream synchronize, or, after an all-reduce, a poll of
+ * the stream and of the NCCL communicator (an asynchronous NCCL error aborts the group instead of
+ * waiting forever). Then reports a label error a loss kernel flagged. */
+static tw_status wait_stream(tw_cuda_ctx *ctx, tw_error *err)
+{
+    TW_TRY(tw_cuda_enter(ctx, err));
+    TW_CUDA_CHECK(ctx, cudaMemcpyAsync((void *)ctx->flag, ctx->flag_dev, 4 * sizeof(int),
+                                       cudaMemcpyDeviceToHost, ctx->stream), err);
+    if (!ctx->nccl_pending || !ctx->group) {
+        TW_CUDA_CHECK(ctx, cudaStreamSynchronize(ctx->stream), err);
+    } else {
+        for (;;) {
+            cudaError_t e = cudaStreamQuery(ctx->stream);
+            if (e == cudaSuccess)
+                break;
+            if (e != cudaErrorNotReady)
+                return tw_cuda_fail(err, ctx, e, "cudaStreamQuery(ctx->stream)", __FILE__, __LINE__);
+            TW_TRY(tw_cuda_group_poll(ctx, err));
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+        (void)cudaGetLastError(); /* "not ready" was an answer, not an error to report later */
+    }
+    ctx->nccl_pending = 0;
+    if (ctx->flag[0]) {
+        int row = ctx->flag[1], label = ctx->flag[2], classes = ctx->flag[3];
+        ctx->flag[0] = 0;
+        TW_CUDA_CHECK(ctx, cudaMemsetAsync(ctx->flag_dev, 0, 4 * sizeof(int), ctx->stream), err);
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "%s: label %d of row %d is outside the valid range [0, %d)", ctx->name,
+                            label, row, classes);
+    }
+    return TW_OK;
+}
+
+/* Device to host: queued behind every op issued before it, then waited for. A copy into pageable
+ * memory blocks the host until the stream reaches it, so after an all-reduce the stream is first
+ * waited for by polling (a failed collective must not block the copy forever). */
+static tw_status cuda_download(void *p, void *dst, tw_tensor src, size_t bytes, tw_error *err)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    if (ctx->nccl_pending)
+        TW_TRY(wait_stream(ctx, err));
+    TW_TRY(tw_cuda_enter(ctx, err));
+    TW_CUDA_CHECK(ctx, cudaMemcpyAsync(dst, (const char *)src.buf->data + src.offset, bytes,
+                                       cudaMemcpyDeviceToHost, ctx->stream), err);
+    return wait_stream(ctx, err);
+}
+
+static tw_status cuda_zero(void *p, tw_tensor t, size_t bytes, tw_error *err)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    TW_TRY(tw_cuda_enter(ctx, err));
+    TW_CUDA_CHECK(ctx, cudaMemsetAsync((char *)t.buf->data + t.offset, 0, bytes, ctx->stream), err);
+    return TW_OK;
+}
+
+static tw_status cuda_sync(void *p, tw_error *err) { return wait_stream((tw_cuda_ctx *)p, err); }
+
+/* ---- GEMM ---- */
+
+/* c[m, n] = alpha op(a)[m, k] op(b)[k, n] + beta c, all row-major fp32, as cpu_gemm. cuBLAS is
+ * column-major, and a row-major matrix is its transpose in column-major, so the row-major product
+ * C = op(A) op(B) is computed as the column-major C^T = op(B)^T op(A)^T: operands swapped, m and n
+ * swapped, the leading dimensions those of the row-major storage (a: trans_a ? m : k; b: trans_b ?
+ * k : n; c: n). */
+static tw_status cuda_gemm(void *p, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                           tw_tensor a, tw_tensor b, float beta, tw_tensor c, tw_error *err)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    TW_TRY(tw_cuda_enter(ctx, err));
+    TW_CUBLAS_CHECK(ctx, cublasSgemm(ctx->blas, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha,
+                                     tw_cuda_f32(b), trans_b ? k : n, tw_cuda_f32(a),
+                                     trans_a ? m : k, &beta, tw_cuda_f32(c), n), err);
+    return TW_OK;
+}
+
+extern "C" const tw_backend_ops tw_cuda_backend_ops = {
+    .kind = "cuda",
+    .plan = NULL,
+    .create = cuda_create,
+    .destroy = cuda_destroy,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .zero = cuda_zero,
+    .gemm = cuda_gemm,
+    .bias_add = tw_cuda_bias_add,
+    .bias_grad = tw_cuda_bias_grad,
+    .act_fwd = tw_cuda_act_fwd,
+    .act_bwd = tw_cuda_act_bwd,
+    .dropout_fwd = tw_cuda_dropout_fwd,
+    .dropout_bwd = tw_cuda_dropout_bwd,
+    .im2col = tw_cuda_im2col,
+    .col2im = tw_cuda_col2im,
+    .maxpool_fwd = tw_cuda_maxpool_fwd,
+    .maxpool_bwd = tw_cuda_maxpool_bwd,
+    .xent_fwd = tw_cuda_xent_fwd,
+    .xent_bwd = tw_cuda_xent_bwd,
+    .mse_fwd = tw_cuda_mse_fwd,
+    .mse_bwd = tw_cuda_mse_bwd,
+    .sum_squares = tw_cuda_sum_squares,
+    .update = tw_cuda_update,
+    .allreduce_avg = tw_cuda_allreduce_avg,
+    .sync = cuda_sync,
+};
