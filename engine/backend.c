@@ -682,3 +682,81 @@ tw_status tw_backend_sync(tw_backend *b, tw_error *err)
     TW_TRY(check_backend(__func__, b, err));
     return b->ops->sync(b->ctx, err);
 }
+
+/* ---- host memory, math mode and step graphs ---- */
+
+tw_status tw_backend_alloc_host(tw_backend *b, size_t bytes, void **out, tw_error *err)
+{
+    const char *op = __func__;
+    TW_TRY(check_backend(op, b, err));
+    if (!out)
+        return fail(err, op, "argument out is NULL");
+    TW_TRY(check_count(op, "bytes", bytes, err));
+    *out = NULL;
+    if (b->ops->alloc_host)
+        return b->ops->alloc_host(b->ctx, bytes, out, err);
+    *out = malloc(bytes);
+    return *out ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "%s: out of memory", op);
+}
+
+void tw_backend_free_host(tw_backend *b, void *p)
+{
+    if (!p)
+        return;
+    if (b && b->ops->free_host)
+        b->ops->free_host(b->ctx, p);
+    else
+        free(p);
+}
+
+tw_status tw_backend_set_tf32(tw_backend *b, int on, tw_error *err)
+{
+    TW_TRY(check_backend(__func__, b, err));
+    return b->ops->set_tf32 ? b->ops->set_tf32(b->ctx, on != 0, err) : TW_OK;
+}
+
+int tw_backend_has_graphs(const tw_backend *b)
+{
+    return b && b->ops->capture_begin && b->ops->capture_end && b->ops->replay;
+}
+
+static tw_status check_graphs(const char *op, const tw_backend *b, tw_error *err)
+{
+    TW_TRY(check_backend(op, b, err));
+    if (!tw_backend_has_graphs(b))
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "%s: the %s backend has no graphs", op,
+                            b->ops->kind);
+    return TW_OK;
+}
+
+static tw_status check_slot(const char *op, int slot, tw_error *err)
+{
+    if (slot >= 0 && slot < TW_GRAPH_SLOTS)
+        return TW_OK;
+    return fail(err, op, "slot must be in [0, %d), got %d", (int)TW_GRAPH_SLOTS, slot);
+}
+
+tw_status tw_backend_capture_begin(tw_backend *b, tw_error *err)
+{
+    TW_TRY(check_graphs(__func__, b, err));
+    return b->ops->capture_begin(b->ctx, err);
+}
+
+tw_status tw_backend_capture_end(tw_backend *b, int slot, int ok, tw_error *err)
+{
+    TW_TRY(check_graphs(__func__, b, err));
+    tw_status s = check_slot(__func__, slot, err);
+    if (s != TW_OK) {
+        tw_error drop;
+        (void)b->ops->capture_end(b->ctx, 0, 0, &drop); /* never leave b capturing */
+        return s;
+    }
+    return b->ops->capture_end(b->ctx, slot, ok != 0, err);
+}
+
+tw_status tw_backend_replay(tw_backend *b, int slot, tw_error *err)
+{
+    TW_TRY(check_graphs(__func__, b, err));
+    TW_TRY(check_slot(__func__, slot, err));
+    return b->ops->replay(b->ctx, slot, err);
+}

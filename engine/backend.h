@@ -120,6 +120,13 @@ struct tw_backend_ops {
     tw_status (*allreduce_avg)(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
                                tw_error *err);
     tw_status (*sync)(void *ctx, tw_error *err);
+    /* Optional (NULL: not offered; the CPU backend offers none of them). */
+    tw_status (*alloc_host)(void *ctx, size_t bytes, void **out, tw_error *err);
+    void (*free_host)(void *ctx, void *p);
+    tw_status (*set_tf32)(void *ctx, int on, tw_error *err);
+    tw_status (*capture_begin)(void *ctx, tw_error *err);
+    tw_status (*capture_end)(void *ctx, int slot, int ok, tw_error *err);
+    tw_status (*replay)(void *ctx, int slot, tw_error *err);
 };
 
 /* ---- lifecycle and registry (backend.c; the one file with #ifdef TW_HAVE_CUDA) ---- */
@@ -238,6 +245,44 @@ tw_status tw_backend_allreduce_avg(tw_backend *const *towers, int n_towers, cons
 
 /* Waits for the backend's queued work; reports an asynchronous failure. */
 tw_status tw_backend_sync(tw_backend *b, tw_error *err);
+
+/* ---- host memory, math mode and step graphs (optional ops: a backend without them, like the CPU, gets
+ * the plain behaviour) ---- */
+
+/* *out = bytes of host memory for batches that are uploaded to b (and, for a CUDA backend, to any other
+ * CUDA instance): page-locked (cudaHostAlloc, portable) where b offers it, so that uploads from it are
+ * asynchronous, on the backend's copy stream; else malloc. Caller owns *out and frees it with
+ * tw_backend_free_host on the same b, before b is destroyed. While an upload from the memory may still
+ * be in flight (until the next download or sync of the backend that uploads it) the caller must not
+ * write it: alternate two buffers. Errors: TW_ERR_NOMEM. */
+tw_status tw_backend_alloc_host(tw_backend *b, size_t bytes, void **out, tw_error *err);
+void tw_backend_free_host(tw_backend *b, void *p); /* NULL-safe (p) */
+
+/* on = 1 lets the backend's GEMMs use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation:
+ * about 1e-3 relative error per product; kernels/README.md); 0 (the default) keeps full FP32. A backend
+ * without the notion ignores it (TW_OK). */
+tw_status tw_backend_set_tf32(tw_backend *b, int on, tw_error *err);
+
+/* 1 when the backend can record ops as a graph and replay it (capture_begin/end and replay). */
+int tw_backend_has_graphs(const tw_backend *b);
+
+enum { TW_GRAPH_SLOTS = 4 }; /* graphs one instance keeps, slot 0 .. TW_GRAPH_SLOTS - 1 */
+
+/* Graphs of one instance. Between tw_backend_capture_begin and tw_backend_capture_end every compute op,
+ * zero and update queued on b is recorded instead of run. Uploads, downloads, syncs and all-reduces are
+ * refused in between (TW_ERR_INVALID): a graph holds device work only, so inputs are uploaded before it
+ * and results downloaded after its replay. capture_end with ok = 1 turns the record into the executable
+ * graph of `slot`: the first time by instantiating it, later by updating the executable graph in place
+ * with the new record's arguments (same ops and shapes, other scalars: learning rate, EMA decay, Adam's
+ * alpha, dropout seeds), or by instantiating it anew when the ops changed. ok = 0 ends the capture and
+ * drops the record; call it after any failure in between, so that b is never left capturing. replay
+ * queues slot's graph on b's stream: the recorded ops, with the arguments of the last capture, in their
+ * order. Errors: TW_ERR_UNSUPPORTED when b has no graphs; TW_ERR_INVALID for a slot outside
+ * [0, TW_GRAPH_SLOTS), a capture already (or not) in progress, or a replay of an empty slot; the
+ * backend's own. One thread at a time per instance, as every op. */
+tw_status tw_backend_capture_begin(tw_backend *b, tw_error *err);
+tw_status tw_backend_capture_end(tw_backend *b, int slot, int ok, tw_error *err);
+tw_status tw_backend_replay(tw_backend *b, int slot, tw_error *err);
 
 /* The CPU backend's table (cpu_backend.c). */
 extern const tw_backend_ops tw_cpu_backend_ops;

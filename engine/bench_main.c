@@ -1,5 +1,6 @@
 /* bench_main.c — `tower bench [--config FILE ...] [--backend auto|cpu|cuda] [--towers N ...] [--steps N]
- * [--warmup N] [--json]`: the training step's speed per model and tower count, on synthetic data.
+ * [--warmup N] [--graphs on|off|both] [--json]`: the training step's speed per model, tower count and
+ * CUDA Graphs on or off, on synthetic data.
  *
  * Owns: the command line, the default configs and tower counts, the statistics over the timed steps
  * (median and p90 step time, examples/s, the all-reduce's time and bus bandwidth) and the report (a
@@ -21,7 +22,7 @@
 
 static const char USAGE[] =
     "usage: tower bench [--config FILE ...] [--backend auto|cpu|cuda] [--towers N ...] [--steps N]\n"
-    "                   [--warmup N] [--json]\n"
+    "                   [--warmup N] [--graphs on|off|both] [--json]\n"
     "\n"
     "Times the training step of each config's model on each tower count, on synthetic data of the\n"
     "config's shape (no dataset is read, nothing is written): step time (median and p90 over the timed\n"
@@ -35,10 +36,12 @@ static const char USAGE[] =
     "                     the CPU, which runs at most one tower per core)\n"
     "  --steps N          timed steps per measurement (default 100)\n"
     "  --warmup N         untimed steps before them (default 10)\n"
+    "  --graphs G         CUDA Graphs: on, off or both (default: both on CUDA, each a row; the CPU\n"
+    "                     backend has none and always runs off)\n"
     "  --json             one JSON object instead of the table\n"
     "\n"
-    "The \"graphs\" column says whether the step ran as a CUDA Graph: always \"off\", CUDA Graphs are\n"
-    "not implemented yet.\n"
+    "The \"graphs\" column says whether the step ran as CUDA Graphs (the config's \"cuda_graphs\"; the\n"
+    "first step of each measurement always runs op by op, so give --warmup 1 or more).\n"
     "Exit status: 0 ok, 2 usage or config error, 1 a backend that cannot run here (no CUDA device).\n";
 
 enum { MAX_LIST = 16, DEFAULT_STEPS = 100, DEFAULT_WARMUP = 10, MAX_STEPS = 1000000 };
@@ -50,6 +53,8 @@ typedef struct {
     int towers[MAX_LIST];
     int n_towers;
     int steps, warmup;
+    int graphs[2];            /* the cuda_graphs values to measure, in order */
+    int n_graphs;
     int json;
 } options;
 
@@ -115,6 +120,14 @@ static int parse_option(int c, options *o)
         return 0;
     case 's': return parse_int("--steps", optarg, 1, MAX_STEPS, &o->steps);
     case 'w': return parse_int("--warmup", optarg, 0, MAX_STEPS, &o->warmup);
+    case 'g':
+        if (!strcmp(optarg, "both") || !strcmp(optarg, "off") || !strcmp(optarg, "on")) {
+            o->n_graphs = !strcmp(optarg, "both") ? 2 : 1;
+            o->graphs[0] = !strcmp(optarg, "on");
+            o->graphs[1] = 1;
+            return 0;
+        }
+        return usage_error("--graphs must be on, off or both, got '%s'", optarg);
     case 'j': o->json = 1; return 0;
     case 'h': fputs(USAGE, stdout); return -1;
     default: fputs(USAGE, stderr); return TW_EXIT_USAGE;
@@ -128,8 +141,10 @@ static int parse_args(int argc, char **argv, options *o)
         {"config", required_argument, 0, 'c'}, {"backend", required_argument, 0, 'b'},
         {"towers", required_argument, 0, 't'}, {"steps", required_argument, 0, 's'},
         {"warmup", required_argument, 0, 'w'}, {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
-    *o = (options){.backend = "auto", .steps = DEFAULT_STEPS, .warmup = DEFAULT_WARMUP};
+        {"graphs", required_argument, 0, 'g'}, {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    *o = (options){.backend = "auto", .steps = DEFAULT_STEPS, .warmup = DEFAULT_WARMUP,
+                   .graphs = {0, 1}, .n_graphs = 2};
     optind = 1;
     int c, rc;
     while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1)
@@ -191,6 +206,10 @@ static const char *resolve_kind(const char *backend, int *max_towers)
  * device the one count left lets the backend say why it cannot run. */
 static int tower_counts(options *o, const char *kind, int max)
 {
+    if (!strcmp(kind, "cpu")) { /* no graphs on the CPU: one row, "off" */
+        o->graphs[0] = 0;
+        o->n_graphs = 1;
+    }
     if (o->n_towers == 0) {
         int top = !strcmp(kind, "cpu") ? (max < 2 ? max : 2) : (max > 0 ? max : 1);
         for (int n = 1; n <= top && n <= MAX_LIST; n++)
@@ -249,12 +268,13 @@ static void summarize(row *r, double *step_s, double *allreduce_s, int steps)
     r->busbw_gbs = n > 1 && t > 0 ? (double)r->info.allreduce_bytes / t * 2 * (n - 1) / n / 1e9 : NAN;
 }
 
-/* Benchmarks config c (from path) on `towers` towers into *r. */
+/* Benchmarks config c (from path) on `towers` towers, with CUDA Graphs or not, into *r. */
 static tw_status measure(const options *o, const char *kind, tw_config *c, const char *path,
-                         int towers, row *r, tw_error *err)
+                         int towers, int graphs, row *r, tw_error *err)
 {
     *r = (row){.config = path, .towers = towers, .batch = c->batch_size};
     TW_TRY(tw_config_override_towers(c, towers, err));
+    c->cuda_graphs = graphs;
     double *t = calloc(2 * (size_t)o->steps, sizeof *t);
     if (!t)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
@@ -333,20 +353,24 @@ static int run_all(const options *o, const char *kind, tw_config *configs, row *
     tw_error err;
     tw_error_clear(&err);
     for (int i = 0, k = 0; i < o->n_configs; i++) {
-        for (int j = 0; j < o->n_towers; j++, k++) {
-            if (measure(o, kind, &configs[i], o->configs[i], o->towers[j], &rows[k], &err) != TW_OK) {
-                char msg[1200];
-                tw_error_format(&err, msg, sizeof msg);
-                fprintf(stderr, "tower bench: %s, %d tower(s): %s\n", o->configs[i], o->towers[j], msg);
-                return tw_train_exit_code(&err);
+        for (int j = 0; j < o->n_towers; j++) {
+            for (int g = 0; g < o->n_graphs; g++, k++) {
+                if (measure(o, kind, &configs[i], o->configs[i], o->towers[j], o->graphs[g], &rows[k],
+                            &err) != TW_OK) {
+                    char msg[1200];
+                    tw_error_format(&err, msg, sizeof msg);
+                    fprintf(stderr, "tower bench: %s, %d tower(s): %s\n", o->configs[i], o->towers[j],
+                            msg);
+                    return tw_train_exit_code(&err);
+                }
+                if (!o->json && k == 0)
+                    table_header(o, kind);
+                if (!o->json)
+                    table_row(&rows[k]);
             }
-            if (!o->json && k == 0)
-                table_header(o, kind);
-            if (!o->json)
-                table_row(&rows[k]);
         }
     }
-    return o->json ? print_json(o, kind, rows, o->n_configs * o->n_towers) : 0;
+    return o->json ? print_json(o, kind, rows, o->n_configs * o->n_towers * o->n_graphs) : 0;
 }
 
 int tw_bench_main(int argc, char **argv)
@@ -362,7 +386,7 @@ int tw_bench_main(int argc, char **argv)
     tw_config *configs = NULL;
     if ((rc = tower_counts(&o, kind, max)) != 0 || (rc = load_configs(&o, &configs)) != 0)
         return rc;
-    row *rows = calloc((size_t)(o.n_configs * o.n_towers), sizeof *rows);
+    row *rows = calloc((size_t)(o.n_configs * o.n_towers * o.n_graphs), sizeof *rows);
     rc = rows ? run_all(&o, kind, configs, rows) : TW_EXIT_OOM;
     free(rows);
     free(configs);

@@ -219,6 +219,8 @@ static const field CONFIG_FIELDS[] = {
     {.key = "checkpoint_every", .kind = K_INT64, .offset = AT(checkpoint_every),
      IRANGE(0, INT64_MAX)},
     {.key = "keep_checkpoints", .kind = K_INT, .offset = AT(keep_checkpoints), IRANGE(1, 1000)},
+    {.key = "cuda_graphs", .kind = K_BOOL, .offset = AT(cuda_graphs)},
+    {.key = "tf32", .kind = K_BOOL, .offset = AT(tf32)},
 };
 static const schema CONFIG_SCHEMA = SCHEMA(CONFIG_FIELDS);
 
@@ -269,6 +271,8 @@ void tw_config_defaults(tw_config *c)
     c->eval_every = 1000;
     c->checkpoint_every = 1000;
     c->keep_checkpoints = 5;
+    c->cuda_graphs = 1;
+    c->tf32 = 0;
 }
 
 /* ---- small helpers ------------------------------------------------------------------------------- */

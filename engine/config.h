@@ -89,6 +89,11 @@ typedef struct {
     int64_t summary_every;
     int64_t eval_every, checkpoint_every; /* 0: only at the end of the run */
     int keep_checkpoints;
+    /* execution (CUDA only; the CPU backend ignores them) */
+    int cuda_graphs;                 /* 1 (default): from the second step on, each tower's step runs as
+                                        CUDA Graphs (trainer.c); 0: op by op */
+    int tf32;                        /* 1: GEMMs on TF32 tensor cores (~1e-3 relative error per
+                                        product, kernels/README.md); 0 (default): full FP32 */
 } tw_config;
 
 /* The config's spelling of a layer type ("dense", "max_pool3d", ...). */

@@ -5,7 +5,20 @@
  * every tower applies the same fused update (optimizer + L2 + EMA), so the replicas stay identical.
  * Everything random is a function of (seed, step, tower), and the data position is checkpointed, so a
  * resumed run repeats an uninterrupted one bit for bit. tw_train_bench runs the same step on a synthetic
- * batch, without input or output, and times it and its all-reduce between syncs of every tower. */
+ * batch, without input or output, and times it and its all-reduce between syncs of every tower.
+ *
+ * CUDA Graphs (config "cuda_graphs", on a backend with graphs): the first step of a process runs op by
+ * op (it grows the backend's scratch and warms cuBLAS up); from the second on, each tower records its
+ * forward and backward pass as graph GRAPH_TOWER and its update as GRAPH_UPDATE and replays them. The
+ * batch upload and the loss download stay outside the graphs, and so does the all-reduce (NCCL runs
+ * between the two graphs, as in an eager step), so the step keeps its order: the loss is known before
+ * the update is queued. Every capture re-records the step and the backend updates the instantiated
+ * graph with the new kernel arguments (learning rate, EMA decay, Adam alpha, dropout seeds) instead of
+ * reading them from device memory, so a replay computes exactly what the eager step would.
+ *
+ * Host batches come from tw_backend_alloc_host (page-locked on CUDA: uploads run on the backend's copy
+ * stream) and alternate between two buffers from step to step, so the input pipeline fills one while
+ * the upload from the other may still be in flight. */
 #include "trainer.h"
 
 #include <errno.h>
@@ -58,8 +71,12 @@ typedef struct {
     tw_input *train, *test;
     tw_events_writer *ev;           /* NULL once degraded */
     size_t in_size, label_values, P;
-    float *x;                       /* [n*batch, in_size] host batch */
-    void *y;                        /* [n*batch*label_values] int32 or fp32 labels */
+    float *x;                       /* [n*batch, in_size] host batch: xb[0] or xb[1] */
+    void *y;                        /* [n*batch*label_values] int32 or fp32 labels: yb[0] or yb[1] */
+    float *xb[2];                   /* the two host batch buffers (tw_backend_alloc_host on b[0]) */
+    void *yb[2];
+    int graphs;                     /* config's cuda_graphs and a backend with graphs */
+    int64_t steps_run;              /* train steps this process ran (the first never as graphs) */
     float *host[CKPT_ARENAS];       /* [P] params, ema, slot1, slot2 downloads */
     float *outs;                    /* [batch, outputs] evaluation outputs */
     void *eval_y;                   /* [batch*label_values] evaluation labels */
@@ -163,15 +180,28 @@ static tw_status open_inputs(run *R, tw_error *err)
 
 static tw_status alloc_host(run *R, tw_error *err)
 {
-    size_t rows = (size_t)R->n * (size_t)R->c->batch_size;
     size_t outs = (size_t)tw_model_output_size(R->m);
-    int ok = (R->x = malloc(rows * R->in_size * sizeof(float))) &&
-             (R->y = malloc(rows * R->label_values * 4)) &&
-             (R->outs = malloc((size_t)R->c->batch_size * outs * sizeof(float))) &&
+    int ok = (R->outs = malloc((size_t)R->c->batch_size * outs * sizeof(float))) &&
              (R->eval_y = malloc((size_t)R->c->batch_size * R->label_values * 4));
     for (int a = 0; a < CKPT_ARENAS; a++)
         ok = ok && (R->host[a] = malloc((R->P ? R->P : 1) * sizeof(float)));
     return ok ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+}
+
+/* The host batch buffers, from tower 0's backend (page-locked on CUDA); two of them, alternating by
+ * step, except in the bench, which uploads the one batch it filled in every step. */
+static tw_status alloc_batches(run *R, tw_error *err)
+{
+    size_t rows = (size_t)R->n * (size_t)R->c->batch_size;
+    for (int i = 0; i < (R->bench ? 1 : 2); i++) {
+        void *x;
+        TW_TRY(tw_backend_alloc_host(R->b[0], rows * R->in_size * sizeof(float), &x, err));
+        R->xb[i] = x;
+        TW_TRY(tw_backend_alloc_host(R->b[0], rows * R->label_values * 4, &R->yb[i], err));
+    }
+    R->x = R->xb[0];
+    R->y = R->yb[0];
+    return TW_OK;
 }
 
 static tw_status create_towers(run *R, tw_error *err)
@@ -179,8 +209,11 @@ static tw_status create_towers(run *R, tw_error *err)
     TW_TRY(tw_backend_plan(R->o->backend, R->n, err));
     for (int t = 0; t < R->n; t++) {
         TW_TRY(tw_backend_create(R->o->backend, t, &R->b[t], err));
+        TW_TRY(tw_backend_set_tf32(R->b[t], R->c->tf32, err));
         TW_TRY(tw_replica_create(R->m, R->b[t], R->c->batch_size, &R->r[t], err));
     }
+    R->graphs = R->c->cuda_graphs && tw_backend_has_graphs(R->b[0]);
+    TW_TRY(alloc_batches(R, err));
     return tw_backend_alloc(R->b[0], sizeof(float), &R->scalar, err);
 }
 
@@ -322,26 +355,59 @@ static uint64_t dropout_seed(const run *R, int t)
     return tw_hash64(R->c->seed ^ 0x64726f706f7574ull, (uint64_t)R->step * MAX_TOWERS + (uint64_t)t);
 }
 
+/* The graphs of a step (module comment). */
+enum { GRAPH_TOWER = 0, GRAPH_UPDATE = 1 };
+
+/* Device work of one tower in a phase of the step: queued only, nothing waited for. */
+typedef tw_status (*device_fn)(run *R, int t, tw_error *err);
+
+/* fn's work on tower t: queued op by op, or, once graphs are in use (not in a process's first step),
+ * recorded as graph `slot` of tower t and replayed. */
+static tw_status on_device(run *R, int t, int slot, device_fn fn, tw_error *err)
+{
+    if (!R->graphs || R->steps_run == 0)
+        return fn(R, t, err);
+    TW_TRY(tw_backend_capture_begin(R->b[t], err));
+    tw_status s = fn(R, t, err);
+    tw_error dropped;
+    tw_status e = tw_backend_capture_end(R->b[t], slot, s == TW_OK, s == TW_OK ? err : &dropped);
+    TW_TRY(s);
+    TW_TRY(e);
+    return tw_backend_replay(R->b[t], slot, err);
+}
+
+/* Forward and backward (train mode: dropout) on tower t's uploaded slice. */
+static tw_status tower_compute(run *R, int t, tw_error *err)
+{
+    int bs = R->c->batch_size;
+    uint64_t seed = dropout_seed(R, t);
+    TW_TRY(tw_replica_forward(R->r[t], bs, 1, 0, seed, err));
+    return tw_replica_backward(R->r[t], bs, seed, err);
+}
+
 /* Forward and backward on tower t's slice of the batch; *loss_sum = its summed loss. */
 static tw_status tower_step(run *R, int t, double *loss_sum, tw_error *err)
 {
     int bs = R->c->batch_size;
     const float *x = R->x + (size_t)t * bs * R->in_size;
     const char *y = (const char *)R->y + (size_t)t * bs * R->label_values * 4;
-    uint64_t seed = dropout_seed(R, t);
     TW_TRY(tw_replica_upload_batch(R->r[t], bs, x, y, err));
-    TW_TRY(tw_replica_forward(R->r[t], bs, 1, 0, seed, err));
-    TW_TRY(tw_replica_backward(R->r[t], bs, seed, err));
+    TW_TRY(on_device(R, t, GRAPH_TOWER, tower_compute, err));
     return tw_replica_loss_sum(R->r[t], bs, loss_sum, err);
+}
+
+static tw_status apply_update(run *R, int t, tw_error *err)
+{
+    tw_replica *r = R->r[t];
+    return tw_update_step(R->b[t], &R->update, tw_replica_params(r), tw_replica_grads(r),
+                          tw_replica_slot1(r), tw_replica_slot2(r), tw_replica_ema(r), R->P, err);
 }
 
 /* The same update on every replica (from the averaged gradients), so they stay identical. */
 static tw_status tower_update(run *R, int t, double *unused, tw_error *err)
 {
     *unused = 0;
-    tw_replica *r = R->r[t];
-    return tw_update_step(R->b[t], &R->update, tw_replica_params(r), tw_replica_grads(r),
-                          tw_replica_slot1(r), tw_replica_slot2(r), tw_replica_ema(r), R->P, err);
+    return on_device(R, t, GRAPH_UPDATE, apply_update, err);
 }
 
 static void *tower_main(void *arg)
@@ -440,8 +506,12 @@ static tw_status average_gradients(run *R, double *unused, tw_error *err)
 static tw_status train_step(run *R, double *loss, tw_error *err)
 {
     int rows = R->n * R->c->batch_size;
-    if (!R->bench) /* the bench trains on the one batch it filled in */
+    if (!R->bench) { /* the bench trains on the one batch it filled in */
+        int k = (int)(R->steps_run & 1); /* the other buffer's upload may still be in flight */
+        R->x = R->xb[k];
+        R->y = R->yb[k];
         TW_TRY(tw_input_next(R->train, rows, R->x, R->y, err));
+    }
     TW_TRY(run_towers(R, loss, err));
     if (!isfinite(*loss))
         return TW_OK; /* the caller stops before this state is applied or saved */
@@ -452,6 +522,7 @@ static tw_status train_step(run *R, double *loss, tw_error *err)
         TW_TRY(average_gradients(R, &unused, err));
     R->update = step_update(R);
     TW_TRY(for_each_tower(R, tower_update, &unused, err));
+    R->steps_run++;
     R->step++;
     return TW_OK;
 }
@@ -721,13 +792,15 @@ static void teardown(run *R)
         tw_replica_destroy(R->r[t]);
     if (R->b[0])
         tw_backend_free(R->b[0], R->scalar);
+    for (int i = 0; i < 2; i++) { /* before the backend that allocated them goes */
+        tw_backend_free_host(R->b[0], R->xb[i]);
+        tw_backend_free_host(R->b[0], R->yb[i]);
+    }
     for (int t = 0; t < R->n; t++)
         tw_backend_destroy(R->b[t]);
     tw_input_close(R->train);
     tw_input_close(R->test);
     tw_model_destroy(R->m);
-    free(R->x);
-    free(R->y);
     free(R->outs);
     free(R->eval_y);
     for (int a = 0; a < CKPT_ARENAS; a++)
@@ -819,7 +892,7 @@ tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench
     if (s == TW_OK)
         s = bench_steps(&R, o, err);
     if (s == TW_OK) {
-        *info = (tw_bench_info){.allreduce_bytes = R.P * sizeof(float), .graphs = 0};
+        *info = (tw_bench_info){.allreduce_bytes = R.P * sizeof(float), .graphs = R.graphs};
         snprintf(info->backend, sizeof info->backend, "%s", tw_backend_kind(R.b[0]));
     }
     teardown(&R);

@@ -65,7 +65,8 @@ typedef struct {
 typedef struct {
     char backend[16];       /* the kind that ran ("auto" resolved): "cpu" or "cuda" */
     size_t allreduce_bytes; /* bytes of the gradient arena each tower all-reduces per step */
-    int graphs;             /* 1 when the step ran as a CUDA Graph: 0, not implemented yet */
+    int graphs;             /* 1 when the steps after the first ran as CUDA Graphs (the config's
+                               cuda_graphs on a backend with graphs); 0 on the CPU */
 } tw_bench_info;
 
 /* Runs o->warmup + o->steps training steps of c's model (c->towers towers of o->backend) on one fixed

@@ -111,6 +111,10 @@ tw_status tw_cuda_allreduce_avg(void *const *ctxs_v, int n_ctx, const tw_tensor 
     if (n_ctx == 1)
         return TW_OK; /* the mean of one */
     tw_cuda_ctx *const *ctxs = (tw_cuda_ctx *const *)ctxs_v;
+    for (int i = 0; i < n_ctx; i++)
+        if (ctxs[i]->capturing) /* step graphs hold each tower's own work; the collective runs between */
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                                "%s: all-reduce while a graph is being captured", ctxs[i]->name);
     pthread_mutex_lock(&groups_lock);
     tw_cuda_group *g = NULL;
     tw_status s = group_of(ctxs, n_ctx, &g, err);

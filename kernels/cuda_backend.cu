@@ -3,7 +3,10 @@
  *
  * Owns: struct tw_cuda_ctx's lifetime (cudaSetDevice, one compute stream, one copy stream, one cuBLAS
  * handle bound to the compute stream, the label-error flag, the grow-only scratch), buffers
- * (cudaMalloc), uploads and downloads (cudaMemcpyAsync on the compute stream), GEMM (cublasSgemm, FP32),
+ * (cudaMalloc), page-locked host memory (cudaHostAlloc), uploads and downloads (cudaMemcpyAsync on the
+ * compute stream; from page-locked memory on the copy stream, ordered by events), GEMM (cublasSgemm,
+ * FP32, or TF32 on request), step graphs (stream capture, cudaGraphInstantiate / cudaGraphExecUpdate,
+ * cudaGraphLaunch),
  * the wait behind download and sync (which polls NCCL while an all-reduce is in flight, so a failed
  * collective aborts instead of hanging), the mapping of CUDA/cuBLAS/NCCL errors to tw_status
  * (cuda_backend.h), the device count, and tw_cuda_backend_ops. cuBLAS does the GEMMs because no kernel
@@ -200,11 +203,25 @@ static void cuda_destroy(void *p)
         return;
     tw_cuda_group_leave(ctx);
     if (cudaSetDevice(ctx->device) == cudaSuccess) {
+        if (ctx->capturing) {
+            cudaGraph_t g = NULL;
+            if (cudaStreamEndCapture(ctx->stream, &g) == cudaSuccess && g)
+                (void)cudaGraphDestroy(g);
+        }
+        if (ctx->copy)
+            (void)cudaStreamSynchronize(ctx->copy);
         if (ctx->stream) {
             if (ctx->scratch)
                 (void)cudaFreeAsync(ctx->scratch, ctx->stream);
             (void)cudaStreamSynchronize(ctx->stream);
         }
+        for (int i = 0; i < TW_GRAPH_SLOTS; i++)
+            if (ctx->exec[i])
+                (void)cudaGraphExecDestroy(ctx->exec[i]);
+        if (ctx->before_copy)
+            (void)cudaEventDestroy(ctx->before_copy);
+        if (ctx->after_copy)
+            (void)cudaEventDestroy(ctx->after_copy);
         if (ctx->blas)
             (void)cublasDestroy(ctx->blas);
         if (ctx->stream)
@@ -236,6 +253,8 @@ static tw_status setup(tw_cuda_ctx *ctx, tw_error *err)
     TW_TRY(tw_cuda_kernels_probe(ctx, err));
     TW_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking), err);
     TW_CUDA_CHECK(ctx, cudaStreamCreateWithFlags(&ctx->copy, cudaStreamNonBlocking), err);
+    TW_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&ctx->before_copy, cudaEventDisableTiming), err);
+    TW_CUDA_CHECK(ctx, cudaEventCreateWithFlags(&ctx->after_copy, cudaEventDisableTiming), err);
     TW_CUBLAS_CHECK(ctx, cublasCreate(&ctx->blas), err);
     TW_CUBLAS_CHECK(ctx, cublasSetStream(ctx->blas, ctx->stream), err);
     TW_CUBLAS_CHECK(ctx, cublasSetMathMode(ctx->blas, CUBLAS_DEFAULT_MATH), err);
@@ -310,6 +329,11 @@ static void cuda_free(void *p, tw_buffer *b)
 
 tw_status tw_cuda_scratch(tw_cuda_ctx *ctx, size_t bytes, void **p, tw_error *err)
 {
+    if (bytes > ctx->scratch_bytes && ctx->capturing)
+        return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1,
+                            "%s: scratch of %zu bytes needed while capturing a graph (it holds %zu): "
+                            "run the step once without a graph first", ctx->name, bytes,
+                            ctx->scratch_bytes);
     if (bytes > ctx->scratch_bytes) {
         size_t want = (bytes + ((size_t)1 << 20) - 1) & ~(((size_t)1 << 20) - 1); /* whole MiB */
         if (ctx->scratch) {
@@ -324,15 +348,49 @@ tw_status tw_cuda_scratch(tw_cuda_ctx *ctx, size_t bytes, void **p, tw_error *er
     return TW_OK;
 }
 
-/* Host to device on the compute stream. src is pageable host memory (the engine's malloc'd batches and
- * arenas): the runtime has staged it before cudaMemcpyAsync returns, so the caller may reuse it at
- * once. */
+/* TW_ERR_INVALID when ctx is capturing a graph: op is not part of what a graph may hold. */
+static tw_status refuse_in_capture(const tw_cuda_ctx *ctx, const char *op, tw_error *err)
+{
+    if (!ctx->capturing)
+        return TW_OK;
+    return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                        "%s: %s while a graph is being captured (graphs hold device work only)",
+                        ctx->name, op);
+}
+
+/* 1 when p is page-locked host memory (cudaHostAlloc / cudaMallocHost); pageable memory is
+ * cudaMemoryTypeUnregistered. */
+static int is_pinned(const void *p)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+/* Host to device. From pageable host memory (the engine's malloc'd arenas) the copy is queued on the
+ * compute stream and the runtime has staged src before cudaMemcpyAsync returns, so the caller may reuse
+ * it at once. From page-locked memory (alloc_host: the trainer's batches) the copy runs on the copy
+ * stream, after everything queued on the compute stream so far (event before_copy: it may overwrite a
+ * buffer earlier ops read) and before everything queued after it (event after_copy), and returns before
+ * the copy is done: src must stay unchanged until the next download or sync of ctx (backend.h). */
 static tw_status cuda_upload(void *p, tw_tensor dst, const void *src, size_t bytes, tw_error *err)
 {
     tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    TW_TRY(refuse_in_capture(ctx, "upload", err));
     TW_TRY(tw_cuda_enter(ctx, err));
-    TW_CUDA_CHECK(ctx, cudaMemcpyAsync((char *)dst.buf->data + dst.offset, src, bytes,
-                                       cudaMemcpyHostToDevice, ctx->stream), err);
+    void *to = (char *)dst.buf->data + dst.offset;
+    if (!is_pinned(src)) {
+        TW_CUDA_CHECK(ctx, cudaMemcpyAsync(to, src, bytes, cudaMemcpyHostToDevice, ctx->stream), err);
+        return TW_OK;
+    }
+    TW_CUDA_CHECK(ctx, cudaEventRecord(ctx->before_copy, ctx->stream), err);
+    TW_CUDA_CHECK(ctx, cudaStreamWaitEvent(ctx->copy, ctx->before_copy, 0), err);
+    TW_CUDA_CHECK(ctx, cudaMemcpyAsync(to, src, bytes, cudaMemcpyHostToDevice, ctx->copy), err);
+    TW_CUDA_CHECK(ctx, cudaEventRecord(ctx->after_copy, ctx->copy), err);
+    TW_CUDA_CHECK(ctx, cudaStreamWaitEvent(ctx->stream, ctx->after_copy, 0), err);
     return TW_OK;
 }
 
@@ -377,6 +435,7 @@ static tw_status wait_stream(tw_cuda_ctx *ctx, tw_error *err)
 static tw_status cuda_download(void *p, void *dst, tw_tensor src, size_t bytes, tw_error *err)
 {
     tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    TW_TRY(refuse_in_capture(ctx, "download", err));
     if (ctx->nccl_pending)
         TW_TRY(wait_stream(ctx, err));
     TW_TRY(tw_cuda_enter(ctx, err));
@@ -393,7 +452,120 @@ static tw_status cuda_zero(void *p, tw_tensor t, size_t bytes, tw_error *err)
     return TW_OK;
 }
 
-static tw_status cuda_sync(void *p, tw_error *err) { return wait_stream((tw_cuda_ctx *)p, err); }
+static tw_status cuda_sync(void *p, tw_error *err)
+{
+    TW_TRY(refuse_in_capture((tw_cuda_ctx *)p, "sync", err));
+    return wait_stream((tw_cuda_ctx *)p, err);
+}
+
+/* ---- page-locked host memory ---- */
+
+/* Portable: the trainer's one host batch is uploaded to every tower's GPU. */
+static tw_status cuda_alloc_host(void *p, size_t bytes, void **out, tw_error *err)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    TW_TRY(tw_cuda_enter(ctx, err));
+    cudaError_t e = cudaHostAlloc(out, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        *out = NULL;
+        char stmt[80];
+        snprintf(stmt, sizeof stmt, "cudaHostAlloc of %zu bytes", bytes);
+        return tw_cuda_fail(err, ctx, e, stmt, __FILE__, __LINE__);
+    }
+    return TW_OK;
+}
+
+/* cudaFreeHost waits for the device; called at teardown, after the last step. */
+static void cuda_free_host(void *p, void *mem)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    if (cudaSetDevice(ctx->device) == cudaSuccess)
+        (void)cudaFreeHost(mem);
+    (void)cudaGetLastError();
+}
+
+/* ---- math mode ---- */
+
+/* TF32 tensor-core GEMMs (inputs rounded to a 10-bit mantissa, fp32 accumulation) or full FP32. */
+static tw_status cuda_set_tf32(void *p, int on, tw_error *err)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    TW_TRY(tw_cuda_enter(ctx, err));
+    TW_CUBLAS_CHECK(ctx, cublasSetMathMode(ctx->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                         : CUBLAS_DEFAULT_MATH), err);
+    return TW_OK;
+}
+
+/* ---- step graphs ----
+ *
+ * A graph is re-recorded at every capture and, from the second capture of a slot on, applied to the
+ * slot's executable graph with cudaGraphExecUpdate: the update copies the new kernel arguments (this
+ * step's learning rate, EMA decay, Adam alpha, dropout seeds) into the instantiated graph without
+ * instantiating it again. The kernels stay as they are (no device-side "step parameters" to read), so
+ * a replay runs exactly the arguments an eager step would pass, and the results are bit-identical.
+ * When the update is refused (the ops or their shapes changed) the slot is instantiated anew.
+ * Capture mode ThreadLocal: other threads (other towers) keep calling the runtime freely. */
+
+static tw_status cuda_capture_begin(void *p, tw_error *err)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    if (ctx->capturing)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: capture_begin while capturing",
+                            ctx->name);
+    TW_TRY(tw_cuda_enter(ctx, err));
+    TW_CUDA_CHECK(ctx, cudaStreamBeginCapture(ctx->stream, cudaStreamCaptureModeThreadLocal), err);
+    ctx->capturing = 1;
+    return TW_OK;
+}
+
+/* The executable graph of slot from graph g (which the caller destroys). */
+static tw_status install(tw_cuda_ctx *ctx, int slot, cudaGraph_t g, tw_error *err)
+{
+    if (ctx->exec[slot]) {
+        cudaGraphExecUpdateResultInfo info;
+        if (cudaGraphExecUpdate(ctx->exec[slot], g, &info) == cudaSuccess)
+            return TW_OK;
+        (void)cudaGetLastError(); /* the topology changed: instantiate anew */
+        (void)cudaGraphExecDestroy(ctx->exec[slot]);
+        ctx->exec[slot] = NULL;
+    }
+    TW_CUDA_CHECK(ctx, cudaGraphInstantiate(&ctx->exec[slot], g, 0), err);
+    return TW_OK;
+}
+
+static tw_status cuda_capture_end(void *p, int slot, int ok, tw_error *err)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    if (!ctx->capturing)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: capture_end without capture_begin",
+                            ctx->name);
+    TW_TRY(tw_cuda_enter(ctx, err));
+    cudaGraph_t g = NULL;
+    cudaError_t e = cudaStreamEndCapture(ctx->stream, &g);
+    ctx->capturing = 0;
+    tw_status s = TW_OK;
+    if (e != cudaSuccess && ok)
+        s = tw_cuda_fail(err, ctx, e, "cudaStreamEndCapture(ctx->stream, &g)", __FILE__, __LINE__);
+    else if (e != cudaSuccess)
+        (void)cudaGetLastError(); /* dropping a record that an earlier failure invalidated */
+    else if (ok)
+        s = install(ctx, slot, g, err);
+    if (g)
+        (void)cudaGraphDestroy(g);
+    return s;
+}
+
+static tw_status cuda_replay(void *p, int slot, tw_error *err)
+{
+    tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
+    TW_TRY(refuse_in_capture(ctx, "replay", err));
+    if (!ctx->exec[slot])
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: replay of graph slot %d, which holds "
+                            "no graph", ctx->name, slot);
+    TW_TRY(tw_cuda_enter(ctx, err));
+    TW_CUDA_CHECK(ctx, cudaGraphLaunch(ctx->exec[slot], ctx->stream), err);
+    return TW_OK;
+}
 
 /* ---- GEMM ---- */
 
@@ -443,4 +615,10 @@ extern "C" const tw_backend_ops tw_cuda_backend_ops = {
     .update = tw_cuda_update,
     .allreduce_avg = tw_cuda_allreduce_avg,
     .sync = cuda_sync,
+    .alloc_host = cuda_alloc_host,
+    .free_host = cuda_free_host,
+    .set_tf32 = cuda_set_tf32,
+    .capture_begin = cuda_capture_begin,
+    .capture_end = cuda_capture_end,
+    .replay = cuda_replay,
 };

@@ -9,7 +9,8 @@
  *
  * Stream order: every op of an instance is issued on its one compute stream, in call order, and returns
  * without waiting for the device; only download and sync wait (and alloc/free/destroy, which are not
- * part of a training step). That keeps a whole step capturable as a CUDA Graph later. */
+ * part of a training step). That keeps the compute part of a step capturable as a CUDA Graph
+ * (cuda_backend.cu: capture_begin / capture_end / replay). */
 #ifndef TW_CUDA_INTERNAL_H
 #define TW_CUDA_INTERNAL_H
 
@@ -37,8 +38,13 @@ struct tw_cuda_ctx {
     char name[16];               /* "cuda:0" */
     int sm_count;                /* multiprocessors, for grid sizes */
     cudaStream_t stream;         /* every op, in issue order (non-blocking w.r.t. the legacy stream) */
-    cudaStream_t copy;           /* reserved for the pinned double-buffered input (not used yet) */
-    cublasHandle_t blas;         /* bound to stream; FP32 math (no TF32) */
+    cudaStream_t copy;           /* uploads from page-locked host memory (alloc_host), ordered against
+                                    stream by the two events below */
+    cudaEvent_t before_copy;     /* recorded on stream before an upload: the copy waits for it */
+    cudaEvent_t after_copy;      /* recorded on copy after an upload: stream waits for it */
+    cublasHandle_t blas;         /* bound to stream; FP32 math unless set_tf32 turned TF32 on */
+    int capturing;               /* stream is being captured into a graph (capture_begin..end) */
+    cudaGraphExec_t exec[TW_GRAPH_SLOTS]; /* executable graph of each slot, or NULL */
     void *scratch;               /* [scratch_bytes] device, grow-only, stream-ordered: CUB temporary
                                     storage and partial sums */
     size_t scratch_bytes;

@@ -22,7 +22,7 @@ def check_row(r):
     assert 0 < r["step_us_median"] <= r["step_us_p90"]
     expected = r["towers"] * r["batch_size"] * 1e6 / r["step_us_median"]
     assert r["examples_per_s"] == pytest.approx(expected, rel=0.2)
-    assert r["graphs"] == "off"  # CUDA Graphs are not implemented yet
+    assert r["graphs"] == "off"  # the CPU backend has no CUDA Graphs
     assert r["allreduce_bytes"] > 0
     if r["towers"] == 1:
         assert r["allreduce_us"] == 0 and r["busbw_gb_s"] is None
@@ -63,7 +63,10 @@ def test_table_prints(run_tower):
     assert row[:3] == ["seed_mlp", "1", "32"] and row[-2:] == ["-", "off"]
     assert float(row[3]) > 0 and float(row[5]) > 0
     help_text = run_tower("bench", "--help")
-    assert help_text.returncode == 0 and "CUDA Graphs are\nnot implemented yet" in help_text.stdout
+    assert help_text.returncode == 0 and "--graphs G" in help_text.stdout
+    on_cpu = bench_json(run_tower, "--backend", "cpu", "--config", ROOT / "examples/seed_mlp.json",
+                        "--towers", "1", "--steps", "2", "--warmup", "1", "--graphs", "both")
+    assert [r["graphs"] for r in on_cpu["results"]] == ["off"]  # no graphs on the CPU: one row
 
 
 def test_regression_model_runs_without_its_dataset(run_tower, tmp_path):
@@ -93,6 +96,7 @@ def test_regression_model_runs_without_its_dataset(run_tower, tmp_path):
     (["--towers", "65"], "--towers"),
     (["--towers", str((os.cpu_count() or 1) + 1), "--backend", "cpu"], "--towers"),
     (["--backend", "gpu"], "--backend"),
+    (["--graphs", "maybe"], "--graphs"),
     (["--bogus"], "--bogus"),
     (["--steps"], "--steps"),
     (["stray.json"], "stray.json"),

@@ -1144,6 +1144,30 @@ static void test_registry(void **state)
     tw_backend_destroy(NULL);
 }
 
+/* ---- optional ops: the CPU backend offers none and gets the plain behaviour ---- */
+
+static void test_optional_ops(void **state)
+{
+    (void)state;
+    void *p = NULL;
+    OK(tw_backend_alloc_host(B, 64, &p, &E)); /* malloc */
+    assert_non_null(p);
+    memset(p, 0xab, 64);
+    tw_backend_free_host(B, p);
+    tw_backend_free_host(B, NULL);
+    assert_invalid(tw_backend_alloc_host(B, 0, &p, &E), "tw_backend_alloc_host", "bytes");
+    assert_invalid(tw_backend_alloc_host(B, 8, NULL, &E), "tw_backend_alloc_host", "out");
+    OK(tw_backend_set_tf32(B, 1, &E)); /* no TF32 on the CPU: ignored */
+    OK(tw_backend_set_tf32(B, 0, &E));
+    assert_int_equal(tw_backend_has_graphs(B), 0);
+    assert_int_equal(tw_backend_has_graphs(NULL), 0);
+    assert_int_equal(tw_backend_capture_begin(B, &E), TW_ERR_UNSUPPORTED);
+    assert_non_null(strstr(E.message, "no graphs"));
+    assert_int_equal(tw_backend_capture_end(B, 0, 1, &E), TW_ERR_UNSUPPORTED);
+    assert_int_equal(tw_backend_replay(B, 0, &E), TW_ERR_UNSUPPORTED);
+    assert_invalid(tw_backend_replay(NULL, 0, &E), "tw_backend_replay", "backend");
+}
+
 static int setup(void **state)
 {
     (void)state;
@@ -1180,6 +1204,7 @@ int main(void)
         cmocka_unit_test(test_update_l2_range),
         cmocka_unit_test(test_allreduce_avg),
         cmocka_unit_test(test_wrapper_checks),
+        cmocka_unit_test(test_optional_ops),
         cmocka_unit_test(test_window_resolve),
         cmocka_unit_test(test_registry),
     };

@@ -182,6 +182,11 @@ static const bad_case BAD[] = {
     {TOP("'checkpoint_every':-1"), "checkpoint_every", "must be >= 0"},
     {TOP("'keep_checkpoints':0"), "keep_checkpoints", NULL},
     {TOP("'keep_checkpoints':1001"), "keep_checkpoints", "must be in [1, 1000]"},
+    {TOP("'cuda_graphs':1"), "cuda_graphs", "must be true or false"},
+    {TOP("'cuda_graphs':null"), "cuda_graphs", NULL},
+    {TOP("'tf32':'yes'"), "tf32", "must be true or false"},
+    {TOP("'tf33':true"), "tf33", "unknown key"},
+    {TOP("'cuda_graph':false"), "cuda_graph", "unknown key (did you mean 'cuda_graphs'?)"},
     {DS("'shuffle_buffer':0"), "dataset.shuffle_buffer", NULL},
     {DS("'shuffle_buffer':10000001"), "dataset.shuffle_buffer", NULL},
     {DS("'scale':0"), "dataset.scale", "must be > 0"},
@@ -298,6 +303,8 @@ static const char *const GOOD[] = {
     TOP("'batch_size':1,'towers':1,'steps':1,'keep_checkpoints':1"),
     TOP("'batch_size':65536,'towers':64,'steps':1000000000,'keep_checkpoints':1000"),
     TOP("'seed':0"),
+    TOP("'cuda_graphs':false,'tf32':true"),
+    TOP("'cuda_graphs':true,'tf32':false"),
     TOP("'seed':9223372036854775807"),
     TOP("'summary_every':1,'eval_every':1,'checkpoint_every':9223372036854775807"),
     DS("'shuffle_buffer':1"),
@@ -502,7 +509,12 @@ static void test_defaults(void **state)
     assert_int_equal(d.eval_every, 1000);
     assert_int_equal(d.checkpoint_every, 1000);
     assert_int_equal(d.keep_checkpoints, 5);
+    assert_int_equal(d.cuda_graphs, 1);
+    assert_int_equal(d.tf32, 0);
     assert_string_equal(d.test_path, "");
+    assert_int_equal(parse_text(TOP("'cuda_graphs':false,'tf32':true"), NULL, &c, &err), TW_OK);
+    assert_int_equal(c.cuda_graphs, 0);
+    assert_int_equal(c.tf32, 1);
 
     assert_int_equal(parse_text(LAYERS("{'type':'conv2d','filters':8,'kernel':5},"
                                        "{'type':'max_pool2d','pool':[2,3]},"
@@ -582,7 +594,8 @@ static void test_round_trip(void **state)
         "'beta1':0.8,'beta2':0.95,'epsilon':1e-7},'l2':3.3e-5,'ema_decay':0.999,"
         "'lr_decay':{'type':'exponential','decay_steps':100,'decay_rate':0.5,'staircase':true},"
         "'batch_size':3,'towers':8,'steps':123456789,'seed':9223372036854775807,"
-        "'summary_every':7,'eval_every':11,'checkpoint_every':13,'keep_checkpoints':1000}",
+        "'summary_every':7,'eval_every':11,'checkpoint_every':13,'keep_checkpoints':1000,"
+        "'cuda_graphs':false,'tf32':true}",
         NULL);
     assert_round_trip(OPT("'type':'momentum','momentum':0.5,'learning_rate':0.3"), NULL);
     assert_round_trip(TOP("'lr_decay':null"), NULL);
@@ -593,14 +606,15 @@ static void test_round_trip(void **state)
     char *json = tw_config_to_json(&c);
     assert_non_null(json);
     const char *expected =
-        "{\"batch_size\":32,\"checkpoint_every\":1000,\"dataset\":{\"image_feature\":\"image_raw\","
+        "{\"batch_size\":32,\"checkpoint_every\":1000,\"cuda_graphs\":true,\"dataset\":"
+        "{\"image_feature\":\"image_raw\","
         "\"label_feature\":\"label\",\"scale\":0.003921569,\"shape\":[784],\"shuffle_buffer\":"
         "10000,\"test\":null,\"train\":\"t\"},\"ema_decay\":0.0,\"eval_every\":1000,"
         "\"keep_checkpoints\":5,\"l2\":0.0,\"loss\":\"softmax_cross_entropy\",\"lr_decay\":null,"
         "\"model\":{\"layers\":[{\"activation\":\"linear\",\"bias_init\":{\"type\":\"zeros\"},"
         "\"name\":\"layer1\",\"type\":\"dense\",\"units\":10,\"weight_init\":{\"stddev\":0.1,"
         "\"type\":\"truncated_normal\"}}]},\"optimizer\":{\"learning_rate\":0.001,\"type\":\"sgd\"},"
-        "\"seed\":1,\"steps\":5,\"summary_every\":100,\"towers\":1}";
+        "\"seed\":1,\"steps\":5,\"summary_every\":100,\"tf32\":false,\"towers\":1}";
     assert_string_equal(json, expected);
     free(json);
 }
