@@ -30,6 +30,17 @@ static inline TW_HD void tw_cuda_covering(int i, int pad, int k, int s, int out,
     *lo = q - k + 1 <= 0 ? 0 : (q - k + 1 + s - 1) / s;
 }
 
+/* The output position of row r (b, od, oh, ow in [batch, out_d, out_h, out_w] order); returns b. */
+static inline TW_HD size_t tw_cuda_out_position(const tw_window *w, size_t r, int *od, int *oh, int *ow)
+{
+    *ow = (int)(r % (size_t)w->out_w);
+    r /= (size_t)w->out_w;
+    *oh = (int)(r % (size_t)w->out_h);
+    r /= (size_t)w->out_h;
+    *od = (int)(r % (size_t)w->out_d);
+    return r / (size_t)w->out_d;
+}
+
 /* cols[i]: the input under tap t of output row r for channel ci (i = (r * taps + t) * in_c + ci), 0 in
  * the padding. */
 static inline TW_HD float tw_cuda_im2col_at(const tw_window *w, const float *x, size_t i)
@@ -39,12 +50,8 @@ static inline TW_HD float tw_cuda_im2col_at(const tw_window *w, const float *x, 
     size_t t = rt % taps, r = rt / taps;
     int kw = (int)(t % (size_t)w->k_w), kh = (int)(t / (size_t)w->k_w % (size_t)w->k_h),
         kd = (int)(t / (size_t)w->k_w / (size_t)w->k_h);
-    int ow = (int)(r % (size_t)w->out_w);
-    r /= (size_t)w->out_w;
-    int oh = (int)(r % (size_t)w->out_h);
-    r /= (size_t)w->out_h;
-    int od = (int)(r % (size_t)w->out_d);
-    size_t b = r / (size_t)w->out_d;
+    int od, oh, ow;
+    size_t b = tw_cuda_out_position(w, r, &od, &oh, &ow);
     int id = od * w->s_d - w->pad_d + kd, ih = oh * w->s_h - w->pad_h + kh,
         iw = ow * w->s_w - w->pad_w + kw;
     if (id < 0 || id >= w->in_d || ih < 0 || ih >= w->in_h || iw < 0 || iw >= w->in_w)
@@ -99,12 +106,8 @@ static inline TW_HD void tw_cuda_maxpool_at(const tw_window *w, const float *x, 
                                             int32_t *argmax)
 {
     size_t c = (size_t)w->in_c, ci = j % c, r = j / c;
-    int ow = (int)(r % (size_t)w->out_w);
-    r /= (size_t)w->out_w;
-    int oh = (int)(r % (size_t)w->out_h);
-    r /= (size_t)w->out_h;
-    int od = (int)(r % (size_t)w->out_d);
-    size_t b = r / (size_t)w->out_d;
+    int od, oh, ow;
+    size_t b = tw_cuda_out_position(w, r, &od, &oh, &ow);
     float best = 0.0f;
     int32_t arg = -1;
     for (int kd = 0; kd < w->k_d; kd++) {

@@ -177,13 +177,11 @@ tw_status tw_cuda_dropout_fwd(void *ctx, tw_tensor y, tw_tensor x, size_t n, flo
     return TW_OK;
 }
 
+/* The same mask and scale applied to the gradient: dx = dropout(dy) with the forward's seed. */
 tw_status tw_cuda_dropout_bwd(void *ctx, tw_tensor dx, tw_tensor dy, size_t n, float rate,
                               uint64_t seed, tw_error *err)
 {
-    TW_TRY(tw_cuda_enter(C(ctx), err));
-    TW_CUDA_LAUNCH(C(ctx), err, k_dropout, blocks_for(C(ctx), n), THREADS, tw_cuda_f32(dx),
-                   tw_cuda_f32(dy), n, rate, seed);
-    return TW_OK;
+    return tw_cuda_dropout_fwd(ctx, dx, dy, n, rate, seed, err);
 }
 
 /* ---- windows (convolution and pooling), NDHWC; 2-D is depth 1 ---- */

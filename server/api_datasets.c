@@ -21,13 +21,18 @@ void tw_api_datasets_list(tw_server *S, tw_req *r)
     json_decref(rows);
 }
 
-static json_t *dataset_or_404(tw_server *S, tw_req *r)
+json_t *tw_api_row_or_404(tw_server *S, tw_req *r, const char *kind, json_t *(*get)(tw_store *, const char *))
 {
     const char *id = tw_req_param(r, "id");
-    json_t *row = tw_store_dataset_get(S->store, id);
+    json_t *row = get(S->store, id);
     if (!row)
-        tw_reply_error(r, TW_API_NOT_FOUND, "no dataset '%s'", id);
+        tw_reply_error(r, TW_API_NOT_FOUND, "no %s '%s'", kind, id);
     return row;
+}
+
+static json_t *dataset_or_404(tw_server *S, tw_req *r)
+{
+    return tw_api_row_or_404(S, r, "dataset", tw_store_dataset_get);
 }
 
 void tw_api_dataset_get(tw_server *S, tw_req *r)

@@ -219,11 +219,7 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
 /* The run named by the path, as a row; replies 404 when there is none. */
 static json_t *run_or_404(tw_server *S, tw_req *r)
 {
-    const char *id = tw_req_param(r, "id");
-    json_t *row = tw_store_run_get(S->store, id);
-    if (!row)
-        tw_reply_error(r, TW_API_NOT_FOUND, "no run '%s'", id);
-    return row;
+    return tw_api_row_or_404(S, r, "run", tw_store_run_get);
 }
 
 /* ================================ handlers ================================ */

@@ -39,8 +39,8 @@ static json_t *operation(const tw_route *rt)
                                                 "schema", "type", "string"));
     }
     json_t *ok = json_pack("{s:s}", "description", rt->reply);
-    const char *code = !strcmp(rt->method, "POST") ? (strstr(rt->pattern, "cancel") ? "202" : "201")
-                                                   : !strcmp(rt->method, "DELETE") ? "204" : "200";
+    char code[8];
+    snprintf(code, sizeof code, "%d", rt->status);
     json_t *op = json_pack("{s:s, s:o, s:{s:o, s:{s:s, s:{s:{s:{s:s}}}}}}", "summary", rt->summary, "parameters",
                            params, "responses", code, ok, "default", "description",
                            "error envelope {\"error\": {\"code\", \"message\"}}", "content", "application/json",

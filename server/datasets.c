@@ -26,6 +26,8 @@
 enum { F_IMAGES, F_LABELS, F_TEST_IMAGES, F_TEST_LABELS, F_FEATURES, F_CSV, F_TFRECORD, F_TEST_TFRECORD,
        N_FILES, F_LABEL_COLUMN = N_FILES, F_TEST_FRACTION, N_FIELDS };
 
+#define BIT(f) (1u << (f))
+
 static const char *const FIELDS[N_FIELDS] = {"images", "labels", "test_images", "test_labels", "features",
                                              "csv", "tfrecord", "test_tfrecord", "label_column",
                                              "test_fraction"};
@@ -78,9 +80,9 @@ static tw_status part_begin(void *ctx, const char *name, const char *filename, c
                             "unknown form field '%s' (known: images, labels, test_images, test_labels, "
                             "features, csv, tfrecord, test_tfrecord, label_column, test_fraction)",
                             name);
-    if (u->have & (1u << f))
+    if (u->have & BIT(f))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "form field '%s' is given twice", name);
-    u->have |= 1u << f;
+    u->have |= BIT(f);
     u->field = f;
     u->value_len = 0;
     if (f >= N_FILES)
@@ -223,46 +225,51 @@ const tw_upload_ops TW_DATASET_UPLOAD = {upload_begin, upload_data, upload_clean
 
 /* ================================ conversion ================================ */
 
-/* Which source the received fields make: fills o's inputs. Returns NULL or a reason. */
-static const char *source_of(unsigned have, const char *dir, tw_convert_options *o, char paths[][PATH_MAX + 64])
+/* The sets of files that make a dataset, and the source each is. */
+static const struct {
+    unsigned files;
+    const char *source;
+} SOURCES[] = {
+    {BIT(F_IMAGES) | BIT(F_LABELS), "idx"},
+    {BIT(F_IMAGES) | BIT(F_LABELS) | BIT(F_TEST_IMAGES) | BIT(F_TEST_LABELS), "idx"},
+    {BIT(F_FEATURES) | BIT(F_LABELS), "npy"},
+    {BIT(F_CSV), "csv"},
+    {BIT(F_TFRECORD), "tfrecord"},
+    {BIT(F_TFRECORD) | BIT(F_TEST_TFRECORD), "tfrecord"},
+};
+
+static const char SOURCES_EXPECTED[] = "expected files images + labels [+ test_images + test_labels] (IDX), "
+                                       "features + labels (NumPy), csv, or tfrecord [+ test_tfrecord]";
+
+/* The source the received fields make ("idx", "npy", "csv", "tfrecord"), or NULL when they make none. */
+static const char *source_name(unsigned have)
 {
-    for (int f = 0; f < N_FILES; f++)
-        if (have & (1u << f))
-            upload_path(dir, f, paths[f], PATH_MAX + 64);
-#define HAS(f) (have & (1u << (f)))
-    unsigned files = have & ((1u << N_FILES) - 1);
-    if (files == ((1u << F_IMAGES) | (1u << F_LABELS)) ||
-        files == ((1u << F_IMAGES) | (1u << F_LABELS) | (1u << F_TEST_IMAGES) | (1u << F_TEST_LABELS))) {
-        o->images = paths[F_IMAGES];
-        o->labels = paths[F_LABELS];
-        if (HAS(F_TEST_IMAGES)) {
-            o->test_images = paths[F_TEST_IMAGES];
-            o->test_labels = paths[F_TEST_LABELS];
-        }
-    } else if (files == ((1u << F_FEATURES) | (1u << F_LABELS))) {
-        o->npy_features = paths[F_FEATURES];
-        o->npy_labels = paths[F_LABELS];
-    } else if (files == (1u << F_CSV)) {
-        o->csv = paths[F_CSV];
-    } else if (files == (1u << F_TFRECORD) || files == ((1u << F_TFRECORD) | (1u << F_TEST_TFRECORD))) {
-        o->tfrecord = paths[F_TFRECORD];
-        o->test_tfrecord = HAS(F_TEST_TFRECORD) ? paths[F_TEST_TFRECORD] : NULL;
-    } else {
-        return "expected files images + labels [+ test_images + test_labels] (IDX), features + labels "
-               "(NumPy), csv, or tfrecord [+ test_tfrecord]";
-    }
-#undef HAS
+    for (size_t i = 0; i < sizeof SOURCES / sizeof SOURCES[0]; i++)
+        if ((have & (BIT(N_FILES) - 1)) == SOURCES[i].files)
+            return SOURCES[i].source;
     return NULL;
 }
 
-/* The source kind the received files make ("idx", "npy", "csv", "tfrecord"). */
-static const char *source_name(unsigned have)
+/* Points o's inputs at the received files (have makes a source: see source_name). */
+static void source_options(unsigned have, const char *dir, tw_convert_options *o,
+                           char paths[][PATH_MAX + 64])
 {
-    if (have & (1u << F_TFRECORD))
-        return "tfrecord";
-    if (have & (1u << F_CSV))
-        return "csv";
-    return have & (1u << F_FEATURES) ? "npy" : "idx";
+    const char *p[N_FILES] = {0};
+    for (int f = 0; f < N_FILES; f++)
+        if (have & BIT(f) && upload_path(dir, f, paths[f], PATH_MAX + 64) == 0)
+            p[f] = paths[f];
+    if (p[F_FEATURES]) {
+        o->npy_features = p[F_FEATURES];
+        o->npy_labels = p[F_LABELS];
+    } else {
+        o->images = p[F_IMAGES];
+        o->labels = p[F_LABELS];
+    }
+    o->test_images = p[F_TEST_IMAGES];
+    o->test_labels = p[F_TEST_LABELS];
+    o->csv = p[F_CSV];
+    o->tfrecord = p[F_TFRECORD];
+    o->test_tfrecord = p[F_TEST_TFRECORD];
 }
 
 /* The conversion parameters that must survive a restart: upload/params.json. */
@@ -306,9 +313,9 @@ static tw_status convert_dir(tw_server *S, const upload *u, char **meta, tw_erro
     char train[PATH_MAX + 32], test[PATH_MAX + 32], meta_path[PATH_MAX + 32];
     tw_convert_options o;
     tw_convert_options_default(&o);
-    const char *why = source_of(u->have, u->dir, &o, paths);
-    if (why)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s", why);
+    if (!source_name(u->have))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s", SOURCES_EXPECTED);
+    source_options(u->have, u->dir, &o, paths);
     snprintf(train, sizeof train, "%s/train.tfrecord", u->dir);
     snprintf(test, sizeof test, "%s/test.tfrecord", u->dir);
     snprintf(meta_path, sizeof meta_path, "%s/meta.json", u->dir);
@@ -376,7 +383,7 @@ struct tw_converter {
 static int convert_next(tw_server *S)
 {
     json_t *rows = tw_store_datasets_converting(S->store);
-    json_t *row = json_array_get(rows, json_array_size(rows) ? json_array_size(rows) - 1 : 0);
+    json_t *row = json_array_get(rows, 0); /* the oldest */
     int did = 0;
     if (row) {
         upload u = {.S = S};
@@ -506,17 +513,13 @@ void tw_dataset_upload_done(tw_server *S, tw_req *r)
         tw_reply_status(r, &u->err);
         return;
     }
-    tw_convert_options o;
-    tw_convert_options_default(&o);
-    static __thread char paths[N_FILES][PATH_MAX + 64];
-    const char *why = source_of(u->have, u->dir, &o, paths);
-    if (why) {
-        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "%s", why);
+    if (!source_name(u->have)) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "%s", SOURCES_EXPECTED);
         return;
     }
     if (accept_upload(S, r, u) != 0)
         return;
-    if (u->have & (1u << F_TFRECORD)) { /* validated record by record before the reply */
+    if (u->have & BIT(F_TFRECORD)) { /* validated record by record before the reply */
         convert_and_record(S, u);
         json_t *row = tw_store_dataset_get(S->store, u->id);
         json_t *d = tw_dataset_present(row);
@@ -564,26 +567,19 @@ json_t *tw_dataset_present(const json_t *row)
     if (!row)
         return NULL;
     json_t *meta = json_object_get(row, "meta");
-    json_t *d = json_pack("{s:O, s:O, s:O, s:O, s:O, s:O, s:O}", "id", json_object_get(row, "id"), "name",
-                          json_object_get(row, "name"), "status", json_object_get(row, "status"), "error",
-                          json_object_get(row, "error"), "created", json_object_get(row, "created"), "bytes",
-                          json_object_get(row, "bytes"), "source",
-                          json_is_object(meta) ? json_object_get(meta, "source") : json_object_get(row, "source"));
-    json_object_set_new(d, "train_examples", json_copy(split_field(meta, "train", "count")));
-    json_object_set_new(d, "test_examples", json_copy(split_field(meta, "test", "count")));
-    json_object_set_new(d, "shape", shape_of(meta));
-    json_object_set_new(d, "dtype", json_copy(json_object_get(meta, "dtype")));
-    json_object_set_new(d, "features", json_copy(json_object_get(meta, "features")));
+    json_t *d = json_pack(
+        "{s:O, s:O, s:O, s:O, s:O, s:O, s:O, s:O?, s:O?, s:o?, s:O?, s:O?}", "id", json_object_get(row, "id"),
+        "name", json_object_get(row, "name"), "status", json_object_get(row, "status"), "error",
+        json_object_get(row, "error"), "created", json_object_get(row, "created"), "bytes",
+        json_object_get(row, "bytes"), "source",
+        json_is_object(meta) ? json_object_get(meta, "source") : json_object_get(row, "source"), "train_examples",
+        split_field(meta, "train", "count"), "test_examples", split_field(meta, "test", "count"), "shape",
+        shape_of(meta), "dtype", json_object_get(meta, "dtype"), "features", json_object_get(meta, "features"));
     json_object_set_new(d, "label_histogram",
                         json_is_object(meta) ? json_pack("{s:O*, s:O*}", "train",
                                                          split_field(meta, "train", "label_histogram"), "test",
                                                          split_field(meta, "test", "label_histogram"))
                                              : json_null());
-    /* json_copy(NULL) is NULL: absent keys become null */
-    const char *keys[] = {"train_examples", "test_examples", "shape", "dtype", "features"};
-    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (!json_object_get(d, keys[i]))
-            json_object_set_new(d, keys[i], json_null());
     return d;
 }
 
@@ -641,7 +637,7 @@ tw_status tw_datasets_demo(tw_server *S, tw_error *err)
         upload_path(u.dir, f, dst, sizeof dst);
         if (symlink(src, dst) != 0)
             return tw_error_errno(err, dst, "cannot link the demo dataset");
-        u.have |= 1u << f;
+        u.have |= BIT(f);
     }
     TW_TRY(save_params(&u, err));
     TW_TRY(tw_store_dataset_insert(S->store, u.id, u.name, "idx", (int64_t)u.bytes, err));

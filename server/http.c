@@ -57,26 +57,25 @@ static const struct {
 const char *tw_api_code_name(tw_api_code c) { return API_CODES[c].name; }
 int tw_api_code_http(tw_api_code c) { return API_CODES[c].http; }
 
-static const int STATUS_SLOTS[TW_STATUS_SLOTS] = {200, 201, 202, 204, 304, 400, 401, 403,
-                                                  404, 405, 409, 413, 415, 422, 500, 0};
+/* The statuses /metrics counts one by one; the last slot counts every other. */
+static const struct {
+    int status;
+    const char *label;
+} STATUS_SLOTS[TW_STATUS_SLOTS] = {
+    {200, "200"}, {201, "201"}, {202, "202"}, {204, "204"}, {304, "304"}, {400, "400"},
+    {401, "401"}, {403, "403"}, {404, "404"}, {405, "405"}, {409, "409"}, {413, "413"},
+    {415, "415"}, {422, "422"}, {500, "500"}, {0, "other"},
+};
 
 int tw_http_status_slot(int status)
 {
     for (int i = 0; i < TW_STATUS_SLOTS - 1; i++)
-        if (STATUS_SLOTS[i] == status)
+        if (STATUS_SLOTS[i].status == status)
             return i;
     return TW_STATUS_SLOTS - 1;
 }
 
-const char *tw_http_status_label(int slot)
-{
-    static char labels[TW_STATUS_SLOTS][8];
-    if (slot == TW_STATUS_SLOTS - 1)
-        return "other";
-    if (!labels[slot][0])
-        snprintf(labels[slot], sizeof labels[slot], "%d", STATUS_SLOTS[slot]);
-    return labels[slot];
-}
+const char *tw_http_status_label(int slot) { return STATUS_SLOTS[slot].label; }
 
 struct tw_http {
     struct MHD_Daemon *daemon;

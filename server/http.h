@@ -63,6 +63,7 @@ typedef struct {
     tw_handler handler;
     unsigned flags;
     const tw_upload_ops *upload;  /* TW_ROUTE_UPLOAD only */
+    int status;                   /* the usual 2xx reply, for the OpenAPI document */
     const char *summary;          /* one line, for the OpenAPI document */
     const char *reply;            /* what a 2xx reply holds, for the OpenAPI document */
 } tw_route;

@@ -279,7 +279,7 @@ json_t *tw_store_dataset_resolve(tw_store *st, const char *name_or_id)
 
 json_t *tw_store_datasets_converting(tw_store *st)
 {
-    return query(st, "SELECT " DATASET_COLUMNS " FROM datasets WHERE status = 'converting'", "");
+    return query(st, "SELECT " DATASET_COLUMNS " FROM datasets WHERE status = 'converting' ORDER BY created", "");
 }
 
 tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)

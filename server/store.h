@@ -42,7 +42,7 @@ json_t *tw_store_dataset_list(tw_store *st);                 /* array, newest fi
 /* The dataset a run names: an id, or the newest ready dataset with that name, else the newest of that
  * name. NULL: none. */
 json_t *tw_store_dataset_resolve(tw_store *st, const char *name_or_id);
-/* Ids of datasets still "converting" (to restart after a crash): a new array. */
+/* Datasets still "converting" (to restart after a crash), oldest first: a new array. */
 json_t *tw_store_datasets_converting(tw_store *st);
 /* Deletes unless a queued or running run uses it: TW_ERR_INVALID (in use), TW_END (no such dataset). */
 tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err);
