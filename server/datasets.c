@@ -431,15 +431,17 @@ static void converter_wake(tw_server *S)
     pthread_mutex_unlock(&S->converter->mu);
 }
 
-/* Removes dataset and run folders that have no row: uploads and submissions that never committed. */
-static void remove_debris(tw_server *S, const char *kind, json_t *(*get)(tw_store *, const char *))
+/* Removes dataset and run folders named like our ids that have no row: uploads and submissions that never
+ * committed. Anything else in the data folder (a user's own converted dataset or run) is left alone. */
+static void remove_debris(tw_server *S, const char *kind, char prefix,
+                          json_t *(*get)(tw_store *, const char *))
 {
     char dir[PATH_MAX + 16], path[PATH_MAX + 300];
     snprintf(dir, sizeof dir, "%s/%s", S->data, kind);
     DIR *d = opendir(dir);
     struct dirent *e;
     while (d && (e = readdir(d))) {
-        if (e->d_name[0] == '.')
+        if (!tw_store_id_valid(prefix, e->d_name)) /* not ours: e.g. a `tower convert` or `tower train` output */
             continue;
         json_t *row = get(S->store, e->d_name);
         if (!row) {
@@ -455,8 +457,8 @@ static void remove_debris(tw_server *S, const char *kind, json_t *(*get)(tw_stor
 
 tw_status tw_datasets_start(tw_server *S, tw_error *err)
 {
-    remove_debris(S, "datasets", tw_store_dataset_get);
-    remove_debris(S, "runs", tw_store_run_get);
+    remove_debris(S, "datasets", 'd', tw_store_dataset_get);
+    remove_debris(S, "runs", 'r', tw_store_run_get);
     struct tw_converter *c = calloc(1, sizeof *c);
     if (!c)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");

@@ -237,6 +237,16 @@ void tw_store_new_id(char prefix, char id[TW_ID_BYTES])
     snprintf(id, TW_ID_BYTES, "%c%015llx", prefix, (unsigned long long)(v & 0xfffffffffffffffull));
 }
 
+int tw_store_id_valid(char prefix, const char *s)
+{
+    if (s[0] != prefix || strlen(s) != TW_ID_BYTES - 1)
+        return 0;
+    for (const char *c = s + 1; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f')))
+            return 0;
+    return 1;
+}
+
 /* ================================ datasets ================================ */
 
 #define DATASET_COLUMNS "id, name, status, source, error, meta, bytes, created"

@@ -31,6 +31,9 @@ void tw_store_on_fatal(tw_store *st, void (*fn)(void *arg, const tw_error *err),
 /* A new random id: prefix ('r' or 'd') and 15 hex digits. */
 void tw_store_new_id(char prefix, char id[TW_ID_BYTES]);
 
+/* 1 when s has the form of an id tw_store_new_id(prefix, ...) makes. */
+int tw_store_id_valid(char prefix, const char *s);
+
 /* ---- datasets ---- */
 tw_status tw_store_dataset_insert(tw_store *st, const char *id, const char *name, const char *source,
                                   int64_t bytes, tw_error *err);

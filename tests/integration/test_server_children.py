@@ -45,3 +45,20 @@ def test_tower_devices_says_why_there_is_no_gpu(tower_bin):
     text = subprocess.run([tower_bin, "devices"], capture_output=True, text=True, check=True).stdout
     assert text.splitlines()[-1].startswith("cpu ")
     assert subprocess.run([tower_bin, "devices", "--bogus"], capture_output=True).returncode == 2
+
+
+def test_start_up_keeps_folders_that_are_not_its_own(serve, tower_bin):
+    """Only folders named like Tower's ids and missing from the store are debris: a dataset made by
+    `tower convert` or a run of `tower train` in the same data folder (as the README's examples do) stays."""
+    server = serve()
+    data = server.data
+    server.proc.kill()
+    server.proc.wait()
+    mine = [data / "datasets" / "fashion-mnist", data / "runs" / "mlp", data / "runs" / "r12345"]
+    debris = [data / "datasets" / "d0123456789abcde", data / "runs" / "r0123456789abcde"]
+    for folder in mine + debris:
+        folder.mkdir(parents=True)
+        (folder / "file").write_text("x")
+    serve(data=data)
+    assert all((folder / "file").exists() for folder in mine)
+    assert not any(folder.exists() for folder in debris)
