@@ -2,11 +2,12 @@
  * [--warmup N] [--graphs on|off|both] [--json]`: the training step's speed per model, tower count and
  * CUDA Graphs on or off, on synthetic data.
  *
- * Owns: the command line, the default configs and tower counts, the statistics over the timed steps
- * (median and p90 step time, examples/s, the all-reduce's time and bus bandwidth) and the report (a
- * table, or one JSON object). The step and its timing are tw_train_bench's (trainer.c): the same step
- * `tower train` runs. Exit status: 0 ok, 2 a usage or config error (the message names the option or the
- * key), else tw_train_exit_code's (1 for a backend that cannot run here, e.g. no CUDA device). */
+ * Owns: the command line, the default configs (built into the binary, embedded.h) and tower counts, the
+ * statistics over the timed steps (median and p90 step time, examples/s, the all-reduce's time and bus
+ * bandwidth) and the report (a table, or one JSON object). The step and its timing are tw_train_bench's
+ * (trainer.c): the same step `tower train` runs. Exit status: 0 ok, 2 a usage or config error (the message
+ * names the option or the key), else tw_train_exit_code's (1 for a backend that cannot run here, e.g. no
+ * CUDA device). */
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -18,6 +19,7 @@
 
 #include "cli.h"
 #include "config.h"
+#include "embedded.h"
 #include "trainer.h"
 
 static const char USAGE[] =
@@ -30,7 +32,7 @@ static const char USAGE[] =
     "all-reduce's time per step and its bus bandwidth (NCCL's: bytes / time x 2(n-1)/n).\n"
     "\n"
     "  --config FILE      a run config (repeatable; default examples/seed_mlp.json and\n"
-    "                     examples/fashion_cnn.json, looked up here and above the tower binary)\n"
+    "                     examples/fashion_cnn.json as built into this binary)\n"
     "  --backend B        auto (default: cuda when a GPU is present, else cpu), cpu or cuda\n"
     "  --towers N         a tower count (repeatable; default 1 to the number of GPUs, or 1 and 2 on\n"
     "                     the CPU, which runs at most one tower per core)\n"
@@ -47,7 +49,8 @@ static const char USAGE[] =
 enum { MAX_LIST = 16, DEFAULT_STEPS = 100, DEFAULT_WARMUP = 10, MAX_STEPS = 1000000 };
 
 typedef struct {
-    const char *configs[MAX_LIST];
+    const char *configs[MAX_LIST];     /* file names, or the built-in configs' names */
+    const tw_embedded *texts[MAX_LIST]; /* the built-in config of configs[i], or NULL: read the file */
     int n_configs;
     const char *backend;
     int towers[MAX_LIST];
@@ -60,7 +63,7 @@ typedef struct {
 
 /* One model on one tower count. */
 typedef struct {
-    const char *config;       /* the file, borrowed */
+    const char *config;       /* the file or the built-in config's name, borrowed */
     int towers, batch;
     double step_us, step_p90_us, examples_per_s;
     double allreduce_us;      /* median over the timed steps; 0 with one tower */
@@ -158,35 +161,13 @@ static int parse_args(int argc, char **argv, options *o)
 
 /* ================================ configs and tower counts ================================ */
 
-/* examples/NAME in the current folder, else in a folder above the tower binary (a build tree's
- * server/tower finds the source tree's examples/). Fills out; returns 0, or -1 when there is none. */
-static int find_example(const char *name, char *out, size_t size)
+/* Without --config: the built-in configs, the seed's MLP and the Fashion-MNIST CNN. */
+static void default_configs(options *o)
 {
-    char dir[TW_PATH_BYTES];
-    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
-    dir[n > 0 ? n : 0] = '\0';
-    snprintf(out, size, "examples/%s", name);
-    for (int up = 0; access(out, R_OK) != 0; up++) {
-        char *slash = strrchr(dir, '/');
-        if (!slash || up > 4)
-            return -1;
-        *slash = '\0';
-        snprintf(out, size, "%s/examples/%s", dir, name);
+    for (const tw_embedded *e = TW_BENCH_CONFIGS; e->name && o->n_configs < MAX_LIST; e++) {
+        o->texts[o->n_configs] = e;
+        o->configs[o->n_configs++] = e->name;
     }
-    return 0;
-}
-
-/* Without --config: the seed's MLP and the Fashion-MNIST CNN. */
-static int default_configs(options *o, char paths[2][TW_PATH_BYTES + 16])
-{
-    static const char *names[2] = {"seed_mlp.json", "fashion_cnn.json"};
-    for (int i = 0; i < 2; i++) {
-        if (find_example(names[i], paths[i], sizeof paths[i]) != 0)
-            return usage_error("cannot find examples/%s (looked here and above the tower binary): "
-                               "give --config FILE", names[i]);
-        o->configs[o->n_configs++] = paths[i];
-    }
-    return 0;
 }
 
 /* The kind `backend` runs as here, and how many towers it can run: one per GPU, one per CPU core. */
@@ -229,10 +210,14 @@ static int load_configs(const options *o, tw_config **out)
     tw_error err;
     tw_error_clear(&err);
     for (int i = 0; c && i < o->n_configs; i++) {
-        if (tw_config_load(o->configs[i], &c[i], &err) != TW_OK) {
+        const tw_embedded *t = o->texts[i];
+        tw_status s = t ? tw_config_parse((const char *)t->data, t->size, NULL, &c[i], &err)
+                        : tw_config_load(o->configs[i], &c[i], &err);
+        if (s != TW_OK) {
             char msg[1200];
             tw_error_format(&err, msg, sizeof msg);
-            fprintf(stderr, "tower bench: %s\n", msg); /* the message names the file */
+            /* tw_config_load's message names the file; a built-in config's gets its name here */
+            fprintf(stderr, "tower bench: %s%s%s\n", t ? t->name : "", t ? " (built in): " : "", msg);
             free(c);
             return TW_EXIT_USAGE;
         }
@@ -376,12 +361,11 @@ static int run_all(const options *o, const char *kind, tw_config *configs, row *
 int tw_bench_main(int argc, char **argv)
 {
     options o;
-    char defaults[2][TW_PATH_BYTES + 16];
     int max, rc = parse_args(argc, argv, &o);
     if (rc)
         return rc < 0 ? 0 : rc;
-    if (o.n_configs == 0 && (rc = default_configs(&o, defaults)) != 0)
-        return rc;
+    if (o.n_configs == 0)
+        default_configs(&o);
     const char *kind = resolve_kind(o.backend, &max);
     tw_config *configs = NULL;
     if ((rc = tower_counts(&o, kind, max)) != 0 || (rc = load_configs(&o, &configs)) != 0)

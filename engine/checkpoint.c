@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "atomic_file.h"
+#include "datafs.h"
 
 enum {
     STEP_DIGITS = 10,      /* zero padding of the step in file names */
@@ -79,8 +80,8 @@ static tw_status join(const char *dir, const char *name, char *buf, tw_error *er
 /* Creates dir if it is missing and makes its entry durable by fsyncing the parent folder. */
 static tw_status ensure_dir(const char *dir, tw_error *err)
 {
-    if (mkdir(dir, 0755) != 0)
-        return errno == EEXIST ? TW_OK : tw_error_errno(err, dir, "cannot create checkpoint folder");
+    if (tw_fs_mkdir(dir, 0755) != 0)
+        return errno == EEXIST ? TW_OK : tw_fs_error(err, dir, "cannot create checkpoint folder");
     return tw_fsync_dir_of(dir, err);
 }
 
@@ -89,9 +90,9 @@ static tw_status list_steps(const char *dir, int64_t **steps, size_t *n, tw_erro
 {
     *steps = NULL;
     *n = 0;
-    DIR *d = opendir(dir);
+    DIR *d = tw_fs_opendir(dir);
     if (!d)
-        return tw_error_errno(err, dir, "cannot list checkpoint folder");
+        return tw_fs_error(err, dir, "cannot list checkpoint folder");
     size_t cap = 0;
     tw_status s = TW_OK;
     struct dirent *e;
@@ -136,8 +137,8 @@ static tw_status prune(const char *dir, int64_t step, int keep, tw_error *err)
         char name[NAME_BYTES], path[TW_CKPT_MAX_PATH];
         ckpt_name(steps[i], name);
         s = join(dir, name, path, err);
-        if (s == TW_OK && unlink(path) != 0 && errno != ENOENT)
-            s = tw_error_errno(err, path, "checkpoint at step %lld is saved and `latest` names "
+        if (s == TW_OK && tw_fs_unlink(path) != 0 && errno != ENOENT)
+            s = tw_fs_error(err, path, "checkpoint at step %lld is saved and `latest` names "
                                "it, but deleting this old one failed", (long long)step);
     }
     free(steps);
@@ -156,7 +157,7 @@ tw_status tw_checkpoint_save(const char *dir, int64_t step, int keep, const tw_c
     TW_TRY(join(dir, name, path, err));
     TW_TRY(join(dir, LATEST, latest, err));
     TW_TRY(ensure_dir(dir, err));
-    TW_TRY(tw_safetensors_write(path, tensors, n, meta, n_meta, err));
+    TW_TRY(tw_safetensors_write_finite(path, tensors, n, meta, n_meta, err)); /* no NaN or Inf, ever */
     int len = snprintf(line, sizeof line, "%s\n", name);
     TW_TRY(tw_atomic_write_file(latest, line, (size_t)len, err));
     return prune(dir, step, keep, err);
@@ -165,9 +166,9 @@ tw_status tw_checkpoint_save(const char *dir, int64_t step, int keep, const tw_c
 /* Removes what an interrupted save left behind; a missing dir has nothing to remove. */
 static tw_status remove_temporaries(const char *dir, tw_error *err)
 {
-    DIR *d = opendir(dir);
+    DIR *d = tw_fs_opendir(dir);
     if (!d)
-        return errno == ENOENT ? TW_OK : tw_error_errno(err, dir, "cannot list checkpoint folder");
+        return errno == ENOENT ? TW_OK : tw_fs_error(err, dir, "cannot list checkpoint folder");
     tw_status s = TW_OK;
     struct dirent *e;
     while (s == TW_OK && (e = readdir(d))) {
@@ -175,8 +176,8 @@ static tw_status remove_temporaries(const char *dir, tw_error *err)
         if (!is_temporary(e->d_name))
             continue;
         s = join(dir, e->d_name, path, err);
-        if (s == TW_OK && unlink(path) != 0 && errno != ENOENT)
-            s = tw_error_errno(err, path, "cannot remove leftover temporary file");
+        if (s == TW_OK && tw_fs_unlink(path) != 0 && errno != ENOENT)
+            s = tw_fs_error(err, path, "cannot remove leftover temporary file");
     }
     closedir(d);
     return s;
@@ -185,9 +186,9 @@ static tw_status remove_temporaries(const char *dir, tw_error *err)
 /* Reads the small file path into buf[max + 1] (terminated); TW_END when it does not exist. */
 static tw_status read_small(const char *path, char *buf, size_t max, size_t *len, tw_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = tw_fs_open(path, O_RDONLY, 0);
     if (fd < 0)
-        return errno == ENOENT ? TW_END : tw_error_errno(err, path, "cannot open");
+        return errno == ENOENT ? TW_END : tw_fs_error(err, path, "cannot open");
     *len = 0;
     ssize_t r;
     while (*len <= max && (r = read(fd, buf + *len, max + 1 - *len)) != 0) {
@@ -223,10 +224,10 @@ tw_status tw_checkpoint_latest(const char *dir, char *buf, size_t size, tw_error
     text[len - 1] = 0;
     TW_TRY(join(dir, text, path, err));
     struct stat sb;
-    if (stat(path, &sb) != 0)
+    if (tw_fs_stat(path, &sb) != 0)
         return errno == ENOENT ? tw_error_set(err, TW_ERR_CORRUPT, lpath, 0,
                                               "names %s, which does not exist", text)
-                               : tw_error_errno(err, path, "cannot stat");
+                               : tw_fs_error(err, path, "cannot stat");
     if (strlen(path) >= size)
         return tw_error_set(err, TW_ERR_INVALID, path, -1, "path does not fit the buffer");
     memcpy(buf, path, strlen(path) + 1);

@@ -34,11 +34,14 @@ typedef tw_st_tensor tw_ckpt_tensor;
 typedef tw_st_meta tw_ckpt_meta;
 
 /* Saves one checkpoint into dir (created if missing, one level): writes dir/ckpt-<step>.safetensors
- * through tw_safetensors_write (atomic and durable), then switches dir/latest to it (atomic, durable),
+ * through tw_safetensors_write_finite (atomic and durable; every value checked for NaN and Inf in the
+ * pass that writes it), then switches dir/latest to it (atomic, durable),
  * then deletes every other checkpoint file except the newest `keep` at or below step (files above step
  * are uncommitted leftovers of an abandoned run; see above). tensors and meta are borrowed.
  * Errors: TW_ERR_INVALID (step < 0, keep < 1, dir too long, tensors refused by the writer; no file
- * written, though dir may have been created), TW_ERR_IO (a write, fsync, rename, mkdir or unlink failed: if the checkpoint or the pointer
+ * written, though dir may have been created; with errno_value EDOM: a NaN or Inf value, the message
+ * names the tensor and the element, the temporary is removed and `latest` is untouched), TW_ERR_IO (a
+ * write, fsync, rename, mkdir or unlink failed: if the checkpoint or the pointer
  * failed, `latest` and the checkpoint it names are untouched — the caller may retry with a new save,
  * never by re-fsyncing (P8); if only pruning failed, the message says the checkpoint is saved),
  * TW_ERR_NOMEM. */

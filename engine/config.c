@@ -17,6 +17,7 @@
  * that). No global state; not thread-safe per struct. */
 #include "config.h"
 
+#include <fcntl.h>
 #include <float.h>
 #include <jansson.h>
 #include <math.h>
@@ -24,6 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "datafs.h"
 
 enum {
     MAX_CONFIG_BYTES = 1 << 20, /* config text cap, for files and for request bodies */
@@ -898,14 +902,56 @@ tw_status tw_config_parse(const char *json, size_t len, const char *base_dir, tw
     return st;
 }
 
+/* The first K_PATH key of schema s present in obj (objects and layer lists searched too): 1 and its key
+ * path in out, else 0. Variants are not looked at: a path key anywhere is reported. */
+static int find_path_key(const schema *s, const json_t *obj, const char *path, char out[KEY_PATH])
+{
+    for (int i = 0; i < s->n; i++) {
+        const field *f = &s->fields[i];
+        const json_t *v = json_object_get(obj, f->key);
+        char here[KEY_PATH];
+        join_key(here, path, f->key);
+        if (v && f->kind == K_PATH) {
+            memcpy(out, here, KEY_PATH);
+            return 1;
+        }
+        if (json_is_object(v) && f->kind == K_OBJECT && find_path_key(f->sub, v, here, out))
+            return 1;
+        size_t k;
+        const json_t *e;
+        if (json_is_array(v) && f->kind == K_LAYERS)
+            json_array_foreach(v, k, e) {
+                char at[KEY_PATH];
+                join_index(at, here, k);
+                if (json_is_object(e) && find_path_key(&LAYER_SCHEMA, e, at, out))
+                    return 1;
+            }
+    }
+    return 0;
+}
+
+int tw_config_find_path_key(const struct json_t *doc, char *key, size_t size)
+{
+    char found[KEY_PATH];
+    if (!json_is_object(doc) || !find_path_key(&CONFIG_SCHEMA, doc, "", found))
+        return 0;
+    snprintf(key, size, "%s", found);
+    return 1;
+}
+
 /* ---- loading ------------------------------------------------------------------------------------- */
 
 /* Reads the whole file at path into *text (caller frees), refusing more than MAX_CONFIG_BYTES. */
 static tw_status read_capped(const char *path, char **text, size_t *len, tw_error *err)
 {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return tw_error_errno(err, path, "cannot open config");
+    int fd = tw_fs_open(path, O_RDONLY, 0); /* runs/<id>/config.json: never through a symlink */
+    FILE *fp = fd < 0 ? NULL : fdopen(fd, "rb");
+    if (!fp) {
+        tw_status s = tw_fs_error(err, path, "cannot open config");
+        if (fd >= 0)
+            close(fd);
+        return s;
+    }
     char *buf = malloc(MAX_CONFIG_BYTES + 1);
     if (!buf) {
         fclose(fp);

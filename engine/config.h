@@ -115,6 +115,13 @@ tw_status tw_config_load(const char *path, tw_config *c, tw_error *err);
  * text summary and the checkpoint's metadata. */
 char *tw_config_to_json(const tw_config *c);
 
+/* Finds a file-path key (the dataset's "train", "test", ...: every key the schema reads as a path) in
+ * doc, a config as a JSON object (borrowed; other keys are ignored). Returns 1 and its key path
+ * ("dataset.train") in key, or 0 when there is none. The server refuses such keys: a run submitted over
+ * the API reads only registered datasets. */
+struct json_t;
+int tw_config_find_path_key(const struct json_t *doc, char *key, size_t size);
+
 /* Applies the `tower train` overrides (--towers N when > 0) and re-validates. */
 tw_status tw_config_override_towers(tw_config *c, int towers, tw_error *err);
 

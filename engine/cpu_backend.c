@@ -289,7 +289,12 @@ static tw_status cpu_col2im(void *ctx, const tw_window *w, tw_tensor dx, tw_tens
 }
 
 /* y[rows, in_c] = max of x over each window, argmax[rows, in_c] its flat index into x; the first
- * maximum wins a tie; padding taps are skipped (every checked window has an input tap). */
+ * maximum wins a tie; padding taps are skipped (every checked window has an input tap).
+ * NaN: one rule serves both ways, TF's 2-D MaxPoolGrad argmax (the first tap, then a strictly greater
+ * one), so a NaN at a window's first tap is the max and carries the gradient, and a later NaN is
+ * skipped. TF's forward MaxPool (checked against tf.nn.max_pool2d) instead skips every NaN, starting
+ * from -FLT_MAX, while its gradient goes to that first-tap NaN: Tower does not copy the disagreement,
+ * and lets that NaN through to the loss check rather than swallow more of them. */
 static tw_status cpu_maxpool_fwd(void *ctx, const tw_window *w, tw_tensor y, tw_tensor argmax,
                                  tw_tensor x, tw_error *err)
 {

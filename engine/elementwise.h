@@ -25,21 +25,28 @@ typedef enum {
     TW_ACT_SIGMOID = 3,
 } tw_activation;
 
+/* Non-finite values go through as TensorFlow's kernels pass them (checked against tf.nn.relu,
+ * tf.nn.tanh, tf.nn.sigmoid and their GradientTape gradients): relu(NaN) = NaN, relu(inf) = inf,
+ * relu(-inf) = 0 and relu(-0) = -0 (TF's Eigen max(x, 0) keeps x unless x < 0), so a NaN input reaches
+ * the loss and the trainer's NaN/Inf loss check stops the run; tanh and sigmoid propagate NaN as libm
+ * does. */
 static inline TW_HD float tw_activate(tw_activation a, float x)
 {
     switch (a) {
-    case TW_ACT_RELU: return x > 0.0f ? x : 0.0f;
+    case TW_ACT_RELU: return x < 0.0f ? 0.0f : x;
     case TW_ACT_TANH: return tanhf(x);
     case TW_ACT_SIGMOID: return 1.0f / (1.0f + expf(-x));
     default: return x;
     }
 }
 
-/* d(loss)/d(x) from dy and the activation's OUTPUT y (all three derivatives are functions of y). */
+/* d(loss)/d(x) from dy and the activation's OUTPUT y (all three derivatives are functions of y). ReLU is
+ * TF's ReluGrad, dy * (y > 0): 0 where y is NaN and dy finite, NaN where dy is NaN or infinite and
+ * y <= 0 (0 * inf), -0 for a negative dy there. */
 static inline TW_HD float tw_activate_grad(tw_activation a, float dy, float y)
 {
     switch (a) {
-    case TW_ACT_RELU: return y > 0.0f ? dy : 0.0f;
+    case TW_ACT_RELU: return dy * (y > 0.0f ? 1.0f : 0.0f);
     case TW_ACT_TANH: return dy * (1.0f - y * y);
     case TW_ACT_SIGMOID: return dy * y * (1.0f - y);
     default: return dy;
@@ -76,7 +83,8 @@ static inline TW_HD float tw_ema(float shadow, float value, float decay)
 static inline TW_HD float tw_l2_grad(float g, float w, float l2) { return g + l2 * w; }
 
 /* Sparse softmax cross-entropy (FORMATS.md §6.3), one row with max m and s = sum of tw_xent_exp over it:
- * exp(x - m); the loss from the label's logit; d(loss)/d(logit) of one class from its probability. */
+ * exp(x - m); the loss from the label's logit; d(loss)/d(logit) of one class from its probability. A NaN
+ * or +inf logit makes the row's sum, and so its loss, NaN, as in TF. */
 static inline TW_HD float tw_xent_exp(float x, float m) { return expf(x - m); }
 
 static inline TW_HD float tw_xent_loss(float s, float x_label, float m) { return logf(s) - (x_label - m); }
@@ -114,7 +122,9 @@ static inline TW_HD float tw_uniform(uint64_t seed, uint64_t counter)
 }
 
 /* tf.nn.dropout(x, rate): keep with probability 1 - rate, scale kept values by 1 / (1 - rate). Returns
- * the multiplier (0 or 1/(1-rate)) for element `counter` of the draw `seed`. */
+ * the multiplier (0 or 1/(1-rate)) for element `counter` of the draw `seed`. The backends multiply by
+ * it, as TF 1's dropout (x * scale * mask) did, so a dropped NaN stays NaN both ways (TF 2's
+ * where(mask, x * scale, 0) zeroes it). */
 static inline TW_HD float tw_dropout_scale(uint64_t seed, uint64_t counter, float rate)
 {
     float keep = 1.0f - rate;

@@ -272,9 +272,21 @@ static tw_status no_records(const tw_input *in, tw_error *err)
 
 /* ---- in memory ---- */
 
-static uint64_t bytes_per_example(const tw_input *in)
+/* One decoded example in memory: its row, its label and its place in the shuffle order. */
+static uint64_t example_bytes(const tw_input_options *o)
 {
-    return in->o.example_size * sizeof(float) + sizeof(label) + sizeof(size_t);
+    return o->example_size * sizeof(float) + sizeof(label) + sizeof(size_t);
+}
+
+static uint64_t bytes_per_example(const tw_input *in) { return example_bytes(&in->o); }
+
+uint64_t tw_input_memory_bytes(const tw_input_options *o, uint64_t examples, int batch)
+{
+    const uint64_t row = o->example_size * sizeof(float) + sizeof(label);
+    uint64_t held = examples && examples < o->max_memory_bytes / example_bytes(o) /* as grow() */
+                        ? examples * example_bytes(o)
+                        : (o->shuffle ? (uint64_t)o->shuffle_buffer : 1) * row;
+    return held + (uint64_t)o->prefetch_batches * (uint64_t)(batch > 0 ? batch : 0) * row;
 }
 
 /* Makes room for more than n examples in in->x/in->y (capacity *cap), or sets *fits = 0 when n + 1

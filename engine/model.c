@@ -6,6 +6,7 @@
  * [K, filters], K = kd*kh*kw*in_c, channel fastest, as TensorFlow's HWIO layout). */
 #include "model.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,11 @@ typedef struct {
     int d, h, w, c;
 } shape;
 
-static int shape_size(const shape *s) { return s->flat ? s->c : s->d * s->h * s->w * s->c; }
+/* Values per example, in 64 bits: a layer whose size passes INT_MAX is refused (size_check). */
+static int64_t shape_size(const shape *s)
+{
+    return s->flat ? s->c : (int64_t)s->d * s->h * s->w * s->c;
+}
 
 typedef struct {
     const tw_layer_config *cfg;
@@ -38,6 +43,7 @@ struct tw_model {
     size_t param_floats, weight_floats;
     shape input;
     tw_loss_kind loss;
+    tw_optimizer_kind optimizer; /* which slot arenas a replica holds */
 };
 
 /* ================================ building ================================ */
@@ -97,7 +103,10 @@ static tw_status plan_window(int i, layer *l, int three_d, int out_c, tw_error *
     if (tw_window_resolve(&w, l->cfg->same_padding, &e) != TW_OK)
         return layer_error(err, i, l, e.message);
     l->win = w;
-    l->out_spatial = w.out_d * w.out_h * w.out_w;
+    int64_t spatial = (int64_t)w.out_d * w.out_h * w.out_w;
+    if (spatial > INT_MAX)
+        return layer_error(err, i, l, "its output is too large (over 2^31 - 1 positions)");
+    l->out_spatial = (int)spatial;
     l->out = (shape){.d = w.out_d, .h = w.out_h, .w = w.out_w, .c = out_c};
     return TW_OK;
 }
@@ -106,7 +115,10 @@ static tw_status plan_conv(tw_model *m, int i, layer *l, int three_d, tw_error *
 {
     TW_TRY(plan_window(i, l, three_d, l->cfg->filters, err));
     const tw_window *w = &l->win;
-    l->k_cols = w->k_d * w->k_h * w->k_w * w->in_c;
+    int64_t k_cols = (int64_t)w->k_d * w->k_h * w->k_w * w->in_c;
+    if (k_cols > INT_MAX)
+        return layer_error(err, i, l, "its window is too large (over 2^31 - 1 values)");
+    l->k_cols = (int)k_cols;
     int64_t dims[5], b[1] = {l->cfg->filters};
     int r = 0;
     if (three_d)
@@ -132,7 +144,7 @@ static tw_status plan_layer(tw_model *m, int i, layer *l, tw_error *err)
     case TW_LAYER_MAX_POOL2D: return plan_window(i, l, 0, l->in.c, err);
     case TW_LAYER_MAX_POOL3D: return plan_window(i, l, 1, l->in.c, err);
     case TW_LAYER_DROPOUT: l->out = l->in; return TW_OK;
-    case TW_LAYER_FLATTEN: l->out = (shape){.flat = 1, .c = shape_size(&l->in)}; return TW_OK;
+    case TW_LAYER_FLATTEN: l->out = (shape){.flat = 1, .c = (int)shape_size(&l->in)}; return TW_OK;
     }
     return layer_error(err, i, l, "unknown layer type");
 }
@@ -163,6 +175,18 @@ static void lay_out_params(tw_model *m)
     m->param_floats = off;
 }
 
+/* A layer's output must fit the int sizes the backends take (checked before anything uses it). */
+static tw_status size_check(int i, const layer *l, tw_error *err)
+{
+    char what[96];
+    int64_t n = shape_size(&l->out);
+    if (n <= INT_MAX)
+        return TW_OK;
+    snprintf(what, sizeof what, "its output of %lld values per example is too large (at most %d)",
+             (long long)n, INT_MAX);
+    return layer_error(err, i, l, what);
+}
+
 static tw_status check_output(const tw_model *m, tw_error *err)
 {
     const layer *last = &m->layers[m->n_layers - 1];
@@ -185,15 +209,22 @@ tw_status tw_model_create(const tw_config *c, tw_model **out, tw_error *err)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     m->input = input_shape(c);
     m->loss = c->loss;
+    m->optimizer = c->optimizer;
     shape cur = m->input;
-    tw_status s = TW_OK;
+    tw_status s = shape_size(&m->input) <= INT_MAX
+                      ? TW_OK
+                      : tw_error_set(err, TW_ERR_INVALID, NULL, -1, "dataset.shape: %lld values per "
+                                     "example is too large (at most %d)",
+                                     (long long)shape_size(&m->input), INT_MAX);
     for (int i = 0; i < c->n_layers && s == TW_OK; i++) {
         layer *l = &m->layers[i];
         l->cfg = &c->layers[i];
         l->in = cur;
         s = plan_layer(m, i, l, err);
-        l->in_size = shape_size(&l->in);
-        l->out_size = shape_size(&l->out);
+        if (s == TW_OK)
+            s = size_check(i, l, err);
+        l->in_size = (int)shape_size(&l->in);
+        l->out_size = (int)shape_size(&l->out);
         cur = l->out;
         m->n_layers = i + 1;
     }
@@ -370,43 +401,126 @@ struct tw_replica {
     layer_state ls[TW_MAX_LAYERS];
 };
 
-static tw_status alloc_floats(tw_replica *r, size_t floats, tw_buffer **out, tw_error *err)
+/* The one rule for a buffer's size: floats (at least one) of 4 bytes. */
+static uint64_t buffer_bytes(uint64_t floats) { return (floats ? floats : 1) * sizeof(float); }
+
+static tw_status alloc_floats(tw_replica *r, uint64_t floats, tw_buffer **out, tw_error *err)
 {
-    TW_TRY(tw_backend_alloc(r->b, (floats ? floats : 1) * sizeof(float), out, err));
+    TW_TRY(tw_backend_alloc(r->b, (size_t)buffer_bytes(floats), out, err));
     return tw_backend_zero(r->b, tw_tensor_of(*out), (*out)->bytes, err);
+}
+
+/* 1 when arena a is held: the slots only by the optimizers that use them (momentum 1, Adam 2); the
+ * EMA shadows always (evaluation and checkpoints read them). */
+static int arena_held(const tw_model *m, int a)
+{
+    if (a == ARENA_SLOT1)
+        return m->optimizer != TW_OPT_SGD;
+    if (a == ARENA_SLOT2)
+        return m->optimizer == TW_OPT_ADAM;
+    return 1;
+}
+
+/* *out = a * b * c; 0 when the product passes 2^64 (only checked sizes reach an allocation). */
+static int product(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
+{
+    uint64_t ab;
+    return !__builtin_mul_overflow(a, b, &ab) && !__builtin_mul_overflow(ab, c, out);
+}
+
+/* Layer l's buffers for `batch` rows, in floats: its output and output gradient (each *act; 0 for
+ * flatten, which aliases its input's) and its work buffer (*work: conv columns [batch*out_spatial, K],
+ * pool argmax [batch, out_size] int32, else 0). 0 when they pass 2^64 or a conv's GEMM would have more
+ * than INT_MAX rows (batch*out_spatial). */
+static int layer_floats(const layer *l, int batch, uint64_t *act, uint64_t *work)
+{
+    tw_layer_type t = l->cfg->type;
+    int conv = t == TW_LAYER_CONV2D || t == TW_LAYER_CONV3D;
+    int pool = t == TW_LAYER_MAX_POOL2D || t == TW_LAYER_MAX_POOL3D;
+    *act = *work = 0;
+    if (t == TW_LAYER_FLATTEN)
+        return 1;
+    *act = (uint64_t)batch * (uint64_t)l->out_size;
+    if (pool)
+        *work = *act;
+    return !conv || ((uint64_t)batch * (uint64_t)l->out_spatial <= INT_MAX &&
+                     product((uint64_t)batch, (uint64_t)l->out_spatial, (uint64_t)l->k_cols, work));
+}
+
+/* *sum += times buffers of `floats` (none when 0); 0 when that passes 2^64 bytes. */
+static int add_buffers(uint64_t *sum, uint64_t floats, int times)
+{
+    uint64_t bytes;
+    return !floats || (floats <= UINT64_MAX / sizeof(float) / (uint64_t)times &&
+                       !__builtin_mul_overflow(buffer_bytes(floats), (uint64_t)times, &bytes) &&
+                       !__builtin_add_overflow(*sum, bytes, sum));
+}
+
+tw_status tw_replica_size_of(const tw_model *m, int batch, tw_replica_size *out, tw_error *err)
+{
+    uint64_t outs = (uint64_t)tw_model_output_size(m), rows = (uint64_t)(batch > 0 ? batch : 1);
+    *out = (tw_replica_size){.arena = buffer_bytes(m->param_floats)};
+    for (int a = 0; a < N_ARENAS; a++)
+        out->arenas += arena_held(m, a);
+    out->batch = buffer_bytes(rows * tw_model_input_size(m)) + 2 * buffer_bytes(rows * outs) +
+                 buffer_bytes(rows); /* inputs, labels and probabilities, losses */
+    for (int i = 0; i < m->n_layers; i++) {
+        uint64_t act, work;
+        if (!layer_floats(&m->layers[i], (int)rows, &act, &work) ||
+            !add_buffers(&out->activations, act, 2) || !add_buffers(&out->activations, work, 1))
+            return layer_error(err, i, &m->layers[i], "too large for this batch_size (over 2^31 - 1 "
+                               "GEMM rows, or over 2^64 bytes)");
+    }
+    return TW_OK;
+}
+
+uint64_t tw_replica_bytes(const tw_replica *r)
+{
+    uint64_t sum = 0;
+    for (int a = 0; a < N_ARENAS; a++)
+        sum += r->arena[a] ? r->arena[a]->bytes : 0;
+    const tw_buffer *bufs[4] = {r->x, r->labels, r->loss, r->probs};
+    for (int i = 0; i < 4; i++)
+        sum += bufs[i]->bytes;
+    for (int i = 0; i < r->m->n_layers; i++) {
+        const layer_state *s = &r->ls[i];
+        sum += (s->out_buf ? s->out_buf->bytes : 0) + (s->dout_buf ? s->dout_buf->bytes : 0) +
+               (s->work ? s->work->bytes : 0);
+    }
+    return sum;
 }
 
 static tw_status alloc_layer(tw_replica *r, int i, tw_error *err)
 {
     const layer *l = &r->m->layers[i];
     layer_state *s = &r->ls[i];
-    size_t n = (size_t)r->batch * (size_t)l->out_size;
+    uint64_t act, work;
+    (void)layer_floats(l, r->batch, &act, &work); /* checked by tw_replica_size_of */
     if (l->cfg->type == TW_LAYER_FLATTEN) {
         s->out = i ? r->ls[i - 1].out : tw_tensor_of(r->x);
         s->dout = i ? r->ls[i - 1].dout : (tw_tensor){0};
         return TW_OK;
     }
-    TW_TRY(alloc_floats(r, n, &s->out_buf, err));
-    TW_TRY(alloc_floats(r, n, &s->dout_buf, err));
+    TW_TRY(alloc_floats(r, act, &s->out_buf, err));
+    TW_TRY(alloc_floats(r, act, &s->dout_buf, err));
     s->out = tw_tensor_of(s->out_buf);
     s->dout = tw_tensor_of(s->dout_buf);
-    if (l->cfg->type == TW_LAYER_CONV2D || l->cfg->type == TW_LAYER_CONV3D)
-        return alloc_floats(r, (size_t)r->batch * l->out_spatial * l->k_cols, &s->work, err);
-    if (l->cfg->type == TW_LAYER_MAX_POOL2D || l->cfg->type == TW_LAYER_MAX_POOL3D)
-        return alloc_floats(r, n, &s->work, err); /* int32 argmax: same byte size */
-    return TW_OK;
+    return work ? alloc_floats(r, work, &s->work, err) : TW_OK; /* int32 argmax: same byte size */
 }
 
 static tw_status replica_alloc(tw_replica *r, tw_error *err)
 {
     const tw_model *m = r->m;
-    int outs = tw_model_output_size(m);
+    tw_replica_size size;
+    TW_TRY(tw_replica_size_of(m, r->batch, &size, err));
+    uint64_t outs = (uint64_t)tw_model_output_size(m), rows = (uint64_t)r->batch;
     for (int a = 0; a < N_ARENAS; a++)
-        TW_TRY(alloc_floats(r, m->param_floats, &r->arena[a], err));
-    TW_TRY(alloc_floats(r, (size_t)r->batch * tw_model_input_size(m), &r->x, err));
-    TW_TRY(alloc_floats(r, (size_t)r->batch * (size_t)outs, &r->labels, err));
-    TW_TRY(alloc_floats(r, (size_t)r->batch, &r->loss, err));
-    TW_TRY(alloc_floats(r, (size_t)r->batch * (size_t)outs, &r->probs, err));
+        if (arena_held(m, a))
+            TW_TRY(alloc_floats(r, m->param_floats, &r->arena[a], err));
+    TW_TRY(alloc_floats(r, rows * tw_model_input_size(m), &r->x, err));
+    TW_TRY(alloc_floats(r, rows * outs, &r->labels, err));
+    TW_TRY(alloc_floats(r, rows, &r->loss, err));
+    TW_TRY(alloc_floats(r, rows * outs, &r->probs, err));
     for (int i = 0; i < m->n_layers; i++)
         TW_TRY(alloc_layer(r, i, err));
     return TW_OK;

@@ -5,7 +5,9 @@
  * Owns: shape inference (a layer that does not fit its input is an error naming the layer), the
  * parameter arena layout — every weight first, then every bias, so L2 applies to one leading range —
  * the initializers (host, seeded), and each replica's buffers on its backend (parameters, gradients,
- * optimizer slots, EMA shadows: one arena each; activations and their gradients per layer). Does not
+ * EMA shadows and the optimizer's slots — none for SGD, one for momentum, two for Adam —: one arena
+ * each; activations and their gradients per layer) and what they come to (tw_replica_size_of). Layers
+ * larger than the backends' int sizes are refused by name. Does not
  * own the optimizer schedule, the data or the loop (trainer.c). A tw_model is immutable after create and
  * may be shared by threads; a replica belongs to its tower's thread. */
 #ifndef TW_MODEL_H
@@ -62,7 +64,21 @@ tw_status tw_replica_create(const tw_model *m, tw_backend *b, int batch, tw_repl
                             tw_error *err);
 void tw_replica_destroy(tw_replica *r); /* NULL-safe */
 
-/* The replica's arenas, each [tw_model_param_floats] fp32. */
+/* What tw_replica_create(m, b, batch) allocates on its backend, in bytes, computed without allocating
+ * (the same rule the allocation follows). Errors: TW_ERR_INVALID when a size passes 2^64 bytes. */
+typedef struct {
+    uint64_t arena;       /* one arena: [tw_model_param_floats] fp32 */
+    int arenas;           /* arenas held: params, grads, EMA, and the optimizer's 0, 1 or 2 slots */
+    uint64_t activations; /* every layer's output and its gradient, conv columns, pool argmax */
+    uint64_t batch;       /* inputs, labels, per-example losses, probabilities */
+} tw_replica_size;
+tw_status tw_replica_size_of(const tw_model *m, int batch, tw_replica_size *out, tw_error *err);
+
+/* The bytes r holds on its backend: the sum of its buffers' sizes. */
+uint64_t tw_replica_bytes(const tw_replica *r);
+
+/* The replica's arenas, each [tw_model_param_floats] fp32. The slots exist only for the optimizers
+ * that use them (slot1: momentum and Adam; slot2: Adam); otherwise the view is empty ({NULL, 0}). */
 tw_tensor tw_replica_params(const tw_replica *r);
 tw_tensor tw_replica_grads(const tw_replica *r);
 tw_tensor tw_replica_slot1(const tw_replica *r);

@@ -1,10 +1,11 @@
 /* train_main.c — `tower train CONFIG.json --logdir DIR [--resume] [--towers N]
- * [--backend auto|cpu|cuda]`: the command line around tw_train.
+ * [--backend auto|cpu|cuda] [--data-root DIR] [--memory-limit BYTES]`: the command line around tw_train.
  *
  * Exit status (the supervisor maps it to a run state and a retry decision, RELIABILITY.md):
  *    0  completed, or cancelled (SIGTERM/SIGINT: checkpoint, flush, stop)
  *    1  any other runtime failure (I/O, backend, internal)
- *    2  a usage or config error (nothing written), or records that do not fit the config (TW_ERR_INVALID)
+ *    2  a usage or config error (nothing written), or records that do not fit the config (TW_ERR_INVALID),
+ *       or a model that cannot fit in memory (engine/memory.h: checked before anything is written)
  *   10  a NaN or Inf loss (diverged; the last checkpoint is from before it)
  *   11  out of memory (TW_ERR_NOMEM)
  *   12  a sticky device error (a poisoned CUDA context or NCCL group): the server retries in a new process
@@ -24,11 +25,13 @@
 
 #include "cli.h"
 #include "config.h"
+#include "datafs.h"
 #include "trainer.h"
 
 
 static const char USAGE[] =
     "usage: tower train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend auto|cpu|cuda]\n"
+    "                   [--data-root DIR] [--memory-limit BYTES]\n"
     "\n"
     "Trains the model CONFIG.json describes. Event files go to DIR (tensorboard --logdir DIR shows\n"
     "them), checkpoints to DIR/checkpoints. One JSON object per line on stdout reports progress.\n"
@@ -37,6 +40,10 @@ static const char USAGE[] =
     "  --resume           continue from DIR/checkpoints/latest, bit-exactly, if there is one\n"
     "  --towers N         replicas per step (overrides the config's \"towers\")\n"
     "  --backend B        auto (default: cuda when a GPU is present, else cpu), cpu or cuda\n"
+    "  --memory-limit B   bytes each device may hold (default: the GPU's memory, or the host's RAM\n"
+    "                     capped by its cgroup limit); a config whose estimate is larger exits 2\n"
+    "  --data-root DIR    no file under DIR is reached through a symlink (tower serve passes its data\n"
+    "                     folder); a symlink met there is an error\n"
     "\n"
     "Exit status: 0 completed or cancelled (SIGTERM/SIGINT checkpoints first), 1 other runtime\n"
     "failure, 2 usage or config error, 10 NaN/Inf loss, 11 out of memory, 12 sticky device error,\n"
@@ -44,6 +51,7 @@ static const char USAGE[] =
 
 typedef struct {
     const char *config;
+    const char *data_root; /* NULL: unconfined */
     tw_train_options train;
     int towers;
 } options;
@@ -62,7 +70,8 @@ static int parse_args(int argc, char **argv, options *o)
     static const struct option longs[] = {
         {"logdir", required_argument, 0, 'l'}, {"resume", no_argument, 0, 'r'},
         {"towers", required_argument, 0, 't'}, {"backend", required_argument, 0, 'b'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+        {"data-root", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
+        {"memory-limit", required_argument, 0, 'm'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->train.backend = "auto";
     o->train.progress = stdout;
@@ -73,6 +82,7 @@ static int parse_args(int argc, char **argv, options *o)
         switch (c) {
         case 'l': o->train.logdir = optarg; break;
         case 'r': o->train.resume = 1; break;
+        case 'd': o->data_root = optarg; break;
         case 't':
             o->towers = (int)strtol(optarg, &end, 10);
             if (*end || o->towers < 1 || o->towers > 64)
@@ -83,6 +93,15 @@ static int parse_args(int argc, char **argv, options *o)
                 return usage_error("--backend must be auto, cpu or cuda, got '%s'", optarg);
             o->train.backend = optarg;
             break;
+        case 'm': {
+            errno = 0;
+            double v = strtod(optarg, &end);
+            if (*end || errno || !(v >= 1 && v <= 1e18))
+                return usage_error("--memory-limit needs a number of bytes from 1 to 1e18, got '%s'",
+                                   optarg);
+            o->train.memory_limit = (uint64_t)v;
+            break;
+        }
         case 'h': fputs(USAGE, stdout); return -1;
         default: fputs(USAGE, stderr); return TW_EXIT_USAGE;
         }
@@ -129,7 +148,8 @@ int tw_train_main(int argc, char **argv)
     static tw_config c; /* large: keep it off the stack */
     tw_error err;
     tw_error_clear(&err);
-    if (tw_config_load(o.config, &c, &err) != TW_OK ||
+    if ((o.data_root && tw_fs_confine(o.data_root, &err) != TW_OK) ||
+        tw_config_load(o.config, &c, &err) != TW_OK ||
         (o.towers && tw_config_override_towers(&c, o.towers, &err) != TW_OK))
         return fail(&err, TW_EXIT_USAGE);
     struct sigaction sa = {.sa_handler = on_stop_signal};

@@ -33,8 +33,10 @@
 
 #include "backend.h"
 #include "checkpoint.h"
+#include "datafs.h"
 #include "events.h"
 #include "input.h"
+#include "memory.h"
 #include "model.h"
 
 enum { MAX_TOWERS = 64, CKPT_ARENAS = 4 };
@@ -754,6 +756,51 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
     return TW_OK;
 }
 
+/* The memory of the devices the towers will get: the smallest GPU's, or *known = 0. */
+static void gpu_limit(const run *R, tw_memory_limit *out, int *known)
+{
+    *known = 0;
+    for (int t = 0; t < R->n; t++) {
+        tw_device_info d;
+        tw_error e;
+        if (tw_backend_device_info(t, &d, &e) != TW_OK)
+            return; /* creating the tower's backend will say why */
+        if (!*known || d.memory_bytes < out->bytes) {
+            char b[32];
+            tw_memory_format(d.memory_bytes, b, sizeof b);
+            out->bytes = d.memory_bytes;
+            snprintf(out->what, sizeof out->what, "cuda:%d (%s) has %s", t, d.name, b);
+        }
+        *known = 1;
+    }
+}
+
+/* Refuses a run that cannot fit in memory (memory.h) before the towers allocate anything. */
+static tw_status check_memory(run *R, tw_error *err)
+{
+    tw_memory_data d = {0};
+    if (!R->bench) {
+        d.train_examples = tw_input_in_memory(R->train) ? tw_input_count(R->train) : 0;
+        d.test_examples = R->test && tw_input_in_memory(R->test) ? tw_input_count(R->test) : 0;
+    }
+    tw_memory need;
+    TW_TRY(tw_memory_estimate(R->c, R->bench ? NULL : &d, &need, err));
+    const char *kind = R->o->backend;
+    int on_gpu = !strcmp(kind, "cuda") || (!strcmp(kind, "auto") && tw_backend_devices("cuda") > 0);
+    tw_memory_limit host, gpu;
+    int gpu_known = 0;
+    if (R->o->memory_limit) {
+        tw_memory_limit_given(R->o->memory_limit, &host);
+        gpu = host;
+        gpu_known = 1;
+    } else {
+        TW_TRY(tw_memory_host_limit(&host, err));
+        if (on_gpu)
+            gpu_limit(R, &gpu, &gpu_known);
+    }
+    return tw_memory_check(&need, on_gpu, &host, gpu_known ? &gpu : NULL, err);
+}
+
 static tw_status setup(run *R, tw_error *err)
 {
     const tw_config *c = R->c;
@@ -768,6 +815,7 @@ static tw_status setup(run *R, tw_error *err)
     R->label_values = c->loss == TW_LOSS_MSE ? (size_t)tw_model_output_size(R->m) : 1;
     if (!R->bench)
         TW_TRY(open_inputs(R, err));
+    TW_TRY(check_memory(R, err));
     TW_TRY(alloc_host(R, err));
     return create_towers(R, err);
 }
@@ -823,8 +871,8 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
     tw_status s = setup(&R, err); /* everything is checked before anything is written */
     if (s == TW_OK)
         announce(&R);
-    if (s == TW_OK && mkdir(o->logdir, 0755) != 0 && errno != EEXIST)
-        s = tw_error_errno(err, o->logdir, "cannot create the log folder");
+    if (s == TW_OK && tw_fs_mkdir(o->logdir, 0755) != 0 && errno != EEXIST)
+        s = tw_fs_error(err, o->logdir, "cannot create the log folder");
     if (s == TW_OK)
         s = maybe_resume(&R, &resumed, err);
     if (s == TW_OK)
@@ -913,6 +961,8 @@ int tw_train_exit_code(const tw_error *err)
         return TW_EXIT_STORAGE_FULL;
     if (err->status == TW_ERR_INTERNAL && err->errno_value == ENOTRECOVERABLE)
         return TW_EXIT_DEVICE; /* a poisoned CUDA context or an aborted NCCL group (kernels/cuda_backend.h) */
+    if (err->status == TW_ERR_INVALID && err->errno_value == EDOM)
+        return TW_EXIT_DIVERGED; /* a NaN or Inf parameter refused by tw_checkpoint_save: diverged too */
     for (size_t i = 0; i < sizeof BY_STATUS / sizeof BY_STATUS[0]; i++)
         if (BY_STATUS[i].status == err->status)
             return BY_STATUS[i].code;

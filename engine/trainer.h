@@ -5,9 +5,10 @@
  * each when N > 1), the learning-rate schedule (tf.train.exponential_decay), the EMA decay schedule
  * (num_updates = step), the per-step loop, evaluation with raw and EMA weights, the scalars, histograms,
  * graph and config text of the event file, checkpoints every checkpoint_every steps and at the end,
- * bit-exact resume from the latest checkpoint, and the JSON progress lines; and the same step timed on
- * synthetic data for `tower bench`. Does not own the formats (eventlog/), the math (backends), the data
- * (input.c) or the bench's statistics and report (bench_main.c). */
+ * bit-exact resume from the latest checkpoint, the memory check before the towers allocate (memory.h:
+ * estimate against the devices' memory or tw_train_options.memory_limit), and the JSON progress lines;
+ * and the same step timed on synthetic data for `tower bench`. Does not own the formats (eventlog/),
+ * the math (backends), the data (input.c) or the bench's statistics and report (bench_main.c). */
 #ifndef TW_TRAINER_H
 #define TW_TRAINER_H
 
@@ -22,6 +23,7 @@ typedef struct {
     int resume;           /* continue from logdir/checkpoints/latest when there is one */
     const char *backend;  /* "auto", "cpu" or "cuda" */
     FILE *progress;       /* one JSON object per line; borrowed */
+    uint64_t memory_limit; /* bytes each device may use (memory.h's check); 0: what the machine has */
 } tw_train_options;
 
 typedef enum {

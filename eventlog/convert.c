@@ -18,6 +18,7 @@
 
 #include "atomic_file.h"
 #include "csv.h"
+#include "datafs.h"
 #include "example.h"
 #include "idx.h"
 #include "npy.h"
@@ -374,7 +375,7 @@ static void csv_close(source *s)
 }
 
 static tw_status csv_open(const char *path, const char *label_column, uint64_t max_bytes,
-                          source **out, tw_error *err)
+                          int allow_nonfinite, source **out, tw_error *err)
 {
     csv_source *x = calloc(1, sizeof *x);
     if (!x)
@@ -382,6 +383,7 @@ static tw_status csv_open(const char *path, const char *label_column, uint64_t m
     x->base = (source){"csv", 0, 1, csv_next, csv_describe, csv_close, 0, 0, 0, NULL, 0};
     *out = &x->base;
     TW_TRY(tw_csv_open(path, max_bytes, &x->r, err));
+    tw_csv_allow_nonfinite(x->r, allow_nonfinite);
     TW_TRY(tw_csv_scan(x->r, label_column, &x->schema, err));
     if (!(x->features = malloc(x->schema.n_features * sizeof *x->features)))
         return nomem(err);
@@ -398,6 +400,8 @@ typedef struct {
     int64_t shape[TW_NPY_MAX_RANK]; /* per-example dims, borrowed by every Example */
     size_t rank;                    /* per-example rank (features rank - 1) */
     const char *dtype;              /* "uint8" or "float32", borrowed by every Example */
+    int allow_nonfinite;            /* float32 features may hold NaN / Inf */
+    uint64_t row;                   /* examples read so far */
 } npy_source;
 
 static uint64_t get_le(const uint8_t *p, size_t n)
@@ -425,6 +429,47 @@ static void npy_label(tw_npy_dtype d, const uint8_t *p, label_value *out)
     out->f = (double)out->i;
 }
 
+/* The end of every refusal of a non-finite feature, and how the value is named in it. */
+#define NONFINITE_REFUSED "non-finite features are refused unless allowed (--allow-nonfinite)"
+
+static const char *nonfinite_name(float v) { return isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf"; }
+
+/* "(row, i1, i2, ...)": the NumPy index of element k of example `row` (per-example dims x->shape). */
+static void npy_index_text(const npy_source *x, uint64_t row, uint64_t k, char *buf, size_t size)
+{
+    uint64_t idx[TW_NPY_MAX_RANK];
+    for (size_t d = x->rank; d-- > 0;) {
+        idx[d] = k % (uint64_t)x->shape[d];
+        k /= (uint64_t)x->shape[d];
+    }
+    int n = snprintf(buf, size, "(%llu", (unsigned long long)row);
+    for (size_t d = 0; d < x->rank && n > 0 && (size_t)n < size; d++)
+        n += snprintf(buf + n, size - (size_t)n, ", %llu", (unsigned long long)idx[d]);
+    if (n > 0 && (size_t)n < size)
+        snprintf(buf + n, size - (size_t)n, ")");
+}
+
+/* Refuses the first NaN or Inf among the item's float32 values, naming its row, element and byte. */
+static tw_status npy_finite(const npy_source *x, const uint8_t *item, tw_error *err)
+{
+    const tw_npy_header *h = tw_npy_reader_header(x->features);
+    for (uint64_t k = 0; k < h->item_bytes / 4; k++) {
+        uint32_t bits = (uint32_t)get_le(item + 4 * k, 4);
+        float v;
+        memcpy(&v, &bits, 4);
+        if (isfinite(v))
+            continue;
+        char index[TW_NPY_MAX_RANK * 22 + 4];
+        npy_index_text(x, x->row, k, index, sizeof index);
+        return tw_error_set(err, TW_ERR_INVALID, tw_npy_reader_name(x->features),
+                            (int64_t)(h->header_bytes + x->row * h->item_bytes + 4 * k),
+                            "row %llu, element %llu (index %s) is %s; " NONFINITE_REFUSED,
+                            (unsigned long long)x->row, (unsigned long long)k, index,
+                            nonfinite_name(v));
+    }
+    return TW_OK;
+}
+
 static tw_status npy_next(source *s, tw_example_builder *b, label_value *label, tw_error *err)
 {
     npy_source *x = (npy_source *)s;
@@ -434,7 +479,16 @@ static tw_status npy_next(source *s, tw_example_builder *b, label_value *label, 
         return sf;
     TW_TRY(lockstep(sf, tw_npy_next(x->labels, &lab, err), err));
     const tw_npy_header *hf = tw_npy_reader_header(x->features);
-    npy_label(tw_npy_reader_header(x->labels)->dtype, lab, label);
+    if (hf->dtype == TW_NPY_FLOAT32 && !x->allow_nonfinite)
+        TW_TRY(npy_finite(x, item, err));
+    const tw_npy_header *hl = tw_npy_reader_header(x->labels);
+    npy_label(hl->dtype, lab, label);
+    if (!isfinite(label->f))
+        return tw_error_set(err, TW_ERR_INVALID, tw_npy_reader_name(x->labels),
+                            (int64_t)(hl->header_bytes + x->row * hl->item_bytes),
+                            "row %llu: the label is %g: labels must be finite numbers",
+                            (unsigned long long)x->row, label->f);
+    x->row++;
     TW_TRY(tw_example_add_bytes1(b, "image_raw", item, (size_t)hf->item_bytes, err));
     TW_TRY(tw_example_add_int64s(b, "shape", x->shape, x->rank, err));
     TW_TRY(tw_example_add_bytes1(b, "dtype", x->dtype, strlen(x->dtype), err));
@@ -486,7 +540,7 @@ static tw_status npy_check(const npy_source *x, tw_error *err)
 }
 
 static tw_status npy_open(const char *features, const char *labels, uint64_t max_bytes,
-                          source **out, tw_error *err)
+                          int allow_nonfinite, source **out, tw_error *err)
 {
     npy_source *x = calloc(1, sizeof *x);
     if (!x)
@@ -504,6 +558,7 @@ static tw_status npy_open(const char *features, const char *labels, uint64_t max
     for (size_t i = 0; i < x->rank; i++)
         x->shape[i] = (int64_t)hf->shape[i + 1];
     x->dtype = tw_npy_dtype_name(hf->dtype);
+    x->allow_nonfinite = allow_nonfinite;
     return TW_OK;
 }
 
@@ -721,6 +776,7 @@ typedef struct {
     tw_example *ex;              /* owned: the current record, parsed */
     uint64_t index;              /* records read in this pass */
     int counted;                 /* base.count comes from a counting pass */
+    int allow_nonfinite;         /* float lists may hold NaN / Inf */
 } tfr_source;
 
 /* Makes *err (status s) about record `index` at byte `at` of path: "record N: " + its message. */
@@ -779,6 +835,23 @@ static tw_status tfr_check(tfr_source *x, const uint8_t *data, size_t len, label
     return TW_OK;
 }
 
+/* Refuses the first NaN or Inf in the float lists of the record just checked, naming the feature and
+ * the value's index in it (the caller adds the record). */
+static tw_status tfr_finite(const tfr_source *x, tw_error *err)
+{
+    const tw_example *ex = x->ex ? x->ex : x->sch->first;
+    for (size_t i = 0; i < tw_example_feature_count(ex); i++) {
+        tw_feature f;
+        tw_example_feature_at(ex, i, &f);
+        for (size_t k = 0; f.kind == TW_FEATURE_FLOAT && k < f.count; k++)
+            if (!isfinite(f.floats[k]))
+                return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                                    "feature '%s' value %zu is %s; " NONFINITE_REFUSED, f.name, k,
+                                    nonfinite_name(f.floats[k]));
+    }
+    return TW_OK;
+}
+
 /* Reads, parses and checks the next record; TW_END at the clean end of the file. */
 static tw_status tfr_read(tfr_source *x, label_value *label, tw_error *err)
 {
@@ -790,6 +863,8 @@ static tw_status tfr_read(tfr_source *x, label_value *label, tw_error *err)
         return TW_END;
     if (s == TW_OK)
         s = tfr_check(x, data, len, label, err);
+    if (s == TW_OK && !x->allow_nonfinite)
+        s = tfr_finite(x, err);
     if (s != TW_OK)
         return at_record(s, err, x->path, index, at);
     x->index++;
@@ -858,6 +933,7 @@ static tw_status tfr_open(const char *path, const tw_convert_options *o, schema 
     x->base = (source){"tfrecord", 0, 1, tfr_next, tfr_describe, tfr_close, 0, 0, 0, NULL, 0};
     *out = &x->base;
     x->path = path;
+    x->allow_nonfinite = o->allow_nonfinite;
     x->sch = shared ? shared : &x->own;
     tw_tfrecord_options_default(&x->ropts);
     x->ropts.compression = TW_COMPRESSION_AUTO;
@@ -1039,8 +1115,10 @@ static tw_status open_source(const tw_convert_options *o, tw_convert_source kind
 {
     switch (kind) {
     case TW_CONVERT_IDX: return idx_open(o->images, o->labels, o->max_bytes, out, err);
-    case TW_CONVERT_CSV: return csv_open(o->csv, o->label_column, o->max_bytes, out, err);
-    case TW_CONVERT_NPY: return npy_open(o->npy_features, o->npy_labels, o->max_bytes, out, err);
+    case TW_CONVERT_CSV:
+        return csv_open(o->csv, o->label_column, o->max_bytes, o->allow_nonfinite, out, err);
+    case TW_CONVERT_NPY:
+        return npy_open(o->npy_features, o->npy_labels, o->max_bytes, o->allow_nonfinite, out, err);
     case TW_CONVERT_TFRECORD: /* the fraction split needs the count up front */
         return tfr_open(o->tfrecord, o, NULL, o->test_fraction >= 0, out, err);
     }
@@ -1156,7 +1234,7 @@ static tw_status commit_all(conversion *c, tw_error *err)
             continue;
         for (size_t j = 0; j < i; j++)
             if (files[j])
-                unlink(tw_atomic_file_path(files[j]));
+                tw_fs_unlink(tw_atomic_file_path(files[j]));
         return s;
     }
     return TW_OK;

@@ -25,6 +25,12 @@
  *        gives the label histogram or statistics (without one, the splits have neither). With a
  *        fraction split the file is read twice (count, then write).
  *
+ * Non-finite features: by default a NaN or ±Inf float feature is TW_ERR_INVALID naming where it is:
+ * a CSV cell (nan, inf, infinity in any case, signed) by file, line, data row and column; a float32 NumPy
+ * value by file, byte offset, row, element and NumPy index; a TFRecord float list value by file, record
+ * (below), feature name and value index. allow_nonfinite lets them through as they are. Labels must be
+ * finite either way (integer kinds, IDX bytes and uint8 NumPy data cannot hold NaN).
+ *
  * Errors about one record of a TFRecord input name the input file, carry the record's byte offset in
  * tw_error.offset (in the decompressed stream for GZIP/ZLIB inputs, as TensorFlow counts) and have a
  * message that starts with "record N: " (N counts records from 0); tw_convert_error_record reads N back.
@@ -62,6 +68,8 @@ typedef struct {
     uint64_t seed;                         /* selection-sampling seed; default 0 */
     uint64_t max_bytes;                    /* budget on content bytes per input file; default 16 GiB */
     uint64_t max_record_bytes;             /* cap on one TFRecord input record; default 64 MiB */
+    int allow_nonfinite;                   /* 1: float features may be NaN / Inf; default 0 (see
+                                              "Non-finite features" above) */
 } tw_convert_options;
 
 typedef struct {

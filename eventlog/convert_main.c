@@ -74,6 +74,8 @@ static const option OPTIONS[] = {
      "budget per input file, decompressed; K/M/G/T suffix (16G)"},
     {NULL, "--max-record-bytes", NULL, "N", ARG_BYTES, OPT(max_record_bytes),
      "cap on one --tfrecord record's length; K/M/G/T suffix (64M)"},
+    {NULL, "--allow-nonfinite", NULL, NULL, ARG_FLAG, OPT(allow_nonfinite),
+     "keep NaN/Inf float features (refused by default, naming where)"},
     {NULL, "--json", NULL, NULL, ARG_FLAG, offsetof(cli, json),
      "print the summary (or error) as one JSON object"},
     {NULL, "--help", "-h", NULL, ARG_FLAG, offsetof(cli, help), "show this help"},

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "gzfile.h"
 
@@ -24,6 +25,7 @@ struct tw_csv_reader {
     size_t columns;
     int64_t line_no;     /* 1-based number of the line last read */
     int64_t blank_line;  /* first empty line not yet followed by data, 0 if none */
+    int allow_nonfinite; /* feature cells may be nan / inf (tw_csv_allow_nonfinite) */
 };
 
 /* =============================== lines =============================== */
@@ -319,11 +321,36 @@ static tw_status cell_error(const tw_csv_reader *r, size_t col, const char *cell
                              "column %zu ('%.100s'): '%.40s' %s", col + 1, r->names[col], cell, why);
 }
 
+void tw_csv_allow_nonfinite(tw_csv_reader *r, int allow) { r->allow_nonfinite = allow; }
+
+/* [+-]nan, [+-]inf or [+-]infinity in any case: the spellings of a non-finite cell. */
+static int nonfinite_syntax(const char *s)
+{
+    s += *s == '+' || *s == '-';
+    return !strcasecmp(s, "nan") || !strcasecmp(s, "inf") || !strcasecmp(s, "infinity");
+}
+
+/* A non-finite feature cell: kept when the reader allows them, else refused naming the data row. */
+static tw_status parse_nonfinite(const tw_csv_reader *r, size_t col, const char *cell, float *out,
+                                 tw_error *err)
+{
+    if (!r->allow_nonfinite)
+        return tw_error_set_line(err, TW_ERR_INVALID, tw_gzfile_name(r->in), r->line_no,
+                                 "data row %lld, column %zu ('%.100s'): '%.40s' is not a finite "
+                                 "number; non-finite features are refused unless allowed "
+                                 "(--allow-nonfinite)",
+                                 (long long)(r->line_no - 1), col + 1, r->names[col], cell);
+    *out = strtof(cell, NULL);
+    return TW_OK;
+}
+
 static tw_status parse_feature(const tw_csv_reader *r, size_t col, const char *cell, float *out,
                                tw_error *err)
 {
     if (!*cell)
         return cell_error(r, col, cell, "is empty: every feature cell needs a number", err);
+    if (nonfinite_syntax(cell))
+        return parse_nonfinite(r, col, cell, out, err);
     char *end;
     errno = 0;
     float v = decimal_syntax(cell) ? strtof(cell, &end) : 0.0f;

@@ -6,7 +6,8 @@
  * before the header, a missing final newline, and empty lines — allowed only at the end of the file, an
  * empty line followed by data is an error. On top of rows: finding the label column, checking every row
  * has as many fields as the header (ragged rows are errors), parsing feature cells as finite float32
- * decimals and labels as integers or floats, and deciding the label type over the whole file.
+ * decimals (nan and inf only when the caller allows non-finite features) and labels as integers or
+ * finite floats, and deciding the label type over the whole file.
  * Does not own: writing anything (convert.c), or non-numeric features.
  *
  * Every error names the file and the 1-based line (the header is line 1) and, for a cell, the 1-based
@@ -57,6 +58,11 @@ tw_status tw_csv_rewind(tw_csv_reader *r, tw_error *err);
 
 /* ---- numeric datasets ---- */
 
+/* Lets feature cells spelled [+-]nan, [+-]inf or [+-]infinity (any case) through as NaN / ±Inf
+ * (allow != 0); by default (0) such a cell is TW_ERR_INVALID naming the line, the data row (1-based),
+ * the column and its name. Labels must be finite either way. Set before tw_csv_scan. */
+void tw_csv_allow_nonfinite(tw_csv_reader *r, int allow);
+
 typedef struct {
     size_t label_column; /* index of the label column among tw_csv_columns() */
     size_t n_features;   /* tw_csv_columns() - 1: every other column, in file order */
@@ -79,8 +85,8 @@ tw_status tw_csv_scan(tw_csv_reader *r, const char *label_column, tw_csv_schema 
 /* Pass 2 (and the check of pass 1): reads the next row into features (caller's, [s->n_features]
  * float32, file column order without the label) and *label. TW_END at the end. Errors (naming line,
  * column number and column name): TW_ERR_INVALID for a row with the wrong number of fields (ragged), an
- * empty cell, a cell that is not a finite decimal number (hex, nan and inf are refused), or a feature out
- * of float32 range. */
+ * empty cell, a cell that is not a decimal number (hex is refused; nan and inf are too unless allowed,
+ * above), or a value out of float32 range. */
 tw_status tw_csv_next_example(tw_csv_reader *r, const tw_csv_schema *s, float *features,
                               tw_csv_label *label, tw_error *err);
 

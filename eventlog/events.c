@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "datafs.h"
 #include "event.pb-c.h"
 #include "graph.pb-c.h"
 #include "histogram.h"
@@ -268,18 +269,18 @@ static tw_status open_file(tw_events_writer *w, const char *logdir, tw_error *er
 {
     if (!logdir || !logdir[0])
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "no log folder given");
-    if (mkdir(logdir, 0755) != 0 && errno != EEXIST)
-        return tw_error_errno(err, logdir, "cannot create the log folder");
+    if (tw_fs_mkdir(logdir, 0755) != 0 && errno != EEXIST)
+        return tw_fs_error(err, logdir, "cannot create the log folder");
     char host[HOST_BYTES];
     hostname(host, sizeof host);
     long long secs = (long long)time(NULL);
     for (unsigned n = 0; n < MAX_NAME_TRIES; n++) {
         TW_TRY(name_file(w, logdir, secs, host, n, err));
-        w->fd = open(w->path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        w->fd = tw_fs_open(w->path, O_WRONLY | O_CREAT | O_EXCL, 0644);
         if (w->fd >= 0)
             return TW_OK;
         if (errno != EEXIST)
-            return tw_error_errno(err, w->path, "cannot create the event file");
+            return tw_fs_error(err, w->path, "cannot create the event file");
     }
     return tw_error_set(err, TW_ERR_IO, logdir, -1, "no free event file name after %d tries",
                         MAX_NAME_TRIES);
@@ -326,7 +327,7 @@ tw_status tw_events_create(const char *logdir, const tw_events_options *opts,
     if (s != TW_OK) {
         if (w->fd >= 0) {
             close(w->fd);
-            unlink(w->path);
+            tw_fs_unlink(w->path);
             w->fd = -1;
         }
         w->closed = 1;

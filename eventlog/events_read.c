@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "crc32c.h"
+#include "datafs.h"
 #include "event.pb-c.h"
 #include "gzfile.h"
 #include "tfrecord.h"
@@ -357,9 +358,9 @@ static tw_status list_files(const char *logdir, char ***out, size_t *count, tw_e
 {
     *out = NULL;
     *count = 0;
-    DIR *d = opendir(logdir);
+    DIR *d = tw_fs_opendir(logdir);
     if (!d)
-        return tw_error_errno(err, logdir, "cannot list the run folder");
+        return tw_fs_error(err, logdir, "cannot list the run folder");
     char **names = NULL;
     size_t n = 0, cap = 0;
     tw_status s = TW_OK;
@@ -375,7 +376,10 @@ static tw_status list_files(const char *logdir, char ***out, size_t *count, tw_e
         }
         snprintf(path, len, "%s/%s", logdir, e->d_name);
         struct stat st;
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int found = tw_fs_stat(path, &st) == 0;
+        if (!found && errno == ELOOP) /* a symlink under the data folder: an error, not skipped */
+            s = tw_fs_error(err, path, "cannot read the event file");
+        if (!found || !S_ISREG(st.st_mode)) {
             free(path);
             continue;
         }

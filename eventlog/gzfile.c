@@ -21,6 +21,8 @@
 #include <unistd.h>
 #include <isa-l/igzip_lib.h>
 
+#include "datafs.h"
+
 enum { BUF_BYTES = 1 << 20, RING = 4 };
 
 /* The producing side: touched only by the thread that decodes (the caller's, or the prefetch thread). */
@@ -449,9 +451,9 @@ tw_status tw_gzfile_open(const char *path, tw_compression c, uint64_t max_bytes,
     tw_gzfile *f = NULL;
     TW_TRY(gzfile_new(path, max_bytes, &f, err));
     tw_status s = TW_OK;
-    f->dec.fd = open(path, O_RDONLY | O_CLOEXEC);
+    f->dec.fd = tw_fs_open(path, O_RDONLY, 0);
     if (f->dec.fd < 0)
-        s = tw_error_errno(err, path, "cannot open");
+        s = tw_fs_error(err, path, "cannot open");
     else if (!(f->dec.in_buf = malloc(BUF_BYTES)))
         s = tw_error_set(err, TW_ERR_NOMEM, path, -1, "out of memory");
     else {

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,7 @@
 #include <unistd.h>
 
 #include "atomic_file.h"
+#include "datafs.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "safetensors data is little-endian and is written and read as stored");
@@ -214,15 +216,44 @@ static tw_status header_bytes(const json_t *root, const char *path, char **out, 
     return TW_OK;
 }
 
-static tw_status write_file(const char *path, const char *head, size_t head_len,
-                            const tw_st_tensor *t, const uint64_t *nbytes, size_t n, tw_error *err)
+/* Writes one tensor's bytes. finite_only: in chunks that are checked just before they are written, so
+ * the check and the write are one pass over memory (a chunk is still in cache when write() copies it);
+ * a NaN or Inf stops the write with TW_ERR_INVALID, errno_value EDOM, naming the tensor and element. */
+static tw_status write_tensor(int fd, const tw_st_tensor *t, uint64_t nbytes, int finite_only,
+                              const char *path, tw_error *err)
+{
+    enum { CHUNK = 1 << 16 }; /* floats: 256 KiB */
+    if (!finite_only)
+        return tw_write_all(fd, t->data, nbytes, path, err);
+    uint64_t count = nbytes / sizeof(float);
+    for (uint64_t at = 0; at < count; at += CHUNK) {
+        uint64_t m = count - at < CHUNK ? count - at : CHUNK;
+        for (uint64_t k = 0; k < m; k++) {
+            float v = t->data[at + k];
+            if (isfinite(v))
+                continue;
+            tw_status s = tw_error_set(err, TW_ERR_INVALID, path, -1,
+                                       "tensor '%s' element %llu is %s: a checkpoint holds no non-finite "
+                                       "value, so it was not written", t->name, (unsigned long long)(at + k),
+                                       isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf");
+            if (err)
+                err->errno_value = EDOM;
+            return s;
+        }
+        TW_TRY(tw_write_all(fd, t->data + at, m * sizeof(float), path, err));
+    }
+    return TW_OK;
+}
+
+static tw_status write_file(const char *path, const char *head, size_t head_len, const tw_st_tensor *t,
+                            const uint64_t *nbytes, size_t n, int finite_only, tw_error *err)
 {
     tw_atomic_file *f;
     TW_TRY(tw_atomic_file_create(path, &f, err));
     int fd = tw_atomic_file_fd(f);
     tw_status s = tw_write_all(fd, head, head_len, path, err);
     for (size_t i = 0; s == TW_OK && i < n; i++)
-        s = tw_write_all(fd, t[i].data, nbytes[i], path, err);
+        s = write_tensor(fd, &t[i], nbytes[i], finite_only, path, err);
     if (s == TW_OK)
         s = tw_atomic_file_commit(f, err);
     tw_atomic_file_destroy(f);
@@ -272,8 +303,8 @@ static tw_status prepare(const char *path, const tw_st_tensor *tensors, size_t n
     return TW_OK;
 }
 
-tw_status tw_safetensors_write(const char *path, const tw_st_tensor *tensors, size_t n,
-                               const tw_st_meta *meta, size_t n_meta, tw_error *err)
+static tw_status write_safetensors(const char *path, const tw_st_tensor *tensors, size_t n,
+                                   const tw_st_meta *meta, size_t n_meta, int finite_only, tw_error *err)
 {
     prepared p = {0};
     json_t *root = NULL;
@@ -285,11 +316,23 @@ tw_status tw_safetensors_write(const char *path, const tw_st_tensor *tensors, si
     if (s == TW_OK)
         s = header_bytes(root, path, &head, &head_len, err);
     if (s == TW_OK)
-        s = write_file(path, head, head_len, p.t, p.nbytes, n, err);
+        s = write_file(path, head, head_len, p.t, p.nbytes, n, finite_only, err);
     free(head);
     json_decref(root);
     prepared_free(&p);
     return s;
+}
+
+tw_status tw_safetensors_write(const char *path, const tw_st_tensor *tensors, size_t n,
+                               const tw_st_meta *meta, size_t n_meta, tw_error *err)
+{
+    return write_safetensors(path, tensors, n, meta, n_meta, 0, err);
+}
+
+tw_status tw_safetensors_write_finite(const char *path, const tw_st_tensor *tensors, size_t n,
+                                      const tw_st_meta *meta, size_t n_meta, tw_error *err)
+{
+    return write_safetensors(path, tensors, n, meta, n_meta, 1, err);
 }
 
 /* =============================== reader =============================== */
@@ -646,9 +689,9 @@ static tw_status read_fd(int fd, const char *path, tw_safetensors **out, tw_erro
 tw_status tw_safetensors_read(const char *path, tw_safetensors **out, tw_error *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = tw_fs_open(path, O_RDONLY, 0);
     if (fd < 0)
-        return tw_error_errno(err, path, "cannot open");
+        return tw_fs_error(err, path, "cannot open");
     tw_status s = read_fd(fd, path, out, err);
     close(fd);
     return s;

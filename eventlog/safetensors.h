@@ -62,6 +62,12 @@ typedef struct {
 tw_status tw_safetensors_write(const char *path, const tw_st_tensor *tensors, size_t n,
                                const tw_st_meta *meta, size_t n_meta, tw_error *err);
 
+/* tw_safetensors_write for checkpoints: every value is checked in the pass that writes it, and a NaN or
+ * Inf is TW_ERR_INVALID with errno_value EDOM naming the tensor and element; path is then untouched and
+ * the temporary removed. */
+tw_status tw_safetensors_write_finite(const char *path, const tw_st_tensor *tensors, size_t n,
+                                      const tw_st_meta *meta, size_t n_meta, tw_error *err);
+
 /* ---- reading ---- */
 
 typedef struct tw_safetensors tw_safetensors; /* a validated file held in memory */

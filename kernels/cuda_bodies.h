@@ -101,7 +101,8 @@ static inline TW_HD float tw_cuda_col2im_at(const tw_window *w, const float *col
 }
 
 /* y[j] and argmax[j] of max-pool (j = r * in_c + ci): the maximum of x over the window's input taps in
- * tap order, the first maximum winning a tie (as the CPU), and its flat index into x. */
+ * tap order, the first maximum winning a tie (as the CPU), and its flat index into x; a NaN at the first
+ * tap is kept, a later one skipped (cpu_maxpool_fwd says why). */
 static inline TW_HD void tw_cuda_maxpool_at(const tw_window *w, const float *x, size_t j, float *y,
                                             int32_t *argmax)
 {

@@ -45,8 +45,10 @@ build_fuzz() {
 export ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 mkdir -p build build-asan build-fuzz
-step "build (release)" build build -DCMAKE_BUILD_TYPE=Release
-step "build (asan+ubsan)" build build-asan -DCMAKE_BUILD_TYPE=Debug -DTW_SANITIZE=ON -DTW_CUDA=OFF
+# -DTW_UNIT_TESTS=ON: the unit tests are required here (configure fails without cmocka), never skipped.
+step "build (release)" build build -DCMAKE_BUILD_TYPE=Release -DTW_UNIT_TESTS=ON
+step "build (asan+ubsan)" build build-asan -DCMAKE_BUILD_TYPE=Debug -DTW_SANITIZE=ON -DTW_CUDA=OFF \
+  -DTW_UNIT_TESTS=ON
 step "build (fuzz)" build_fuzz
 
 step "unit tests (asan+ubsan)" ctest --test-dir build-asan -L unit --output-on-failure

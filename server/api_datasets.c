@@ -7,6 +7,7 @@
 #include "api.h"
 #include "datasets.h"
 #include "example.h"
+#include "logtext.h"
 #include "store.h"
 #include "tfrecord.h"
 
@@ -14,19 +15,29 @@ enum { MAX_SAMPLES = 64, MAX_SAMPLE_RECORD = 16 << 20 };
 
 void tw_api_datasets_list(tw_server *S, tw_req *r)
 {
-    json_t *rows = tw_store_dataset_list(S->store), *shown = json_array(), *row;
+    json_t *rows, *shown, *row;
+    tw_error err;
+    if (tw_store_dataset_list(S->store, &rows, &err) != TW_OK) {
+        tw_reply_status(r, &err);
+        return;
+    }
+    shown = json_array();
     size_t i;
     json_array_foreach(rows, i, row) json_array_append_new(shown, tw_dataset_present(row));
     tw_reply_json(r, 200, json_pack("{s:o, s:I}", "datasets", shown, "total", (json_int_t)json_array_size(rows)));
     json_decref(rows);
 }
 
-json_t *tw_api_row_or_404(tw_server *S, tw_req *r, const char *kind, json_t *(*get)(tw_store *, const char *))
+json_t *tw_api_row_or_404(tw_server *S, tw_req *r, const char *kind, tw_store_get_fn get)
 {
     const char *id = tw_req_param(r, "id");
-    json_t *row = get(S->store, id);
-    if (!row)
+    json_t *row;
+    tw_error err;
+    tw_status s = get(S->store, id, &row, &err);
+    if (s == TW_END)
         tw_reply_error(r, TW_API_NOT_FOUND, "no %s '%s'", kind, id);
+    else if (s != TW_OK)
+        tw_reply_status(r, &err);
     return row;
 }
 
@@ -60,6 +71,14 @@ void tw_api_reply_deleted(tw_server *S, tw_req *r, tw_status s, const tw_error *
         tw_server_changed(S);
         tw_reply_empty(r, 204);
     }
+}
+
+void tw_api_reply_logged(tw_req *r, const tw_error *err)
+{
+    char msg[1200];
+    tw_error_format(err, msg, sizeof msg);
+    tw_log("tower serve: a %s request failed: %s", tw_req_method(r), msg);
+    tw_reply_status(r, err);
 }
 
 void tw_api_dataset_delete(tw_server *S, tw_req *r)
@@ -135,7 +154,7 @@ void tw_api_dataset_samples(tw_server *S, tw_req *r)
     if (s != TW_OK && s != TW_END) {
         json_decref(samples);
         json_decref(shown);
-        tw_reply_status(r, &err);
+        tw_api_reply_logged(r, &err);
         return;
     }
     tw_reply_json(r, 200, json_pack("{s:O, s:o}", "shape", json_object_get(shown, "shape"), "samples", samples));

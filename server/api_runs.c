@@ -16,13 +16,16 @@
 #include "assets.h"
 #include "atomic_file.h"
 #include "config.h"
+#include "datafs.h"
 #include "datasets.h"
 #include "events_read.h"
+#include "logtext.h"
+#include "memory.h"
 #include "names.h"
 #include "scheduler.h"
 #include "store.h"
 
-enum { LOG_TAIL_BYTES = 256 * 1024, MAX_POINTS = 2000 };
+enum { LOG_TAIL_BYTES = 256 * 1024, MAX_POINTS = 2000, MAX_IDEM_KEY = 255 };
 
 /* ================================ submission ================================ */
 
@@ -42,8 +45,12 @@ static tw_status bad(tw_api_code *code, tw_api_code c, tw_error *err, const char
 /* Reads and removes the server's own keys from cfg (a copy). */
 static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_api_code *code, tw_error *err)
 {
-    char why[200];
+    char why[200], path_key[128];
     json_t *v;
+    if (tw_config_find_path_key(cfg, path_key, sizeof path_key))
+        return bad(code, TW_API_INVALID_ARGUMENT, err, path_key,
+                   "a file path cannot be given over the API: a run reads the uploaded dataset that \"dataset\" "
+                   "names (POST /api/v1/datasets uploads one)");
     k->max_restarts = S->opt.max_restarts;
     if ((v = json_object_get(cfg, "name"))) {
         if (!json_is_string(v))
@@ -67,10 +74,12 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
     if (!json_is_string(ref))
         return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset",
                    "must name an uploaded dataset (its id or name), or be an object with \"name\"");
-    k->dataset_row = tw_store_dataset_resolve(S->store, json_string_value(ref));
-    const char *status = json_string_value(json_object_get(k->dataset_row, "status"));
-    if (!k->dataset_row)
+    tw_status found = tw_store_dataset_resolve(S->store, json_string_value(ref), &k->dataset_row, err);
+    if (found == TW_END)
         return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", "no dataset has that id or name");
+    if (found != TW_OK)
+        return found; /* the caller maps a failed read to its code */
+    const char *status = json_string_value(json_object_get(k->dataset_row, "status"));
     if (strcmp(status, "ready"))
         return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset",
                    !strcmp(status, "failed") ? "that dataset failed to convert" : "that dataset is still converting");
@@ -89,8 +98,29 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
     return TW_OK;
 }
 
-/* Validates cfg with the engine's parser; fills *c. */
-static tw_status validate(tw_server *S, const json_t *cfg, tw_config *c, tw_api_code *code, tw_error *err)
+/* Refuses a config whose memory estimate (engine/memory.h, with the dataset's example counts) passes
+ * what the run's devices have: on a CPU server the host's memory for every tower; on a GPU server the
+ * host parts only (a GPU's memory is not known without the CUDA runtime: `tower train` checks it). */
+static tw_status check_memory(tw_server *S, const tw_config *c, const json_t *dataset_row, tw_error *err)
+{
+    const json_t *splits = json_object_get(json_object_get(dataset_row, "meta"), "splits");
+    tw_memory_data d = {
+        .train_examples = (uint64_t)json_integer_value(json_object_get(json_object_get(splits, "train"), "count")),
+        .test_examples = (uint64_t)json_integer_value(json_object_get(json_object_get(splits, "test"), "count"))};
+    tw_memory need;
+    TW_TRY(tw_memory_estimate(c, &d, &need, err));
+    tw_memory_limit limit;
+    if (S->opt.memory_limit)
+        tw_memory_limit_given(S->opt.memory_limit, &limit);
+    else
+        TW_TRY(tw_memory_host_limit(&limit, err));
+    int gpu = tw_scheduler_gpu_count(S->sched) > 0;
+    return tw_memory_check(&need, gpu, &limit, gpu && S->opt.memory_limit ? &limit : NULL, err);
+}
+
+/* Validates cfg with the engine's parser and the memory estimate; fills *c. */
+static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset_row, tw_config *c,
+                          tw_api_code *code, tw_error *err)
 {
     char *text = json_dumps(cfg, JSON_COMPACT);
     tw_status s = text ? tw_config_parse(text, strlen(text), NULL, c, err)
@@ -100,6 +130,8 @@ static tw_status validate(tw_server *S, const json_t *cfg, tw_config *c, tw_api_
     if (s == TW_OK && tw_scheduler_gpu_count(S->sched) > 0 && c->towers > tw_scheduler_gpu_count(S->sched))
         s = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers: %d asked, this server has %d GPUs", c->towers,
                          tw_scheduler_gpu_count(S->sched));
+    if (s == TW_OK)
+        s = check_memory(S, c, dataset_row, err);
     return s;
 }
 
@@ -109,8 +141,8 @@ static tw_status write_config(tw_server *S, const char *id, const json_t *cfg, t
     char dir[PATH_MAX], path[PATH_MAX + 16];
     if (tw_run_dir(S, id, dir, sizeof dir) != 0)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
-    if (mkdir(dir, 0755) != 0)
-        return tw_error_errno(err, dir, "cannot create the run folder");
+    if (tw_fs_mkdir(dir, 0755) != 0)
+        return tw_fs_error(err, dir, "cannot create the run folder");
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
     tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
@@ -123,17 +155,42 @@ static tw_status write_config(tw_server *S, const char *id, const json_t *cfg, t
     return s;
 }
 
-tw_status tw_runs_submit(tw_server *S, const json_t *body, const char *idem_key, json_t **run, int *created,
-                         tw_api_code *code, tw_error *err)
+/* An Idempotency-Key is 1 to MAX_IDEM_KEY bytes without control characters. */
+static tw_status check_key(const char *key, tw_api_code *code, tw_error *err)
 {
-    *run = NULL;
-    *created = 0;
-    if (idem_key && (*run = tw_store_run_by_key(S->store, idem_key))) {
-        json_t *shown = tw_run_present(S, *run);
-        json_decref(*run);
-        *run = shown;
-        return TW_OK;
-    }
+    size_t n = 0;
+    for (; key[n]; n++)
+        if ((unsigned char)key[n] < 0x20 || key[n] == 0x7f)
+            return bad(code, TW_API_INVALID_ARGUMENT, err, "Idempotency-Key", "the header has a control character");
+    if (n == 0 || n > MAX_IDEM_KEY)
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "Idempotency-Key", "the header must be 1 to 255 bytes");
+    return TW_OK;
+}
+
+/* The run an earlier submission with key and the canonical body made, presented into *run: TW_OK, TW_END
+ * (no run holds the key), or an error with *code: 422 when the key came with another body, 500 when the
+ * store could not be read. */
+static tw_status keyed_run(tw_server *S, const char *key, const char *body, json_t **run, tw_api_code *code,
+                           tw_error *err)
+{
+    json_t *row;
+    tw_status s = tw_store_run_by_key(S->store, key, body, &row, err);
+    if (s == TW_OK)
+        *run = tw_run_present(S, row);
+    else if (s == TW_ERR_INVALID)
+        *code = TW_API_IDEMPOTENCY_MISMATCH;
+    else if (s != TW_END)
+        *code = tw_api_code_for(err);
+    json_decref(row);
+    return s;
+}
+
+/* Validates body, writes the run's folder and inserts its row (with idem_key and its canonical body
+ * idem_body, both may be NULL). The insert decides the races: a dataset deleted meanwhile answers 409,
+ * a concurrent submission that took the key first is the answer (its run); either way the folder goes. */
+static tw_status submit_new(tw_server *S, const json_t *body, const char *idem_key, const char *idem_body,
+                            json_t **run, int *created, tw_api_code *code, tw_error *err)
+{
     json_t *submitted = json_deep_copy(body), *cfg = json_deep_copy(body);
     server_keys k = {0};
     static __thread tw_config c; /* large: off the stack */
@@ -142,36 +199,65 @@ tw_status tw_runs_submit(tw_server *S, const json_t *body, const char *idem_key,
     tw_status s = take_server_keys(S, cfg, &k, code, err);
     k.name = json_string_value(json_object_get(submitted, "name")); /* cfg lost its copy */
     if (s == TW_OK)
-        s = validate(S, cfg, &c, code, err);
+        s = validate(S, cfg, k.dataset_row, &c, code, err);
     if (s == TW_OK)
         s = write_config(S, id, cfg, err);
     char *sub_text = json_dumps(submitted, JSON_COMPACT | JSON_REAL_PRECISION(15)); /* 0.1, not 0.1000…01 */
     if (s == TW_OK) {
         tw_run_new n = {.id = id, .name = k.name, .dataset_id = json_string_value(json_object_get(k.dataset_row, "id")),
-                        .config = sub_text, .idem_key = idem_key, .towers = c.towers, .steps = c.steps,
-                        .max_restarts = k.max_restarts, .deadline_s = k.deadline_s};
+                        .config = sub_text, .idem_key = idem_key, .idem_body = idem_body, .towers = c.towers,
+                        .steps = c.steps, .max_restarts = k.max_restarts, .deadline_s = k.deadline_s};
         s = tw_store_run_insert(S->store, &n, err);
         if (s != TW_OK) {
             char dir[PATH_MAX];
             tw_run_dir(S, id, dir, sizeof dir);
             tw_remove_tree(dir);
         }
+        if (s == TW_ERR_INVALID)
+            *code = TW_API_CONFLICT;
     }
-    if (s != TW_OK && err->status == TW_ERR_IO)
+    if (s != TW_OK && s != TW_END && err->status == TW_ERR_IO)
         *code = tw_api_code_for(err);
     free(sub_text);
     json_decref(submitted);
     json_decref(cfg);
     json_decref(k.dataset_row);
-    if (s != TW_OK)
+    if (s == TW_END && (s = keyed_run(S, idem_key, idem_body, run, code, err)) == TW_END) {
+        *code = TW_API_CONFLICT; /* the winner was deleted already: only a retry can tell */
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "Idempotency-Key: a concurrent request used it; retry");
+    }
+    if (s != TW_OK || *run)
         return s;
-    json_t *row = tw_store_run_get(S->store, id);
+    json_t *row;
+    if ((s = tw_store_run_get(S->store, id, &row, err)) != TW_OK) {
+        *code = tw_api_code_for(err);
+        return s == TW_END ? tw_error_set(err, TW_ERR_IO, NULL, -1, "run %s vanished after its insert", id) : s;
+    }
     *run = tw_run_present(S, row);
     json_decref(row);
     *created = 1;
     tw_scheduler_wake(S->sched);
     tw_server_changed(S);
     return TW_OK;
+}
+
+tw_status tw_runs_submit(tw_server *S, const json_t *body, const char *idem_key, json_t **run, int *created,
+                         tw_api_code *code, tw_error *err)
+{
+    *run = NULL;
+    *created = 0;
+    if (!idem_key)
+        return submit_new(S, body, NULL, NULL, run, created, code, err);
+    TW_TRY(check_key(idem_key, code, err));
+    char *canonical = json_dumps(body, JSON_SORT_KEYS | JSON_COMPACT); /* the body, whatever its key order */
+    tw_status s = canonical ? keyed_run(S, idem_key, canonical, run, code, err)
+                            : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    if (s == TW_END)
+        s = submit_new(S, body, idem_key, canonical, run, created, code, err);
+    else if (!canonical)
+        *code = tw_api_code_for(err);
+    free(canonical);
+    return s;
 }
 
 tw_status tw_runs_submit_demo(tw_server *S, tw_error *err)
@@ -199,7 +285,9 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
         return NULL;
     json_t *r = json_deep_copy(row);
     const char *id = json_string_value(json_object_get(row, "id"));
-    json_t *ds = tw_store_dataset_get(S->store, json_string_value(json_object_get(row, "dataset_id")));
+    json_t *ds; /* its name is only shown: not found or unreadable, it shows null */
+    tw_error ignored;
+    tw_store_dataset_get(S->store, json_string_value(json_object_get(row, "dataset_id")), &ds, &ignored);
     json_object_set_new(r, "dataset", json_pack("{s:O, s:O*}", "id", json_object_get(row, "dataset_id"), "name",
                                                 json_object_get(ds, "name")));
     json_decref(ds);
@@ -216,7 +304,7 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
     return r;
 }
 
-/* The run named by the path, as a row; replies 404 when there is none. */
+/* The run named by the path, as a row; replies 404 when there is none, 500 when it cannot be read. */
 static json_t *run_or_404(tw_server *S, tw_req *r)
 {
     return tw_api_row_or_404(S, r, "run", tw_store_run_get);
@@ -239,9 +327,10 @@ void tw_api_runs_list(tw_server *S, tw_req *r)
     }
     if (tw_req_query_int(r, "limit", 1, 1000, 50, &limit) || tw_req_query_int(r, "offset", 0, 1L << 40, 0, &offset))
         return;
-    json_t *page = tw_store_run_list(S->store, status, limit, offset);
-    if (!page) {
-        tw_reply_error(r, TW_API_INTERNAL, "cannot read the runs");
+    json_t *page;
+    tw_error err;
+    if (tw_store_run_list(S->store, status, limit, offset, &page, &err) != TW_OK) {
+        tw_reply_status(r, &err);
         return;
     }
     json_t *rows = json_object_get(page, "runs"), *shown = json_array(), *row;
@@ -348,6 +437,7 @@ void tw_api_run_get(tw_server *S, tw_req *r)
 void tw_api_run_cancel(tw_server *S, tw_req *r)
 {
     tw_error err;
+    json_t *row = NULL;
     const char *id = tw_req_param(r, "id");
     tw_status s = tw_scheduler_cancel(S->sched, id, &err);
     if (s == TW_END)
@@ -356,11 +446,11 @@ void tw_api_run_cancel(tw_server *S, tw_req *r)
         tw_reply_error(r, TW_API_CONFLICT, "%s", err.message);
     else if (s != TW_OK)
         tw_reply_status(r, &err);
-    else {
-        json_t *row = tw_store_run_get(S->store, id);
+    else if ((s = tw_store_run_get(S->store, id, &row, &err)) != TW_OK)
+        s == TW_END ? tw_reply_error(r, TW_API_NOT_FOUND, "no run '%s'", id) : tw_reply_status(r, &err);
+    else
         tw_reply_json(r, 202, tw_run_present(S, row));
-        json_decref(row);
-    }
+    json_decref(row);
 }
 
 void tw_api_run_delete(tw_server *S, tw_req *r)
@@ -380,8 +470,10 @@ void tw_api_run_metrics(tw_server *S, tw_req *r)
     json_decref(row);
     json_t *scalars = NULL;
     tw_error err;
-    if (access(dir, F_OK) == 0 && tw_events_read_scalars(dir, MAX_POINTS, &scalars, &err) != TW_OK) {
-        tw_reply_status(r, &err);
+    struct stat st;
+    int missing = tw_fs_stat(dir, &st) != 0 && errno == ENOENT; /* a symlink is ELOOP: read, and refused */
+    if (!missing && tw_events_read_scalars(dir, MAX_POINTS, &scalars, &err) != TW_OK) {
+        tw_api_reply_logged(r, &err);
         return;
     }
     tw_reply_json(r, 200, json_pack("{s:o}", "scalars", scalars ? scalars : json_object()));
@@ -409,10 +501,14 @@ static int finished(const char *status)
 static void sse_produce(sse *s)
 {
     for (;;) {
-        json_t *row = tw_store_run_get(s->S->store, s->id);
-        if (!row) {
+        json_t *row;
+        tw_error err;
+        tw_status got = tw_store_run_get(s->S->store, s->id, &row, &err);
+        if (got != TW_OK) { /* unreadable: the stream ends without an event, never "deleted" */
             s->ending = 1;
-            s->pending = strdup("event: deleted\ndata: {}\n\n");
+            s->pending = got == TW_END ? strdup("event: deleted\ndata: {}\n\n") : NULL;
+            if (got != TW_END)
+                tw_log("tower serve: run %s: %s", s->id, err.message);
             break;
         }
         json_t *run = tw_run_present(s->S, row);
@@ -497,8 +593,14 @@ void tw_api_run_log(tw_server *S, tw_req *r)
     char path[PATH_MAX + 16];
     tw_run_dir(S, tw_req_param(r, "id"), path, PATH_MAX);
     strcat(path, "/log");
+    int fd = tw_fs_open(path, O_RDONLY, 0);
+    if (fd < 0 && errno != ENOENT) {
+        tw_error err;
+        tw_fs_error(&err, path, "cannot read the run's log");
+        tw_api_reply_logged(r, &err);
+        return;
+    }
     char *buf = malloc(LOG_TAIL_BYTES + 1);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
     off_t size = fd >= 0 ? lseek(fd, 0, SEEK_END) : 0;
     off_t from = size > LOG_TAIL_BYTES ? size - LOG_TAIL_BYTES : 0;
     ssize_t n = fd >= 0 && buf ? pread(fd, buf, (size_t)(size - from), from) : 0;
@@ -517,19 +619,26 @@ void tw_api_run_log(tw_server *S, tw_req *r)
     tw_reply_text(r, 200, "text/plain; charset=utf-8", buf, (size_t)(buf + n - start));
 }
 
-/* The file `latest` names (read directly: never touching a save in progress). 0 or -1. */
-static int latest_name(const char *ckdir, char *name, size_t size)
+/* The file `latest` names (read directly: never touching a save in progress): TW_OK, TW_END when there is
+ * none (or it names no checkpoint file), or an error in *err (a symlink on the way). */
+static tw_status latest_name(const char *ckdir, char *name, size_t size, tw_error *err)
 {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/latest", ckdir);
-    FILE *f = fopen(path, "re");
-    int ok = f && fgets(name, (int)size, f) != NULL;
-    if (f)
-        fclose(f);
+    int fd = tw_fs_open(path, O_RDONLY, 0);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
+    if (!f) {
+        tw_status s = errno == ENOENT ? TW_END : tw_fs_error(err, path, "cannot read the checkpoint pointer");
+        if (fd >= 0)
+            close(fd);
+        return s;
+    }
+    int ok = fgets(name, (int)size, f) != NULL;
+    fclose(f);
     if (!ok)
-        return -1;
+        return TW_END;
     name[strcspn(name, "\n")] = 0;
-    return !strncmp(name, "ckpt-", 5) && strstr(name, ".safetensors") && !strchr(name, '/') ? 0 : -1;
+    return !strncmp(name, "ckpt-", 5) && strstr(name, ".safetensors") && !strchr(name, '/') ? TW_OK : TW_END;
 }
 
 static int ckpt_file(const char *n)
@@ -556,14 +665,23 @@ void tw_api_run_checkpoints(tw_server *S, tw_req *r)
     if (checkpoint_dir(S, r, dir) != 0)
         return;
     json_t *list = json_array(), *latest_step = json_null();
-    int have_latest = latest_name(dir, latest, sizeof latest) == 0;
-    DIR *d = opendir(dir);
+    tw_error err;
+    tw_status s = latest_name(dir, latest, sizeof latest, &err); /* negative: failed */
+    int have_latest = s == TW_OK;
+    DIR *d = s < 0 ? NULL : tw_fs_opendir(dir);
+    if (!d && s >= 0 && errno != ENOENT)
+        s = tw_fs_error(&err, dir, "cannot list the checkpoints");
     struct dirent *e;
-    while (d && (e = readdir(d))) {
+    while (s >= 0 && d && (e = readdir(d))) {
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (!ckpt_file(e->d_name) || stat(path, &st) != 0)
+        if (!ckpt_file(e->d_name))
             continue;
+        if (tw_fs_stat(path, &st) != 0) { /* gone since listed: skipped; a symlink: refused */
+            if (errno == ELOOP)
+                s = tw_fs_error(&err, path, "cannot list the checkpoint");
+            continue;
+        }
         long long step = strtoll(e->d_name + 5, NULL, 10);
         json_array_append_new(list, json_pack("{s:I, s:s, s:I}", "step", (json_int_t)step, "file", e->d_name,
                                               "bytes", (json_int_t)st.st_size));
@@ -574,6 +692,12 @@ void tw_api_run_checkpoints(tw_server *S, tw_req *r)
     }
     if (d)
         closedir(d);
+    if (s < 0) {
+        json_decref(list);
+        json_decref(latest_step);
+        tw_api_reply_logged(r, &err);
+        return;
+    }
     json_t *sorted = json_array();
     while (json_array_size(list)) { /* a handful of files: selection by step */
         size_t best = 0;
@@ -595,9 +719,16 @@ void tw_api_run_checkpoint_latest(tw_server *S, tw_req *r)
         return;
     struct stat st;
     int fd = -1;
-    if (latest_name(dir, latest, sizeof latest) == 0) {
+    tw_error err;
+    tw_status s = latest_name(dir, latest, sizeof latest, &err);
+    if (s == TW_OK) {
         snprintf(path, sizeof path, "%s/%s", dir, latest);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if ((fd = tw_fs_open(path, O_RDONLY, 0)) < 0 && errno != ENOENT)
+            s = tw_fs_error(&err, path, "cannot open the checkpoint");
+    }
+    if (s < 0) {
+        tw_api_reply_logged(r, &err);
+        return;
     }
     if (fd < 0 || fstat(fd, &st) != 0) {
         if (fd >= 0)

@@ -14,7 +14,12 @@
 
 void tw_api_health(tw_server *S, tw_req *r)
 {
-    json_t *counts = tw_store_run_counts(S->store);
+    json_t *counts;
+    tw_error err;
+    if (tw_store_run_counts(S->store, &counts, &err) != TW_OK) {
+        tw_reply_status(r, &err);
+        return;
+    }
     tw_reply_json(r, 200, json_pack("{s:s, s:s, s:f, s:O, s:O}", "status", "ok", "version", TW_VERSION,
                                     "uptime_s", tw_now_wall() - S->started, "queued",
                                     json_object_get(counts, "queued"), "running", json_object_get(counts, "running")));
@@ -37,6 +42,17 @@ static json_t *operation(const tw_route *rt)
         snprintf(name, sizeof name, "%.*s", (int)(end - p - 1), p + 1);
         json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:{s:s}}", "name", name, "in", "path", "required", 1,
                                                 "schema", "type", "string"));
+    }
+    for (const char *w = rt->query; w && *w;) { /* "!name label_column": '!' marks a required one */
+        int required = *w == '!';
+        w += required;
+        size_t len = strcspn(w, " ");
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)len, w);
+        json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:{s:s}}", "name", name, "in", "query", "required",
+                                                required, "schema", "type", "string"));
+        w += len;
+        w += *w == ' ';
     }
     json_t *ok = json_pack("{s:s}", "description", rt->reply);
     char code[8];
@@ -88,12 +104,18 @@ void tw_api_prometheus(tw_server *S, tw_req *r)
 {
     char *text = NULL;
     size_t len = 0;
+    json_t *counts;
+    tw_error err;
+    if (tw_store_run_counts(S->store, &counts, &err) != TW_OK) {
+        tw_reply_status(r, &err);
+        return;
+    }
     FILE *f = open_memstream(&text, &len);
     if (!f) {
+        json_decref(counts);
         tw_reply_error(r, TW_API_UNAVAILABLE, "out of memory");
         return;
     }
-    json_t *counts = tw_store_run_counts(S->store);
     const char *state;
     json_t *v;
     fprintf(f, "# HELP tower_runs Runs by state.\n# TYPE tower_runs gauge\n");

@@ -5,10 +5,7 @@
 
 const tw_asset *tw_asset_find(const char *name)
 {
-    for (const tw_asset *a = TW_ASSETS; a->name; a++)
-        if (!strcmp(a->name, name))
-            return a;
-    return NULL;
+    return tw_embedded_find(TW_ASSETS, name);
 }
 
 const char *tw_asset_type(const char *name)

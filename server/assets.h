@@ -1,15 +1,12 @@
-/* assets.h — the files embedded in the binary: the status page (the files of static/) and the seed config
- * (examples/seed_mlp.json), generated into assets_data.c by cmake/TowerEmbed.cmake. */
+/* assets.h — the server's files embedded in the binary: the status page (the files of static/) and the seed
+ * config (examples/seed_mlp.json), generated into assets_data.c by cmake/TowerEmbed.cmake as a table of
+ * engine/embedded.h's entries. */
 #ifndef TW_ASSETS_H
 #define TW_ASSETS_H
 
-#include <stddef.h>
+#include "embedded.h"
 
-typedef struct {
-    const char *name;           /* file name, e.g. "app.js" */
-    const unsigned char *data;  /* its bytes (NUL-terminated for convenience) */
-    size_t size;
-} tw_asset;
+typedef tw_embedded tw_asset;  /* name e.g. "app.js" */
 
 extern const tw_asset TW_ASSETS[]; /* terminated by a zeroed entry */
 

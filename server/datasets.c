@@ -18,6 +18,8 @@
 
 #include "atomic_file.h"
 #include "convert.h"
+#include "datafs.h"
+#include "logtext.h"
 #include "multipart.h"
 #include "names.h"
 #include "runs.h"
@@ -90,8 +92,8 @@ static tw_status part_begin(void *ctx, const char *name, const char *filename, c
     char path[PATH_MAX + 64];
     if (upload_path(u->dir, f, path, sizeof path) != 0)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
-    u->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    return u->fd < 0 ? tw_error_errno(err, path, "cannot create the upload file") : TW_OK;
+    u->fd = tw_fs_open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    return u->fd < 0 ? tw_fs_error(err, path, "cannot create the upload file") : TW_OK;
 }
 
 static tw_status part_data(void *ctx, const void *data, size_t n, tw_error *err)
@@ -148,9 +150,7 @@ static int upload_begin(tw_server *S, tw_req *r)
 {
     const char *name = tw_req_query(r, "name"), *ctype = tw_req_header(r, "Content-Type");
     char why[200];
-    if (!name)
-        return refuse(r, TW_API_INVALID_ARGUMENT, "query parameter 'name' is required (a label for the dataset)");
-    if (!tw_name_valid(name, why, sizeof why)) {
+    if (!tw_name_valid(name, why, sizeof why)) { /* present: the route table requires it */
         tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'name': %s", why);
         return -1;
     }
@@ -169,9 +169,9 @@ static int upload_begin(tw_server *S, tw_req *r)
     tw_store_new_id('d', u->id);
     char up[PATH_MAX + 16];
     if (tw_dataset_dir(S, u->id, u->dir, sizeof u->dir) != 0 ||
-        snprintf(up, sizeof up, "%s/upload", u->dir) >= (int)sizeof up || mkdir(u->dir, 0755) != 0 ||
-        mkdir(up, 0755) != 0) {
-        tw_error_errno(&u->err, u->dir, "cannot create the dataset folder");
+        snprintf(up, sizeof up, "%s/upload", u->dir) >= (int)sizeof up || tw_fs_mkdir(u->dir, 0755) != 0 ||
+        tw_fs_mkdir(up, 0755) != 0) {
+        tw_fs_error(&u->err, u->dir, "cannot create the dataset folder");
         tw_reply_status(r, &u->err);
         return -1;
     }
@@ -286,12 +286,22 @@ static tw_status save_params(const upload *u, tw_error *err)
     return s;
 }
 
+/* json_load_file for a file under the data folder (never through a symlink); NULL on failure. */
+static json_t *load_json(const char *path, size_t flags, json_error_t *je)
+{
+    int fd = tw_fs_open(path, O_RDONLY, 0);
+    json_t *j = fd < 0 ? NULL : json_loadfd(fd, flags, je);
+    if (fd >= 0)
+        close(fd);
+    return j;
+}
+
 static tw_status load_params(const char *dir, upload *u, tw_error *err)
 {
     char path[PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/upload/params.json", dir);
     json_error_t je;
-    json_t *p = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    json_t *p = load_json(path, JSON_REJECT_DUPLICATES, &je);
     const char *lc = NULL, *tf = NULL;
     int fields = 0;
     if (!p || json_unpack(p, "{s:i, s:s, s:s}", "fields", &fields, "label_column", &lc, "test_fraction", &tf)) {
@@ -336,7 +346,7 @@ static tw_status convert_dir(tw_server *S, const upload *u, char **meta, tw_erro
     if (o.csv && !o.label_column)
         o.label_column = "label";
     TW_TRY(tw_convert(&o, NULL, err));
-    json_t *m = json_load_file(meta_path, 0, NULL);
+    json_t *m = load_json(meta_path, 0, NULL);
     *meta = m ? json_dumps(m, JSON_COMPACT) : NULL;
     json_decref(m);
     return *meta ? TW_OK : tw_error_set(err, TW_ERR_IO, meta_path, -1, "cannot read the meta file back");
@@ -382,12 +392,14 @@ struct tw_converter {
 /* Converts the oldest dataset still "converting", if any. Returns 1 when it did one. */
 static int convert_next(tw_server *S)
 {
-    json_t *rows = tw_store_datasets_converting(S->store);
+    json_t *rows;
+    tw_error err;
+    if (tw_store_datasets_converting(S->store, &rows, &err) != TW_OK) /* the next upload's wake-up retries */
+        tw_log("tower serve: %s", err.message);
     json_t *row = json_array_get(rows, 0); /* the oldest */
     int did = 0;
     if (row) {
         upload u = {.S = S};
-        tw_error err;
         const char *id = json_string_value(json_object_get(row, "id"));
         snprintf(u.id, sizeof u.id, "%s", id);
         char dir[PATH_MAX];
@@ -431,34 +443,43 @@ static void converter_wake(tw_server *S)
     pthread_mutex_unlock(&S->converter->mu);
 }
 
-/* Removes dataset and run folders named like our ids that have no row: uploads and submissions that never
- * committed. Anything else in the data folder (a user's own converted dataset or run) is left alone. */
-static void remove_debris(tw_server *S, const char *kind, char prefix,
-                          json_t *(*get)(tw_store *, const char *))
+/* Removes the folders in DATA/kind named like our ids that have no row: uploads and submissions that never
+ * committed. Anything else in the data folder (a user's own converted dataset or run) is left alone. A
+ * folder goes only after a read that says its row does not exist; a failed read ends the sweep with it. */
+static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_store_get_fn get, tw_error *err)
 {
     char dir[PATH_MAX + 16], path[PATH_MAX + 300];
     snprintf(dir, sizeof dir, "%s/%s", S->data, kind);
-    DIR *d = opendir(dir);
+    DIR *d = tw_fs_opendir(dir);
     struct dirent *e;
-    while (d && (e = readdir(d))) {
+    tw_status s = TW_OK;
+    while (s == TW_OK && d && (e = readdir(d))) {
         if (!tw_store_id_valid(prefix, e->d_name)) /* not ours: e.g. a `tower convert` or `tower train` output */
             continue;
-        json_t *row = get(S->store, e->d_name);
-        if (!row) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            fprintf(stderr, "tower serve: removing %s (never accepted)\n", path);
-            tw_remove_tree(path);
-        }
+        json_t *row;
+        s = get(S->store, e->d_name, &row, err);
         json_decref(row);
+        if (s == TW_END) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            tw_log("tower serve: removing %s (never accepted)", path);
+            tw_remove_tree(path);
+            s = TW_OK;
+        }
     }
     if (d)
         closedir(d);
+    return s;
+}
+
+tw_status tw_datasets_remove_debris(tw_server *S, tw_error *err)
+{
+    TW_TRY(remove_debris(S, "datasets", 'd', tw_store_dataset_get, err));
+    return remove_debris(S, "runs", 'r', tw_store_run_get, err);
 }
 
 tw_status tw_datasets_start(tw_server *S, tw_error *err)
 {
-    remove_debris(S, "datasets", 'd', tw_store_dataset_get);
-    remove_debris(S, "runs", 'r', tw_store_run_get);
+    TW_TRY(tw_datasets_remove_debris(S, err));
     struct tw_converter *c = calloc(1, sizeof *c);
     if (!c)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
@@ -523,7 +544,11 @@ void tw_dataset_upload_done(tw_server *S, tw_req *r)
         return;
     if (u->have & BIT(F_TFRECORD)) { /* validated record by record before the reply */
         convert_and_record(S, u);
-        json_t *row = tw_store_dataset_get(S->store, u->id);
+        json_t *row;
+        if (tw_store_dataset_get(S->store, u->id, &row, &u->err) != TW_OK) {
+            tw_reply_status(r, &u->err);
+            return;
+        }
         json_t *d = tw_dataset_present(row);
         json_decref(row);
         json_t *e = json_object_get(d, "error");
@@ -542,10 +567,14 @@ void tw_dataset_upload_done(tw_server *S, tw_req *r)
         return;
     }
     converter_wake(S);
-    json_t *row = tw_store_dataset_get(S->store, u->id);
+    tw_server_changed(S);
+    json_t *row;
+    if (tw_store_dataset_get(S->store, u->id, &row, &u->err) != TW_OK) {
+        tw_reply_status(r, &u->err);
+        return;
+    }
     tw_reply_json(r, 202, tw_dataset_present(row));
     json_decref(row);
-    tw_server_changed(S);
 }
 
 /* ================================ presentation ================================ */
@@ -608,9 +637,38 @@ json_t *tw_dataset_for_run(tw_server *S, const json_t *row, const char **why)
 
 /* ================================ the demo ================================ */
 
+/* Copies src (outside the data folder: Debian's file) to the new file dst durably; adds its size to *bytes. */
+static tw_status copy_in(const char *src, const char *dst, uint64_t *bytes, tw_error *err)
+{
+    int in = open(src, O_RDONLY | O_CLOEXEC), out = -1;
+    tw_status s = in < 0 ? tw_error_errno(err, src, "cannot open the demo dataset") : TW_OK;
+    if (s == TW_OK && (out = tw_fs_open(dst, O_WRONLY | O_CREAT | O_EXCL, 0644)) < 0)
+        s = tw_fs_error(err, dst, "cannot create the demo dataset's copy");
+    static char buf[1 << 16]; /* start-up only: one thread */
+    for (ssize_t n; s == TW_OK && (n = read(in, buf, sizeof buf)) != 0;) {
+        if (n < 0 && errno == EINTR)
+            continue;
+        s = n < 0 ? tw_error_errno(err, src, "cannot read the demo dataset")
+                  : tw_write_all(out, buf, (size_t)n, dst, err);
+        *bytes += n > 0 ? (uint64_t)n : 0;
+    }
+    if (s == TW_OK && fsync(out) != 0)
+        s = tw_error_errno(err, dst, "cannot fsync the demo dataset's copy");
+    if (in >= 0)
+        close(in);
+    if (out >= 0)
+        close(out);
+    return s;
+}
+
 tw_status tw_datasets_demo(tw_server *S, tw_error *err)
 {
-    json_t *all = tw_store_dataset_list(S->store), *counts = tw_store_run_counts(S->store);
+    json_t *all, *counts;
+    TW_TRY(tw_store_dataset_list(S->store, &all, err));
+    if (tw_store_run_counts(S->store, &counts, err) != TW_OK) {
+        json_decref(all);
+        return err->status;
+    }
     const char *key;
     json_t *v;
     int empty = json_array_size(all) == 0;
@@ -627,18 +685,14 @@ tw_status tw_datasets_demo(tw_server *S, tw_error *err)
     char up[PATH_MAX + 16];
     static const char *const files[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                                          "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
-    if (tw_dataset_dir(S, u.id, u.dir, sizeof u.dir) != 0 || mkdir(u.dir, 0755) != 0 ||
-        snprintf(up, sizeof up, "%s/upload", u.dir) < 0 || mkdir(up, 0755) != 0)
-        return tw_error_errno(err, u.dir, "cannot create the demo dataset's folder");
-    for (int f = 0; f < 4; f++) { /* links, not copies: the conversion reads Debian's files */
+    if (tw_dataset_dir(S, u.id, u.dir, sizeof u.dir) != 0 || tw_fs_mkdir(u.dir, 0755) != 0 ||
+        snprintf(up, sizeof up, "%s/upload", u.dir) < 0 || tw_fs_mkdir(up, 0755) != 0)
+        return tw_fs_error(err, u.dir, "cannot create the demo dataset's folder");
+    for (int f = 0; f < 4; f++) { /* copies, not links: nothing under the data folder is a symlink */
         char src[300], dst[PATH_MAX + 64];
-        struct stat st;
         snprintf(src, sizeof src, "%s/%s", FASHION, files[f]);
-        if (stat(src, &st) == 0)
-            u.bytes += (uint64_t)st.st_size;
         upload_path(u.dir, f, dst, sizeof dst);
-        if (symlink(src, dst) != 0)
-            return tw_error_errno(err, dst, "cannot link the demo dataset");
+        TW_TRY(copy_in(src, dst, &u.bytes, err));
         u.have |= BIT(f);
     }
     TW_TRY(save_params(&u, err));

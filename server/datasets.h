@@ -19,7 +19,13 @@ extern const tw_upload_ops TW_DATASET_UPLOAD;
 /* The handler that runs when the upload body is complete: converts (TFRecord: now, else queued). */
 void tw_dataset_upload_done(tw_server *S, tw_req *r);
 
-/* Cleans debris, starts the worker, requeues interrupted conversions. */
+/* Removes the folders in DATA/datasets and DATA/runs named like our ids whose row does not exist (uploads
+ * and submissions that never committed). A folder goes only after a read that says so: a failed read
+ * returns its error (TW_ERR_IO) and removes nothing more. */
+tw_status tw_datasets_remove_debris(tw_server *S, tw_error *err);
+
+/* Cleans debris (a store that cannot be read stops the start), starts the worker, requeues interrupted
+ * conversions. */
 tw_status tw_datasets_start(tw_server *S, tw_error *err);
 void tw_datasets_stop(tw_server *S);
 

@@ -9,10 +9,12 @@
 #include "http.h"
 
 #include <arpa/inet.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,11 +22,16 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/statvfs.h>
+#include <time.h>
 #include <unistd.h>
+
+#include "logtext.h"
 
 enum {
     JSON_BODY_CAP = 1 << 20, /* bytes of a JSON request body */
     MAX_PARAMS = 4,
+    MAX_QUERY_ARGS = 16,    /* query parameters of one request */
+    QUERY_VALUE_BYTES = 1024,
     MAX_SEGMENTS = 12,
     PARAM_BYTES = 128,
     CONNECTION_MEMORY = 256 * 1024, /* per connection: headers plus the read buffer uploads arrive in (256 KiB:
@@ -49,6 +56,8 @@ static const struct {
     [TW_API_PAYLOAD_TOO_LARGE] = {"PAYLOAD_TOO_LARGE", 413},
     [TW_API_UNSUPPORTED_MEDIA_TYPE] = {"UNSUPPORTED_MEDIA_TYPE", 415},
     [TW_API_DATASET_CORRUPT] = {"DATASET_CORRUPT", 422},
+    [TW_API_IDEMPOTENCY_MISMATCH] = {"IDEMPOTENCY_MISMATCH", 422},
+    [TW_API_RESOURCE_EXHAUSTED] = {"RESOURCE_EXHAUSTED", 429},
     [TW_API_INSUFFICIENT_STORAGE] = {"INSUFFICIENT_STORAGE", 507},
     [TW_API_UNAVAILABLE] = {"UNAVAILABLE", 503},
     [TW_API_INTERNAL] = {"INTERNAL", 500},
@@ -77,10 +86,29 @@ int tw_http_status_slot(int status)
 
 const char *tw_http_status_label(int slot) { return STATUS_SLOTS[slot].label; }
 
+/* One TCP connection, for the header deadline: deadline > 0 while a request's headers are awaited. */
+typedef struct conn_watch {
+    int fd;
+    double deadline;
+    struct conn_watch *prev, *next;
+} conn_watch;
+
+/* Open event streams of one client address. */
+typedef struct {
+    struct sockaddr_storage addr;
+    unsigned n;
+} stream_count;
+
 struct tw_http {
     struct MHD_Daemon *daemon;
     int port;
     int loopback;
+    pthread_mutex_t mu;       /* guards conns, streams, stopping */
+    pthread_cond_t cv;        /* wakes the watchdog to stop */
+    pthread_t watchdog;
+    int watchdog_started, stopping;
+    conn_watch conns;         /* list head of the open connections */
+    stream_count *streams;    /* opt.conn_limit entries; n == 0 is free */
 };
 
 struct tw_req {
@@ -183,14 +211,95 @@ void tw_reply_file(tw_req *r, int fd, uint64_t n, const char *content_type, cons
     store_reply(r, 200, resp, content_type);
 }
 
+/* 1 when a and b are the same client address (the port aside). */
+static int same_address(const struct sockaddr *a, const struct sockaddr_storage *b)
+{
+    if (a->sa_family != b->ss_family)
+        return 0;
+    if (a->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->sa_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr,
+                       sizeof(struct in6_addr));
+    return 0;
+}
+
+/* Takes a stream slot for the client of conn: its entry in h->streams, or NULL when the address has
+ * opt.sse_limit streams open already. */
+static stream_count *stream_take(tw_server *S, struct MHD_Connection *conn)
+{
+    tw_http *h = S->http;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (!ci || !ci->client_addr)
+        return NULL;
+    stream_count *mine = NULL, *free_slot = NULL;
+    pthread_mutex_lock(&h->mu);
+    for (unsigned i = 0; i < S->opt.conn_limit && !mine; i++) {
+        stream_count *e = &h->streams[i];
+        if (e->n && same_address(ci->client_addr, &e->addr))
+            mine = e;
+        else if (!e->n && !free_slot)
+            free_slot = e;
+    }
+    if (!mine && free_slot) {
+        mine = free_slot;
+        memset(&mine->addr, 0, sizeof mine->addr);
+        memcpy(&mine->addr, ci->client_addr,
+               ci->client_addr->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in));
+    }
+    if (mine && mine->n >= S->opt.sse_limit)
+        mine = NULL;
+    if (mine)
+        mine->n++;
+    pthread_mutex_unlock(&h->mu);
+    return mine;
+}
+
+typedef struct {
+    tw_http *h;
+    stream_count *slot;
+    tw_stream_next next;
+    void (*done)(void *);
+    void *ctx;
+} stream;
+
+static ssize_t stream_next(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    stream *st = cls;
+    return st->next(st->ctx, pos, buf, max);
+}
+
+static void stream_done(void *cls)
+{
+    stream *st = cls;
+    pthread_mutex_lock(&st->h->mu);
+    st->slot->n--;
+    pthread_mutex_unlock(&st->h->mu);
+    st->done(st->ctx);
+    free(st);
+}
+
 void tw_reply_stream(tw_req *r, const char *content_type, tw_stream_next next, void (*done)(void *),
                      void *ctx)
 {
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, next,
-                                          ctx, done);
-    if (!resp) {
+    stream *st = malloc(sizeof *st);
+    stream_count *slot = st ? stream_take(r->S, r->conn) : NULL;
+    if (!slot) {
         done(ctx);
+        free(st);
+        if (st)
+            tw_reply_error(r, TW_API_RESOURCE_EXHAUSTED,
+                           "this client address has %u event streams open, the server's limit (--sse-limit)",
+                           r->S->opt.sse_limit);
+        else
+            tw_reply_error(r, TW_API_UNAVAILABLE, "out of memory");
+        return;
+    }
+    *st = (stream){r->S->http, slot, next, done, ctx};
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_next, st,
+                                                                  stream_done);
+    if (!resp) {
+        stream_done(st);
         tw_reply_error(r, TW_API_UNAVAILABLE, "out of memory");
         return;
     }
@@ -356,17 +465,136 @@ static int token_ok(const char *header, const char *token)
     return diff == 0;
 }
 
-/* Host, auth and size checks before any body byte is read. Returns 0 or -1 (replied). */
+/* 1 when origin (an Origin header) is this server's own: http:// or https:// and the request's Host, or
+ * the one --origin the server was given. */
+static int own_origin(const tw_req *r, const char *origin)
+{
+    const char *host = tw_req_header(r, MHD_HTTP_HEADER_HOST), *rest = NULL;
+    if (!strncasecmp(origin, "http://", 7))
+        rest = origin + 7;
+    else if (!strncasecmp(origin, "https://", 8))
+        rest = origin + 8;
+    if (host && rest && !strcasecmp(rest, host))
+        return 1;
+    return r->S->opt.origin && !strcasecmp(origin, r->S->opt.origin);
+}
+
+/* The origin rule: a request that changes something acts only when a browser says it comes from this
+ * server's own page (Sec-Fetch-Site same-origin or none, Origin our own) or says nothing (curl, scripts).
+ * Browsers send Origin on every cross-origin POST, so a foreign page's form, fetch or beacon never acts,
+ * whatever its Content-Type; "Origin: null" (sandboxed frames, file: pages) is refused too. Returns 0 or
+ * -1 (replied 403). */
+static int check_origin(tw_req *r)
+{
+    const char *site = tw_req_header(r, "Sec-Fetch-Site"), *origin = tw_req_header(r, "Origin");
+    if (site && strcasecmp(site, "same-origin") && strcasecmp(site, "none")) {
+        tw_reply_error(r, TW_API_PERMISSION_DENIED,
+                       "%s %s from another site (Sec-Fetch-Site: %.40s) is refused: only this server's own page "
+                       "may change things",
+                       r->route->method, r->route->pattern, site);
+        return -1;
+    }
+    if (origin && !own_origin(r, origin)) {
+        tw_reply_error(r, TW_API_PERMISSION_DENIED,
+                       "%s %s from the origin '%.200s' is refused: only this server's own page (or --origin) may "
+                       "change things",
+                       r->route->method, r->route->pattern, origin);
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 when the space-separated list (words may start with '!') names key[0, n). */
+static int declared(const char *list, const char *key, size_t n)
+{
+    for (const char *w = list; w && *w;) {
+        w += *w == '!';
+        size_t len = strcspn(w, " ");
+        if (len == n && !memcmp(w, key, n))
+            return 1;
+        w += len;
+        w += *w == ' ';
+    }
+    return 0;
+}
+
+typedef struct {
+    tw_req *r;
+    int count;
+} query_scan;
+
+/* One query argument: declared by the route, no NUL, capped. Stops the scan after replying 400. */
+static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                 const char *value, size_t value_size)
+{
+    (void)kind;
+    query_scan *q = cls;
+    const tw_route *rt = q->r->route;
+    if (++q->count > MAX_QUERY_ARGS)
+        tw_reply_error(q->r, TW_API_INVALID_ARGUMENT, "more than %d query parameters", MAX_QUERY_ARGS);
+    else if (strlen(key) != key_size || (value && strlen(value) != value_size))
+        tw_reply_error(q->r, TW_API_INVALID_ARGUMENT, "query parameter '%.64s' contains a NUL byte", key);
+    else if (!declared(rt->query, key, key_size))
+        tw_reply_error(q->r, TW_API_INVALID_ARGUMENT, "unknown query parameter '%.64s' for %s %s%s%s", key,
+                       rt->method, rt->pattern, rt->query ? " (it takes: " : " (it takes none)",
+                       rt->query ? rt->query : "");
+    else if (value_size > QUERY_VALUE_BYTES)
+        tw_reply_error(q->r, TW_API_INVALID_ARGUMENT, "query parameter '%.64s' is over %d bytes", key,
+                       QUERY_VALUE_BYTES);
+    else
+        return MHD_YES;
+    return MHD_NO;
+}
+
+/* Every query argument against the route's list; then its required ones ("!name"). Returns 0 or -1. */
+static int check_query(tw_req *r)
+{
+    query_scan q = {r, 0};
+    MHD_get_connection_values_n(r->conn, MHD_GET_ARGUMENT_KIND, check_arg, &q);
+    if (r->response)
+        return -1;
+    for (const char *w = r->route->query; w && (w = strchr(w, '!'));) {
+        size_t len = strcspn(++w, " ");
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)len, w);
+        if (!tw_req_query(r, name)) {
+            tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter '%s' is required for %s %s", name,
+                           r->route->method, r->route->pattern);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A JSON route's body must say it is JSON: text/plain or a form (what a foreign page can send without a
+ * preflight) is refused with 415. Returns 0 or -1. */
+static int check_json_type(tw_req *r)
+{
+    static const char want[] = "application/json";
+    const char *ct = tw_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    size_t n = sizeof want - 1;
+    if (!(r->route->flags & TW_ROUTE_JSON_BODY) ||
+        (ct && !strncasecmp(ct, want, n) && (!ct[n] || ct[n] == ';' || ct[n] == ' ')))
+        return 0;
+    tw_reply_error(r, TW_API_UNSUPPORTED_MEDIA_TYPE, "%s %s takes a JSON body: Content-Type must be %s (got %s%.100s%s)",
+                   r->route->method, r->route->pattern, want, ct ? "'" : "none", ct ? ct : "", ct ? "'" : "");
+    return -1;
+}
+
+/* Host, origin, auth, query and size checks before any body byte is read. Returns 0 or -1 (replied). */
 static int admit(tw_req *r)
 {
     tw_server *S = r->S;
     const char *host = tw_req_header(r, MHD_HTTP_HEADER_HOST);
+    int mutating = strcmp(r->route->method, "GET") != 0;
     if (S->http->loopback && host && !loopback_host(host, S->http->port)) {
         tw_reply_error(r, TW_API_PERMISSION_DENIED,
                        "Host '%.200s' is not this server's loopback address", host);
         return -1;
     }
-    if (S->opt.token && strcmp(r->route->method, "GET") &&
+    if (mutating && check_origin(r))
+        return -1;
+    if (S->opt.token && mutating &&
         !token_ok(tw_req_header(r, MHD_HTTP_HEADER_AUTHORIZATION), S->opt.token)) {
         tw_reply_error(r, TW_API_UNAUTHENTICATED,
                        "%s %s needs the header 'Authorization: Bearer <token>' with the server's token",
@@ -385,6 +613,8 @@ static int admit(tw_req *r)
         tw_reply_error(r, TW_API_INVALID_ARGUMENT, "the Content-Type header contains a NUL byte");
         return -1;
     }
+    if (check_query(r) || check_json_type(r))
+        return -1;
     struct statvfs fs;
     if (!strcmp(r->route->method, "POST") && statvfs(S->data, &fs) == 0 &&
         (uint64_t)fs.f_bavail * fs.f_frsize < S->opt.min_free) {
@@ -458,6 +688,78 @@ static int decode_json(tw_req *r)
     return 0;
 }
 
+/* ================================ the header deadline ================================ */
+
+/* A request's headers must arrive within opt.header_timeout seconds of the connection opening or of the
+ * previous reply: libmicrohttpd's own timeout is an idle timeout, which a client sending a byte now and
+ * then never meets, so a watchdog thread shuts down the sockets past their deadline (libmicrohttpd then
+ * closes them as a client hang-up). Bodies and event streams are under the idle timeout only. */
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    tw_server *S = cls;
+    tw_http *h = S->http;
+    conn_watch *w = *socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!ci || !(w = calloc(1, sizeof *w)))
+            return;
+        w->fd = ci->connect_fd;
+        w->deadline = tw_now_mono() + S->opt.header_timeout;
+        pthread_mutex_lock(&h->mu);
+        w->prev = &h->conns;
+        w->next = h->conns.next;
+        w->next->prev = w;
+        h->conns.next = w;
+        pthread_mutex_unlock(&h->mu);
+        *socket_context = w;
+    } else if (w) { /* closed: libmicrohttpd closes the socket after this returns */
+        pthread_mutex_lock(&h->mu);
+        w->prev->next = w->next;
+        w->next->prev = w->prev;
+        pthread_mutex_unlock(&h->mu);
+        free(w);
+        *socket_context = NULL;
+    }
+}
+
+/* Arms (awaiting = 1: the next request's headers are due) or clears the deadline of r's connection. */
+static void watch_headers(tw_req *r, int awaiting)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn_watch *w = ci ? ci->socket_context : NULL;
+    if (!w)
+        return;
+    pthread_mutex_lock(&r->S->http->mu);
+    w->deadline = awaiting ? tw_now_mono() + r->S->opt.header_timeout : 0;
+    pthread_mutex_unlock(&r->S->http->mu);
+}
+
+static void *watchdog(void *arg)
+{
+    tw_http *h = arg;
+    pthread_mutex_lock(&h->mu);
+    while (!h->stopping) {
+        double now = tw_now_mono();
+        for (conn_watch *w = h->conns.next; w != &h->conns; w = w->next)
+            if (w->deadline > 0 && now > w->deadline) {
+                shutdown(w->fd, SHUT_RDWR);
+                w->deadline = 0;
+            }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += 250 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&h->cv, &h->mu, &until);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return NULL;
+}
+
 /* ================================ dispatch ================================ */
 
 static enum MHD_Result queue(tw_req *r)
@@ -480,6 +782,7 @@ static enum MHD_Result queue(tw_req *r)
 /* First call: the headers are in. Routes, admits, and begins an upload. */
 static enum MHD_Result first_call(tw_req *r, const char *url)
 {
+    watch_headers(r, 0);
     r->route = route_for(r, r->method, url);
     if (r->route && admit(r) == 0 && (r->route->flags & TW_ROUTE_UPLOAD)) {
         r->began = 1;
@@ -535,6 +838,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     tw_req *r = *con_cls;
     if (!r)
         return;
+    watch_headers(r, 1);
     if (r->began && r->route->upload->cleanup)
         r->route->upload->cleanup(cls, r);
     if (r->response)
@@ -571,8 +875,9 @@ static tw_status parse_listen(const char *listen, struct sockaddr_in *sa, tw_err
 static void log_mhd(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
-    fprintf(stderr, "tower serve: http: ");
-    vfprintf(stderr, fmt, ap);
+    char line[2000];
+    vsnprintf(line, sizeof line, fmt, ap);
+    tw_log("tower serve: http: %s", line);
 }
 
 tw_status tw_http_start(tw_server *S, int *port, tw_error *err)
@@ -586,9 +891,18 @@ tw_status tw_http_start(tw_server *S, int *port, tw_error *err)
                             "--insecure to serve without authentication",
                             S->opt.listen);
     tw_http *h = calloc(1, sizeof *h);
-    if (!h)
+    if (!h || !(h->streams = calloc(S->opt.conn_limit, sizeof *h->streams))) {
+        free(h);
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    }
     h->loopback = loopback;
+    h->conns.next = h->conns.prev = &h->conns;
+    pthread_mutex_init(&h->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
     S->http = h;
     h->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG,
@@ -597,13 +911,17 @@ tw_status tw_http_start(tw_server *S, int *port, tw_error *err)
         MHD_OPTION_CONNECTION_LIMIT, S->opt.conn_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         S->opt.per_ip_limit, MHD_OPTION_CONNECTION_TIMEOUT, S->opt.conn_timeout,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, S, MHD_OPTION_END);
+        on_completed, S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
     if (!h->daemon) {
-        S->http = NULL;
-        free(h);
+        tw_http_stop(S);
         return tw_error_set(err, TW_ERR_IO, NULL, -1, "cannot listen on %s (in use, or not an address of "
                             "this machine)", S->opt.listen);
     }
+    if (pthread_create(&h->watchdog, NULL, watchdog, h) != 0) {
+        tw_http_stop(S);
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cannot start the header watchdog thread");
+    }
+    h->watchdog_started = 1;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info ? info->port : ntohs(sa.sin_port);
     *port = h->port;
@@ -612,9 +930,20 @@ tw_status tw_http_start(tw_server *S, int *port, tw_error *err)
 
 void tw_http_stop(tw_server *S)
 {
-    if (!S->http)
+    tw_http *h = S->http;
+    if (!h)
         return;
-    MHD_stop_daemon(S->http->daemon);
-    free(S->http);
+    pthread_mutex_lock(&h->mu);
+    h->stopping = 1;
+    pthread_cond_signal(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    if (h->watchdog_started)
+        pthread_join(h->watchdog, NULL);
+    if (h->daemon)
+        MHD_stop_daemon(h->daemon);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h->streams);
+    free(h);
     S->http = NULL;
 }

@@ -1,11 +1,13 @@
 /* http.h — the HTTP side of `tower serve`: libmicrohttpd, the request state, the reply helpers and the
  * one error envelope.
  *
- * Owns: the daemon (thread per connection, explicit connection, per-IP, memory and timeout limits), route
- * matching against the table of routes.c (404/405 from it), the Host check on loopback, bearer-token auth
- * for mutating routes, the body: JSON bodies buffered up to 1 MiB and decoded strictly, upload bodies
+ * Owns: the daemon (thread per connection, explicit connection, per-IP, memory and timeout limits, a
+ * deadline for each request's headers, a per-address cap on event streams), route matching against the
+ * table of routes.c (404/405 from it, and 400 for a query parameter the route does not take), the Host
+ * check on loopback, the origin rule and bearer-token auth for mutating routes, the body: JSON bodies
+ * (Content-Type application/json, else 415) buffered up to 1 MiB and decoded strictly, upload bodies
  * streamed to the route's upload callbacks with the upload cap enforced before (Content-Length) and while
- * (chunked) reading, and every reply: JSON, error envelope, text, file, event stream.
+ * (chunked) reading, and every reply: JSON, error envelope, text, file, event stream. Never a CORS grant.
  * Does not own what a route does (api_*.c). Thread-safety: each request is handled by one thread; the
  * helpers below touch only their request. */
 #ifndef TW_HTTP_H
@@ -30,6 +32,8 @@ typedef enum {
     TW_API_PAYLOAD_TOO_LARGE,
     TW_API_UNSUPPORTED_MEDIA_TYPE,
     TW_API_DATASET_CORRUPT,
+    TW_API_IDEMPOTENCY_MISMATCH,
+    TW_API_RESOURCE_EXHAUSTED,
     TW_API_INSUFFICIENT_STORAGE,
     TW_API_UNAVAILABLE,
     TW_API_INTERNAL,
@@ -66,6 +70,8 @@ typedef struct {
     int status;                   /* the usual 2xx reply, for the OpenAPI document */
     const char *summary;          /* one line, for the OpenAPI document */
     const char *reply;            /* what a 2xx reply holds, for the OpenAPI document */
+    const char *query;            /* the query parameters it accepts, space-separated ("!name": required);
+                                   * any other is refused with 400; NULL: none */
 } tw_route;
 
 /* routes.c: the one route table, terminated by a zeroed entry. */
@@ -100,9 +106,11 @@ void tw_reply_static(tw_req *r, const char *content_type, const void *data, size
 /* Takes fd; sends n bytes from offset 0; `download_name` (may be NULL) sets Content-Disposition. */
 void tw_reply_file(tw_req *r, int fd, uint64_t n, const char *content_type, const char *download_name);
 
-/* An event stream: next() is called on the connection's thread whenever the client can take more (pos:
- * bytes sent so far); it may block, writes at most max bytes into buf and returns the count (> 0), or -1
- * to end the stream; done() frees ctx when the stream ends for any reason. */
+/* An event stream (Server-Sent Events). next() is called on the connection's thread whenever the client
+ * can take more (pos: bytes sent so far); it may block, writes at most max bytes into buf and returns the
+ * count (> 0), or -1 to end the stream; done() frees ctx when the stream ends for any reason. At most
+ * opt.sse_limit streams are open per client address: one more is refused with 429 RESOURCE_EXHAUSTED
+ * (done(ctx) runs at once), so streams never fill the per-address connection limit. */
 typedef ssize_t (*tw_stream_next)(void *ctx, uint64_t pos, char *buf, size_t max);
 void tw_reply_stream(tw_req *r, const char *content_type, tw_stream_next next, void (*done)(void *),
                      void *ctx);

@@ -3,7 +3,17 @@
  * One thread owns every child: it polls their stdout/stderr pipes and a wake pipe, so no lock is held
  * while a child is slow, and the process that forks (this thread) lives as long as the children (the
  * kernel's parent-death signal is tied to the forking thread). The mutex guards the child table against
- * the HTTP threads (cancel, devices, rates). */
+ * the HTTP threads (cancel, devices, rates).
+ *
+ * A run is its process group, not its first process (RELIABILITY: a run is over only when its whole group
+ * is gone). The child is a group leader; the server is a child subreaper (PR_SET_CHILD_SUBREAPER), so a
+ * group member orphaned by its parent's death, however deeply forked, becomes the server's child. When
+ * the leader exits, SIGKILL goes to the rest of its group at once (while the leader's zombie still holds
+ * the group's number), and the run keeps its devices until every member is gone (kill(-pgid, 0) says
+ * ESRCH: the zombies reaped too); then what its pipes hold is read and the run is settled. This thread is
+ * the only one in the server that forks, so it reaps every child of the process (waitid(P_ALL)): a
+ * process that left its run's group (setsid, setpgid) is out of the run's reach, but its zombie is reaped.
+ * Cancel, timeout, deadline and shutdown signal the whole group (SIGTERM, SIGKILL after the grace). */
 #define _GNU_SOURCE
 #include "scheduler.h"
 
@@ -20,7 +30,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "datafs.h"
 #include "devices.h"
+#include "logtext.h"
 #include "store.h"
 #include "trainer.h"
 
@@ -47,7 +59,8 @@ typedef struct {
     pid_t pid;
     pipe_in in[2];           /* stdout (JSON lines), stderr (text) */
     int log_fd;              /* DIR/runs/<id>/log, append */
-    int exited, wstatus;
+    int exited, wstatus;     /* the leader was reaped, with this status */
+    int group_gone;          /* no process of the group is left, zombies included */
     double last_line;        /* monotonic time of the last line */
     double term_at;          /* when SIGTERM went out (0: not yet) */
     int killed;              /* SIGKILL went out */
@@ -94,15 +107,23 @@ void tw_scheduler_wake(tw_scheduler *s) { wake(s); }
  * through the store's hook). */
 static void log_store_error(const tw_error *err)
 {
-    fprintf(stderr, "tower serve: %s\n", err->message);
+    tw_log("tower serve: %s", err->message);
 }
 
-static void log_write(child *c, const char *text, size_t n)
+/* Appends text[0..n) and a newline to the run's log, control characters escaped (logtext.h): one line
+ * of the child's output, or the server's own "== ... ==" line, is always one line of the log. A log that
+ * cannot be written loses lines, never the run. */
+static void log_line(child *c, const char *text, size_t n)
 {
-    if (c->log_fd < 0)
-        return;
-    ssize_t w = write(c->log_fd, text, n); /* a log that cannot be written loses lines, never the run */
-    (void)w;
+    enum { CHUNK = 1024 };
+    char out[CHUNK * TW_LOG_ESCAPE_MAX + 1];
+    for (size_t at = 0; c->log_fd >= 0 && at < n; at += CHUNK) {
+        size_t w = tw_log_escape(text + at, n - at < CHUNK ? n - at : CHUNK, out, sizeof out);
+        ssize_t r = write(c->log_fd, out, w);
+        (void)r;
+    }
+    ssize_t r = c->log_fd >= 0 ? write(c->log_fd, "\n", 1) : 0;
+    (void)r;
 }
 
 /* {"code": code, "message": msg} as new JSON text (caller frees). */
@@ -170,34 +191,37 @@ static void take_line(child *c, int which, char *line, size_t n, double now)
     if (which == ERR) {
         if (n && !c->json_error)
             snprintf(c->last_error, sizeof c->last_error, "%s", line);
-        log_write(c, line, n);
-        log_write(c, "\n", 1);
+        log_line(c, line, n);
         return;
     }
     json_t *o = json_loadb(line, n, 0, NULL);
     if (json_is_object(o)) {
-        if (!json_object_get(o, "heartbeat")) {
-            log_write(c, line, n);
-            log_write(c, "\n", 1);
-        }
+        if (!json_object_get(o, "heartbeat"))
+            log_line(c, line, n);
         take_json_line(c, o, now);
     }
     json_decref(o);
 }
 
-/* Reads what a pipe has; splits lines. */
-static void drain(child *c, int which, double now)
+/* Takes a pipe's unfinished last line and closes the pipe. */
+static void close_pipe(child *c, int which, double now)
+{
+    pipe_in *p = &c->in[which];
+    if (p->len && !p->dropping)
+        take_line(c, which, p->buf, p->len, now);
+    close(p->fd);
+    p->fd = -1;
+}
+
+/* Reads what a pipe has; splits lines; closes it at EOF or on an error. Returns read(2)'s result. */
+static ssize_t drain(child *c, int which, double now)
 {
     pipe_in *p = &c->in[which];
     ssize_t n = read(p->fd, p->buf + p->len, LINE_CAP - 1 - p->len);
     if (n <= 0) {
-        if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-            if (p->len && !p->dropping)
-                take_line(c, which, p->buf, p->len, now);
-            close(p->fd);
-            p->fd = -1;
-        }
-        return;
+        if (n == 0 || (errno != EAGAIN && errno != EINTR))
+            close_pipe(c, which, now);
+        return n;
     }
     p->len += (size_t)n;
     size_t start = 0;
@@ -216,24 +240,28 @@ static void drain(child *c, int which, double now)
         p->dropping = 1;
         p->len = 0;
     }
+    return n;
 }
 
 /* ================================ spawning ================================ */
 
-/* Removes temporary files a killed child left in DIR/checkpoints (RELIABILITY P3). */
-static void remove_temporaries(const char *logdir)
+/* Removes temporary files a killed child left in DIR/checkpoints (RELIABILITY P3). A missing folder has
+ * none; one reached through a symlink is an error (nothing outside the data folder is deleted). */
+static tw_status remove_temporaries(const char *logdir, tw_error *err)
 {
     char dir[PATH_MAX + 16], path[PATH_MAX + 300];
     snprintf(dir, sizeof dir, "%s/checkpoints", logdir);
-    DIR *d = opendir(dir);
+    DIR *d = tw_fs_opendir(dir);
+    if (!d)
+        return errno == ENOENT ? TW_OK : tw_fs_error(err, dir, "cannot clean the checkpoint folder");
     struct dirent *e;
-    while (d && (e = readdir(d)))
+    while ((e = readdir(d)))
         if (strstr(e->d_name, ".tmp.")) {
             snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            unlink(path);
+            tw_fs_unlink(path);
         }
-    if (d)
-        closedir(d);
+    closedir(d);
+    return TW_OK;
 }
 
 /* The child's environment: ours, with CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set. Caller frees. */
@@ -278,25 +306,26 @@ static void exec_child(char **argv, char **env, int out_w, int err_w, pid_t pare
     _exit(127);
 }
 
-/* Forks the trainer for run id. Returns 0 or -1 (errno set). */
-static int spawn(tw_scheduler *s, child *c, const char *visible, int gpu)
+/* Forks the trainer for run id, confined to the data folder (--data-root). Returns TW_OK, or an error in
+ * *why naming the file (a symlink met under the data folder: the run's `log` is never written through). */
+static tw_status spawn(tw_scheduler *s, child *c, const char *visible, int gpu, tw_error *why)
 {
     tw_server *S = s->S;
     char logdir[PATH_MAX], config[PATH_MAX + 16], logpath[PATH_MAX + 16];
-    if (tw_run_dir(S, c->id, logdir, sizeof logdir) != 0) {
-        errno = ENAMETOOLONG;
-        return -1;
-    }
+    if (tw_run_dir(S, c->id, logdir, sizeof logdir) != 0)
+        return tw_error_set(why, TW_ERR_INVALID, c->id, -1, "the run folder's path is too long");
     snprintf(config, sizeof config, "%s/config.json", logdir);
     snprintf(logpath, sizeof logpath, "%s/log", logdir);
-    remove_temporaries(logdir);
+    TW_TRY(remove_temporaries(logdir, why));
     char *argv[] = {(char *)(S->opt.trainer ? S->opt.trainer : S->self), "train", config, "--logdir",
-                    logdir, "--resume", "--backend", gpu ? "cuda" : "cpu", NULL};
+                    logdir, "--resume", "--backend", gpu ? "cuda" : "cpu", "--data-root", S->data, NULL};
+    c->log_fd = tw_fs_open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (c->log_fd < 0)
+        return tw_fs_error(why, logpath, "cannot open the run's log");
     int out[2] = {-1, -1}, err[2] = {-1, -1};
     char **env = child_env(visible);
     if (!env || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
         goto fail;
-    c->log_fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     pid_t parent = getpid();
     c->pid = fork();
     if (c->pid == 0)
@@ -311,9 +340,9 @@ static int spawn(tw_scheduler *s, child *c, const char *visible, int gpu)
     fcntl(out[0], F_SETFL, O_NONBLOCK);
     fcntl(err[0], F_SETFL, O_NONBLOCK);
     free(env);
-    return 0;
+    return TW_OK;
 fail:;
-    int e = errno;
+    tw_status st = tw_error_errno(why, NULL, "cannot start the trainer");
     for (int i = 0; i < 2; i++) {
         if (out[i] >= 0)
             close(out[i]);
@@ -324,8 +353,7 @@ fail:;
         close(c->log_fd);
     c->log_fd = -1;
     free(env);
-    errno = e;
-    return -1;
+    return st;
 }
 
 /* ================================ starting runs ================================ */
@@ -419,8 +447,12 @@ static int start_next(tw_scheduler *s)
 {
     if (s->n_kids == MAX_CHILDREN)
         return 0;
-    json_t *run = tw_store_run_next(s->S->store, tw_now_wall());
-    if (!run)
+    json_t *run;
+    tw_error rerr;
+    tw_status got = tw_store_run_next(s->S->store, tw_now_wall(), &run, &rerr);
+    if (got != TW_OK && got != TW_END)
+        log_store_error(&rerr); /* the next tick reads again */
+    if (got != TW_OK)
         return 0;
     int done = 1;
     unsigned mask;
@@ -432,9 +464,13 @@ static int start_next(tw_scheduler *s)
         char ids[256], visible[128];
         devices_text(s, mask, ids, sizeof ids, visible, sizeof visible);
         tw_error err;
-        if (!c || spawn(s, c, visible, s->gpus > 0) != 0) {
-            fail_now(s, json_string_value(json_object_get(run, "id")), "crashed", "SPAWN_FAILED",
-                     strerror(errno));
+        if (!c || spawn(s, c, visible, s->gpus > 0, &err) != TW_OK) {
+            char msg[1200];
+            if (!c)
+                tw_error_errno(&err, NULL, "cannot start the trainer");
+            tw_error_format(&err, msg, sizeof msg);
+            tw_log("tower serve: run %s: %s", json_string_value(json_object_get(run, "id")), msg);
+            fail_now(s, json_string_value(json_object_get(run, "id")), "crashed", "SPAWN_FAILED", msg);
             if (c)
                 json_decref(c->metrics);
             free(c);
@@ -443,8 +479,8 @@ static int start_next(tw_scheduler *s)
             if (tw_store_run_started(s->S->store, c->id, ids, tw_now_wall(), &err) != TW_OK)
                 log_store_error(&err);
             char head[128];
-            int n = snprintf(head, sizeof head, "== attempt %d: pid %d ==\n", c->restarts + 1, (int)c->pid);
-            log_write(c, head, (size_t)n);
+            int n = snprintf(head, sizeof head, "== attempt %d: pid %d ==", c->restarts + 1, (int)c->pid);
+            log_line(c, head, (size_t)n);
             tw_server_changed(s->S);
         }
     }
@@ -573,8 +609,8 @@ static void finish(tw_scheduler *s, child *c)
         log_store_error(&err);
     free(e);
     char tail[1100];
-    int n = snprintf(tail, sizeof tail, "== %s ==\n", msg);
-    log_write(c, tail, (size_t)n < sizeof tail ? (size_t)n : sizeof tail - 1);
+    int n = snprintf(tail, sizeof tail, "== %s ==", msg);
+    log_line(c, tail, (size_t)n < sizeof tail ? (size_t)n : sizeof tail - 1);
     tw_server_changed(S);
 }
 
@@ -589,17 +625,63 @@ static void child_free(child *c)
     free(c);
 }
 
-/* Reaps exited children whose pipes are drained; finishes them. Caller holds the mutex. */
+static child *find_leader(tw_scheduler *s, pid_t pid)
+{
+    for (int i = 0; i < s->n_kids; i++)
+        if (s->kids[i]->pid == pid)
+            return s->kids[i];
+    return NULL;
+}
+
+/* Reaps every exited child of the process: a run's leader (its status kept; the rest of its group
+ * SIGKILLed first, while the leader's zombie still holds the group's number), a group member orphaned
+ * to this subreaper, or a process that left its group. */
+static void reap_children(tw_scheduler *s)
+{
+    siginfo_t si;
+    for (;;) {
+        memset(&si, 0, sizeof si);
+        if (waitid(P_ALL, 0, &si, WEXITED | WNOHANG | WNOWAIT) != 0 || si.si_pid == 0)
+            return;
+        child *c = find_leader(s, si.si_pid);
+        if (c)
+            kill(-c->pid, SIGKILL);
+        int status;
+        if (waitpid(si.si_pid, &status, WNOHANG) != si.si_pid)
+            return;
+        if (c) {
+            c->wstatus = status;
+            c->exited = 1;
+        }
+    }
+}
+
+/* Reads what the pipes of a run whose group is gone still hold, and closes them: nothing of the group
+ * can write any more, and a writer that left the group does not keep the run. */
+static void flush_pipes(child *c, double now)
+{
+    for (int w = 0; w < 2; w++) {
+        while (c->in[w].fd >= 0 && drain(c, w, now) > 0) {
+        }
+        if (c->in[w].fd >= 0)
+            close_pipe(c, w, now);
+    }
+}
+
+/* Settles the runs whose leader exited and whose whole group is gone; finishes them (finish_runs) and
+ * frees their devices. Caller holds the mutex. */
 static void reap(tw_scheduler *s, int finish_runs)
 {
+    reap_children(s);
     for (int i = 0; i < s->n_kids;) {
         child *c = s->kids[i];
-        if (!c->exited && waitpid(c->pid, &c->wstatus, WNOHANG) == c->pid)
-            c->exited = 1;
-        if (!c->exited || c->in[OUT].fd >= 0 || c->in[ERR].fd >= 0) {
+        if (c->exited && !c->group_gone && kill(-c->pid, 0) != 0 && errno == ESRCH)
+            c->group_gone = 1;
+        if (!c->group_gone) {
             i++;
             continue;
         }
+        flush_pipes(c, tw_now_mono());
         if (finish_runs)
             finish(s, c);
         child_free(c);
@@ -666,6 +748,10 @@ tw_status tw_scheduler_create(tw_server *S, tw_scheduler **out, tw_error *err)
     if (!s)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     s->S = S;
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+        free(s);
+        return tw_error_errno(err, NULL, "cannot make the server its runs' subreaper");
+    }
     pthread_mutex_init(&s->mu, NULL);
     s->n_dev = tw_devices_detect(s->dev, TW_MAX_DEVICES);
     s->gpus = s->dev[0].index >= 0 ? s->n_dev : 0;
@@ -721,10 +807,11 @@ tw_status tw_scheduler_cancel(tw_scheduler *s, const char *id, tw_error *err)
         if (changed < 0)
             st = err->status;
         else if (!changed) {
-            json_t *run = tw_store_run_get(s->S->store, id);
-            st = run ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has already %s", id,
-                                    json_string_value(json_object_get(run, "status")))
-                     : TW_END;
+            json_t *run;
+            st = tw_store_run_get(s->S->store, id, &run, err);
+            if (st == TW_OK)
+                st = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has already %s", id,
+                                  json_string_value(json_object_get(run, "status")));
             json_decref(run);
         }
     }

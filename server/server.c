@@ -1,13 +1,15 @@
 /* server.c — the shared pieces of tw_server (see server.h): defaults, the change signal, the fatal flag,
- * clocks and the data-folder paths. */
+ * clocks and the data-folder paths (removal never follows a symlink: eventlog/datafs.h). */
 #define _GNU_SOURCE
 #include "server.h"
 
-#include <ftw.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "datafs.h"
+#include "logtext.h"
 
 void tw_serve_options_default(tw_serve_options *o)
 {
@@ -21,6 +23,7 @@ void tw_serve_options_default(tw_serve_options *o)
     o->conn_limit = 256;
     o->per_ip_limit = 64;
     o->conn_timeout = 30;
+    o->header_timeout = 10;
     o->heartbeat_timeout = 300;
     o->grace = 30;
     o->backoff_base = 10;
@@ -68,7 +71,7 @@ void tw_server_fatal(tw_server *S, const tw_error *err)
 {
     char msg[1200];
     tw_error_format(err, msg, sizeof msg);
-    fprintf(stderr, "tower serve: fatal: %s: stopping (state can no longer be saved)\n", msg);
+    tw_log("tower serve: fatal: %s: stopping (state can no longer be saved)", msg);
     atomic_store(&S->fatal, 1);
     char b = 1;
     ssize_t n = write(S->wake_fd[1], &b, 1);
@@ -101,16 +104,13 @@ int tw_dataset_dir(const tw_server *S, const char *id, char *buf, size_t size)
     return sub_dir(S, "datasets", id, buf, size);
 }
 
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    remove(path);
-    return 0;
-}
-
 void tw_remove_tree(const char *path)
 {
-    nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    if (tw_fs_remove_tree(path) != 0) {
+        tw_error err;
+        tw_fs_error(&err, path, "cannot remove");
+        char msg[1200];
+        tw_error_format(&err, msg, sizeof msg);
+        tw_log("tower serve: %s", msg);
+    }
 }

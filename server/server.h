@@ -28,9 +28,13 @@ typedef struct {
     uint64_t max_upload;       /* bytes per upload body */
     uint64_t max_dataset;      /* decompressed bytes per uploaded file (a gzip bomb stops here) */
     uint64_t min_free;         /* below this many free bytes in the data folder, new work gets 507 */
+    uint64_t memory_limit;     /* bytes a run's device has for the memory check; 0: what it really has */
     unsigned conn_limit;       /* open connections in all */
     unsigned per_ip_limit;     /* open connections per client address */
     unsigned conn_timeout;     /* seconds of silence before a connection is closed */
+    unsigned header_timeout;   /* seconds for a request's headers to arrive (from connect or the last reply) */
+    unsigned sse_limit;        /* open event streams per client address (0: a quarter of per_ip_limit) */
+    const char *origin;        /* another origin allowed to drive the API (a proxy's https://...); NULL: none */
     double heartbeat_timeout;  /* seconds without a line from a child before it is killed */
     double grace;              /* seconds between SIGTERM and SIGKILL */
     double backoff_base;       /* first retry delay (seconds); doubles per restart */
@@ -56,6 +60,7 @@ typedef struct tw_server {
     atomic_uint_fast64_t errors[TW_API_CODE_SLOTS]; /* indexed by tw_api_code */
     struct tw_converter *converter; /* datasets.c: the background conversion worker */
     atomic_int fatal;              /* set when the store cannot persist: main stops the process */
+    int lock_fd;                   /* DIR/tower.lock, flock'd for the process's life (serve_main.c) */
     int wake_fd[2];                /* main's self-pipe: a byte = stop */
     pthread_mutex_t change_mu;
     pthread_cond_t change_cv;

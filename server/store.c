@@ -2,7 +2,8 @@
  *
  * Every statement is prepared once (keyed by its text's address: they are literals) and bound with a
  * small format string ("s" text, "S" text or NULL, "i" int64, "d" double). Rows become JSON objects
- * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. */
+ * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. The schema's version is
+ * PRAGMA user_version (2), and an older database is migrated at open. */
 #define _GNU_SOURCE
 #include "store.h"
 
@@ -40,8 +41,13 @@ static const char SCHEMA[] =
     " devices TEXT, eta_s REAL, created REAL NOT NULL, started REAL, first_started REAL, finished REAL,"
     " restarts INTEGER NOT NULL DEFAULT 0, max_restarts INTEGER NOT NULL, deadline_s REAL NOT NULL,"
     " not_before REAL NOT NULL DEFAULT 0, idempotency_key TEXT UNIQUE);"
-    "CREATE INDEX IF NOT EXISTS runs_status ON runs(status, seq);"
-    "PRAGMA user_version = 1;";
+    "CREATE INDEX IF NOT EXISTS runs_status ON runs(status, seq);";
+
+/* Version 2 stores the canonical body an idempotency key was first used with. Databases of version 1
+ * (and the version-1 tables SCHEMA makes in a new file) gain the column once (migrate()). */
+static const char MIGRATE_2[] =
+    "ALTER TABLE runs ADD COLUMN idempotency_body TEXT;"
+    "PRAGMA user_version = 2;";
 
 static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices"};
 
@@ -117,15 +123,17 @@ static sqlite3_stmt *statement(tw_store *st, const char *sql, tw_error *err, con
     return stmt;
 }
 
-/* Runs a statement without result rows. *changes (may be NULL) gets the rows changed. */
-static tw_status exec(tw_store *st, int *changes, tw_error *err, const char *sql, const char *fmt, ...)
+/* Runs a statement without result rows. *changes (may be NULL) gets the rows changed; *ext (may be NULL)
+ * the extended result code of a failed step (0 otherwise). */
+static tw_status exec_v(tw_store *st, int *changes, int *ext, tw_error *err, const char *sql, const char *fmt,
+                        va_list ap)
 {
-    va_list ap;
-    va_start(ap, fmt);
     pthread_mutex_lock(&st->mu);
     tw_status s = TW_OK;
     sqlite3_stmt *stmt = statement(st, sql, err, fmt, ap);
     int rc = stmt ? sqlite3_step(stmt) : SQLITE_ERROR;
+    if (ext)
+        *ext = stmt && rc != SQLITE_DONE ? sqlite3_extended_errcode(st->db) : 0;
     if (!stmt)
         s = TW_ERR_IO;
     else if (rc != SQLITE_DONE)
@@ -135,6 +143,24 @@ static tw_status exec(tw_store *st, int *changes, tw_error *err, const char *sql
     if (stmt)
         sqlite3_reset(stmt);
     pthread_mutex_unlock(&st->mu);
+    return s;
+}
+
+static tw_status exec(tw_store *st, int *changes, tw_error *err, const char *sql, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tw_status s = exec_v(st, changes, NULL, err, sql, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static tw_status exec_ext(tw_store *st, int *changes, int *ext, tw_error *err, const char *sql, const char *fmt,
+                          ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    tw_status s = exec_v(st, changes, ext, err, sql, fmt, ap);
     va_end(ap);
     return s;
 }
@@ -157,42 +183,66 @@ static json_t *column_json(sqlite3_stmt *stmt, int i)
     return json_string(text);
 }
 
-/* Runs a query; returns its rows as a new array of objects (NULL on error, logged to stderr). */
-static json_t *query(tw_store *st, const char *sql, const char *fmt, ...)
+/* Runs a query: TW_OK with *rows a new array of objects (maybe empty), or TW_ERR_IO (err filled, *rows
+ * NULL) when it could not be read to the end. */
+static tw_status query(tw_store *st, json_t **rows, tw_error *err, const char *sql, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
     pthread_mutex_lock(&st->mu);
-    tw_error err;
-    sqlite3_stmt *stmt = statement(st, sql, &err, fmt, ap);
-    json_t *rows = stmt ? json_array() : NULL;
+    tw_status s = TW_OK;
+    sqlite3_stmt *stmt = statement(st, sql, err, fmt, ap);
+    *rows = stmt ? json_array() : NULL;
     int rc = SQLITE_DONE;
-    while (rows && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
+    while (*rows && (rc = sqlite3_step(stmt)) == SQLITE_ROW) {
         json_t *row = json_object();
         for (int i = 0; i < sqlite3_column_count(stmt); i++)
             json_object_set_new(row, sqlite3_column_name(stmt, i), column_json(stmt, i));
-        json_array_append_new(rows, row);
+        json_array_append_new(*rows, row);
     }
-    if (rows && rc != SQLITE_DONE) {
-        sql_error(st, rc, "read", &err);
-        json_decref(rows);
-        rows = NULL;
+    if (!stmt)
+        s = TW_ERR_IO;
+    else if (!*rows)
+        s = tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "database: read: out of memory");
+    else if (rc != SQLITE_DONE) {
+        s = sql_error(st, rc, "read", err);
+        json_decref(*rows);
+        *rows = NULL;
     }
     if (stmt)
         sqlite3_reset(stmt);
     pthread_mutex_unlock(&st->mu);
     va_end(ap);
-    if (!rows)
-        fprintf(stderr, "tower serve: %s\n", err.message);
-    return rows;
+    return s;
 }
 
-/* The first row of a result as a new object, or NULL. */
-static json_t *first(json_t *rows)
+/* The first row of a query's result s/rows into *out (new): TW_OK, TW_END (no row) or s (failed). */
+static tw_status first(tw_status s, json_t *rows, json_t **out)
 {
-    json_t *row = json_incref(json_array_get(rows, 0));
+    *out = s == TW_OK ? json_incref(json_array_get(rows, 0)) : NULL;
     json_decref(rows);
-    return row;
+    return s != TW_OK ? s : *out ? TW_OK : TW_END;
+}
+
+/* Brings a database of an older version to this one: the version is read and changed in one write
+ * transaction, so two openers never both migrate. An SQLite result code. */
+static int migrate(sqlite3 *db)
+{
+    sqlite3_stmt *stmt = NULL;
+    int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &stmt, NULL);
+    int version = rc == SQLITE_OK && sqlite3_step(stmt) == SQLITE_ROW ? sqlite3_column_int(stmt, 0) : -1;
+    sqlite3_finalize(stmt);
+    if (rc == SQLITE_OK && version < 0)
+        rc = SQLITE_ERROR;
+    if (rc == SQLITE_OK && version < 2)
+        rc = sqlite3_exec(db, MIGRATE_2, NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
 }
 
 tw_status tw_store_open(const char *path, tw_store **out, tw_error *err)
@@ -203,11 +253,14 @@ tw_status tw_store_open(const char *path, tw_store **out, tw_error *err)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     pthread_mutex_init(&st->mu, NULL);
     int rc = sqlite3_open_v2(path, &st->db,
-                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+                             SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW,
+                             NULL);
     static const char *const setup[] = {"PRAGMA journal_mode=WAL", "PRAGMA synchronous=FULL",
                                         "PRAGMA busy_timeout=5000", SCHEMA};
     for (size_t i = 0; rc == SQLITE_OK && i < sizeof setup / sizeof setup[0]; i++)
         rc = sqlite3_exec(st->db, setup[i], NULL, NULL, NULL);
+    if (rc == SQLITE_OK)
+        rc = migrate(st->db);
     if (rc != SQLITE_OK) {
         tw_status s = tw_error_set(err, TW_ERR_IO, path, -1, "cannot open the database: %s",
                                    st->db ? sqlite3_errmsg(st->db) : "out of memory");
@@ -269,27 +322,32 @@ tw_status tw_store_dataset_finish(tw_store *st, const char *id, const char *stat
                 status, meta, error, id);
 }
 
-json_t *tw_store_dataset_get(tw_store *st, const char *id)
+tw_status tw_store_dataset_get(tw_store *st, const char *id, json_t **out, tw_error *err)
 {
-    return first(query(st, "SELECT " DATASET_COLUMNS " FROM datasets WHERE id = ?", "s", id));
+    json_t *rows;
+    tw_status s = query(st, &rows, err, "SELECT " DATASET_COLUMNS " FROM datasets WHERE id = ?", "s", id);
+    return first(s, rows, out);
 }
 
-json_t *tw_store_dataset_list(tw_store *st)
+tw_status tw_store_dataset_list(tw_store *st, json_t **out, tw_error *err)
 {
-    return query(st, "SELECT " DATASET_COLUMNS " FROM datasets ORDER BY created DESC", "");
+    return query(st, out, err, "SELECT " DATASET_COLUMNS " FROM datasets ORDER BY created DESC", "");
 }
 
-json_t *tw_store_dataset_resolve(tw_store *st, const char *name_or_id)
+tw_status tw_store_dataset_resolve(tw_store *st, const char *name_or_id, json_t **out, tw_error *err)
 {
-    return first(query(st,
-                       "SELECT " DATASET_COLUMNS " FROM datasets WHERE id = ?1 OR name = ?1 "
-                       "ORDER BY id = ?1 DESC, status = 'ready' DESC, created DESC LIMIT 1",
-                       "s", name_or_id));
+    json_t *rows;
+    tw_status s = query(st, &rows, err,
+                        "SELECT " DATASET_COLUMNS " FROM datasets WHERE id = ?1 OR name = ?1 "
+                        "ORDER BY id = ?1 DESC, status = 'ready' DESC, created DESC LIMIT 1",
+                        "s", name_or_id);
+    return first(s, rows, out);
 }
 
-json_t *tw_store_datasets_converting(tw_store *st)
+tw_status tw_store_datasets_converting(tw_store *st, json_t **out, tw_error *err)
 {
-    return query(st, "SELECT " DATASET_COLUMNS " FROM datasets WHERE status = 'converting' ORDER BY created", "");
+    return query(st, out, err,
+                 "SELECT " DATASET_COLUMNS " FROM datasets WHERE status = 'converting' ORDER BY created", "");
 }
 
 tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)
@@ -301,10 +359,11 @@ tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)
                 "s", id));
     if (changed)
         return TW_OK;
-    json_t *d = tw_store_dataset_get(st, id);
+    json_t *d;
+    tw_status s = tw_store_dataset_get(st, id, &d, err);
     json_decref(d);
-    return d ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "dataset %s is used by a queued or running run", id)
-             : TW_END;
+    return s == TW_OK ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "dataset %s is used by a queued or running run", id)
+                      : s;
 }
 
 /* ================================ runs ================================ */
@@ -318,65 +377,105 @@ tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
 {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    return exec(st, NULL, err,
-                "INSERT INTO runs(id, name, dataset_id, status, config, towers, steps, created, "
-                "max_restarts, deadline_s, idempotency_key) VALUES(?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
-                "sSssiididS", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
-                ts.tv_sec + ts.tv_nsec * 1e-9, (int64_t)r->max_restarts, r->deadline_s, r->idem_key);
+    int changed = 0, ext = 0;
+    tw_status s = exec_ext(st, &changed, &ext, err,
+                           "INSERT INTO runs(id, name, dataset_id, status, config, towers, steps, created, "
+                           "max_restarts, deadline_s, idempotency_key, idempotency_body) "
+                           "SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 WHERE EXISTS "
+                           "(SELECT 1 FROM datasets WHERE id = ?3 AND status = 'ready')",
+                           "sSssiididSS", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
+                           ts.tv_sec + ts.tv_nsec * 1e-9, (int64_t)r->max_restarts, r->deadline_s, r->idem_key,
+                           r->idem_body);
+    if (s != TW_OK && r->idem_key && ext == SQLITE_CONSTRAINT_UNIQUE && strstr(err->message, "idempotency_key")) {
+        tw_error_clear(err);
+        return TW_END;
+    }
+    if (s == TW_OK && !changed)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "dataset %s was deleted or is not ready", r->dataset_id);
+    return s;
 }
 
-json_t *tw_store_run_get(tw_store *st, const char *id)
+tw_status tw_store_run_get(tw_store *st, const char *id, json_t **out, tw_error *err)
 {
-    return first(query(st, "SELECT " RUN_COLUMNS " FROM runs WHERE id = ?", "s", id));
+    json_t *rows;
+    tw_status s = query(st, &rows, err, "SELECT " RUN_COLUMNS " FROM runs WHERE id = ?", "s", id);
+    return first(s, rows, out);
 }
 
-json_t *tw_store_run_by_key(tw_store *st, const char *idem_key)
+tw_status tw_store_run_by_key(tw_store *st, const char *idem_key, const char *idem_body, json_t **out,
+                              tw_error *err)
 {
-    return first(query(st, "SELECT " RUN_COLUMNS " FROM runs WHERE idempotency_key = ?", "s", idem_key));
+    json_t *rows;
+    tw_status s = query(st, &rows, err,
+                        "SELECT " RUN_COLUMNS ", idempotency_body IS NULL OR idempotency_body IS ?2 AS same "
+                        "FROM runs WHERE idempotency_key = ?1",
+                        "sS", idem_key, idem_body);
+    if ((s = first(s, rows, out)) != TW_OK)
+        return s;
+    int same = json_integer_value(json_object_get(*out, "same")) != 0;
+    json_object_del(*out, "same");
+    if (same)
+        return TW_OK;
+    json_decref(*out);
+    *out = NULL;
+    return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                        "Idempotency-Key: this key was used with a different request body");
 }
 
-json_t *tw_store_run_list(tw_store *st, const char *status, long limit, long offset)
+tw_status tw_store_run_list(tw_store *st, const char *status, long limit, long offset, json_t **out,
+                            tw_error *err)
 {
-    json_t *rows = query(st,
-                         "SELECT " RUN_COLUMNS " FROM runs WHERE ?1 IS NULL OR status = ?1 "
-                         "ORDER BY seq DESC LIMIT ?2 OFFSET ?3",
-                         "Sii", status, (int64_t)limit, (int64_t)offset);
-    json_t *total = first(query(st, "SELECT count(*) AS n FROM runs WHERE ?1 IS NULL OR status = ?1",
-                                "S", status));
-    json_t *out = NULL;
-    if (rows && total) /* json_pack steals rows, even when it fails */
-        out = json_pack("{s:o, s:O, s:i, s:i}", "runs", rows, "total", json_object_get(total, "n"), "limit",
-                        (int)limit, "offset", (int)offset);
+    json_t *rows = NULL, *total = NULL;
+    tw_status s = query(st, &rows, err,
+                        "SELECT " RUN_COLUMNS " FROM runs WHERE ?1 IS NULL OR status = ?1 "
+                        "ORDER BY seq DESC LIMIT ?2 OFFSET ?3",
+                        "Sii", status, (int64_t)limit, (int64_t)offset);
+    if (s == TW_OK) {
+        json_t *counted;
+        s = query(st, &counted, err, "SELECT count(*) AS n FROM runs WHERE ?1 IS NULL OR status = ?1", "S",
+                  status);
+        s = first(s, counted, &total);
+    }
+    *out = NULL;
+    if (s == TW_OK) /* json_pack steals rows, even when it fails */
+        *out = json_pack("{s:o, s:O, s:i, s:i}", "runs", rows, "total", json_object_get(total, "n"), "limit",
+                         (int)limit, "offset", (int)offset);
     else
         json_decref(rows);
     json_decref(total);
-    return out;
+    if (s == TW_OK && !*out)
+        s = tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "database: read: out of memory");
+    return s;
 }
 
-json_t *tw_store_run_counts(tw_store *st)
+tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err)
 {
-    json_t *rows = query(st, "SELECT status, count(*) AS n FROM runs GROUP BY status", "");
-    json_t *out = json_pack("{s:i, s:i, s:i, s:i, s:i}", "queued", 0, "running", 0, "succeeded", 0,
-                            "failed", 0, "cancelled", 0);
+    json_t *rows;
+    *out = NULL;
+    TW_TRY(query(st, &rows, err, "SELECT status, count(*) AS n FROM runs GROUP BY status", ""));
+    *out = json_pack("{s:i, s:i, s:i, s:i, s:i}", "queued", 0, "running", 0, "succeeded", 0, "failed", 0,
+                     "cancelled", 0);
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
-        json_object_set(out, json_string_value(json_object_get(row, "status")), json_object_get(row, "n"));
+        json_object_set(*out, json_string_value(json_object_get(row, "status")), json_object_get(row, "n"));
     json_decref(rows);
-    return out;
+    return *out ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "database: read: out of memory");
 }
 
-json_t *tw_store_run_next(tw_store *st, double now)
+tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *err)
 {
-    return first(query(st,
-                       "SELECT " RUN_COLUMNS " FROM runs WHERE status = 'queued' AND not_before <= ? "
-                       "ORDER BY seq LIMIT 1",
-                       "d", now));
+    json_t *rows;
+    tw_status s = query(st, &rows, err,
+                        "SELECT " RUN_COLUMNS " FROM runs WHERE status = 'queued' AND not_before <= ? "
+                        "ORDER BY seq LIMIT 1",
+                        "d", now);
+    return first(s, rows, out);
 }
 
-json_t *tw_store_runs_in(tw_store *st, const char *status)
+tw_status tw_store_runs_in(tw_store *st, const char *status, json_t **out, tw_error *err)
 {
-    return query(st, "SELECT " RUN_COLUMNS " FROM runs WHERE status = ? ORDER BY seq", "s", status);
+    return query(st, out, err, "SELECT " RUN_COLUMNS " FROM runs WHERE status = ? ORDER BY seq", "s", status);
 }
 
 tw_status tw_store_run_started(tw_store *st, const char *id, const char *devices, double now,
@@ -439,8 +538,9 @@ tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err)
                 "DELETE FROM runs WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled')", "s", id));
     if (changed)
         return TW_OK;
-    json_t *r = tw_store_run_get(st, id);
+    json_t *r;
+    tw_status s = tw_store_run_get(st, id, &r, err);
     json_decref(r);
-    return r ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has not finished: cancel it first", id)
-             : TW_END;
+    return s == TW_OK ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has not finished: cancel it first", id)
+                      : s;
 }

@@ -7,7 +7,11 @@
  * children close every inherited descriptor anyway.
  *
  * Errors: SQLite failures return TW_ERR_IO with the SQLite message; a full disk keeps errno_value =
- * ENOSPC (the caller answers 507); any other I/O failure is fatal for the process (tw_store_on_fatal). Thread-safety: every function locks the store's mutex; JSON results are new (caller owns). */
+ * ENOSPC (the caller answers 507); any other I/O failure is fatal for the process (tw_store_on_fatal). Thread-safety: every function locks the store's mutex; JSON results are new (caller owns).
+ *
+ * Reads return TW_OK with *out set, TW_END when the row asked for does not exist (*out = NULL), or
+ * TW_ERR_IO with err filled when the read failed (*out = NULL): "not found" and "could not read" are
+ * never the same answer, and a list that could not be read is a failure, never an empty list. */
 #ifndef TW_STORE_H
 #define TW_STORE_H
 
@@ -40,36 +44,49 @@ tw_status tw_store_dataset_insert(tw_store *st, const char *id, const char *name
 /* status "ready" with meta (JSON text) or "failed" with error (JSON text {"code","message",...}). */
 tw_status tw_store_dataset_finish(tw_store *st, const char *id, const char *status, const char *meta,
                                   const char *error, tw_error *err);
-json_t *tw_store_dataset_get(tw_store *st, const char *id);  /* NULL: not found */
-json_t *tw_store_dataset_list(tw_store *st);                 /* array, newest first */
+/* A reader of one row by id (tw_store_dataset_get, tw_store_run_get). */
+typedef tw_status (*tw_store_get_fn)(tw_store *st, const char *id, json_t **out, tw_error *err);
+
+tw_status tw_store_dataset_get(tw_store *st, const char *id, json_t **out, tw_error *err);
+tw_status tw_store_dataset_list(tw_store *st, json_t **out, tw_error *err); /* array, newest first */
 /* The dataset a run names: an id, or the newest ready dataset with that name, else the newest of that
- * name. NULL: none. */
-json_t *tw_store_dataset_resolve(tw_store *st, const char *name_or_id);
-/* Datasets still "converting" (to restart after a crash), oldest first: a new array. */
-json_t *tw_store_datasets_converting(tw_store *st);
+ * name. TW_END: none. */
+tw_status tw_store_dataset_resolve(tw_store *st, const char *name_or_id, json_t **out, tw_error *err);
+/* Datasets still "converting" (to restart after a crash), oldest first: an array. */
+tw_status tw_store_datasets_converting(tw_store *st, json_t **out, tw_error *err);
 /* Deletes unless a queued or running run uses it: TW_ERR_INVALID (in use), TW_END (no such dataset). */
 tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err);
 
 /* ---- runs ---- */
 typedef struct {
-    const char *id, *name, *dataset_id, *config, *idem_key; /* name, idem_key may be NULL */
+    const char *id, *name, *dataset_id, *config; /* name may be NULL */
+    const char *idem_key, *idem_body; /* NULL, or the Idempotency-Key and the canonical body it came with */
     int towers;
     int64_t steps;
     int max_restarts;
     double deadline_s; /* 0 = none */
 } tw_run_new;
 
+/* Inserts a queued run in one statement that commits only while its dataset exists and is "ready" (the
+ * check and the insert are one step: a dataset deleted meanwhile makes the insert a no-op). TW_OK;
+ * TW_ERR_INVALID when the dataset is gone or not ready (err names it); TW_END when another run already
+ * holds r->idem_key (the UNIQUE index decides between concurrent submissions: read the winner with
+ * tw_store_run_by_key); TW_ERR_IO on failure. */
 tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err);
-json_t *tw_store_run_get(tw_store *st, const char *id);           /* NULL: not found */
-json_t *tw_store_run_by_key(tw_store *st, const char *idem_key);  /* NULL: none */
+tw_status tw_store_run_get(tw_store *st, const char *id, json_t **out, tw_error *err);
+/* The run holding idem_key when it was submitted with idem_body (or before bodies were kept): TW_OK;
+ * TW_END: no run holds the key; TW_ERR_INVALID: it was used with another body (err says so). */
+tw_status tw_store_run_by_key(tw_store *st, const char *idem_key, const char *idem_body, json_t **out,
+                              tw_error *err);
 /* {"runs": [...], "total", "limit", "offset"}; status may be NULL (all). */
-json_t *tw_store_run_list(tw_store *st, const char *status, long limit, long offset);
+tw_status tw_store_run_list(tw_store *st, const char *status, long limit, long offset, json_t **out,
+                            tw_error *err);
 /* Counts by status: {"queued": n, ...}. */
-json_t *tw_store_run_counts(tw_store *st);
-/* The oldest queued run (by submission) whose back-off has passed (not_before <= now); NULL if none. */
-json_t *tw_store_run_next(tw_store *st, double now);
+tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err);
+/* The oldest queued run (by submission) whose back-off has passed (not_before <= now); TW_END if none. */
+tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *err);
 /* Every run in state `status` (array of run objects). */
-json_t *tw_store_runs_in(tw_store *st, const char *status);
+tw_status tw_store_runs_in(tw_store *st, const char *status, json_t **out, tw_error *err);
 
 tw_status tw_store_run_started(tw_store *st, const char *id, const char *devices, double now,
                                tw_error *err);

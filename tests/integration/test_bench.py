@@ -1,8 +1,10 @@
 """`tower bench` on the CPU: the JSON report's numbers are positive and agree with each other, the table
-prints, a config's model runs without its dataset, bad options exit 2 naming the option, and
-`--backend cuda` without a GPU fails saying why."""
+prints, the default configs are built into the binary, a config's model runs without its dataset, bad
+options exit 2 naming the option, and `--backend cuda` without a GPU fails saying why."""
 import json
 import os
+import shutil
+import subprocess
 
 import pytest
 
@@ -45,10 +47,22 @@ def test_defaults_on_the_cpu_report_consistent_numbers(run_tower):
     assert doc["results"][0]["allreduce_bytes"] == 4 * MLP_PARAMS
 
 
-def test_examples_found_from_another_folder(run_tower, tmp_path):
-    doc = bench_json(run_tower, "--backend", "cpu", "--steps", "2", "--warmup", "0", "--towers", "1",
-                     cwd=tmp_path)
-    assert [r["model"] for r in doc["results"]] == ["seed_mlp", "fashion_cnn"]
+def test_default_configs_are_built_in(tower_bin, tmp_path):
+    """A binary with no examples/ anywhere near it (the Docker image's /usr/local/bin/tower) still runs
+    both default configs, from another folder."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "cwd").mkdir()
+    tower = shutil.copy(tower_bin, tmp_path / "bin" / "tower")
+    for d in (tmp_path / "bin", tmp_path / "cwd"):
+        assert not any((p / "examples").exists() for p in (d, *d.parents)), d
+    res = subprocess.run([tower, "bench", "--json", "--backend", "cpu", "--steps", "1", "--warmup", "0",
+                          "--towers", "1"], capture_output=True, text=True, cwd=tmp_path / "cwd",
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    got = [(r["model"], r["batch_size"]) for r in doc["results"]]
+    assert got == [("seed_mlp", 32), ("fashion_cnn", 100)]
+    assert doc["results"][0]["allreduce_bytes"] == 4 * MLP_PARAMS
 
 
 def test_table_prints(run_tower):

@@ -11,6 +11,7 @@ driver provides. The health check is tried against a real `tower serve`, and so 
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 
@@ -212,7 +213,24 @@ def test_build_stage(dockerfile):
     deps = install_deps_runs(build)
     assert deps and not any("--runtime" in r or "--test" in r for r in deps), deps
     cmake = " ".join(r for r in runs(build) if "cmake" in r)
-    assert "-DTW_CUDA=ON" in cmake and "--build" in cmake and "-DTW_TESTS=OFF" in cmake
+    assert "-DTW_CUDA=ON" in cmake and "--build" in cmake
+
+
+def build_stage_configure(build):
+    """The -D definitions of the build stage's configure command (`cmake -S ...`), {NAME: value}."""
+    cmds = [c.strip() for r in runs(build) for c in r.split("&&") if c.strip().startswith("cmake -S")]
+    assert len(cmds) == 1, cmds
+    return {a[2:].split("=", 1)[0].split(":")[0]: a.split("=", 1)[1]
+            for a in shlex.split(cmds[0]) if a.startswith("-D")}
+
+
+def test_build_stage_needs_no_test_dependencies(dockerfile):
+    """The build stage installs the build dependencies only (no --test: no cmocka), so its configure must
+    not require the unit tests (-DTW_UNIT_TESTS=ON) and builds none (TW_TESTS or TW_UNIT_TESTS OFF).
+    test_configure.py configures with these definitions, pkg-config blind to the test packages."""
+    defs = build_stage_configure(dockerfile["build"])
+    assert defs.get("TW_UNIT_TESTS", "AUTO") != "ON", defs
+    assert defs.get("TW_TESTS") == "OFF" or defs.get("TW_UNIT_TESTS") == "OFF", defs
 
 
 def test_runtime_stage_is_the_default_one(dockerfile):

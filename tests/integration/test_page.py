@@ -247,3 +247,75 @@ def test_without_chartjs_metrics_are_a_table(serve, browser):
     wait(d, lambda d: d.find_elements(By.ID, f"run-row-{run_id}"), message="the runs table without Chart.js")
     # The blocked request is the only error.
     assert severe(d, allowed=("static/chart.js",)) == []
+
+
+EVIL_PAGE = """<!doctype html><title>evil</title>
+<iframe name="sink1"></iframe><iframe name="sink2"></iframe>
+<form id="cancel" method="post" target="sink1" enctype="text/plain" action="%(api)s/runs/%(run)s/cancel">
+  <input name="x" value="y"></form>
+<form id="upload" method="post" target="sink2" enctype="multipart/form-data"
+      action="%(api)s/datasets?name=evil&amp;label_column=label">
+  <input type="hidden" name="x" value="y"></form>
+<script>
+(async () => {
+  const tries = [
+    fetch('%(api)s/runs', {method: 'POST', mode: 'no-cors', headers: {'Content-Type': 'text/plain'},
+                           body: %(config)s}),
+    fetch('%(api)s/runs/%(run)s/cancel', {method: 'POST', mode: 'no-cors'}),
+    fetch('%(api)s/datasets/%(dataset)s', {method: 'DELETE', mode: 'cors'}),
+    navigator.sendBeacon('%(api)s/runs', new Blob([%(config)s], {type: 'text/plain'})),
+  ];
+  await Promise.allSettled(tries);
+  document.getElementById('cancel').submit();
+  document.getElementById('upload').submit();
+  window.evilDone = true;
+})();
+</script>"""
+
+
+def test_foreign_page_cannot_act_and_own_page_can_without_token(serve, browser, tool, tmp_path):
+    """Issue 9 §2 in a real browser: a page on another origin (another port of 127.0.0.1) sends every
+    "simple" request shape a browser allows without a preflight (text/plain fetch, sendBeacon, form posts
+    as text/plain and multipart) plus a DELETE; none acts. Then the status page itself, on the server's own
+    origin and with no token configured, cancels the run."""
+    import http.server
+    import threading
+    server = serve("--trainer", tool("tw_faketrain"), env={"TW_FAKE": "step_ms=50"})
+    csv = "a,b,label\n" + "".join(f"{i % 5}.5,{i % 3}.5,{i % 2}\n" for i in range(20))
+    reply = requests.post(server.api("/datasets?name=tab&label_column=label"), data=csv,
+                          headers={"Content-Type": "text/csv"}, timeout=30)
+    assert reply.status_code in (201, 202), reply.text
+    dataset = poll_api(server.api(f"/datasets/{reply.json()['id']}"), lambda b: b["status"] != "converting", 60,
+                       "the CSV conversion")
+    config = json.loads((ROOT / "examples" / "seed_mlp.json").read_text())
+    config.update(dataset="tab", steps=1000000)
+    run = requests.post(server.api("/runs"), json=config, timeout=30).json()
+    poll_api(server.api(f"/runs/{run['id']}"), lambda b: b["status"] == "running", 60, "the run to start")
+    (tmp_path / "evil.html").write_text(EVIL_PAGE % {
+        "api": server.api(""), "run": run["id"], "dataset": dataset["id"],
+        "config": json.dumps(json.dumps({**config, "steps": 5}))})
+    handler = lambda *a: http.server.SimpleHTTPRequestHandler(*a, directory=str(tmp_path))  # noqa: E731
+    evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=evil.serve_forever, daemon=True).start()
+    try:
+        d = browser
+        d.get(f"http://127.0.0.1:{evil.server_address[1]}/evil.html")
+        wait(d, lambda d: js(d, "return window.evilDone === true"), message="the foreign page's requests")
+        # each form post lands in its own frame, which turns cross-origin once the answer has come
+        for frame in ("sink1", "sink2"):
+            wait(d, lambda d: js(d, f"try {{ return frames.{frame}.location.href; }} catch (e) {{ return 'x'; }}")
+                 == "x", message=f"the answer of the form post in {frame}")
+    finally:
+        evil.shutdown()
+    runs = requests.get(server.api("/runs"), timeout=10).json()
+    assert runs["total"] == 1 and runs["runs"][0]["status"] == "running", runs
+    datasets = requests.get(server.api("/datasets"), timeout=10).json()["datasets"]
+    assert [x["name"] for x in datasets] == ["tab"]
+
+    # Our own page acts, with no token configured.
+    d.get(f"{server.url}/#/runs/{run['id']}")
+    wait(d, lambda d: d.find_element(By.ID, "run-status").text.startswith("running"), message="the run page")
+    d.find_element(By.ID, "run-cancel").click()
+    wait(d, lambda d: d.find_element(By.ID, "run-status").text.startswith("cancelled"), timeout=60,
+         message="the run to show as cancelled")
+    assert requests.get(server.api(f"/runs/{run['id']}"), timeout=10).json()["status"] == "cancelled"

@@ -102,7 +102,9 @@ def test_checkpoint_folder_is_readable(tmp_path, tool):
     latest = (folder / "latest").read_text()
     assert latest == "ckpt-0000000007.safetensors\n"
     path = folder / latest.strip()
-    assert_same_tensors(st_numpy.load_file(str(path)), ckptgen_tensors())
+    want = ckptgen_tensors()
+    del want["special"]  # a checkpoint never holds NaN or Inf: tw_ckptgen --dir leaves it out
+    assert_same_tensors(st_numpy.load_file(str(path)), want)
     with safe_open(str(path), framework="np") as f:
         assert f.metadata() == {"step": "7"}
 

@@ -202,17 +202,31 @@ def route_table():
     return set(re.findall(r'\{"(GET|POST|DELETE)", "([^"]+)"', text))
 
 
+def route_queries():
+    """{(method, pattern): {query parameter: required}} from the last field of each server/routes.c entry."""
+    text = (ROOT / "server" / "routes.c").read_text()
+    out = {}
+    for m, p, rest in re.findall(r'\{"(GET|POST|DELETE)", "([^"]+)",(.*?)\},\n', text, re.S):
+        last = re.search(r'(NULL|"([^"]*)")\s*$', rest).group(2) or ""
+        out[(m, p)] = {w.lstrip("!"): w.startswith("!") for w in last.split()}
+    return out
+
+
 def test_openapi_matches_the_route_table(serve):
     server = serve()
     doc = requests.get(server.api("/openapi.json"), timeout=10).json()
     assert doc["openapi"].startswith("3.")
     listed = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert listed == route_table()
+    queries = route_queries()
     for path, ops in doc["paths"].items():
         for method, op in ops.items():
-            params = {p["name"] for p in op.get("parameters", [])}
+            params = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
             assert params == set(re.findall(r"\{(\w+)\}", path)), (method, path)
+            query = {p["name"]: p["required"] for p in op.get("parameters", []) if p["in"] == "query"}
+            assert query == queries[(method.upper(), path)], (method, path)
             assert op["summary"]
+    assert queries[("POST", "/api/v1/datasets")] == {"name": True, "label_column": False}
 
 
 def test_unknown_route_and_method(serve):

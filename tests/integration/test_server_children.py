@@ -16,14 +16,19 @@ def test_child_has_its_own_group_and_no_server_descriptors(serve, tool):
     run = submit(server, seed_config(steps=100000)).json()
     wait_run(server, run["id"], ("running",))
     child = poll("the child", lambda: (child_pids(server.proc.pid) or [None])[0])
+
+    def exec_done():  # "running" is stored right after fork: the child may still be inside execve
+        args = open(f"/proc/{child}/cmdline", "rb").read().split(b"\0")
+        return args if len(args) > 1 and args[1] == b"train" else None
+    cmdline = poll("the child's exec", exec_done)
     assert os.getpgid(child) == child != os.getpgid(server.proc.pid)
     fds = {os.readlink(f"/proc/{child}/fd/{fd}") for fd in os.listdir(f"/proc/{child}/fd")}
     assert not any("tower.db" in f for f in fds), fds
     assert not any(f.startswith("socket:") for f in fds), fds  # not the listening socket
     logdir = str(server.data.resolve() / "runs" / run["id"])
-    cmdline = open(f"/proc/{child}/cmdline", "rb").read().split(b"\0")
     assert [c.decode() for c in cmdline[1:7]] == ["train", f"{logdir}/config.json", "--logdir", logdir,
                                                    "--resume", "--backend"]
+    assert [c.decode() for c in cmdline[8:10]] == ["--data-root", str(server.data.resolve())]  # confined
     env = dict(e.split(b"=", 1) for e in open(f"/proc/{child}/environ", "rb").read().split(b"\0") if b"=" in e)
     assert env[b"CUDA_VISIBLE_DEVICES"] == b"" and env[b"CUDA_DEVICE_ORDER"] == b"PCI_BUS_ID"
     devices = requests.get(server.api("/devices"), timeout=10).json()["devices"]

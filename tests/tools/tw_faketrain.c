@@ -2,10 +2,10 @@
  * process (`tower serve --trainer PATH`). It speaks the trainer's whole contract without a model or data,
  * and fails on request. Not a test itself.
  *
- *   tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B]
+ *   tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B] [--data-root D]
  *
  * The same arguments as `tower train` (the first is ignored; --towers and --backend are checked and
- * ignored). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
+ * ignored; --data-root confines it as it does the trainer: eventlog/datafs.h). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
  * (default 1000) and "checkpoint_every" (default 1000, 0 = only at the end), as engine/config.c does.
  * What it writes, through the real modules:
  *   - DIR/events.out.tfevents.*: a scalar "loss" per step (eventlog/events.h); a resumed run writes a new
@@ -48,7 +48,18 @@
  *                  (CODE != 0) and exit CODE (0..255)
  *   once           the faults above (nan/inf/hang/crash/exit) fire only in the first attempt: the first
  *                  run creates DIR/.tw_fake_once, and a run that finds it runs clean (timings still apply)
+ *   helper=KIND    at start-up fork a helper process that stays in the trainer's process group and sleeps
+ *                  until killed, after writing {"helper_pid":PID} (its own pid) to stdout:
+ *                    stdout       it keeps stdout and stderr open (SIGTERM ends it)
+ *                    ignore_term  it ignores SIGTERM and points stdout and stderr at /dev/null
+ *                    orphan       a grandchild: the helper forks it and exits at once, so it is orphaned
+ *                                 while the trainer runs; it keeps stdout and stderr open
+ *                  (every attempt forks one: `once` does not apply)
+ *   forge          at start-up write a stderr line holding terminal escapes (ESC, BEL) and a failed line
+ *                  whose message echoes a value with newlines and ESC, as a trainer quoting a bad config
+ *                  value would, then exit 2: what a log must show without a forged line or a raw escape
  * Example: TW_FAKE=step_ms=50,exit_at=7:12,once */
+#define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -59,11 +70,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "atomic_file.h"
 #include "checkpoint.h"
+#include "datafs.h"
 #include "events.h"
 #include "trainer.h"
 
@@ -74,14 +87,19 @@ enum { KEEP_CHECKPOINTS = 3, W_VALUES = 4, PATH_BYTES = 4096 };
 
 static const char USAGE[] =
     "usage: tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B]\n"
+    "                    [--data-root DIR]\n"
     "fault switches in $TW_FAKE: step_ms=N,startup_ms=N,ckpt_ms=N,nan_at=K,inf_at=K,hang_at=K,\n"
-    "crash_at=K,exit_at=K:CODE,once (see the comment at the top of tw_faketrain.c)\n";
+    "crash_at=K,exit_at=K:CODE,once,helper=stdout|ignore_term|orphan,forge (see the comment at the top\n"
+    "of tw_faketrain.c)\n";
+
+typedef enum { HELPER_NONE, HELPER_STDOUT, HELPER_IGNORE_TERM, HELPER_ORPHAN } helper_kind;
 
 typedef struct {
     long step_ms, startup_ms, ckpt_ms;
     int64_t nan_at, inf_at, hang_at, crash_at, exit_at;
     int exit_code;
-    int once;
+    int once, forge;
+    helper_kind helper;
 } fault_switches;
 
 static fault_switches F = {.step_ms = 10, .nan_at = NEVER, .inf_at = NEVER, .hang_at = NEVER,
@@ -111,13 +129,13 @@ static void sleep_ms(long ms)
 }
 
 /* The checkpoint write's pause (ckpt_ms): tw_atomic_file_commit renames the fsynced temporary over the
- * final name; this definition takes the place of libc's rename for the whole program, waits when the
- * temporary is a checkpoint's, then renames with renameat. */
-int rename(const char *from, const char *to)
+ * final name in the same folder; this definition takes the place of libc's renameat for the whole
+ * program, waits when the temporary is a checkpoint's, then renames with the system call. */
+int renameat(int from_dir, const char *from, int to_dir, const char *to)
 {
     if (F.ckpt_ms > 0 && strstr(from, ".safetensors.tmp."))
         sleep_ms(F.ckpt_ms);
-    return renameat(AT_FDCWD, from, AT_FDCWD, to);
+    return (int)syscall(SYS_renameat2, from_dir, from, to_dir, to, 0);
 }
 
 /* ================================ exit codes and output ================================ */
@@ -185,6 +203,8 @@ static int parse_switch(char *item)
     } TIMES[] = {{"step_ms", &F.step_ms}, {"startup_ms", &F.startup_ms}, {"ckpt_ms", &F.ckpt_ms}};
     if (!strcmp(item, "once"))
         return F.once = 1;
+    if (!strcmp(item, "forge"))
+        return F.forge = 1;
     char *value = strchr(item, '=');
     if (!value)
         return 0;
@@ -200,6 +220,14 @@ static int parse_switch(char *item)
             *TIMES[i].ms = (long)v;
             return 1;
         }
+    if (!strcmp(item, "helper")) {
+        static const char *const KINDS[] = {[HELPER_STDOUT] = "stdout", [HELPER_IGNORE_TERM] = "ignore_term",
+                                            [HELPER_ORPHAN] = "orphan"};
+        for (int k = HELPER_STDOUT; k <= HELPER_ORPHAN; k++)
+            if (!strcmp(value, KINDS[k]))
+                return F.helper = (helper_kind)k, 1;
+        return 0;
+    }
     if (strcmp(item, "exit_at"))
         return 0;
     char *code = strchr(value, ':');
@@ -233,7 +261,7 @@ static int parse_switches(void)
 }
 
 typedef struct {
-    const char *config, *logdir;
+    const char *config, *logdir, *data_root;
     int resume;
     int64_t steps, checkpoint_every;
     char ckpt_dir[PATH_BYTES], steps_log[PATH_BYTES];
@@ -245,7 +273,7 @@ static int parse_args(int argc, char **argv, options *o)
     static const struct option longs[] = {
         {"logdir", required_argument, 0, 'l'}, {"resume", no_argument, 0, 'r'},
         {"towers", required_argument, 0, 't'}, {"backend", required_argument, 0, 'b'},
-        {0, 0, 0, 0}};
+        {"data-root", required_argument, 0, 'd'}, {0, 0, 0, 0}};
     int c;
     int64_t towers;
     optind = 1;
@@ -253,6 +281,7 @@ static int parse_args(int argc, char **argv, options *o)
         switch (c) {
         case 'l': o->logdir = optarg; break;
         case 'r': o->resume = 1; break;
+        case 'd': o->data_root = optarg; break;
         case 't':
             if (!parse_i64(optarg, 1, &towers) || towers > 64)
                 return fputs(USAGE, stderr), TW_EXIT_USAGE;
@@ -353,6 +382,50 @@ static void fire_faults(int64_t k)
     exit(F.exit_code);
 }
 
+/* forge: control characters on both pipes, then exit 2. */
+static void forge(void)
+{
+    fputs("tw_faketrain: forge: \x1b[2J\x1b]0;owned\x07 terminal escapes\n", stderr);
+    emit(json_pack("{s:s, s:{s:s}, s:i, s:s}", "status", "failed", "error", "code", "INVALID", "exit",
+                   TW_EXIT_USAGE, "message", "unknown value '\n== forged ==\n\x1b[2J'"));
+    exit(TW_EXIT_USAGE);
+}
+
+/* In a helper (helper=KIND): {"helper_pid":PID} on stdout, then sleep until killed. */
+static void linger(void)
+{
+    char line[48];
+    int n = snprintf(line, sizeof line, "{\"helper_pid\":%d}\n", (int)getpid());
+    ssize_t w = write(STDOUT_FILENO, line, (size_t)n); /* one write: never split by the trainer's lines */
+    (void)w;
+    if (F.helper == HELPER_IGNORE_TERM) {
+        int null_fd = open("/dev/null", O_WRONLY);
+        if (null_fd < 0 || dup2(null_fd, STDOUT_FILENO) < 0 || dup2(null_fd, STDERR_FILENO) < 0)
+            _exit(1);
+    }
+    for (;;)
+        pause();
+}
+
+/* helper=KIND: forks the helper, which never returns here. Returns 0, or -1 when fork failed. */
+static int start_helper(void)
+{
+    if (F.helper == HELPER_NONE)
+        return 0;
+    fflush(NULL); /* nothing buffered is written twice */
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid < 0 ? -1 : 0;
+    struct sigaction sa = {.sa_handler = F.helper == HELPER_IGNORE_TERM ? SIG_IGN : SIG_DFL};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    if (F.helper == HELPER_ORPHAN && fork() != 0)
+        _exit(0); /* the grandchild lingers, orphaned */
+    linger();
+    return 0;
+}
+
 /* With `once`, the first run in logdir leaves a marker; later runs clear the faults. */
 static tw_status apply_once(const char *logdir, tw_error *err)
 {
@@ -360,7 +433,7 @@ static tw_status apply_once(const char *logdir, tw_error *err)
         return TW_OK;
     char path[PATH_BYTES];
     snprintf(path, sizeof path, "%s/.tw_fake_once", logdir);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = tw_fs_open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     if (fd >= 0)
         return close(fd), TW_OK;
     if (errno != EEXIST)
@@ -410,9 +483,10 @@ static tw_status save(run *R, tw_error *err)
 /* Rewrites steps.log atomically with only its lines up to step (none when it does not exist). */
 static tw_status trim_steps_log(const char *path, int64_t step, tw_error *err)
 {
-    FILE *f = fopen(path, "r");
+    int fd = tw_fs_open(path, O_RDONLY, 0);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
     if (!f)
-        return errno == ENOENT ? TW_OK : tw_error_errno(err, path, "cannot open");
+        return errno == ENOENT ? TW_OK : tw_fs_error(err, path, "cannot open");
     char *kept = NULL, line[64];
     size_t len = 0;
     FILE *out = open_memstream(&kept, &len);
@@ -457,15 +531,15 @@ static tw_status resume(run *R, tw_error *err)
 
 static tw_status start(run *R, tw_error *err)
 {
-    if (mkdir(R->o->logdir, 0755) != 0 && errno != EEXIST)
-        return tw_error_errno(err, R->o->logdir, "cannot create the log folder");
+    if (tw_fs_mkdir(R->o->logdir, 0755) != 0 && errno != EEXIST)
+        return tw_fs_error(err, R->o->logdir, "cannot create the log folder");
     TW_TRY(apply_once(R->o->logdir, err));
     fire_faults(0);
     if (R->o->resume)
         TW_TRY(resume(R, err));
-    R->log_fd = open(R->o->steps_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    R->log_fd = tw_fs_open(R->o->steps_log, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (R->log_fd < 0)
-        return tw_error_errno(err, R->o->steps_log, "cannot open");
+        return tw_fs_error(err, R->o->steps_log, "cannot open");
     TW_TRY(tw_events_create(R->o->logdir, NULL, &R->ev, err));
     tw_error e;
     if (R->step > 0 && tw_events_add_session_start(R->ev, R->step + 1, &e) != TW_OK)
@@ -557,12 +631,16 @@ int main(int argc, char **argv)
         return TW_EXIT_USAGE;
     tw_error err;
     tw_error_clear(&err);
-    if (load_config(&o, &err) != TW_OK)
+    if ((o.data_root && tw_fs_confine(o.data_root, &err) != TW_OK) || load_config(&o, &err) != TW_OK)
         return fail(&err);
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    if (start_helper() != 0)
+        return fail_with("INTERNAL", "helper: fork failed", 1);
+    if (F.forge)
+        forge();
     sleep_ms(F.startup_ms);
     return train(&o);
 }

@@ -2,15 +2,16 @@
  * `latest` naming the newest, TW_END with no checkpoint, leftover temporaries removed (and only ours),
  * a malformed or dangling pointer and a corrupt checkpoint reported (no silent fallback), uncommitted
  * files above the saved step pruned, steps past the 10-digit padding ordered by number, failed saves
- * (RLIMIT_FSIZE, read-only folder) leaving the previous checkpoint and pointer intact, a failed pointer
- * switch pruning nothing, and the reader:
- * F32 only, tensors by name with shape checks, metadata by key. */
+ * (RLIMIT_FSIZE, read-only folder, a NaN or Inf parameter) leaving the previous checkpoint and pointer
+ * intact, a failed pointer switch pruning nothing, and the reader: F32 only, tensors by name with shape
+ * checks, metadata by key. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,7 @@
 #include "testutil.h"
 
 #include "checkpoint.h"
+#include "trainer.h"
 
 enum { W_ROWS = 3, W_COLS = 4 };
 
@@ -329,6 +331,43 @@ static void test_failed_write_keeps_previous_checkpoint(void **state)
     expect_latest(f->dir, 2);
 }
 
+/* A NaN or Inf anywhere in the parameters: refused naming the tensor and the element (EDOM, the
+ * trainer's diverged exit), nothing new in the folder, the previous checkpoint still `latest`. */
+static void test_nonfinite_value_writes_nothing(void **state)
+{
+    fixture *f = *state;
+    save_ok(f->dir, 1, 3);
+    char before[4096];
+    listing(f->dir, before, sizeof before);
+    float w[W_ROWS * W_COLS] = {0}, b = 0.0f;
+    tw_ckpt_tensor t[] = {{.name = "layer0/w", .data = w, .rank = 2, .shape = {W_ROWS, W_COLS}},
+                          {.name = "layer0/b", .data = &b, .rank = 0}};
+    static const struct {
+        int tensor, element;
+        float value;
+        const char *want;
+    } cases[] = {
+        {0, 7, NAN, "tensor 'layer0/w' element 7 is NaN"},
+        {0, W_ROWS * W_COLS - 1, -INFINITY, "tensor 'layer0/w' element 11 is -Inf"},
+        {1, 0, INFINITY, "tensor 'layer0/b' element 0 is +Inf"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float *slot = cases[i].tensor ? &b : &w[cases[i].element];
+        *slot = cases[i].value;
+        tw_error err;
+        assert_int_equal(tw_checkpoint_save(f->dir, 2, 3, t, 2, NULL, 0, &err), TW_ERR_INVALID);
+        assert_int_equal(err.errno_value, EDOM);
+        assert_int_equal(tw_train_exit_code(&err), TW_EXIT_DIVERGED);
+        if (!strstr(err.message, cases[i].want))
+            fail_msg("case %zu: '%s' lacks '%s'", i, err.message, cases[i].want);
+        assert_non_null(strstr(err.file, "ckpt-0000000002.safetensors"));
+        expect_listing(f->dir, before); /* no new file, no temporary, same pointer */
+        expect_latest(f->dir, 1);
+        *slot = 0.0f;
+    }
+    assert_int_equal(tw_checkpoint_save(f->dir, 2, 3, t, 2, NULL, 0, NULL), TW_OK);
+}
+
 static void test_failed_pointer_switch_prunes_nothing(void **state)
 {
     fixture *f = *state;
@@ -425,6 +464,7 @@ int main(void)
         TEST(test_steps_past_the_padding_order_by_number),
         TEST(test_invalid_arguments_write_nothing),
         TEST(test_failed_write_keeps_previous_checkpoint),
+        TEST(test_nonfinite_value_writes_nothing),
         TEST(test_failed_pointer_switch_prunes_nothing),
         TEST(test_read_only_folder_keeps_previous_checkpoint),
         TEST(test_fetch_checks_names_and_shapes),

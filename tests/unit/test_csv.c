@@ -1,9 +1,11 @@
 /* test_csv.c — CSV rows (quoting, CRLF, BOM, missing final newline, empty lines) and numeric datasets
- * (label column, int vs float labels, every bad cell with its line, column number and name). */
+ * (label column, int vs float labels, every bad cell with its line, column number and name; NaN and Inf
+ * features refused unless allowed). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -131,14 +133,41 @@ static void test_bad_cells(void **state)
     (void)state;
     expect_bad("a,b,y\n1,2,0\n1,abc,0\n", "y", 3, "column 2 ('b'): 'abc' is not a number");
     expect_bad("a,b,y\n1,,0\n", "y", 2, "column 2 ('b'): '' is empty");
-    expect_bad("a,y\nnan,0\n", "y", 2, "is not a number");
-    expect_bad("a,y\ninf,0\n", "y", 2, "is not a number");
+    expect_bad("a,b,y\n1,2,0\n3,nan,0\n", "y", 3,
+               "data row 2, column 2 ('b'): 'nan' is not a finite number; non-finite features are "
+               "refused unless allowed (--allow-nonfinite)");
+    expect_bad("a,y\n-Infinity,0\n", "y", 2, "data row 1, column 1 ('a'): '-Infinity' is not a finite");
+    expect_bad("a,y\n1,nan\n", "y", 2, "column 2 ('y'): 'nan' is not a number"); /* labels: never */
+    expect_bad("a,y\nnano,0\n", "y", 2, "'nano' is not a number");
     expect_bad("a,y\n0x10,0\n", "y", 2, "is not a number");
     expect_bad("a,y\n1e,0\n", "y", 2, "is not a number");
     expect_bad("a,y\n1e39,0\n", "y", 2, "out of float32 range");
     expect_bad("a,y\n1,\n", "y", 2, "column 2 ('y'): '' is empty: every row needs a label");
     expect_bad("a,y\n1,cat\n", "y", 2, "column 2 ('y'): 'cat' is not a number");
     expect_bad("a,y\n1,1e300\n", "y", 2, "out of float32 range");
+}
+
+/* Allowed, the spellings of NaN and ±Inf become those values; labels must still be finite. */
+static void test_nonfinite_features_when_allowed(void **state)
+{
+    (void)state;
+    static const char text[] = "a,b,c,d,y\nNaN,inf,-INF,+Infinity,1\n";
+    tw_error err;
+    tw_csv_reader *r = open_text(text, &err);
+    tw_csv_allow_nonfinite(r, 1);
+    tw_csv_schema s;
+    assert_int_equal(tw_csv_scan(r, "y", &s, &err), TW_OK);
+    float f[4];
+    tw_csv_label l;
+    assert_int_equal(tw_csv_next_example(r, &s, f, &l, &err), TW_OK);
+    assert_true(isnan(f[0]));
+    assert_true(f[1] == INFINITY && f[2] == -INFINITY && f[3] == INFINITY);
+    tw_csv_close(r);
+    r = open_text("a,y\n1,inf\n", &err);
+    tw_csv_allow_nonfinite(r, 1);
+    assert_int_equal(tw_csv_scan(r, "y", &s, &err), TW_ERR_INVALID);
+    assert_non_null(strstr(err.message, "'inf' is not a number"));
+    tw_csv_close(r);
 }
 
 static void test_ragged_and_structure(void **state)
@@ -224,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_scan_int_and_float_labels),
         cmocka_unit_test(test_examples_pass_two),
         cmocka_unit_test(test_bad_cells),
+        cmocka_unit_test(test_nonfinite_features_when_allowed),
         cmocka_unit_test(test_ragged_and_structure),
         cmocka_unit_test(test_empty_and_nul),
         cmocka_unit_test(test_error_format),

@@ -1,7 +1,10 @@
 /* test_store.c — the SQLite store (store.h) against a fresh folder per test: the schema and its journal
- * mode as a second connection sees them, durability across close/reopen, datasets (insert, finish, get,
- * list, resolve, delete while in use), runs (insert, lookups, paging, idempotency keys, the scheduler's
- * queue order and back-off, every state transition and the ones refused), JSON columns decoded, ids. */
+ * mode as a second connection sees them, the migration of a version-1 database, durability across
+ * close/reopen, datasets (insert, finish, get, list, resolve, delete while in use), runs (insert, lookups,
+ * paging, idempotency keys and bodies, the insert refused once its dataset is gone, the scheduler's queue
+ * order and back-off, every state transition and the ones refused), JSON columns decoded, ids; every read
+ * telling "not found" (TW_END) from "could not read" (TW_ERR_IO, tables dropped under it by a second
+ * connection), and start-up debris removal deleting nothing when its read fails. */
 #include <errno.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -15,6 +18,10 @@
 #include <jansson.h>
 #include <sqlite3.h>
 
+#include <sys/stat.h>
+
+#include "datasets.h"
+#include "server.h"
 #include "store.h"
 #include "testutil.h"
 
@@ -77,6 +84,44 @@ static void expect_null(const json_t *row, const char *key)
         fail_msg("%s is not null", key);
 }
 
+/* The canonical body add_run_key stores with a key. */
+static const char KEY_BODY[] = "{\"steps\":10}";
+
+/* The row a read returned: NULL for TW_END; any failure fails the test. */
+static json_t *found(tw_status s, json_t *row, const tw_error *err, const char *what)
+{
+    if (s != TW_OK && s != TW_END)
+        fail_msg("%s: %s", what, err->message);
+    if ((s == TW_OK) != (row != NULL))
+        fail_msg("%s: status %d with row %p", what, s, (void *)row);
+    return row;
+}
+
+#define READ(call, what)                                                                             \
+    do {                                                                                             \
+        tw_error err_;                                                                               \
+        json_t *row_ = NULL;                                                                         \
+        tw_status s_ = call;                                                                         \
+        return found(s_, row_, &err_, what);                                                         \
+    } while (0)
+
+static json_t *dataset_row(tw_store *st, const char *id) { READ(tw_store_dataset_get(st, id, &row_, &err_), id); }
+static json_t *run_row(tw_store *st, const char *id) { READ(tw_store_run_get(st, id, &row_, &err_), id); }
+static json_t *key_row(tw_store *st, const char *key)
+{
+    READ(tw_store_run_by_key(st, key, KEY_BODY, &row_, &err_), key);
+}
+static json_t *converting(tw_store *st) { READ(tw_store_datasets_converting(st, &row_, &err_), "converting"); }
+static json_t *dataset_list(tw_store *st) { READ(tw_store_dataset_list(st, &row_, &err_), "datasets"); }
+static json_t *resolve(tw_store *st, const char *n) { READ(tw_store_dataset_resolve(st, n, &row_, &err_), n); }
+static json_t *run_list(tw_store *st, const char *status, long limit, long offset)
+{
+    READ(tw_store_run_list(st, status, limit, offset, &row_, &err_), "runs");
+}
+static json_t *run_counts(tw_store *st) { READ(tw_store_run_counts(st, &row_, &err_), "counts"); }
+static json_t *runs_in(tw_store *st, const char *status) { READ(tw_store_runs_in(st, status, &row_, &err_), status); }
+static json_t *run_next(tw_store *st, double now) { READ(tw_store_run_next(st, now, &row_, &err_), "next"); }
+
 static void add_dataset(tw_store *st, const char *id, const char *name, const char *status)
 {
     tw_error err;
@@ -88,11 +133,18 @@ static void add_dataset(tw_store *st, const char *id, const char *name, const ch
                          TW_OK);
 }
 
+/* Inserts a run on dataset_id, registering that dataset (ready) first when it does not exist: a run is
+ * only accepted on a ready dataset. */
 static tw_status add_run_key(tw_store *st, const char *id, const char *dataset_id, const char *key,
                              tw_error *err)
 {
+    json_t *d = dataset_row(st, dataset_id);
+    if (!d)
+        add_dataset(st, dataset_id, "auto", "ready");
+    json_decref(d);
     tw_run_new r = {.id = id, .name = NULL, .dataset_id = dataset_id, .config = "{\"steps\": 10}",
-                    .idem_key = key, .towers = 1, .steps = 10, .max_restarts = 3, .deadline_s = 0};
+                    .idem_key = key, .idem_body = key ? KEY_BODY : NULL, .towers = 1, .steps = 10,
+                    .max_restarts = 3, .deadline_s = 0};
     return tw_store_run_insert(st, &r, err);
 }
 
@@ -104,7 +156,7 @@ static void add_run(tw_store *st, const char *id, const char *dataset_id)
 
 static void expect_status(tw_store *st, const char *id, const char *status)
 {
-    json_t *r = tw_store_run_get(st, id);
+    json_t *r = run_row(st, id);
     if (!r)
         fail_msg("run %s not found", id);
     if (strcmp(str(r, "status"), status))
@@ -141,7 +193,8 @@ static void test_open_creates_schema_in_wal_mode(void **state)
 {
     fixture *f = *state;
     expect_peek(f->db, "PRAGMA journal_mode", "wal");
-    expect_peek(f->db, "PRAGMA user_version", "1");
+    expect_peek(f->db, "PRAGMA user_version", "2");
+    expect_peek(f->db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'idempotency_body'", "1");
     expect_peek(f->db,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
                 "WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%' ORDER BY name)",
@@ -157,7 +210,7 @@ static void test_reopen_keeps_rows(void **state)
     f->st = NULL;
     tw_error err;
     assert_int_equal(tw_store_open(f->db, &f->st, &err), TW_OK);
-    json_t *d = tw_store_dataset_get(f->st, "d000000000000001");
+    json_t *d = dataset_row(f->st, "d000000000000001");
     assert_non_null(d);
     assert_string_equal(str(d, "status"), "ready");
     json_decref(d);
@@ -214,7 +267,7 @@ static void test_dataset_insert_finish_get(void **state)
     fixture *f = *state;
     tw_error err;
     assert_int_equal(tw_store_dataset_insert(f->st, "d1", "mnist", "tfrecord", 123456789012LL, &err), TW_OK);
-    json_t *d = tw_store_dataset_get(f->st, "d1");
+    json_t *d = dataset_row(f->st, "d1");
     assert_non_null(d);
     assert_string_equal(str(d, "id"), "d1");
     assert_string_equal(str(d, "name"), "mnist");
@@ -226,7 +279,7 @@ static void test_dataset_insert_finish_get(void **state)
     expect_null(d, "error");
     json_decref(d);
 
-    json_t *conv = tw_store_datasets_converting(f->st);
+    json_t *conv = converting(f->st);
     assert_int_equal(json_array_size(conv), 1);
     assert_string_equal(str(json_array_get(conv, 0), "id"), "d1");
     json_decref(conv);
@@ -234,7 +287,7 @@ static void test_dataset_insert_finish_get(void **state)
     assert_int_equal(tw_store_dataset_finish(f->st, "d1", "ready", "{\"examples\": 60000, \"shape\": [28, 28, 1]}",
                                              NULL, &err),
                      TW_OK);
-    d = tw_store_dataset_get(f->st, "d1");
+    d = dataset_row(f->st, "d1");
     assert_string_equal(str(d, "status"), "ready");
     json_t *meta = json_object_get(d, "meta");
     assert_true(json_is_object(meta)); /* decoded, not a string */
@@ -242,7 +295,7 @@ static void test_dataset_insert_finish_get(void **state)
     assert_int_equal(json_array_size(json_object_get(meta, "shape")), 3);
     expect_null(d, "error");
     json_decref(d);
-    conv = tw_store_datasets_converting(f->st);
+    conv = converting(f->st);
     assert_int_equal(json_array_size(conv), 0);
     json_decref(conv);
 
@@ -250,14 +303,14 @@ static void test_dataset_insert_finish_get(void **state)
     assert_int_equal(tw_store_dataset_finish(f->st, "d2", "failed", NULL,
                                              "{\"code\": \"CORRUPT\", \"message\": \"bad CRC\", \"offset\": 12}", &err),
                      TW_OK);
-    d = tw_store_dataset_get(f->st, "d2");
+    d = dataset_row(f->st, "d2");
     assert_string_equal(str(d, "status"), "failed");
     assert_string_equal(str(json_object_get(d, "error"), "code"), "CORRUPT");
     assert_int_equal(num(json_object_get(d, "error"), "offset"), 12);
     expect_null(d, "meta");
     json_decref(d);
 
-    assert_null(tw_store_dataset_get(f->st, "d3"));
+    assert_null(dataset_row(f->st, "d3"));
     /* The same id twice is refused, and a constraint is not a fatal I/O failure. */
     assert_int_equal(tw_store_dataset_insert(f->st, "d1", "again", "upload", 1, &err), TW_ERR_IO);
     assert_int_not_equal(err.errno_value, EIO); /* a constraint, not a failing disk: not fatal */
@@ -266,14 +319,14 @@ static void test_dataset_insert_finish_get(void **state)
 static void test_dataset_list_newest_first(void **state)
 {
     fixture *f = *state;
-    json_t *l = tw_store_dataset_list(f->st);
+    json_t *l = dataset_list(f->st);
     assert_true(json_is_array(l));
     assert_int_equal(json_array_size(l), 0);
     json_decref(l);
     add_dataset(f->st, "d1", "a", "ready");
     add_dataset(f->st, "d2", "b", NULL);
     add_dataset(f->st, "d3", "c", "failed");
-    l = tw_store_dataset_list(f->st);
+    l = dataset_list(f->st);
     assert_int_equal(json_array_size(l), 3);
     assert_string_equal(str(json_array_get(l, 0), "id"), "d3");
     assert_string_equal(str(json_array_get(l, 1), "id"), "d2");
@@ -283,7 +336,7 @@ static void test_dataset_list_newest_first(void **state)
 
 static void expect_resolves(tw_store *st, const char *name_or_id, const char *id)
 {
-    json_t *d = tw_store_dataset_resolve(st, name_or_id);
+    json_t *d = resolve(st, name_or_id);
     if (!id) {
         if (d)
             fail_msg("%s resolved to %s, expected nothing", name_or_id, str(d, "id"));
@@ -333,12 +386,12 @@ static void test_dataset_delete_while_in_use(void **state)
     assert_non_null(strstr(err.message, "d1"));
     assert_int_equal(tw_store_run_started(f->st, "r1", "[0]", 100.0, &err), TW_OK);
     assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_ERR_INVALID); /* running */
-    json_t *d = tw_store_dataset_get(f->st, "d1");
+    json_t *d = dataset_row(f->st, "d1");
     assert_non_null(d);
     json_decref(d);
     assert_int_equal(tw_store_run_finished(f->st, "r1", "succeeded", NULL, NULL, 200.0, &err), TW_OK);
     assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_OK); /* only finished runs use it */
-    assert_null(tw_store_dataset_get(f->st, "d1"));
+    assert_null(dataset_row(f->st, "d1"));
     assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_END);
     assert_int_equal(tw_store_dataset_delete(f->st, "nope", &err), TW_END);
     /* Another dataset's runs do not matter. */
@@ -352,11 +405,12 @@ static void test_run_insert_get(void **state)
 {
     fixture *f = *state;
     tw_error err;
+    add_dataset(f->st, "d1", "mnist", "ready");
     tw_run_new r = {.id = "r1", .name = "123", .dataset_id = "d1",
                     .config = "{\"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 10}]}, \"steps\": 500}",
                     .idem_key = "key-1", .towers = 2, .steps = 500, .max_restarts = 4, .deadline_s = 3600.5};
     assert_int_equal(tw_store_run_insert(f->st, &r, &err), TW_OK);
-    json_t *g = tw_store_run_get(f->st, "r1");
+    json_t *g = run_row(f->st, "r1");
     assert_non_null(g);
     assert_string_equal(str(g, "id"), "r1");
     assert_string_equal(str(g, "name"), "123"); /* a text column stays text even when it reads as JSON */
@@ -383,11 +437,11 @@ static void test_run_insert_get(void **state)
 
     tw_run_new anon = {.id = "r2", .dataset_id = "d1", .config = "{}", .towers = 1, .steps = 1};
     assert_int_equal(tw_store_run_insert(f->st, &anon, &err), TW_OK);
-    g = tw_store_run_get(f->st, "r2");
+    g = run_row(f->st, "r2");
     expect_null(g, "name");
     assert_true(json_is_object(json_object_get(g, "config")));
     json_decref(g);
-    assert_null(tw_store_run_get(f->st, "r3"));
+    assert_null(run_row(f->st, "r3"));
     /* The same id twice is refused (not fatal). */
     assert_int_equal(tw_store_run_insert(f->st, &anon, &err), TW_ERR_IO);
     assert_int_not_equal(err.errno_value, EIO); /* a constraint, not a failing disk: not fatal */
@@ -400,17 +454,16 @@ static void test_idempotency_key(void **state)
     assert_int_equal(add_run_key(f->st, "r1", "d1", "abc", &err), TW_OK);
     assert_int_equal(add_run_key(f->st, "r2", "d1", NULL, &err), TW_OK);
     assert_int_equal(add_run_key(f->st, "r3", "d1", NULL, &err), TW_OK); /* many runs without a key */
-    json_t *r = tw_store_run_by_key(f->st, "abc");
+    json_t *r = key_row(f->st, "abc");
     assert_non_null(r);
     assert_string_equal(str(r, "id"), "r1");
     json_decref(r);
-    assert_null(tw_store_run_by_key(f->st, "abd"));
-    assert_null(tw_store_run_by_key(f->st, ""));
-    assert_int_equal(add_run_key(f->st, "r4", "d1", "abc", &err), TW_ERR_IO);
-    assert_non_null(strstr(err.message, "UNIQUE"));
-    assert_int_not_equal(err.errno_value, EIO); /* a constraint, not a failing disk: not fatal */
-    assert_null(tw_store_run_get(f->st, "r4"));
-    r = tw_store_run_by_key(f->st, "abc");
+    assert_null(key_row(f->st, "abd"));
+    assert_null(key_row(f->st, ""));
+    /* The key is taken: the insert says so (TW_END, the caller reads the winner), not an I/O error. */
+    assert_int_equal(add_run_key(f->st, "r4", "d1", "abc", &err), TW_END);
+    assert_null(run_row(f->st, "r4"));
+    r = key_row(f->st, "abc");
     assert_string_equal(str(r, "id"), "r1");
     json_decref(r);
 }
@@ -418,7 +471,7 @@ static void test_idempotency_key(void **state)
 static void expect_page(tw_store *st, const char *status, long limit, long offset, json_int_t total,
                         const char *const *ids, size_t n)
 {
-    json_t *p = tw_store_run_list(st, status, limit, offset);
+    json_t *p = run_list(st, status, limit, offset);
     assert_non_null(p);
     assert_int_equal(num(p, "total"), total);
     assert_int_equal(num(p, "limit"), limit);
@@ -460,7 +513,7 @@ static void test_run_list_filter_and_paging(void **state)
     expect_page(f->st, "succeeded", 50, 0, 0, NULL, 0);
     expect_page(f->st, "no-such-status", 50, 0, 0, NULL, 0);
 
-    json_t *c = tw_store_run_counts(f->st);
+    json_t *c = run_counts(f->st);
     assert_int_equal(num(c, "queued"), 3);
     assert_int_equal(num(c, "running"), 1);
     assert_int_equal(num(c, "failed"), 1);
@@ -468,7 +521,7 @@ static void test_run_list_filter_and_paging(void **state)
     assert_int_equal(num(c, "cancelled"), 0);
     json_decref(c);
 
-    json_t *in = tw_store_runs_in(f->st, "queued"); /* oldest first */
+    json_t *in = runs_in(f->st, "queued"); /* oldest first */
     assert_int_equal(json_array_size(in), 3);
     assert_string_equal(str(json_array_get(in, 0), "id"), "r1");
     assert_string_equal(str(json_array_get(in, 2), "id"), "r5");
@@ -477,7 +530,7 @@ static void test_run_list_filter_and_paging(void **state)
 
 static void expect_next(tw_store *st, double now, const char *id)
 {
-    json_t *r = tw_store_run_next(st, now);
+    json_t *r = run_next(st, now);
     if (!id) {
         if (r)
             fail_msg("next at %g is %s, expected none", now, str(r, "id"));
@@ -521,7 +574,7 @@ static void test_run_lifecycle(void **state)
     tw_error err;
     add_run(f->st, "r1", "d1");
     assert_int_equal(tw_store_run_started(f->st, "r1", "[0, 1]", 100.0, &err), TW_OK);
-    json_t *r = tw_store_run_get(f->st, "r1");
+    json_t *r = run_row(f->st, "r1");
     assert_string_equal(str(r, "status"), "running");
     json_t *dev = json_object_get(r, "devices");
     assert_true(json_is_array(dev));
@@ -533,7 +586,7 @@ static void test_run_lifecycle(void **state)
 
     assert_int_equal(tw_store_run_progress(f->st, "r1", 42, "{\"loss\": 0.5, \"accuracy\": 0.75}", 12.5, &err),
                      TW_OK);
-    r = tw_store_run_get(f->st, "r1");
+    r = run_row(f->st, "r1");
     assert_int_equal(num(r, "step"), 42);
     assert_true(json_is_object(json_object_get(r, "metrics")));
     assert_true(real(json_object_get(r, "metrics"), "loss") == 0.5);
@@ -544,7 +597,7 @@ static void test_run_lifecycle(void **state)
     assert_int_equal(tw_store_run_requeue(f->st, "r1", "worker_crashed", "{\"code\": \"INTERNAL\", \"signal\": 9}",
                                           150.0, &err),
                      TW_OK);
-    r = tw_store_run_get(f->st, "r1");
+    r = run_row(f->st, "r1");
     assert_string_equal(str(r, "status"), "queued");
     assert_int_equal(num(r, "restarts"), 1);
     assert_string_equal(str(r, "reason"), "worker_crashed");
@@ -557,7 +610,7 @@ static void test_run_lifecycle(void **state)
 
     /* Started again: started moves, first_started stays. */
     assert_int_equal(tw_store_run_started(f->st, "r1", "[1]", 200.0, &err), TW_OK);
-    r = tw_store_run_get(f->st, "r1");
+    r = run_row(f->st, "r1");
     assert_true(real(r, "started") == 200.0);
     assert_true(real(r, "first_started") == 100.0);
     json_decref(r);
@@ -569,7 +622,7 @@ static void test_run_lifecycle(void **state)
                                            "{\"code\": \"INVALID_ARGUMENT\", \"message\": \"loss is NaN\"}", 300.0,
                                            &err),
                      TW_OK);
-    r = tw_store_run_get(f->st, "r1");
+    r = run_row(f->st, "r1");
     assert_string_equal(str(r, "status"), "failed");
     assert_string_equal(str(r, "reason"), "diverged");
     assert_string_equal(str(json_object_get(r, "error"), "message"), "loss is NaN");
@@ -583,7 +636,7 @@ static void test_run_lifecycle(void **state)
     add_run(f->st, "r2", "d1");
     assert_int_equal(tw_store_run_started(f->st, "r2", "[0]", 10.0, &err), TW_OK);
     assert_int_equal(tw_store_run_finished(f->st, "r2", "succeeded", NULL, NULL, 20.0, &err), TW_OK);
-    r = tw_store_run_get(f->st, "r2");
+    r = run_row(f->st, "r2");
     assert_string_equal(str(r, "status"), "succeeded");
     expect_null(r, "reason");
     expect_null(r, "error");
@@ -613,7 +666,7 @@ static void test_runs_recover(void **state)
     expect_status(f->st, "r2", "queued");
     expect_status(f->st, "r3", "succeeded");
     expect_status(f->st, "r4", "queued");
-    json_t *r = tw_store_run_get(f->st, "r2");
+    json_t *r = run_row(f->st, "r2");
     assert_int_equal(num(r, "restarts"), 0); /* not counted as a restart */
     expect_null(r, "devices");
     expect_null(r, "eta_s");
@@ -635,12 +688,12 @@ static void test_cancel_queued_only(void **state)
     assert_int_equal(tw_store_run_finished(f->st, "r3", "succeeded", NULL, NULL, 2.0, &err), TW_OK);
 
     assert_int_equal(tw_store_run_cancel_queued(f->st, "r1", 5.0, &err), 1);
-    json_t *r = tw_store_run_get(f->st, "r1");
+    json_t *r = run_row(f->st, "r1");
     assert_string_equal(str(r, "status"), "cancelled");
     assert_true(real(r, "finished") == 5.0);
     json_decref(r);
     assert_int_equal(tw_store_run_cancel_queued(f->st, "r1", 6.0, &err), 0); /* already cancelled */
-    r = tw_store_run_get(f->st, "r1");
+    r = run_row(f->st, "r1");
     assert_true(real(r, "finished") == 5.0);
     json_decref(r);
     assert_int_equal(tw_store_run_cancel_queued(f->st, "r2", 6.0, &err), 0); /* running */
@@ -672,13 +725,226 @@ static void test_run_delete_only_finished(void **state)
     for (int i = 0; i < 3; i++) {
         snprintf(id, sizeof id, "rf%d", i);
         assert_int_equal(tw_store_run_delete(f->st, id, &err), TW_OK);
-        assert_null(tw_store_run_get(f->st, id));
+        assert_null(run_row(f->st, id));
         assert_int_equal(tw_store_run_delete(f->st, id, &err), TW_END);
     }
     assert_int_equal(tw_store_run_delete(f->st, "nope", &err), TW_END);
-    json_t *p = tw_store_run_list(f->st, NULL, 10, 0);
+    json_t *p = run_list(f->st, NULL, 10, 0);
     assert_int_equal(num(p, "total"), 2);
     json_decref(p);
+}
+
+/* A key used again: the same canonical body finds the run, another body is refused (TW_ERR_INVALID, not
+ * "found" and not "none"), and a key unknown is TW_END. */
+static void test_idempotency_body(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    json_t *r = NULL;
+    assert_int_equal(add_run_key(f->st, "r1", "d1", "k", &err), TW_OK);
+    assert_int_equal(tw_store_run_by_key(f->st, "k", KEY_BODY, &r, &err), TW_OK);
+    assert_string_equal(str(r, "id"), "r1");
+    assert_null(json_object_get(r, "same")); /* the comparison is not a column of the run */
+    json_decref(r);
+    r = (json_t *)&r;
+    assert_int_equal(tw_store_run_by_key(f->st, "k", "{\"steps\":11}", &r, &err), TW_ERR_INVALID);
+    assert_null(r);
+    assert_non_null(strstr(err.message, "Idempotency-Key"));
+    assert_int_equal(tw_store_run_by_key(f->st, "other", KEY_BODY, &r, &err), TW_END);
+    assert_null(r);
+}
+
+/* The insert commits only while its dataset exists and is ready: deleted, converting, failed or never
+ * there, nothing is inserted and the error names the dataset. */
+static void test_run_insert_needs_ready_dataset(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    add_dataset(f->st, "dgone", "a", "ready");
+    assert_int_equal(tw_store_dataset_delete(f->st, "dgone", &err), TW_OK);
+    add_dataset(f->st, "dconv", "b", NULL);
+    add_dataset(f->st, "dfail", "c", "failed");
+    const char *const ids[] = {"dgone", "dconv", "dfail", "dnever"};
+    for (int i = 0; i < 4; i++) {
+        tw_run_new r = {.id = "r1", .dataset_id = ids[i], .config = "{}", .towers = 1, .steps = 1};
+        assert_int_equal(tw_store_run_insert(f->st, &r, &err), TW_ERR_INVALID);
+        assert_non_null(strstr(err.message, ids[i]));
+        assert_null(run_row(f->st, "r1"));
+    }
+    /* Both directions of the race are one statement each: once a queued run holds it, the delete refuses. */
+    add_dataset(f->st, "dok", "d", "ready");
+    add_run(f->st, "r2", "dok");
+    assert_int_equal(tw_store_dataset_delete(f->st, "dok", &err), TW_ERR_INVALID);
+    expect_peek(f->db, "SELECT count(*) FROM runs WHERE dataset_id NOT IN (SELECT id FROM datasets)", "0");
+}
+
+/* A database made by the version-1 schema gains the body column; its keyed runs (no body kept) are still
+ * found by their key. */
+static void test_migrates_version_1(void **state)
+{
+    fixture *f = *state;
+    tw_store_close(f->st);
+    f->st = NULL;
+    char path[4300];
+    snprintf(path, sizeof path, "%s/v1.db", f->dir);
+    sqlite3 *c = NULL;
+    assert_int_equal(sqlite3_open(path, &c), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(c,
+                                  "CREATE TABLE datasets(id TEXT PRIMARY KEY, name TEXT NOT NULL, status TEXT NOT NULL,"
+                                  " source TEXT NOT NULL, error TEXT, meta TEXT, bytes INTEGER NOT NULL,"
+                                  " created REAL NOT NULL);"
+                                  "CREATE TABLE runs(seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL,"
+                                  " name TEXT, dataset_id TEXT NOT NULL, status TEXT NOT NULL, reason TEXT, error TEXT,"
+                                  " config TEXT NOT NULL, towers INTEGER NOT NULL, steps INTEGER NOT NULL,"
+                                  " step INTEGER NOT NULL DEFAULT 0, metrics TEXT, devices TEXT, eta_s REAL,"
+                                  " created REAL NOT NULL, started REAL, first_started REAL, finished REAL,"
+                                  " restarts INTEGER NOT NULL DEFAULT 0, max_restarts INTEGER NOT NULL,"
+                                  " deadline_s REAL NOT NULL, not_before REAL NOT NULL DEFAULT 0,"
+                                  " idempotency_key TEXT UNIQUE);"
+                                  "INSERT INTO runs(id, dataset_id, status, config, towers, steps, created,"
+                                  " max_restarts, deadline_s, idempotency_key) VALUES('rold', 'd1', 'queued', '{}',"
+                                  " 1, 1, 1.0, 0, 0, 'old-key');"
+                                  "PRAGMA user_version = 1;",
+                                  NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(c);
+    tw_error err;
+    assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
+    expect_peek(path, "PRAGMA user_version", "2");
+    json_t *r = NULL;
+    assert_int_equal(tw_store_run_by_key(f->st, "old-key", "{\"any\":1}", &r, &err), TW_OK);
+    assert_string_equal(str(r, "id"), "rold");
+    json_decref(r);
+    tw_store_close(f->st); /* and opening a version-2 database again changes nothing */
+    assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
+    expect_peek(path, "PRAGMA user_version", "2");
+}
+
+/* Drops the store's tables through a second connection: every later read of them fails for real. */
+static void drop_tables(const char *db, const char *sql)
+{
+    sqlite3 *c = NULL;
+    assert_int_equal(sqlite3_open(db, &c), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(c, sql, NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(c);
+}
+
+/* A read that fails: TW_ERR_IO with the database's message, *out NULL; never TW_END, never an empty list. */
+static void expect_read_fails(tw_status s, json_t *out, const tw_error *err, const char *what)
+{
+    if (s != TW_ERR_IO)
+        fail_msg("%s: status %d, expected TW_ERR_IO", what, s);
+    if (out)
+        fail_msg("%s: a row or list came back from a failed read", what);
+    if (!strstr(err->message, "no such table"))
+        fail_msg("%s: message '%s' does not give the database's reason", what, err->message);
+}
+
+static void test_reads_tell_not_found_from_failure(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    json_t *out = NULL;
+    assert_int_equal(add_run_key(f->st, "r1", "d1", "k", &err), TW_OK);
+    /* Not found first: TW_END with *out NULL. */
+    assert_int_equal(tw_store_dataset_get(f->st, "dx", &out, &err), TW_END);
+    assert_int_equal(tw_store_dataset_resolve(f->st, "nothing", &out, &err), TW_END);
+    assert_int_equal(tw_store_run_get(f->st, "rx", &out, &err), TW_END);
+    assert_int_equal(tw_store_run_by_key(f->st, "kx", KEY_BODY, &out, &err), TW_END);
+    assert_int_equal(tw_store_run_next(f->st, -1.0, &out, &err), TW_END);
+    assert_null(out);
+
+    drop_tables(f->db, "DROP TABLE runs; DROP TABLE datasets;");
+    out = NULL;
+#define FAILS(call, what)                                                                            \
+    do {                                                                                             \
+        tw_error_clear(&err);                                                                        \
+        tw_status s_ = call;                                                                         \
+        expect_read_fails(s_, out, &err, what);                                                      \
+    } while (0)
+    FAILS(tw_store_dataset_get(f->st, "d1", &out, &err), "dataset_get");
+    FAILS(tw_store_dataset_list(f->st, &out, &err), "dataset_list");
+    FAILS(tw_store_dataset_resolve(f->st, "d1", &out, &err), "dataset_resolve");
+    FAILS(tw_store_datasets_converting(f->st, &out, &err), "datasets_converting");
+    FAILS(tw_store_run_get(f->st, "r1", &out, &err), "run_get");
+    FAILS(tw_store_run_by_key(f->st, "k", KEY_BODY, &out, &err), "run_by_key");
+    FAILS(tw_store_run_list(f->st, NULL, 10, 0, &out, &err), "run_list");
+    FAILS(tw_store_run_counts(f->st, &out, &err), "run_counts");
+    FAILS(tw_store_run_next(f->st, 1e12, &out, &err), "run_next");
+    FAILS(tw_store_runs_in(f->st, "queued", &out, &err), "runs_in");
+#undef FAILS
+    /* The deletes read after a no-op delete: a failure there is not "no such row" either. */
+    assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_ERR_IO);
+    assert_int_equal(tw_store_run_delete(f->st, "r1", &err), TW_ERR_IO);
+}
+
+/* Makes DATA/kind/id (a folder with one file). */
+static void make_folder(const char *data, const char *kind, const char *id)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", data, kind);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/%s/%s", data, kind, id);
+    assert_int_equal(mkdir(path, 0755), 0);
+    snprintf(path, sizeof path, "%s/%s/%s/config.json", data, kind, id);
+    FILE *fp = fopen(path, "w");
+    assert_non_null(fp);
+    fclose(fp);
+}
+
+static int folder_exists(const char *data, const char *kind, const char *id)
+{
+    char path[4400];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s/%s/config.json", data, kind, id);
+    return stat(path, &st) == 0;
+}
+
+/* Start-up debris removal: folders without a row go, folders with one stay; when the read fails, nothing
+ * goes (an accepted run's or dataset's folder is never deleted because the store could not answer). */
+static void test_debris_removal_needs_a_successful_read(void **state)
+{
+    fixture *f = *state;
+    static tw_server S; /* only data and store are used */
+    snprintf(S.data, sizeof S.data, "%s", f->dir);
+    S.store = f->st;
+    tw_error err;
+    const char *ds = "d00000000000000a", *run = "r00000000000000a";
+    const char *ds_debris = "d00000000000000b", *run_debris = "r00000000000000b";
+    add_dataset(f->st, ds, "kept", "ready");
+    add_run(f->st, run, ds);
+    make_folder(f->dir, "datasets", ds);
+    make_folder(f->dir, "runs", run);
+    make_folder(f->dir, "datasets", ds_debris);
+    make_folder(f->dir, "runs", run_debris);
+    make_folder(f->dir, "runs", "rnot-an-id"); /* not ours: never touched */
+    assert_int_equal(tw_datasets_remove_debris(&S, &err), TW_OK);
+    assert_true(folder_exists(f->dir, "datasets", ds));
+    assert_true(folder_exists(f->dir, "runs", run));
+    assert_false(folder_exists(f->dir, "datasets", ds_debris));
+    assert_false(folder_exists(f->dir, "runs", run_debris));
+    assert_true(folder_exists(f->dir, "runs", "rnot-an-id"));
+
+    /* The runs table unreadable: the datasets sweep still works, the runs sweep fails and deletes nothing. */
+    make_folder(f->dir, "runs", run_debris);
+    drop_tables(f->db, "DROP TABLE runs");
+    assert_int_equal(tw_datasets_remove_debris(&S, &err), TW_ERR_IO);
+    assert_non_null(strstr(err.message, "no such table"));
+    assert_true(folder_exists(f->dir, "runs", run));
+    assert_true(folder_exists(f->dir, "runs", run_debris));
+    /* The datasets table unreadable too: nothing at all is deleted. */
+    make_folder(f->dir, "datasets", ds_debris);
+    drop_tables(f->db, "DROP TABLE datasets");
+    assert_int_equal(tw_datasets_remove_debris(&S, &err), TW_ERR_IO);
+    assert_true(folder_exists(f->dir, "datasets", ds));
+    assert_true(folder_exists(f->dir, "datasets", ds_debris));
+    assert_true(folder_exists(f->dir, "runs", run));
+    assert_true(folder_exists(f->dir, "runs", run_debris));
+    char path[4400];
+    for (int i = 0; i < 2; i++) { /* the fixture removes only flat files */
+        snprintf(path, sizeof path, "%s/%s", f->dir, i ? "runs" : "datasets");
+        tw_remove_tree(path);
+    }
 }
 
 /* A JSON column whose text is a JSON scalar decodes to that scalar, not a string. */
@@ -691,7 +957,7 @@ static void test_json_columns_decode(void **state)
     assert_int_equal(tw_store_run_progress(f->st, "r1", 1, "[1.5, null, true]", 0.0, &err), TW_OK);
     assert_int_equal(tw_store_run_finished(f->st, "r1", "failed", "{\"not\": \"json column\"}", "17", 2.0, &err),
                      TW_OK);
-    json_t *r = tw_store_run_get(f->st, "r1");
+    json_t *r = run_row(f->st, "r1");
     assert_string_equal(str(r, "devices"), "cpu");
     json_t *m = json_object_get(r, "metrics");
     assert_true(json_is_array(m));
@@ -722,11 +988,11 @@ static void *insert_many(void *arg)
         tw_error err;
         if (add_run_key(w->st, id, "d1", key, &err) != TW_OK)
             w->failures++;
-        json_t *r = tw_store_run_by_key(w->st, key);
+        json_t *r = key_row(w->st, key);
         if (!r || strcmp(json_string_value(json_object_get(r, "id")), id))
             w->failures++;
         json_decref(r);
-        json_decref(tw_store_run_next(w->st, 1e12));
+        json_decref(run_next(w->st, 1e12));
     }
     return NULL;
 }
@@ -736,6 +1002,7 @@ static void test_concurrent_use(void **state)
     fixture *f = *state;
     pthread_t t[THREADS];
     worker w[THREADS];
+    add_dataset(f->st, "d1", "mnist", "ready");
     for (int i = 0; i < THREADS; i++) {
         w[i] = (worker){f->st, i, 0};
         assert_int_equal(pthread_create(&t[i], NULL, insert_many, &w[i]), 0);
@@ -744,7 +1011,7 @@ static void test_concurrent_use(void **state)
         pthread_join(t[i], NULL);
         assert_int_equal(w[i].failures, 0);
     }
-    json_t *p = tw_store_run_list(f->st, "queued", 1, 0);
+    json_t *p = run_list(f->st, "queued", 1, 0);
     assert_int_equal(num(p, "total"), THREADS * PER_THREAD);
     json_decref(p);
 }
@@ -763,6 +1030,11 @@ int main(void)
         T(test_dataset_delete_while_in_use),
         T(test_run_insert_get),
         T(test_idempotency_key),
+        T(test_idempotency_body),
+        T(test_run_insert_needs_ready_dataset),
+        T(test_migrates_version_1),
+        T(test_reads_tell_not_found_from_failure),
+        T(test_debris_removal_needs_a_successful_read),
         T(test_run_list_filter_and_paging),
         T(test_run_next_order_and_back_off),
         T(test_run_lifecycle),
