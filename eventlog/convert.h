@@ -125,4 +125,8 @@ tw_status tw_convert(const tw_convert_options *o, tw_convert_result *res, tw_err
  * record's byte offset is then err->offset and the file err->file. Returns 0 otherwise. */
 int tw_convert_error_record(const tw_error *err, uint64_t *index);
 
+/* `tower convert` (convert_main.c), dispatched by server/main.c: returns the exit status (0 ok, 1 failure,
+ * 2 usage error), never exits. argv[0] is the subcommand's name. */
+int tw_convert_main(int argc, char **argv);
+
 #endif
