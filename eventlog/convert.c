@@ -5,6 +5,7 @@
  * committed together at the very end. */
 #include "convert.h"
 
+#include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -448,4 +449,66 @@ tw_status tw_convert(const tw_convert_options *o, tw_convert_result *res, tw_err
     if (c.train_src)
         c.train_src->close(c.train_src);
     return s;
+}
+
+/* ============================ the meta, read back ============================ */
+
+tw_status tw_convert_meta_load(const char *path, json_t **meta, tw_error *err)
+{
+    int fd = tw_fs_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return tw_fs_error(err, path, "cannot open the meta file");
+    json_error_t je;
+    *meta = json_loadfd(fd, 0, &je);
+    close(fd);
+    if (json_is_object(*meta))
+        return TW_OK;
+    json_decref(*meta);
+    *meta = NULL;
+    return tw_error_set_line(err, TW_ERR_CORRUPT, path, je.line, "not a meta file: %s", je.text);
+}
+
+json_t *tw_convert_meta_split(const json_t *meta, const char *split, const char *key)
+{
+    return json_object_get(json_object_get(json_object_get(meta, "splits"), split), key);
+}
+
+json_t *tw_convert_meta_shape(const json_t *meta)
+{
+    json_t *shape = json_object_get(meta, "shape");
+    if (json_is_integer(shape))
+        return json_pack("[O]", shape);
+    return json_is_array(shape) && json_array_size(shape) ? json_copy(shape) : NULL;
+}
+
+/* dir/<the file name of the split's recorded path> into buf[size]; 0 when the meta records none. */
+static int split_file(const json_t *meta, const char *split, const char *dir, char *buf, size_t size)
+{
+    const char *p = json_string_value(tw_convert_meta_split(meta, split, "path"));
+    if (!p || !*p)
+        return 0;
+    const char *name = strrchr(p, '/');
+    int n = snprintf(buf, size, "%s/%s", dir, name ? name + 1 : p);
+    return n > 0 && (size_t)n < size;
+}
+
+json_t *tw_convert_meta_run_dataset(const json_t *meta, const char *dir, const char **why)
+{
+    char train[PATH_BYTES], test[PATH_BYTES];
+    json_t *count = tw_convert_meta_split(meta, "test", "count");
+    int has_test = json_is_integer(count) && json_integer_value(count) > 0;
+    json_t *shape = tw_convert_meta_shape(meta);
+    *why = !shape ? "the dataset has no known per-example shape"
+           : !split_file(meta, "train", dir, train, sizeof train) ||
+                   (has_test && !split_file(meta, "test", dir, test, sizeof test))
+               ? "the dataset's meta names no training or test file"
+               : NULL;
+    if (*why) {
+        json_decref(shape);
+        return NULL;
+    }
+    const json_t *features = json_object_get(meta, "features");
+    const char *image = json_object_get(features, "image_raw") ? "image_raw" : "features";
+    return json_pack("{s:s, s:s?, s:s, s:s, s:o}", "train", train, "test", has_test ? test : NULL,
+                     "image_feature", image, "label_feature", "label", "shape", shape);
 }
