@@ -7,7 +7,8 @@
  * all-or-nothing output protocol: every output is written to a temporary file and renamed into place
  * only after the whole conversion succeeded; on any error no output file or temporary file is left.
  * Does not own: parsing the inputs (idx.c, csv.c, npy.c, example.c), TFRecord framing (tfrecord.c), the
- * command line (convert_main.c).
+ * command line (convert_main.c). Built from convert.c (options, the conversion loop, splits and the meta,
+ * written and read back) and convert_source.c (the source adapters, convert_source.h).
  *
  * Features written per Example:
  *   idx: image_raw (bytes, the h·w·d uint8 pixels), label (int64), size (int64, h·w·d), height, width,
