@@ -7,7 +7,6 @@
 
 #include <fcntl.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
