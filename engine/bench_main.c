@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "bench_main.h"
 #include "config.h"
 #include "embedded.h"
 #include "trainer.h"

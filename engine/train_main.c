@@ -15,6 +15,8 @@
  * Progress is one JSON object per line on stdout, each flushed as written. A failure ends with
  * {"status":"failed","error":{"code":NAME},"exit":CODE,"message":TEXT}; the message also goes to stderr
  * as one line naming the key or file. */
+#include "train_main.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
@@ -23,7 +25,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
 #include "config.h"
 #include "datafs.h"
 #include "trainer.h"

@@ -1,27 +1,21 @@
 /* convert.c — sources -> Examples -> train/test TFRecords + meta JSON. See convert.h.
  *
- * A source is a small table of functions (next, describe, close) over one of the readers; the loop in
- * write_source() is the same for all of them. Each Example is built in one reused tw_example_builder
- * whose features point at the reader's item bytes and at scalars in the source struct, so a record
- * costs no allocation and no copy before protobuf-c packs it. A TFRecord source instead hands over each
- * input record as it is, once checked (parsed to compare its features with the first record's, then
- * written unchanged: re-serializing could reorder a map TensorFlow wrote). Outputs are tw_atomic_file
- * temporaries that are committed together at the very end. */
+ * The sources (convert_source.c) are read through one small table of functions (next, describe, close);
+ * the loop in write_source() is the same for all of them. Outputs are tw_atomic_file temporaries that are
+ * committed together at the very end. */
 #include "convert.h"
 
+#include <fcntl.h>
 #include <jansson.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "atomic_file.h"
-#include "csv.h"
+#include "convert_source.h"
 #include "datafs.h"
-#include "example.h"
-#include "idx.h"
-#include "npy.h"
+#include "tfrecord.h"
 
 enum { MAX_HISTOGRAM = 65536, PATH_BYTES = 4096 };
 
@@ -147,838 +141,11 @@ tw_status tw_convert_check(const tw_convert_options *o, tw_convert_source *sourc
     return check_paths(o, o->meta ? o->meta : meta, err);
 }
 
-/* ================================ sources ================================ */
-
-typedef struct {
-    int64_t i; /* the label, for integer-labelled sources */
-    double f;  /* the label as a double, always (statistics, float labels) */
-} label_value;
-
-typedef struct source source;
-struct source {
-    const char *kind;  /* "idx", "csv", "npy", "tfrecord" */
-    uint64_t count;    /* examples next() will yield (tfrecord: counted only for a fraction split) */
-    int int_labels;    /* label feature is int64 (else float) */
-    /* Builds the next Example into b (reset by the caller), or sets record/record_len to one already
-     * serialized; TW_END after the last. */
-    tw_status (*next)(source *s, tw_example_builder *b, label_value *label, tw_error *err);
-    /* Adds "features", "shape" and "dtype" (and any source-specific keys) to the meta object. */
-    tw_status (*describe)(const source *s, json_t *meta, tw_error *err);
-    void (*close)(source *s);
-    int64_t label_i;   /* the current label, borrowed by the Example being built */
-    float label_f;
-    int no_labels;     /* the examples have no label to count: splits get no label statistics */
-    const uint8_t *record; /* [record_len] the serialized Example next() yielded, borrowed until the
-                              next call; NULL: the Example is in the builder */
-    size_t record_len;
-};
-
 static tw_status nomem(tw_error *err)
 {
     return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
 }
 
-/* Sets key on obj, stealing value; a NULL value (jansson out of memory) is an error. */
-static tw_status put(json_t *obj, const char *key, json_t *value, tw_error *err)
-{
-    TW_CHECK_FOREIGN(value && json_object_set_new(obj, key, value) == 0, err, TW_ERR_NOMEM,
-                     "jansson");
-    return TW_OK;
-}
-
-static tw_status put_features(json_t *meta, const char *const *names, const char *const *kinds,
-                              size_t n, tw_error *err)
-{
-    json_t *f = json_object();
-    TW_TRY(put(meta, "features", f, err));
-    for (size_t i = 0; i < n; i++)
-        TW_TRY(put(f, names[i], json_string(kinds[i]), err));
-    return TW_OK;
-}
-
-static const char *label_kind(const source *s) { return s->int_labels ? "int64" : "float"; }
-
-/* Adds the label feature: int64 from label->i, or float from label->f, through the source's slots. */
-static tw_status add_label(source *s, tw_example_builder *b, const label_value *label,
-                           tw_error *err)
-{
-    if (s->int_labels) {
-        s->label_i = label->i;
-        return tw_example_add_int64s(b, "label", &s->label_i, 1, err);
-    }
-    s->label_f = (float)label->f;
-    return tw_example_add_floats(b, "label", &s->label_f, 1, err);
-}
-
-/* Advances two readers that hold the same number of items: both end together (the second one's end is
- * still checked for trailing data). a and b are their statuses, b from a call made only if a was OK or
- * TW_END. */
-static tw_status lockstep(tw_status a, tw_status b, tw_error *err)
-{
-    if (b < 0)
-        return b;
-    if (a != b)
-        return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "paired inputs ended apart");
-    return a;
-}
-
-/* ---- idx ---- */
-
-typedef struct {
-    source base;
-    tw_idx_reader *images, *labels;
-    int64_t dims[4];       /* size, height, width, depth: borrowed by every Example */
-} idx_source;
-
-static uint32_t idx_magic(const tw_idx_header *h) { return (uint32_t)h->type << 8 | (uint32_t)h->rank; }
-
-static tw_status idx_next(source *s, tw_example_builder *b, label_value *label, tw_error *err)
-{
-    idx_source *x = (idx_source *)s;
-    const uint8_t *image, *lab;
-    tw_status si = tw_idx_next(x->images, &image, err);
-    if (si < 0)
-        return si;
-    TW_TRY(lockstep(si, tw_idx_next(x->labels, &lab, err), err));
-    label->i = lab[0];
-    label->f = lab[0];
-    TW_TRY(tw_example_add_bytes1(b, "image_raw", image, (size_t)x->dims[0], err));
-    TW_TRY(add_label(s, b, label, err));
-    static const char *const names[4] = {"size", "height", "width", "depth"};
-    for (int i = 0; i < 4; i++)
-        TW_TRY(tw_example_add_int64s(b, names[i], &x->dims[i], 1, err));
-    return TW_OK;
-}
-
-static tw_status idx_describe(const source *s, json_t *meta, tw_error *err)
-{
-    const idx_source *x = (const idx_source *)s;
-    static const char *const names[] = {"image_raw", "label", "size", "height", "width", "depth"};
-    static const char *const kinds[] = {"bytes", "int64", "int64", "int64", "int64", "int64"};
-    TW_TRY(put_features(meta, names, kinds, 6, err));
-    TW_TRY(put(meta, "shape", json_pack("[III]", (json_int_t)x->dims[1], (json_int_t)x->dims[2],
-                                        (json_int_t)x->dims[3]), err));
-    return put(meta, "dtype", json_string("uint8"), err);
-}
-
-static void idx_close(source *s)
-{
-    idx_source *x = (idx_source *)s;
-    tw_idx_close(x->images);
-    tw_idx_close(x->labels);
-    free(x);
-}
-
-/* Images must be idx3/idx4, labels idx1, with equal counts. */
-static tw_status idx_check(const idx_source *x, tw_error *err)
-{
-    const tw_idx_header *hi = tw_idx_reader_header(x->images), *hl = tw_idx_reader_header(x->labels);
-    if (hi->rank != 3 && hi->rank != 4)
-        return tw_error_set(err, TW_ERR_INVALID, tw_idx_reader_name(x->images), 0,
-                            "not an IDX images file: magic 0x%08x has %d dimensions (expected "
-                            "0x00000803 or 0x00000804)", idx_magic(hi), hi->rank);
-    if (hl->rank != 1)
-        return tw_error_set(err, TW_ERR_INVALID, tw_idx_reader_name(x->labels), 0,
-                            "not an IDX labels file: magic 0x%08x has %d dimensions (expected "
-                            "0x00000801)", idx_magic(hl), hl->rank);
-    if (hi->count != hl->count)
-        return tw_error_set(err, TW_ERR_INVALID, tw_idx_reader_name(x->labels), 4,
-                            "the labels file declares %llu labels but the images file %s declares "
-                            "%llu images", (unsigned long long)hl->count,
-                            tw_idx_reader_name(x->images), (unsigned long long)hi->count);
-    return TW_OK;
-}
-
-static tw_status idx_open(const char *images, const char *labels, uint64_t max_bytes,
-                          source **out, tw_error *err)
-{
-    idx_source *x = calloc(1, sizeof *x);
-    if (!x)
-        return nomem(err);
-    x->base = (source){"idx", 0, 1, idx_next, idx_describe, idx_close, 0, 0, 0, NULL, 0};
-    *out = &x->base;
-    TW_TRY(tw_idx_open(images, max_bytes, &x->images, err));
-    TW_TRY(tw_idx_open(labels, max_bytes, &x->labels, err));
-    TW_TRY(idx_check(x, err));
-    const tw_idx_header *h = tw_idx_reader_header(x->images);
-    x->base.count = h->count;
-    x->dims[0] = (int64_t)h->item_bytes;
-    x->dims[1] = h->dims[1];
-    x->dims[2] = h->dims[2];
-    x->dims[3] = h->rank == 4 ? h->dims[3] : 1;
-    return TW_OK;
-}
-
-/* The test pair must hold images of the training images' shape. */
-static tw_status idx_same_shape(const source *train, const source *test, tw_error *err)
-{
-    const idx_source *a = (const idx_source *)train, *b = (const idx_source *)test;
-    if (!memcmp(a->dims, b->dims, sizeof a->dims))
-        return TW_OK;
-    return tw_error_set(err, TW_ERR_INVALID, tw_idx_reader_name(b->images), 8,
-                        "test images are %lldx%lldx%lld but the training images are "
-                        "%lldx%lldx%lld", (long long)b->dims[1], (long long)b->dims[2],
-                        (long long)b->dims[3], (long long)a->dims[1], (long long)a->dims[2],
-                        (long long)a->dims[3]);
-}
-
-/* ---- csv ---- */
-
-typedef struct {
-    source base;
-    tw_csv_reader *r;
-    tw_csv_schema schema;
-    float *features;   /* [schema.n_features] the current row, borrowed by the Example */
-    uint64_t rows;     /* rows yielded in pass 2 */
-} csv_source;
-
-static tw_status csv_changed(const csv_source *x, tw_error *err)
-{
-    return tw_error_set_line(err, TW_ERR_INVALID, tw_csv_name(x->r), tw_csv_line(x->r),
-                             "the file changed between the validation pass and the writing pass");
-}
-
-static tw_status csv_next(source *s, tw_example_builder *b, label_value *label, tw_error *err)
-{
-    csv_source *x = (csv_source *)s;
-    tw_csv_label cell;
-    tw_status st = tw_csv_next_example(x->r, &x->schema, x->features, &cell, err);
-    if (st == TW_END)
-        return x->rows == x->schema.rows ? TW_END : csv_changed(x, err);
-    TW_TRY(st);
-    if (++x->rows > x->schema.rows || (s->int_labels && !cell.is_int))
-        return csv_changed(x, err);
-    label->i = cell.i;
-    label->f = cell.f;
-    TW_TRY(tw_example_add_floats(b, "features", x->features, x->schema.n_features, err));
-    return add_label(s, b, label, err);
-}
-
-static tw_status csv_describe(const source *s, json_t *meta, tw_error *err)
-{
-    const csv_source *x = (const csv_source *)s;
-    const char *const names[] = {"features", "label"};
-    const char *const kinds[] = {"float", label_kind(s)};
-    TW_TRY(put_features(meta, names, kinds, 2, err));
-    TW_TRY(put(meta, "shape", json_integer((json_int_t)x->schema.n_features), err));
-    TW_TRY(put(meta, "dtype", json_string("float32"), err));
-    return put(meta, "label_column",
-               json_string(tw_csv_column_name(x->r, x->schema.label_column)), err);
-}
-
-static void csv_close(source *s)
-{
-    csv_source *x = (csv_source *)s;
-    tw_csv_close(x->r);
-    free(x->features);
-    free(x);
-}
-
-static tw_status csv_open(const char *path, const char *label_column, uint64_t max_bytes,
-                          int allow_nonfinite, source **out, tw_error *err)
-{
-    csv_source *x = calloc(1, sizeof *x);
-    if (!x)
-        return nomem(err);
-    x->base = (source){"csv", 0, 1, csv_next, csv_describe, csv_close, 0, 0, 0, NULL, 0};
-    *out = &x->base;
-    TW_TRY(tw_csv_open(path, max_bytes, &x->r, err));
-    tw_csv_allow_nonfinite(x->r, allow_nonfinite);
-    TW_TRY(tw_csv_scan(x->r, label_column, &x->schema, err));
-    if (!(x->features = malloc(x->schema.n_features * sizeof *x->features)))
-        return nomem(err);
-    x->base.count = x->schema.rows;
-    x->base.int_labels = x->schema.int_labels;
-    return TW_OK;
-}
-
-/* ---- npy ---- */
-
-typedef struct {
-    source base;
-    tw_npy_reader *features, *labels;
-    int64_t shape[TW_NPY_MAX_RANK]; /* per-example dims, borrowed by every Example */
-    size_t rank;                    /* per-example rank (features rank - 1) */
-    const char *dtype;              /* "uint8" or "float32", borrowed by every Example */
-    int allow_nonfinite;            /* float32 features may hold NaN / Inf */
-    uint64_t row;                   /* examples read so far */
-} npy_source;
-
-static uint64_t get_le(const uint8_t *p, size_t n)
-{
-    uint64_t v = 0;
-    for (size_t i = n; i-- > 0;)
-        v = v << 8 | p[i];
-    return v;
-}
-
-/* Decodes one little-endian label element of dtype d. */
-static void npy_label(tw_npy_dtype d, const uint8_t *p, label_value *out)
-{
-    uint64_t bits = get_le(p, tw_npy_dtype_size(d));
-    uint32_t b32 = (uint32_t)bits;
-    float f32;
-    double f64;
-    switch (d) {
-    case TW_NPY_UINT8: out->i = (int64_t)bits; break;
-    case TW_NPY_INT32: out->i = (int32_t)b32; break;
-    case TW_NPY_INT64: out->i = (int64_t)bits; break;
-    case TW_NPY_FLOAT32: memcpy(&f32, &b32, 4); out->f = f32; return;
-    case TW_NPY_FLOAT64: memcpy(&f64, &bits, 8); out->f = f64; return;
-    }
-    out->f = (double)out->i;
-}
-
-/* The end of every refusal of a non-finite feature, and how the value is named in it. */
-#define NONFINITE_REFUSED "non-finite features are refused unless allowed (--allow-nonfinite)"
-
-static const char *nonfinite_name(float v) { return isnan(v) ? "NaN" : v > 0 ? "+Inf" : "-Inf"; }
-
-/* "(row, i1, i2, ...)": the NumPy index of element k of example `row` (per-example dims x->shape). */
-static void npy_index_text(const npy_source *x, uint64_t row, uint64_t k, char *buf, size_t size)
-{
-    uint64_t idx[TW_NPY_MAX_RANK];
-    for (size_t d = x->rank; d-- > 0;) {
-        idx[d] = k % (uint64_t)x->shape[d];
-        k /= (uint64_t)x->shape[d];
-    }
-    int n = snprintf(buf, size, "(%llu", (unsigned long long)row);
-    for (size_t d = 0; d < x->rank && n > 0 && (size_t)n < size; d++)
-        n += snprintf(buf + n, size - (size_t)n, ", %llu", (unsigned long long)idx[d]);
-    if (n > 0 && (size_t)n < size)
-        snprintf(buf + n, size - (size_t)n, ")");
-}
-
-/* Refuses the first NaN or Inf among the item's float32 values, naming its row, element and byte. */
-static tw_status npy_finite(const npy_source *x, const uint8_t *item, tw_error *err)
-{
-    const tw_npy_header *h = tw_npy_reader_header(x->features);
-    for (uint64_t k = 0; k < h->item_bytes / 4; k++) {
-        uint32_t bits = (uint32_t)get_le(item + 4 * k, 4);
-        float v;
-        memcpy(&v, &bits, 4);
-        if (isfinite(v))
-            continue;
-        char index[TW_NPY_MAX_RANK * 22 + 4];
-        npy_index_text(x, x->row, k, index, sizeof index);
-        return tw_error_set(err, TW_ERR_INVALID, tw_npy_reader_name(x->features),
-                            (int64_t)(h->header_bytes + x->row * h->item_bytes + 4 * k),
-                            "row %llu, element %llu (index %s) is %s; " NONFINITE_REFUSED,
-                            (unsigned long long)x->row, (unsigned long long)k, index,
-                            nonfinite_name(v));
-    }
-    return TW_OK;
-}
-
-static tw_status npy_next(source *s, tw_example_builder *b, label_value *label, tw_error *err)
-{
-    npy_source *x = (npy_source *)s;
-    const uint8_t *item, *lab;
-    tw_status sf = tw_npy_next(x->features, &item, err);
-    if (sf < 0)
-        return sf;
-    TW_TRY(lockstep(sf, tw_npy_next(x->labels, &lab, err), err));
-    const tw_npy_header *hf = tw_npy_reader_header(x->features);
-    if (hf->dtype == TW_NPY_FLOAT32 && !x->allow_nonfinite)
-        TW_TRY(npy_finite(x, item, err));
-    const tw_npy_header *hl = tw_npy_reader_header(x->labels);
-    npy_label(hl->dtype, lab, label);
-    if (!isfinite(label->f))
-        return tw_error_set(err, TW_ERR_INVALID, tw_npy_reader_name(x->labels),
-                            (int64_t)(hl->header_bytes + x->row * hl->item_bytes),
-                            "row %llu: the label is %g: labels must be finite numbers",
-                            (unsigned long long)x->row, label->f);
-    x->row++;
-    TW_TRY(tw_example_add_bytes1(b, "image_raw", item, (size_t)hf->item_bytes, err));
-    TW_TRY(tw_example_add_int64s(b, "shape", x->shape, x->rank, err));
-    TW_TRY(tw_example_add_bytes1(b, "dtype", x->dtype, strlen(x->dtype), err));
-    return add_label(s, b, label, err);
-}
-
-static tw_status npy_describe(const source *s, json_t *meta, tw_error *err)
-{
-    const npy_source *x = (const npy_source *)s;
-    const char *const names[] = {"image_raw", "shape", "dtype", "label"};
-    const char *const kinds[] = {"bytes", "int64", "bytes", label_kind(s)};
-    TW_TRY(put_features(meta, names, kinds, 4, err));
-    json_t *shape = json_array();
-    TW_TRY(put(meta, "shape", shape, err));
-    for (size_t i = 0; i < x->rank; i++)
-        TW_CHECK_FOREIGN(json_array_append_new(shape, json_integer(x->shape[i])) == 0, err,
-                         TW_ERR_NOMEM, "jansson");
-    return put(meta, "dtype", json_string(x->dtype), err);
-}
-
-static void npy_close(source *s)
-{
-    npy_source *x = (npy_source *)s;
-    tw_npy_close(x->features);
-    tw_npy_close(x->labels);
-    free(x);
-}
-
-static int64_t dict_offset(const tw_npy_header *h) { return h->major == 1 ? 10 : 12; }
-
-/* Features: uint8 or float32, rank >= 1. Labels: one number per example. Equal first dimensions. */
-static tw_status npy_check(const npy_source *x, tw_error *err)
-{
-    const tw_npy_header *hf = tw_npy_reader_header(x->features);
-    const tw_npy_header *hl = tw_npy_reader_header(x->labels);
-    const char *nf = tw_npy_reader_name(x->features), *nl = tw_npy_reader_name(x->labels);
-    if (hf->dtype != TW_NPY_UINT8 && hf->dtype != TW_NPY_FLOAT32)
-        return tw_error_set(err, TW_ERR_UNSUPPORTED, nf, dict_offset(hf),
-                            "features of dtype %s are not supported (uint8 '|u1' or float32 '<f4')",
-                            tw_npy_dtype_name(hf->dtype));
-    if (hl->rank > 2 || (hl->rank == 2 && hl->shape[1] != 1))
-        return tw_error_set(err, TW_ERR_UNSUPPORTED, nl, dict_offset(hl),
-                            "labels must have shape (N,) or (N, 1): one number per example");
-    if (hf->count != hl->count)
-        return tw_error_set(err, TW_ERR_INVALID, nl, dict_offset(hl),
-                            "the labels have %llu rows but the features %s have %llu",
-                            (unsigned long long)hl->count, nf, (unsigned long long)hf->count);
-    return TW_OK;
-}
-
-static tw_status npy_open(const char *features, const char *labels, uint64_t max_bytes,
-                          int allow_nonfinite, source **out, tw_error *err)
-{
-    npy_source *x = calloc(1, sizeof *x);
-    if (!x)
-        return nomem(err);
-    x->base = (source){"npy", 0, 1, npy_next, npy_describe, npy_close, 0, 0, 0, NULL, 0};
-    *out = &x->base;
-    TW_TRY(tw_npy_open(features, max_bytes, &x->features, err));
-    TW_TRY(tw_npy_open(labels, max_bytes, &x->labels, err));
-    TW_TRY(npy_check(x, err));
-    const tw_npy_header *hf = tw_npy_reader_header(x->features);
-    tw_npy_dtype dl = tw_npy_reader_header(x->labels)->dtype;
-    x->base.count = hf->count;
-    x->base.int_labels = dl != TW_NPY_FLOAT32 && dl != TW_NPY_FLOAT64;
-    x->rank = (size_t)hf->rank - 1;
-    for (size_t i = 0; i < x->rank; i++)
-        x->shape[i] = (int64_t)hf->shape[i + 1];
-    x->dtype = tw_npy_dtype_name(hf->dtype);
-    x->allow_nonfinite = allow_nonfinite;
-    return TW_OK;
-}
-
-/* ---- tfrecord ----
- * The records are validated and passed through as they are. The first record of the training file is
- * the schema: its features, sorted by name for lookups, which every record (the test file's too) must
- * have exactly, each once, with the same kinds. It also gives the label kind and the layout (shape and
- * dtype) the meta reports, which holds only if every record agrees. */
-
-enum { MAX_RANK = 8 };
-
-/* The features the layout and the labels are read from, by name and kind. */
-typedef enum {
-    ROLE_OTHER, ROLE_LABEL, ROLE_HEIGHT, ROLE_WIDTH, ROLE_DEPTH, ROLE_SHAPE, ROLE_FEATURES,
-    ROLE_IMAGE, N_ROLES
-} feature_role;
-
-static feature_role role_of(const char *name, tw_feature_kind kind)
-{
-    static const struct {
-        const char *name;
-        tw_feature_kind kind;
-        feature_role role;
-    } roles[] = {
-        {"label", TW_FEATURE_INT64, ROLE_LABEL},     {"label", TW_FEATURE_FLOAT, ROLE_LABEL},
-        {"height", TW_FEATURE_INT64, ROLE_HEIGHT},   {"width", TW_FEATURE_INT64, ROLE_WIDTH},
-        {"depth", TW_FEATURE_INT64, ROLE_DEPTH},     {"shape", TW_FEATURE_INT64, ROLE_SHAPE},
-        {"features", TW_FEATURE_FLOAT, ROLE_FEATURES}, {"image_raw", TW_FEATURE_BYTES, ROLE_IMAGE},
-        {"image_raw", TW_FEATURE_FLOAT, ROLE_IMAGE},
-    };
-    for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
-        if (roles[i].kind == kind && !strcmp(roles[i].name, name))
-            return roles[i].role;
-    return ROLE_OTHER;
-}
-
-/* The shape and dtype one record shows (see convert.h). */
-typedef struct {
-    int known;             /* a shape was found */
-    size_t rank;
-    int64_t dims[MAX_RANK];
-    const char *dtype;     /* "uint8", "float32" or NULL */
-} layout;
-
-static int one_int64(const tw_feature *f) { return f->kind == TW_FEATURE_INT64 && f->count == 1; }
-
-/* got[role]: the record's feature of each role (kind TW_FEATURE_NONE where it has none). */
-static void layout_of(const tw_feature got[N_ROLES], layout *l)
-{
-    const tw_feature *h = &got[ROLE_HEIGHT], *w = &got[ROLE_WIDTH], *d = &got[ROLE_DEPTH];
-    const tw_feature *shape = &got[ROLE_SHAPE], *fl = &got[ROLE_FEATURES], *im = &got[ROLE_IMAGE];
-    memset(l, 0, sizeof *l);
-    if (one_int64(h) && one_int64(w) && (d->kind == TW_FEATURE_NONE || one_int64(d))) {
-        l->rank = 3;
-        l->dims[0] = h->int64s[0];
-        l->dims[1] = w->int64s[0];
-        l->dims[2] = d->kind == TW_FEATURE_NONE ? 1 : d->int64s[0];
-    } else if (shape->kind == TW_FEATURE_INT64 && shape->count <= MAX_RANK) {
-        l->rank = shape->count;
-        if (l->rank)
-            memcpy(l->dims, shape->int64s, l->rank * sizeof *l->dims);
-    } else if (fl->kind == TW_FEATURE_FLOAT) {
-        l->rank = 1;
-        l->dims[0] = (int64_t)fl->count;
-    } else {
-        return;
-    }
-    uint64_t n = 1; /* product of the dims; 4 * n cannot overflow */
-    for (size_t i = 0; i < l->rank; i++) {
-        if (l->dims[i] < 0 || (l->dims[i] && n > (UINT64_MAX / 4) / (uint64_t)l->dims[i]))
-            return;
-        n *= (uint64_t)l->dims[i];
-    }
-    l->known = 1;
-    size_t len = 0;
-    if (im->kind == TW_FEATURE_BYTES && im->count == 1)
-        tw_feature_bytes_at(im, 0, &len);
-    if (im->kind == TW_FEATURE_BYTES && im->count == 1 && len == n)
-        l->dtype = "uint8";
-    else if ((im->kind == TW_FEATURE_BYTES && im->count == 1 && len == 4 * n) ||
-             (im->kind == TW_FEATURE_FLOAT && im->count == n) ||
-             (fl->kind == TW_FEATURE_FLOAT && fl->count == n))
-        l->dtype = "float32";
-}
-
-static int layout_equal(const layout *a, const layout *b)
-{
-    return a->known == b->known && a->rank == b->rank &&
-           !memcmp(a->dims, b->dims, a->rank * sizeof *a->dims) &&
-           (a->dtype && b->dtype ? !strcmp(a->dtype, b->dtype) : a->dtype == b->dtype);
-}
-
-typedef struct {
-    const char *name;      /* borrowed from schema.first */
-    tw_feature_kind kind;
-    feature_role role;
-    uint64_t stamp;        /* the last record (schema.stamp) it was seen in */
-} schema_entry;
-
-typedef struct {
-    const char *path;      /* the file of the first record (borrowed from the options) */
-    tw_example *first;     /* owned: the training file's first record */
-    size_t n;              /* features per record */
-    schema_entry *sorted;  /* [n] by name */
-    const char **names;    /* [n] in the first record's order, for the meta; strings borrowed */
-    const char **kinds;    /* [n] likewise */
-    uint64_t stamp;        /* records matched so far */
-    tw_feature_kind labels; /* INT64 or FLOAT: one label value per record; NONE: no label stats */
-    layout first_layout;
-    int same_layout;       /* every record so far had first_layout */
-} schema;
-
-static int entry_cmp(const void *a, const void *b)
-{
-    return strcmp(((const schema_entry *)a)->name, ((const schema_entry *)b)->name);
-}
-
-static schema_entry *schema_find(const schema *sc, const char *name)
-{
-    const schema_entry key = {name, TW_FEATURE_NONE, ROLE_OTHER, 0};
-    return bsearch(&key, sc->sorted, sc->n, sizeof key, entry_cmp);
-}
-
-/* Takes ownership of first. Errors (TW_ERR_INVALID, TW_ERR_NOMEM) carry no file or offset: the
- * caller labels them with the record. */
-static tw_status schema_init(schema *sc, const char *path, tw_example *first, tw_error *err)
-{
-    sc->path = path;
-    sc->first = first;
-    sc->n = tw_example_feature_count(first);
-    if (sc->n == 0)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "the first Example has no features: nothing to train on");
-    sc->sorted = calloc(sc->n, sizeof *sc->sorted);
-    sc->names = calloc(sc->n, sizeof *sc->names);
-    sc->kinds = calloc(sc->n, sizeof *sc->kinds);
-    if (!sc->sorted || !sc->names || !sc->kinds)
-        return nomem(err);
-    for (size_t i = 0; i < sc->n; i++) {
-        tw_feature f;
-        tw_example_feature_at(first, i, &f);
-        json_t *probe = json_string(f.name); /* the meta needs UTF-8 names */
-        if (!probe)
-            return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                                "feature %zu has a name that is not UTF-8 text", i);
-        json_decref(probe);
-        sc->names[i] = f.name;
-        sc->kinds[i] = tw_feature_kind_name(f.kind);
-        sc->sorted[i] = (schema_entry){f.name, f.kind, role_of(f.name, f.kind), 0};
-    }
-    qsort(sc->sorted, sc->n, sizeof *sc->sorted, entry_cmp);
-    for (size_t i = 1; i < sc->n; i++)
-        if (!strcmp(sc->sorted[i - 1].name, sc->sorted[i].name))
-            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "feature '%s' appears twice",
-                                sc->sorted[i].name);
-    tw_feature label;
-    sc->labels = tw_example_find(first, "label", &label) && label.count == 1 &&
-                         role_of("label", label.kind) == ROLE_LABEL
-                     ? label.kind
-                     : TW_FEATURE_NONE;
-    return TW_OK;
-}
-
-static void schema_cleanup(schema *sc)
-{
-    tw_example_destroy(sc->first);
-    free(sc->sorted);
-    free(sc->names);
-    free(sc->kinds);
-}
-
-/* Checks that ex has exactly the schema's features (names once each, kinds equal) and fills
- * got[role] with its features of each role. Errors: TW_ERR_INVALID, without file or offset. */
-static tw_status schema_match(schema *sc, const tw_example *ex, tw_feature got[N_ROLES],
-                              tw_error *err)
-{
-    memset(got, 0, N_ROLES * sizeof *got);
-    uint64_t stamp = ++sc->stamp;
-    size_t n = tw_example_feature_count(ex);
-    for (size_t i = 0; i < n; i++) {
-        tw_feature f;
-        tw_example_feature_at(ex, i, &f);
-        schema_entry *e = schema_find(sc, f.name);
-        if (!e)
-            return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                                "feature '%s' is not in the first record of %s", f.name, sc->path);
-        if (e->stamp == stamp)
-            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "feature '%s' appears twice",
-                                f.name);
-        if (f.kind != e->kind)
-            return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                                "feature '%s' is %s but %s in the first record of %s", f.name,
-                                tw_feature_kind_name(f.kind), tw_feature_kind_name(e->kind),
-                                sc->path);
-        e->stamp = stamp;
-        got[e->role] = f;
-    }
-    if (n < sc->n)
-        for (size_t j = 0; j < sc->n; j++)
-            if (sc->sorted[j].stamp != stamp)
-                return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                                    "feature '%s' (%s) of the first record of %s is missing",
-                                    sc->sorted[j].name, tw_feature_kind_name(sc->sorted[j].kind),
-                                    sc->path);
-    return TW_OK;
-}
-
-typedef struct {
-    source base;
-    const char *path;            /* borrowed from the options */
-    tw_tfrecord_options ropts;
-    tw_tfrecord_reader *r;
-    schema *sch;                 /* &own, or the training file's schema for the test file */
-    schema own;
-    tw_example *ex;              /* owned: the current record, parsed */
-    uint64_t index;              /* records read in this pass */
-    int counted;                 /* base.count comes from a counting pass */
-    int allow_nonfinite;         /* float lists may hold NaN / Inf */
-} tfr_source;
-
-/* Makes *err (status s) about record `index` at byte `at` of path: "record N: " + its message. */
-static tw_status at_record(tw_status s, tw_error *err, const char *path, uint64_t index,
-                           uint64_t at)
-{
-    if (!err)
-        return s;
-    char msg[sizeof err->message];
-    snprintf(msg, sizeof msg, "%s", err->message);
-    int errno_value = err->errno_value;
-    tw_error_set(err, s, path, (int64_t)at, "record %llu: %s", (unsigned long long)index, msg);
-    err->errno_value = errno_value;
-    return s;
-}
-
-/* Parses and checks the record just read; fills *label. */
-static tw_status tfr_check(tfr_source *x, const uint8_t *data, size_t len, label_value *label,
-                           tw_error *err)
-{
-    schema *sc = x->sch;
-    tw_example *ex;
-    tw_example_destroy(x->ex);
-    x->ex = NULL;
-    tw_status s = tw_example_parse(data, len, NULL, -1, &ex, err);
-    if (s == TW_ERR_CORRUPT)
-        return tw_error_set(err, s, NULL, -1,
-                            "not a tf.train.Example: its %zu bytes do not parse as one", len);
-    TW_TRY(s);
-    if (!sc->first)
-        TW_TRY(schema_init(sc, x->path, ex, err));
-    else
-        x->ex = ex;
-    tw_feature got[N_ROLES];
-    TW_TRY(schema_match(sc, x->ex ? x->ex : sc->first, got, err));
-    layout l;
-    layout_of(got, &l);
-    if (sc->stamp == 1) {
-        sc->first_layout = l;
-        sc->same_layout = 1;
-    } else if (!layout_equal(&l, &sc->first_layout)) {
-        sc->same_layout = 0;
-    }
-    if (sc->labels == TW_FEATURE_NONE)
-        return TW_OK;
-    const tw_feature *f = &got[ROLE_LABEL];
-    if (f->count != 1)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "feature 'label' has %zu values; the first record of %s has one",
-                            f->count, sc->path);
-    label->i = f->kind == TW_FEATURE_INT64 ? f->int64s[0] : 0;
-    label->f = f->kind == TW_FEATURE_INT64 ? (double)f->int64s[0] : f->floats[0];
-    if (!isfinite(label->f))
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "feature 'label' is %g: labels must be finite numbers", label->f);
-    return TW_OK;
-}
-
-/* Refuses the first NaN or Inf in the float lists of the record just checked, naming the feature and
- * the value's index in it (the caller adds the record). */
-static tw_status tfr_finite(const tfr_source *x, tw_error *err)
-{
-    const tw_example *ex = x->ex ? x->ex : x->sch->first;
-    for (size_t i = 0; i < tw_example_feature_count(ex); i++) {
-        tw_feature f;
-        tw_example_feature_at(ex, i, &f);
-        for (size_t k = 0; f.kind == TW_FEATURE_FLOAT && k < f.count; k++)
-            if (!isfinite(f.floats[k]))
-                return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                                    "feature '%s' value %zu is %s; " NONFINITE_REFUSED, f.name, k,
-                                    nonfinite_name(f.floats[k]));
-    }
-    return TW_OK;
-}
-
-/* Reads, parses and checks the next record; TW_END at the clean end of the file. */
-static tw_status tfr_read(tfr_source *x, label_value *label, tw_error *err)
-{
-    uint64_t index = x->index, at = tw_tfrecord_reader_offset(x->r);
-    const uint8_t *data;
-    size_t len;
-    tw_status s = tw_tfrecord_read(x->r, &data, &len, err);
-    if (s == TW_END)
-        return TW_END;
-    if (s == TW_OK)
-        s = tfr_check(x, data, len, label, err);
-    if (s == TW_OK && !x->allow_nonfinite)
-        s = tfr_finite(x, err);
-    if (s != TW_OK)
-        return at_record(s, err, x->path, index, at);
-    x->index++;
-    x->base.record = data;
-    x->base.record_len = len;
-    return TW_OK;
-}
-
-static tw_status tfr_next(source *s, tw_example_builder *b, label_value *label, tw_error *err)
-{
-    (void)b;
-    tfr_source *x = (tfr_source *)s;
-    uint64_t at = tw_tfrecord_reader_offset(x->r);
-    tw_status st = tfr_read(x, label, err);
-    if (st < 0 || !x->counted || (st == TW_END ? x->index == s->count : x->index <= s->count))
-        return st;
-    return tw_error_set(err, TW_ERR_INVALID, x->path, (int64_t)at,
-                        "record %llu: the file changed between the counting pass (%llu records) "
-                        "and the writing pass",
-                        (unsigned long long)(st == TW_END ? x->index : x->index - 1),
-                        (unsigned long long)s->count);
-}
-
-static tw_status tfr_describe(const source *s, json_t *meta, tw_error *err)
-{
-    const schema *sc = ((const tfr_source *)s)->sch;
-    TW_TRY(put_features(meta, (const char *const *)sc->names, (const char *const *)sc->kinds, sc->n,
-                        err));
-    const layout *l = &sc->first_layout;
-    int known = sc->same_layout && l->known;
-    json_t *shape = known ? json_array() : json_null();
-    TW_TRY(put(meta, "shape", shape, err));
-    for (size_t i = 0; known && i < l->rank; i++)
-        TW_CHECK_FOREIGN(json_array_append_new(shape, json_integer((json_int_t)l->dims[i])) == 0, err,
-                         TW_ERR_NOMEM, "jansson");
-    return put(meta, "dtype", known && l->dtype ? json_string(l->dtype) : json_null(), err);
-}
-
-static void tfr_close(source *s)
-{
-    tfr_source *x = (tfr_source *)s;
-    tw_tfrecord_reader_close(x->r);
-    tw_example_destroy(x->ex);
-    schema_cleanup(&x->own);
-    free(x);
-}
-
-/* Opens path for reading from its first record (again). */
-static tw_status tfr_rewind(tfr_source *x, tw_error *err)
-{
-    tw_tfrecord_reader_close(x->r);
-    x->r = NULL;
-    x->index = 0;
-    return tw_tfrecord_reader_open(x->path, &x->ropts, &x->r, err);
-}
-
-/* Opens a TFRecord source and checks its first record (it becomes the schema unless `shared`, the
- * training file's schema, is given: a test file is checked against that). With need_count, every
- * record is read and checked once to count them. */
-static tw_status tfr_open(const char *path, const tw_convert_options *o, schema *shared,
-                          int need_count, source **out, tw_error *err)
-{
-    tfr_source *x = calloc(1, sizeof *x);
-    if (!x)
-        return nomem(err);
-    x->base = (source){"tfrecord", 0, 1, tfr_next, tfr_describe, tfr_close, 0, 0, 0, NULL, 0};
-    *out = &x->base;
-    x->path = path;
-    x->allow_nonfinite = o->allow_nonfinite;
-    x->sch = shared ? shared : &x->own;
-    tw_tfrecord_options_default(&x->ropts);
-    x->ropts.compression = TW_COMPRESSION_AUTO;
-    x->ropts.max_record_bytes = o->max_record_bytes;
-    x->ropts.max_total_bytes = o->max_bytes;
-    TW_TRY(tfr_rewind(x, err));
-    label_value label;
-    tw_status s = tfr_read(x, &label, err);
-    if (s == TW_END)
-        return tw_error_set(err, TW_ERR_INVALID, path, -1,
-                            "no records: the file holds no tf.train.Example");
-    TW_TRY(s);
-    x->base.int_labels = x->sch->labels == TW_FEATURE_INT64;
-    x->base.no_labels = x->sch->labels == TW_FEATURE_NONE;
-    if (need_count) {
-        while ((s = tfr_read(x, &label, err)) == TW_OK)
-            continue;
-        if (s < 0)
-            return s;
-        x->base.count = x->index;
-        x->counted = 1;
-    }
-    return tfr_rewind(x, err);
-}
-
-int tw_convert_error_record(const tw_error *err, uint64_t *index)
-{
-    static const char prefix[] = "record ";
-    const char *p = err->message + sizeof prefix - 1;
-    if (strncmp(err->message, prefix, sizeof prefix - 1) || *p < '0' || *p > '9')
-        return 0;
-    uint64_t n = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (n > (UINT64_MAX - 9) / 10)
-            return 0;
-        n = n * 10 + (uint64_t)(*p - '0');
-    }
-    if (p[0] != ':' || p[1] != ' ')
-        return 0;
-    if (index)
-        *index = n;
-    return 1;
-}
-
-/* ================================ splits ================================ */
 
 typedef struct {
     int64_t *keys;     /* [cap] distinct integer labels, ascending */
@@ -1034,7 +201,7 @@ static tw_status histogram_add(label_stats *st, int64_t key, tw_error *err)
     return TW_OK;
 }
 
-static tw_status stats_add(label_stats *st, uint64_t seen, int int_labels, const label_value *l,
+static tw_status stats_add(label_stats *st, uint64_t seen, int int_labels, const tw_label_value *l,
                            tw_error *err)
 {
     if (seen == 0 || l->f < st->min)
@@ -1053,8 +220,8 @@ static tw_status split_open(split *sp, const char *path, tw_compression c, tw_er
 }
 
 /* Appends one serialized Example (data[len]) of src, with its label l. */
-static tw_status split_write(split *sp, const source *src, const uint8_t *data, size_t len,
-                             const label_value *l, tw_error *err)
+static tw_status split_write(split *sp, const tw_convert_src *src, const uint8_t *data, size_t len,
+                             const tw_label_value *l, tw_error *err)
 {
     TW_TRY(tw_tfrecord_write(sp->writer, data, len, err));
     if (!src->no_labels)
@@ -1102,7 +269,7 @@ static int sampler_pick(sampler *s)
 typedef struct {
     const tw_convert_options *o;
     tw_convert_source kind;
-    source *train_src, *test_src; /* test_src: the --test-images pair, --test-tfrecord, or NULL */
+    tw_convert_src *train_src, *test_src; /* test_src: the --test-images pair, --test-tfrecord, or NULL */
     tw_example_builder *builder;
     split train, test;
     int has_test;
@@ -1110,26 +277,11 @@ typedef struct {
     tw_atomic_file *meta;
 } conversion;
 
-static tw_status open_source(const tw_convert_options *o, tw_convert_source kind, source **out,
-                             tw_error *err)
-{
-    switch (kind) {
-    case TW_CONVERT_IDX: return idx_open(o->images, o->labels, o->max_bytes, out, err);
-    case TW_CONVERT_CSV:
-        return csv_open(o->csv, o->label_column, o->max_bytes, o->allow_nonfinite, out, err);
-    case TW_CONVERT_NPY:
-        return npy_open(o->npy_features, o->npy_labels, o->max_bytes, o->allow_nonfinite, out, err);
-    case TW_CONVERT_TFRECORD: /* the fraction split needs the count up front */
-        return tfr_open(o->tfrecord, o, NULL, o->test_fraction >= 0, out, err);
-    }
-    return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "unknown source %d", (int)kind);
-}
-
 /* Writes every example of src into `to`, or, with a sampler, the sampled ones into c->test. */
-static tw_status write_source(conversion *c, source *src, split *to, sampler *smp, tw_error *err)
+static tw_status write_source(conversion *c, tw_convert_src *src, split *to, sampler *smp, tw_error *err)
 {
     for (;;) {
-        label_value label = {0, 0};
+        tw_label_value label = {0, 0};
         tw_example_builder_reset(c->builder);
         src->record = NULL;
         tw_status s = src->next(src, c->builder, &label, err);
@@ -1161,40 +313,40 @@ static tw_status write_all(conversion *c, tw_error *err)
 
 /* Adds splits[name] = {"path", "count", "label_histogram" | "label_stats"} (neither when src has no
  * labels). */
-static tw_status split_json(json_t *splits, const char *name, const split *sp, const source *src,
+static tw_status split_json(json_t *splits, const char *name, const split *sp, const tw_convert_src *src,
                             tw_error *err)
 {
     json_t *j = json_object();
-    TW_TRY(put(splits, name, j, err));
-    TW_TRY(put(j, "path", json_string(sp->path), err));
-    TW_TRY(put(j, "count", json_integer((json_int_t)sp->count), err));
+    TW_TRY(tw_convert_put(splits, name, j, err));
+    TW_TRY(tw_convert_put(j, "path", json_string(sp->path), err));
+    TW_TRY(tw_convert_put(j, "count", json_integer((json_int_t)sp->count), err));
     const label_stats *st = &sp->stats;
     if (src->no_labels)
         return TW_OK;
     if (src->int_labels && !st->overflow) {
         json_t *h = json_object();
-        TW_TRY(put(j, "label_histogram", h, err));
+        TW_TRY(tw_convert_put(j, "label_histogram", h, err));
         for (size_t i = 0; i < st->n; i++) {
             char key[24];
             snprintf(key, sizeof key, "%lld", (long long)st->keys[i]);
-            TW_TRY(put(h, key, json_integer((json_int_t)st->counts[i]), err));
+            TW_TRY(tw_convert_put(h, key, json_integer((json_int_t)st->counts[i]), err));
         }
         return TW_OK;
     }
     json_t *stats = sp->count ? json_pack("{s:f, s:f, s:f}", "min", st->min, "max", st->max, "mean",
                                           st->sum / (double)sp->count)
                               : json_pack("{s:n, s:n, s:n}", "min", "max", "mean");
-    return put(j, "label_stats", stats, err);
+    return tw_convert_put(j, "label_stats", stats, err);
 }
 
 static tw_status build_meta(const conversion *c, json_t *meta, tw_error *err)
 {
-    TW_TRY(put(meta, "format_version", json_integer(1), err));
-    TW_TRY(put(meta, "source", json_string(tw_convert_source_name(c->kind)), err));
+    TW_TRY(tw_convert_put(meta, "format_version", json_integer(1), err));
+    TW_TRY(tw_convert_put(meta, "source", json_string(tw_convert_source_name(c->kind)), err));
     TW_TRY(c->train_src->describe(c->train_src, meta, err));
-    TW_TRY(put(meta, "compression", json_string(tw_compression_name(c->o->compression)), err));
+    TW_TRY(tw_convert_put(meta, "compression", json_string(tw_compression_name(c->o->compression)), err));
     json_t *splits = json_object();
-    TW_TRY(put(meta, "splits", splits, err));
+    TW_TRY(tw_convert_put(meta, "splits", splits, err));
     TW_TRY(split_json(splits, "train", &c->train, c->train_src, err));
     return c->has_test ? split_json(splits, "test", &c->test, c->train_src, err) : TW_OK;
 }
@@ -1252,15 +404,7 @@ static tw_status finish(conversion *c, tw_error *err)
 /* Opens the sources: inputs are checked against each other before any output exists. */
 static tw_status open_sources(conversion *c, tw_error *err)
 {
-    const tw_convert_options *o = c->o;
-    TW_TRY(open_source(o, c->kind, &c->train_src, err));
-    if (o->test_tfrecord)
-        return tfr_open(o->test_tfrecord, o, ((tfr_source *)c->train_src)->sch, 0, &c->test_src,
-                        err);
-    if (!o->test_images)
-        return TW_OK;
-    TW_TRY(idx_open(o->test_images, o->test_labels, o->max_bytes, &c->test_src, err));
-    return idx_same_shape(c->train_src, c->test_src, err);
+    return tw_convert_src_open(c->o, c->kind, &c->train_src, &c->test_src, err);
 }
 
 static tw_status run(conversion *c, tw_error *err)
@@ -1304,4 +448,66 @@ tw_status tw_convert(const tw_convert_options *o, tw_convert_result *res, tw_err
     if (c.train_src)
         c.train_src->close(c.train_src);
     return s;
+}
+
+/* ============================ the meta, read back ============================ */
+
+tw_status tw_convert_meta_load(const char *path, json_t **meta, tw_error *err)
+{
+    int fd = tw_fs_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return tw_fs_error(err, path, "cannot open the meta file");
+    json_error_t je;
+    *meta = json_loadfd(fd, 0, &je);
+    close(fd);
+    if (json_is_object(*meta))
+        return TW_OK;
+    json_decref(*meta);
+    *meta = NULL;
+    return tw_error_set_line(err, TW_ERR_CORRUPT, path, je.line, "not a meta file: %s", je.text);
+}
+
+json_t *tw_convert_meta_split(const json_t *meta, const char *split, const char *key)
+{
+    return json_object_get(json_object_get(json_object_get(meta, "splits"), split), key);
+}
+
+json_t *tw_convert_meta_shape(const json_t *meta)
+{
+    json_t *shape = json_object_get(meta, "shape");
+    if (json_is_integer(shape))
+        return json_pack("[O]", shape);
+    return json_is_array(shape) && json_array_size(shape) ? json_copy(shape) : NULL;
+}
+
+/* dir/<the file name of the split's recorded path> into buf[size]; 0 when the meta records none. */
+static int split_file(const json_t *meta, const char *split, const char *dir, char *buf, size_t size)
+{
+    const char *p = json_string_value(tw_convert_meta_split(meta, split, "path"));
+    if (!p || !*p)
+        return 0;
+    const char *name = strrchr(p, '/');
+    int n = snprintf(buf, size, "%s/%s", dir, name ? name + 1 : p);
+    return n > 0 && (size_t)n < size;
+}
+
+json_t *tw_convert_meta_run_dataset(const json_t *meta, const char *dir, const char **why)
+{
+    char train[PATH_BYTES], test[PATH_BYTES];
+    json_t *count = tw_convert_meta_split(meta, "test", "count");
+    int has_test = json_is_integer(count) && json_integer_value(count) > 0;
+    json_t *shape = tw_convert_meta_shape(meta);
+    *why = !shape ? "the dataset has no known per-example shape"
+           : !split_file(meta, "train", dir, train, sizeof train) ||
+                   (has_test && !split_file(meta, "test", dir, test, sizeof test))
+               ? "the dataset's meta names no training or test file"
+               : NULL;
+    if (*why) {
+        json_decref(shape);
+        return NULL;
+    }
+    const json_t *features = json_object_get(meta, "features");
+    const char *image = json_object_get(features, "image_raw") ? "image_raw" : "features";
+    return json_pack("{s:s, s:s?, s:s, s:s, s:o}", "train", train, "test", has_test ? test : NULL,
+                     "image_feature", image, "label_feature", "label", "shape", shape);
 }

@@ -7,7 +7,8 @@
  * all-or-nothing output protocol: every output is written to a temporary file and renamed into place
  * only after the whole conversion succeeded; on any error no output file or temporary file is left.
  * Does not own: parsing the inputs (idx.c, csv.c, npy.c, example.c), TFRecord framing (tfrecord.c), the
- * command line (convert_main.c).
+ * command line (convert_main.c). Built from convert.c (options, the conversion loop, splits and the meta,
+ * written and read back) and convert_source.c (the source adapters, convert_source.h).
  *
  * Features written per Example:
  *   idx: image_raw (bytes, the h·w·d uint8 pixels), label (int64), size (int64, h·w·d), height, width,
@@ -41,6 +42,7 @@
 #ifndef TW_CONVERT_H
 #define TW_CONVERT_H
 
+#include <jansson.h>
 #include <stdint.h>
 
 #include "status.h"
@@ -124,5 +126,31 @@ tw_status tw_convert(const tw_convert_options *o, tw_convert_result *res, tw_err
  * (its message starts with "record N: ") and stores N, counted from 0, in *index (may be NULL); the
  * record's byte offset is then err->offset and the file err->file. Returns 0 otherwise. */
 int tw_convert_error_record(const tw_error *err, uint64_t *index);
+
+/* ---- the meta, read back ----
+ * convert.c owns the meta's keys (tw_convert above); whoever reads a meta reads it through these. */
+
+/* Reads the meta file at path (through datafs.h): *meta is new (caller owns). Errors: TW_ERR_IO (cannot
+ * open), TW_ERR_CORRUPT (not a JSON object). */
+tw_status tw_convert_meta_load(const char *path, json_t **meta, tw_error *err);
+
+/* The value of key ("path", "count", "label_histogram", "label_stats") in the meta's split ("train",
+ * "test"), borrowed from meta; NULL when absent (also for a NULL meta). */
+json_t *tw_convert_meta_split(const json_t *meta, const char *split, const char *key);
+
+/* The per-example shape as a JSON array of integers (new; a CSV meta's feature count n becomes [n]);
+ * NULL when the meta has none. */
+json_t *tw_convert_meta_shape(const json_t *meta);
+
+/* A training run's dataset settings for the converted dataset in folder dir, derived from its meta (new
+ * JSON, the engine config's "dataset" object): {"train": dir/<train file>, "test": dir/<test file> (null
+ * unless the test split has examples), "image_feature": "image_raw" when the Examples have one, else
+ * "features", "label_feature": "label", "shape": tw_convert_meta_shape}. The file names are those the
+ * meta's splits record. NULL when the dataset cannot feed a run; then *why (static text) says why. */
+json_t *tw_convert_meta_run_dataset(const json_t *meta, const char *dir, const char **why);
+
+/* `tower convert` (convert_main.c), dispatched by server/main.c: returns the exit status (0 ok, 1 failure,
+ * 2 usage error), never exits. argv[0] is the subcommand's name. */
+int tw_convert_main(int argc, char **argv);
 
 #endif

@@ -14,7 +14,6 @@
 
 #include <jansson.h>
 
-#include "cli.h"
 #include "convert.h"
 
 enum { EXIT_FAILED = 1, EXIT_USAGE = 2 };

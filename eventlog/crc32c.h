@@ -1,6 +1,6 @@
 /* crc32c.h — CRC-32C (Castagnoli, reflected polynomial 0x82F63B78) and TensorFlow's CRC mask.
  *
- * Owns: the checksum TFRecord and tfevents framing use (FORMATS.md §1.2). Uses the SSE4.2 crc32
+ * Owns: the checksum TFRecord and tfevents framing use (docs/formats.md §1.2). Uses the SSE4.2 crc32
  * instruction when the CPU has it (checked once at first use), else a portable slicing-by-8 table.
  * Written here rather than linked because the issue asks for both paths to be selectable and tested
  * against the RFC 3720 vectors; it is ~100 lines. All functions are thread-safe. */

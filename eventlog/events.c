@@ -286,7 +286,7 @@ static tw_status open_file(tw_events_writer *w, const char *logdir, tw_error *er
                         MAX_NAME_TRIES);
 }
 
-/* The first record, flushed at once (FORMATS.md §3.2). */
+/* The first record, flushed at once (docs/formats.md §3.2). */
 static tw_status write_version(tw_events_writer *w, tw_error *err)
 {
     Twpb__Event ev = TWPB__EVENT__INIT;

@@ -2,7 +2,7 @@
  *
  * Owns: the event file's name (`events.out.tfevents.<%010lld seconds>.<hostname>.<pid>`, plus
  * `.<n>` when that name is taken — a writer never appends to an existing file), its descriptor, the
- * first record Event{wall_time, file_version = "brain.Event:2"} (FORMATS.md §3.2), the Event
+ * first record Event{wall_time, file_version = "brain.Event:2"} (docs/formats.md §3.2), the Event
  * messages for scalars (Summary.Value.simple_value), histograms (HistogramProto with TF's default
  * buckets, histogram.h), the graph (Event.graph_def), text (a DT_STRING rank-0 tensor with "text"
  * plugin metadata) and SessionLog START, and when bytes reach the disk: by count (max_queue

@@ -1,6 +1,6 @@
 /* graph.h — a small GraphDef builder for TensorBoard's Graphs tab.
  *
- * Owns: building a tensorflow GraphDef (FORMATS.md §5) node by node — name, op, inputs ("node",
+ * Owns: building a tensorflow GraphDef (docs/formats.md §5) node by node — name, op, inputs ("node",
  * "node:k", "^node"), and a few attribute kinds (string, int, bool, dtype, shape, shape list such
  * as `_output_shapes`) — and serializing it through the protobuf-c code generated from
  * proto/graph.proto, with versions.producer set. A '/' in a node name makes a namespace

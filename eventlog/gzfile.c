@@ -519,8 +519,6 @@ tw_compression tw_gzfile_compression(const tw_gzfile *f) { return f->dec.comp; }
 
 const char *tw_gzfile_name(const tw_gzfile *f) { return f->name; }
 
-uint64_t tw_gzfile_budget(const tw_gzfile *f) { return f->max_bytes; }
-
 /* ================================ items ================================ */
 
 tw_status tw_gzfile_items_init(tw_gzfile_items *it, const tw_gzfile *f, uint64_t count,

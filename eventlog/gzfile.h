@@ -91,9 +91,6 @@ tw_compression tw_gzfile_compression(const tw_gzfile *f);
 /* The name errors are reported against (borrowed from f). */
 const char *tw_gzfile_name(const tw_gzfile *f);
 
-/* The content budget given at open (0 = none). */
-uint64_t tw_gzfile_budget(const tw_gzfile *f);
-
 /* ---- fixed-size items ----
  * A run of equal-sized items that fills the rest of the stream after a header: the data section of an
  * IDX or NPY file. Shared so both formats tell truncation from trailing data the same way. */

@@ -1,11 +1,11 @@
 /* histogram.h — TensorFlow's default-bucket histogram and its HistogramProto encoding.
  *
- * Owns: the 1551 default bucket limits of tsl/lib/histogram/histogram.cc (FORMATS.md §4.1:
+ * Owns: the 1551 default bucket limits of tsl/lib/histogram/histogram.cc (docs/formats.md §4.1:
  * positives 1e-12 × 1.1ⁿ while < 1e20, then DBL_MAX; negatives mirrored; 0.0 between), adding
  * values the way Histogram::Add does (bucket = first limit strictly greater than x; min, max, num,
  * sum, sum_squares in double), and EncodeToProto(preserve_zero_buckets = false): every run of
  * consecutive empty buckets is collapsed into one zero-count entry whose limit is the last limit of
- * the run (FORMATS.md §4.2).
+ * the run (docs/formats.md §4.2).
  * Does not own: writing the proto into an event file (events.c) or any re-binning for display.
  * Written here because no C library computes TF's buckets; it is a loop and a binary search.
  *

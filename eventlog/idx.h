@@ -1,4 +1,4 @@
-/* idx.h — MNIST-style IDX files (FORMATS.md §8): header parsing and a streaming item reader.
+/* idx.h — MNIST-style IDX files (docs/formats.md §8): header parsing and a streaming item reader.
  *
  * Owns: the IDX header (magic 00 00 <type> <rank>, then one big-endian u32 per dimension), the checks on
  * it (every length capped before use; the declared size against the caller's budget before any data is

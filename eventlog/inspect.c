@@ -8,6 +8,8 @@
  * place, with count, min, max, mean, sum, NaN/Inf counts and the first values of F32 tensors. Does not
  * own the formats (tfrecord.c, example.c, the generated event protos, safetensors.c) — it only reads
  * them. */
+#include "inspect.h"
+
 #include <getopt.h>
 #include <jansson.h>
 #include <math.h>
@@ -15,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
 #include "crc32c.h"
 #include "event.pb-c.h"
 #include "events_read.h"

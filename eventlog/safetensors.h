@@ -1,4 +1,4 @@
-/* safetensors.h — the safetensors weight-file format (FORMATS.md §7.1): writing fp32 tensors, reading
+/* safetensors.h — the safetensors weight-file format (docs/formats.md §7.1): writing fp32 tensors, reading
  * and validating any file.
  *
  * Owns: the byte layout (u64 little-endian header length N, N bytes of JSON header padded with spaces

@@ -209,7 +209,7 @@ void tw_tfrecord_options_default(tw_tfrecord_options *o)
     o->max_total_bytes = 0;
 }
 
-/* TFRecord's own detection (FORMATS.md §1): gzip by its magic; uncompressed when the first length CRC
+/* TFRecord's own detection (docs/formats.md §1): gzip by its magic; uncompressed when the first length CRC
  * checks out; zlib by a valid zlib header; uncompressed otherwise, so the reader reports the bad CRC. */
 static tw_compression detect(const uint8_t *p, size_t n)
 {

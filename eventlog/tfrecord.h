@@ -1,6 +1,6 @@
 /* tfrecord.h — TFRecord framing: writer and streaming reader, uncompressed, GZIP and ZLIB.
  *
- * Owns: the record layout of FORMATS.md §1 (u64 LE length, masked CRC32C of the length, payload,
+ * Owns: the record layout of docs/formats.md §1 (u64 LE length, masked CRC32C of the length, payload,
  * masked CRC32C of the payload) and the one-deflate-stream-per-file compression TensorFlow uses
  * (§1.4). Does not own: what a payload means (Example, Event) or where the file lives.
  *

@@ -579,20 +579,6 @@ void tw_dataset_upload_done(tw_server *S, tw_req *r)
 
 /* ================================ presentation ================================ */
 
-static json_t *split_field(const json_t *meta, const char *split, const char *key)
-{
-    return json_object_get(json_object_get(json_object_get(meta, "splits"), split), key);
-}
-
-/* The meta's per-example shape as an array (CSV meta holds the feature count), new; NULL if none. */
-static json_t *shape_of(const json_t *meta)
-{
-    json_t *shape = json_object_get(meta, "shape");
-    if (json_is_integer(shape))
-        return json_pack("[O]", shape);
-    return json_is_array(shape) && json_array_size(shape) ? json_copy(shape) : NULL;
-}
-
 json_t *tw_dataset_present(const json_t *row)
 {
     if (!row)
@@ -604,35 +590,22 @@ json_t *tw_dataset_present(const json_t *row)
         json_object_get(row, "error"), "created", json_object_get(row, "created"), "bytes",
         json_object_get(row, "bytes"), "source",
         json_is_object(meta) ? json_object_get(meta, "source") : json_object_get(row, "source"), "train_examples",
-        split_field(meta, "train", "count"), "test_examples", split_field(meta, "test", "count"), "shape",
-        shape_of(meta), "dtype", json_object_get(meta, "dtype"), "features", json_object_get(meta, "features"));
+        tw_convert_meta_split(meta, "train", "count"), "test_examples", tw_convert_meta_split(meta, "test", "count"),
+        "shape", tw_convert_meta_shape(meta), "dtype", json_object_get(meta, "dtype"), "features",
+        json_object_get(meta, "features"));
     json_object_set_new(d, "label_histogram",
                         json_is_object(meta) ? json_pack("{s:O*, s:O*}", "train",
-                                                         split_field(meta, "train", "label_histogram"), "test",
-                                                         split_field(meta, "test", "label_histogram"))
+                                                         tw_convert_meta_split(meta, "train", "label_histogram"),
+                                                         "test", tw_convert_meta_split(meta, "test", "label_histogram"))
                                              : json_null());
     return d;
 }
 
 json_t *tw_dataset_for_run(tw_server *S, const json_t *row, const char **why)
 {
-    json_t *meta = json_object_get(row, "meta"), *shape = shape_of(meta);
-    const char *id = json_string_value(json_object_get(row, "id"));
-    const json_t *features = json_object_get(meta, "features");
-    *why = NULL;
-    if (!shape) {
-        *why = "the dataset has no known per-example shape";
-        return NULL;
-    }
-    char dir[PATH_MAX], train[PATH_MAX + 32], test[PATH_MAX + 32];
-    tw_dataset_dir(S, id, dir, sizeof dir);
-    snprintf(train, sizeof train, "%s/train.tfrecord", dir);
-    snprintf(test, sizeof test, "%s/test.tfrecord", dir);
-    json_t *count = split_field(meta, "test", "count");
-    int has_test = json_is_integer(count) && json_integer_value(count) > 0;
-    const char *image = json_object_get(features, "image_raw") ? "image_raw" : "features";
-    return json_pack("{s:s, s:s?, s:s, s:s, s:o}", "train", train, "test", has_test ? test : NULL,
-                     "image_feature", image, "label_feature", "label", "shape", shape);
+    char dir[PATH_MAX];
+    tw_dataset_dir(S, json_string_value(json_object_get(row, "id")), dir, sizeof dir);
+    return tw_convert_meta_run_dataset(json_object_get(row, "meta"), dir, why);
 }
 
 /* ================================ the demo ================================ */

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "cli.h"
 
 static const char GPU_DIR[] = "/proc/driver/nvidia/gpus";
 

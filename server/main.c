@@ -6,7 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "bench_main.h"
+#include "convert.h"
+#include "devices.h"
+#include "inspect.h"
+#include "serve_main.h"
+#include "train_main.h"
 
 typedef struct {
     const char *name;

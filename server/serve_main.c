@@ -7,6 +7,8 @@
  * JSON line {"listening": URL} on stdout. SIGTERM/SIGINT
  * stop it cleanly; a store that cannot persist stops it with status 1 (to be restarted by a supervisor). */
 #define _GNU_SOURCE
+#include "serve_main.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -20,7 +22,6 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include "datafs.h"
 #include "datasets.h"
 #include "http.h"

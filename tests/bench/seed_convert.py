@@ -1,4 +1,4 @@
-"""The seed's way of making a TFRecord (shared/seeds/000: create_tfrecord.py), for the benchmark only:
+"""The seed's way of making a TFRecord (its create_tfrecord.py), for the benchmark only:
 read the MNIST-style IDX .gz files into numpy (as tensorflow.examples.tutorials.mnist did), then a Python
 loop of tf.train.Example + tf.io.TFRecordWriter.write. Prints one JSON line with the loop's own time.
 

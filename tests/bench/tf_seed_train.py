@@ -1,4 +1,4 @@
-"""The seed's multi-tower MLP (shared/seeds/000) in TensorFlow's graph mode, on the CPU, for the
+"""The seed's multi-tower MNIST MLP in TensorFlow's graph mode, on the CPU, for the
 benchmark only: towers each take batch examples of the step, gradients are averaged, one SGD update with
 exponential decay, L2 1e-4 on the weights, EMA 0.99 of every variable. The input is the seed's pipeline:
 TFRecordDataset -> parse_single_example -> shuffle(10000) -> repeat -> batch. Prints one JSON line.

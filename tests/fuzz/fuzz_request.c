@@ -1,5 +1,5 @@
-/* fuzz_request.c — libFuzzer harness for what a run submission's body meets (RELIABILITY F1: the request
- * JSON validator and the name validator).
+/* fuzz_request.c — libFuzzer harness for what a run submission's body meets (the request JSON
+ * validator and the name validator; docs/reliability.md rows H4-H7).
  *
  * The input is decoded the way http.c decodes a request body (json_loadb, JSON_REJECT_DUPLICATES). An
  * object is written back as compact text (as api_runs.c does) and given to the engine's tw_config_parse

@@ -282,7 +282,7 @@ def test_tensorboard_stage(dockerfile):
 def test_dockerignore_keeps_builds_and_data_out():
     lines = {l.strip() for l in (ROOT / ".dockerignore").read_text().splitlines()}
     assert {".git", "build*", "tower-data"} <= lines
-    for needed in ("CMakeLists.txt", "scripts", "server", "engine", "eventlog", "static", "cmake"):
+    for needed in ("CMakeLists.txt", "scripts", "server", "engine", "eventlog", "base", "static", "cmake"):
         assert needed not in lines
 
 

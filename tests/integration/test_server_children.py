@@ -1,5 +1,5 @@
-"""The children `tower serve` runs: own process group, nothing of the server's inherited (RELIABILITY
-P12), the devices they are scheduled on, and `tower devices`."""
+"""The children `tower serve` runs: own process group, nothing of the server's inherited (docs/reliability.md
+row P12), the devices they are scheduled on, and `tower devices`."""
 import json
 import os
 import subprocess

@@ -1,4 +1,4 @@
-"""Faults a training child can have, and what the supervisor makes of them (../shared/RELIABILITY.md rows
+"""Faults a training child can have, and what the supervisor makes of them (docs/reliability.md rows
 P1-P3 and G1-G9), driven by the fake trainer (tests/tools/tw_faketrain.c, switches in TW_FAKE)."""
 import json
 import os

@@ -1,4 +1,4 @@
-"""Bad input and hostile clients against `tower serve` (../shared/RELIABILITY.md rows H1-H14): every
+"""Bad input and hostile clients against `tower serve` (docs/reliability.md rows H1-H14): every
 one gets a clear error in the envelope, nothing already accepted is lost, nothing is left on disk."""
 import gzip
 import json

@@ -262,7 +262,7 @@ def test_server_histograms(tensorboard, logdir):
         assert sum(counts) == len(values)
         assert list(counts) == list(ref.bucket)
         # RustBoard: left edge of the first bucket = min, right edge of the last = max, inner edges
-        # are the bucket limits (FORMATS.md §3.6).
+        # are the bucket limits (docs/formats.md §3.6).
         assert lefts[0] == float(values.min()) and rights[-1] == float(values.max())
         assert list(rights[:-1]) == list(ref.bucket_limit[:-1])
         assert list(lefts[1:]) == list(ref.bucket_limit[:-1])

@@ -1,6 +1,6 @@
 """The engine's arithmetic against numpy: three steps of SGD, momentum and Adam — with exponential
 learning-rate decay, L2 on the weights and the EMA with num_updates — on a tiny two-layer network,
-recomputed independently in float64 from TensorFlow 1's formulas (FORMATS.md §6) and compared with the
+recomputed independently in float64 from TensorFlow 1's formulas (docs/formats.md §6) and compared with the
 parameters, EMA shadows and optimizer slots in the checkpoint `tower train` writes.
 
 The initial weights are random (glorot uniform, so the hidden units differ); the test reads them from a

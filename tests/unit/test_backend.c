@@ -853,7 +853,7 @@ static void test_sum_squares(void **state)
 
 enum { UN = 10, UL2 = 6, USTEPS = 3 };
 
-/* TensorFlow 1's optimizers in double, written from FORMATS.md §6 without elementwise.h. */
+/* TensorFlow 1's optimizers in double, written from docs/formats.md §6 without elementwise.h. */
 typedef struct {
     double w[UN], s1[UN], s2[UN], ema[UN];
 } ref_state;

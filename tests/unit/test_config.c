@@ -773,7 +773,7 @@ static void test_examples_parse(void **state)
     assert_true(seen >= 3);
 }
 
-/* examples/seed_mlp.json is the seed program (shared/seeds/000) as a config. */
+/* examples/seed_mlp.json is the seed program (the TensorFlow 1 multi-GPU MNIST MLP) as a config. */
 static void test_seed_example(void **state)
 {
     (void)state;

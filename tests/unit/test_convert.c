@@ -2,8 +2,9 @@
  * compression), the test pair and the exact seeded fraction split, CSV and NPY features and labels,
  * TFRecord inputs (records copied byte for byte, the inferred meta, and every kind of damaged record
  * reported with its index and offset), the meta JSON, option checks, and that every failure leaves no
- * output or temporary file (and an existing output untouched). Outputs are read back with our TFRecord reader and Example parser; TensorFlow reads
- * them in tests/integration/test_convert.py. */
+ * output or temporary file (and an existing output untouched); the meta read back and a run's dataset
+ * settings derived from it. Outputs are read back with our TFRecord reader and Example parser; TensorFlow
+ * reads them in tests/integration/test_convert.py. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1375,6 +1376,98 @@ static void test_tfrecord_options(void **state)
     }
 }
 
+/* ================================ the meta, read back ================================ */
+
+/* Derives a run's dataset settings for folder "/d/7" from meta; checks train, test (NULL: null), the
+ * image feature and the shape's first dimension and size. */
+static void expect_run_dataset(const json_t *meta, const char *train, const char *test, const char *image,
+                               json_int_t dim0, size_t rank)
+{
+    const char *why = "unset";
+    json_t *ds = tw_convert_meta_run_dataset(meta, "/d/7", &why);
+    assert_non_null(ds);
+    assert_null(why);
+    assert_string_equal(json_string_value(json_object_get(ds, "train")), train);
+    if (test)
+        assert_string_equal(json_string_value(json_object_get(ds, "test")), test);
+    else
+        assert_true(json_is_null(json_object_get(ds, "test")));
+    assert_string_equal(json_string_value(json_object_get(ds, "image_feature")), image);
+    assert_string_equal(json_string_value(json_object_get(ds, "label_feature")), "label");
+    json_t *shape = json_object_get(ds, "shape");
+    assert_int_equal(json_array_size(shape), rank);
+    assert_int_equal(json_integer_value(json_array_get(shape, 0)), dim0);
+    json_decref(ds);
+}
+
+static void expect_no_run_dataset(const char *meta_text, const char *want)
+{
+    json_t *meta = json_loads(meta_text, 0, NULL);
+    assert_non_null(meta);
+    const char *why = NULL;
+    assert_null(tw_convert_meta_run_dataset(meta, "/d/7", &why));
+    assert_non_null(why);
+    assert_non_null(strstr(why, want));
+    json_decref(meta);
+}
+
+static void test_meta_run_dataset(void **state)
+{
+    (void)state;
+    fresh_dir("meta_run");
+    write_idx_pair("train", 30, 30, 2, 3, 0, 0);
+    write_idx_pair("t10k", 12, 12, 2, 3, 0, 0);
+    tw_convert_options o;
+    options_idx(&o, "train");
+    o.test_images = path("t10k-images");
+    o.test_labels = path("t10k-labels");
+    o.test_output = path("held-out.tfrecord");
+    tw_convert_result res;
+    tw_error err;
+    assert_int_equal(tw_convert(&o, &res, &err), TW_OK);
+    json_t *m = NULL;
+    assert_int_equal(tw_convert_meta_load(res.meta_path, &m, &err), TW_OK);
+    /* the file names the meta records, in the folder given; [h, w, d] */
+    expect_run_dataset(m, "/d/7/out.tfrecord", "/d/7/held-out.tfrecord", "image_raw", 2, 3);
+    json_t *shape = tw_convert_meta_shape(m);
+    assert_int_equal(json_integer_value(json_array_get(shape, 1)), 3);
+    json_decref(shape);
+    assert_int_equal(json_integer_value(tw_convert_meta_split(m, "test", "count")), 12);
+    assert_null(tw_convert_meta_split(m, "validation", "count"));
+    assert_null(tw_convert_meta_split(NULL, "train", "count"));
+    json_decref(m);
+
+    /* CSV: the feature count is the shape; no test split: "test" is null */
+    const char *csv = "a,label,b\n0.5,1,-2\n1,0,3\n";
+    write_file(path("d.csv"), csv, strlen(csv));
+    tw_convert_options_default(&o);
+    o.csv = path("d.csv");
+    o.label_column = "label";
+    o.output = path("train.tfrecord");
+    assert_int_equal(tw_convert(&o, &res, &err), TW_OK);
+    assert_int_equal(tw_convert_meta_load(res.meta_path, &m, &err), TW_OK);
+    expect_run_dataset(m, "/d/7/train.tfrecord", NULL, "features", 2, 1);
+    json_decref(m);
+
+    /* a test split without examples is no test split */
+    m = json_loads("{\"shape\": [4], \"features\": {\"features\": \"float\"}, \"splits\": {\"train\": "
+                   "{\"path\": \"train.tfrecord\", \"count\": 3}, \"test\": {\"path\": \"t\", \"count\": 0}}}",
+                   0, NULL);
+    expect_run_dataset(m, "/d/7/train.tfrecord", NULL, "features", 4, 1);
+    json_decref(m);
+    expect_no_run_dataset("{\"shape\": null, \"splits\": {\"train\": {\"path\": \"x\"}}}", "shape");
+    expect_no_run_dataset("{\"shape\": [], \"splits\": {\"train\": {\"path\": \"x\"}}}", "shape");
+    expect_no_run_dataset("{\"shape\": [2], \"splits\": {\"train\": {\"count\": 1}}}", "no training");
+    expect_no_run_dataset("{\"shape\": [2], \"splits\": {\"train\": {\"path\": \"x\"}, \"test\": {\"count\": 1}}}",
+                          "test file");
+
+    /* a missing meta file, and one that is not a JSON object */
+    assert_int_equal(tw_convert_meta_load(path("absent.json"), &m, &err), TW_ERR_IO);
+    write_file(path("bad.json"), "[1, 2]", 6);
+    assert_int_equal(tw_convert_meta_load(path("bad.json"), &m, &err), TW_ERR_CORRUPT);
+    assert_null(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1395,6 +1488,7 @@ int main(void)
         cmocka_unit_test(test_tfrecord_corrupt_inputs),
         cmocka_unit_test(test_tfrecord_not_examples),
         cmocka_unit_test(test_tfrecord_options),
+        cmocka_unit_test(test_meta_run_dataset),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -58,7 +58,7 @@ static void test_extend_splits_agree(void **state)
                          tw_crc32c_extend_portable(0, buf + off, 100));
 }
 
-/* FORMATS.md §1.2: Event{file_version:"CRC test, one two"} has masked data CRC 0x5794d08a and its
+/* docs/formats.md §1.2: Event{file_version:"CRC test, one two"} has masked data CRC 0x5794d08a and its
  * 8-byte length field (19) masked CRC 0x1b32910c. */
 static void test_mask_vectors(void **state)
 {

@@ -1,4 +1,4 @@
-/* test_datafs.c — confinement to the data folder (eventlog/datafs.h): a symlinked file, a symlinked
+/* test_datafs.c — confinement to the data folder (base/datafs.h): a symlinked file, a symlinked
  * intermediate folder, an absolute symlink and a ".." escape are refused for open (read, create, append),
  * opendir, mkdir, unlink, stat, the atomic file and remove-tree, and the outside target's bytes stay as
  * they were; paths outside the root and every path while nothing is confined follow links as before.

@@ -1,4 +1,4 @@
-/* test_histogram.c — TF's default bucket limits (count, ends, the values FORMATS.md §4.1 lists),
+/* test_histogram.c — TF's default bucket limits (count, ends, the values docs/formats.md §4.1 lists),
  * Histogram::Add semantics (upper_bound, statistics in double, NaN/Inf refused whole) and
  * EncodeToProto's merging of empty runs on hand-computed cases. */
 #include <setjmp.h>
@@ -48,7 +48,7 @@ static void test_default_limits(void **state)
     assert_true(l[ZERO + 1] == 1e-12);
     assert_true(l[ZERO + 2] == 1.1000000000000002e-12);
     assert_true(l[ZERO + 3] == 1.2100000000000003e-12);
-    assert_true(l[1549] == 9.920775621859783e19); /* last finite limit, FORMATS.md §4.1 */
+    assert_true(l[1549] == 9.920775621859783e19); /* last finite limit, docs/formats.md §4.1 */
     assert_true(l[1] == -9.920775621859783e19);
     assert_true(l[ZERO - 1] == -1e-12);
     for (int i = 1; i < TW_HISTOGRAM_BUCKETS; i++)

@@ -88,7 +88,7 @@ static void test_round_trip_all_compressions(void **state)
     }
 }
 
-/* The exact bytes of one record: FORMATS.md §1.2's vector. */
+/* The exact bytes of one record: docs/formats.md §1.2's vector. */
 static void test_framing_bytes(void **state)
 {
     (void)state;

@@ -1,6 +1,6 @@
 /* atomic_file.h — durable "write to a temporary name, fsync, rename, fsync the folder" output files.
  *
- * Owns: the temporary file's name, descriptor and the commit/abort protocol (RELIABILITY.md rule 1).
+ * Owns: the temporary file's name, descriptor and the commit/abort protocol (docs/reliability.md rule 1).
  * Does not own: what is written (callers write to tw_atomic_file_fd). A file that is neither committed
  * nor aborted is aborted by tw_atomic_file_destroy, so an error path leaves no partial output behind.
  * Not thread-safe: one owner at a time. */
