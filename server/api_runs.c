@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "api.h"
 #include "assets.h"
 #include "atomic_file.h"
 #include "config.h"
@@ -22,6 +21,7 @@
 #include "logtext.h"
 #include "memory.h"
 #include "names.h"
+#include "reply.h"
 #include "scheduler.h"
 #include "store.h"
 

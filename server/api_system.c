@@ -70,10 +70,11 @@ static json_t *operation(const tw_route *rt)
     return op;
 }
 
-json_t *tw_openapi(void)
+/* The OpenAPI 3.0 document of the route table served (new JSON). */
+static json_t *openapi(const tw_route *routes)
 {
     json_t *paths = json_object();
-    for (const tw_route *rt = TW_ROUTES; rt->method; rt++) {
+    for (const tw_route *rt = routes; rt->method; rt++) {
         json_t *item = json_object_get(paths, rt->pattern);
         if (!item)
             json_object_set_new(paths, rt->pattern, item = json_object());
@@ -94,8 +95,7 @@ json_t *tw_openapi(void)
 
 void tw_api_openapi(tw_server *S, tw_req *r)
 {
-    (void)S;
-    tw_reply_json(r, 200, tw_openapi());
+    tw_reply_json(r, 200, openapi(S->routes));
 }
 
 /* ---- Prometheus ---- */

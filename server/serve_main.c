@@ -20,11 +20,13 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "cli.h"
 #include "datafs.h"
 #include "datasets.h"
 #include "http.h"
 #include "logtext.h"
+#include "runs.h"
 #include "scheduler.h"
 #include "store.h"
 
@@ -237,9 +239,12 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
                 recovered);
     TW_TRY(tw_datasets_start(S, err));
     TW_TRY(tw_scheduler_create(S, &S->sched, err));
+    int demo = 0;
     if (S->opt.demo)
-        TW_TRY(tw_datasets_demo(S, err));
-    return tw_http_start(S, port, err);
+        TW_TRY(tw_datasets_demo(S, &demo, err));
+    if (demo)
+        TW_TRY(tw_runs_submit_demo(S, err));
+    return tw_http_start(S, TW_ROUTES, port, err);
 }
 
 static void stop(tw_server *S)

@@ -17,6 +17,7 @@
 typedef struct tw_store tw_store;
 typedef struct tw_scheduler tw_scheduler;
 typedef struct tw_http tw_http;
+struct tw_route;
 
 typedef struct {
     const char *listen;        /* "HOST:PORT"; port 0 = any free port */
@@ -55,6 +56,7 @@ typedef struct tw_server {
     tw_store *store;
     tw_scheduler *sched;
     tw_http *http;
+    const struct tw_route *routes; /* the route table served (http.h), set by tw_http_start */
     char chartjs_path[PATH_MAX];   /* Debian's Chart.js, served as /static/chart.js ("" = absent) */
     atomic_uint_fast64_t requests[TW_STATUS_SLOTS]; /* indexed by tw_http_status_slot */
     atomic_uint_fast64_t errors[TW_API_CODE_SLOTS]; /* indexed by tw_api_code */
