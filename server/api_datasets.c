@@ -232,9 +232,10 @@ void tw_api_dataset_samples(tw_server *S, tw_req *r)
         json_decref(row);
         return;
     }
+    tw_dataset_state state = tw_store_dataset_state(row);
     json_t *shown = tw_dataset_present(row);
     json_decref(row);
-    if (strcmp(json_string_value(json_object_get(shown, "status")), "ready")) {
+    if (state != TW_DATASET_READY) {
         json_decref(shown);
         tw_reply_error(r, TW_API_CONFLICT, "dataset '%s' is not ready", tw_req_param(r, "id"));
         return;

@@ -79,10 +79,10 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
         return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", "no dataset has that id or name");
     if (found != TW_OK)
         return found; /* the caller maps a failed read to its code */
-    const char *status = json_string_value(json_object_get(k->dataset_row, "status"));
-    if (strcmp(status, "ready"))
+    tw_dataset_state state = tw_store_dataset_state(k->dataset_row);
+    if (state != TW_DATASET_READY)
         return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset",
-                   !strcmp(status, "failed") ? "that dataset failed to convert" : "that dataset is still converting");
+                   state == TW_DATASET_FAILED ? "that dataset failed to convert" : "that dataset is still converting");
     const char *why_not;
     json_t *engine_ds = tw_dataset_for_run(S, k->dataset_row, &why_not);
     if (!engine_ds)
@@ -316,11 +316,8 @@ void tw_api_runs_list(tw_server *S, tw_req *r)
 {
     long limit, offset;
     const char *status = tw_req_query(r, "status");
-    static const char *const states[] = {"queued", "running", "succeeded", "failed", "cancelled"};
-    int known = !status;
-    for (size_t i = 0; status && i < sizeof states / sizeof states[0]; i++)
-        known |= !strcmp(status, states[i]);
-    if (!known) {
+    tw_run_state state = tw_run_state_named(status);
+    if (status && state == TW_RUN_STATES) {
         tw_reply_error(r, TW_API_INVALID_ARGUMENT,
                        "query parameter 'status' must be queued, running, succeeded, failed or cancelled");
         return;
@@ -329,7 +326,7 @@ void tw_api_runs_list(tw_server *S, tw_req *r)
         return;
     json_t *page;
     tw_error err;
-    if (tw_store_run_list(S->store, status, limit, offset, &page, &err) != TW_OK) {
+    if (tw_store_run_list(S->store, status ? &state : NULL, limit, offset, &page, &err) != TW_OK) {
         tw_reply_status(r, &err);
         return;
     }
@@ -492,11 +489,6 @@ typedef struct {
     double quiet;    /* seconds since the last event */
 } sse;
 
-static int finished(const char *status)
-{
-    return !strcmp(status, "succeeded") || !strcmp(status, "failed") || !strcmp(status, "cancelled");
-}
-
 /* Produces the next event text into s->pending (blocking up to a keep-alive interval). */
 static void sse_produce(sse *s)
 {
@@ -514,7 +506,7 @@ static void sse_produce(sse *s)
         json_t *run = tw_run_present(s->S, row);
         json_decref(row);
         char *text = json_dumps(run, JSON_COMPACT);
-        s->ending = finished(json_string_value(json_object_get(run, "status")));
+        s->ending = tw_run_state_final(tw_store_run_state(run));
         json_decref(run);
         if (text && (!s->last || strcmp(text, s->last))) {
             free(s->last);

@@ -22,7 +22,8 @@ void tw_api_health(tw_server *S, tw_req *r)
     }
     tw_reply_json(r, 200, json_pack("{s:s, s:s, s:f, s:O, s:O}", "status", "ok", "version", TW_VERSION,
                                     "uptime_s", tw_now_wall() - S->started, "queued",
-                                    json_object_get(counts, "queued"), "running", json_object_get(counts, "running")));
+                                    json_object_get(counts, tw_run_state_name(TW_RUN_QUEUED)), "running",
+                                    json_object_get(counts, tw_run_state_name(TW_RUN_RUNNING))));
     json_decref(counts);
 }
 
@@ -122,7 +123,7 @@ void tw_api_prometheus(tw_server *S, tw_req *r)
     json_object_foreach(counts, state, v) fprintf(f, "tower_runs{state=\"%s\"} %lld\n", state, (long long)json_integer_value(v));
     fprintf(f, "# HELP tower_queue_length Runs waiting to start.\n# TYPE tower_queue_length gauge\n"
                "tower_queue_length %lld\n",
-            (long long)json_integer_value(json_object_get(counts, "queued")));
+            (long long)json_integer_value(json_object_get(counts, tw_run_state_name(TW_RUN_QUEUED))));
     json_decref(counts);
     fprintf(f, "# HELP tower_steps_per_second Training steps per second, all running runs.\n"
                "# TYPE tower_steps_per_second gauge\ntower_steps_per_second %g\n",

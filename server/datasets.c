@@ -317,7 +317,7 @@ static tw_status convert_and_record(tw_server *S, const upload *u, tw_error *err
     snprintf(up, sizeof up, "%s/upload", u->dir);
     if (s != TW_OK)
         tw_remove_tree(up);
-    tw_store_dataset_finish(S->store, u->id, s == TW_OK ? "ready" : "failed", meta, error, &serr);
+    tw_store_dataset_finish(S->store, u->id, s == TW_OK ? TW_DATASET_READY : TW_DATASET_FAILED, meta, error, &serr);
     tw_remove_tree(up);
     free(meta);
     free(error);
@@ -356,7 +356,7 @@ static int convert_next(tw_server *S)
                                    "the upload's files are gone (interrupted before it was accepted)");
             e = json_dumps(ej, JSON_COMPACT);
             json_decref(ej);
-            tw_store_dataset_finish(S->store, id, "failed", NULL, e, &err);
+            tw_store_dataset_finish(S->store, id, TW_DATASET_FAILED, NULL, e, &err);
             free(e);
         }
         did = 1;

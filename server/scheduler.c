@@ -402,7 +402,7 @@ static void fail_now(tw_scheduler *s, const char *id, const char *reason, const 
 {
     tw_error err;
     char *e = error_text(code, msg);
-    if (tw_store_run_finished(s->S->store, id, "failed", reason, e, tw_now_wall(), &err) != TW_OK)
+    if (tw_store_run_finished(s->S->store, id, TW_RUN_FAILED, reason, e, tw_now_wall(), &err) != TW_OK)
         log_store_error(&err);
     free(e);
     tw_server_changed(s->S);
@@ -602,8 +602,8 @@ static void finish(tw_scheduler *s, child *c)
             free(e);
             e = error_text(o.code, gave_up);
         }
-        st = tw_store_run_finished(S->store, c->id, o.status ? o.status : "failed", o.reason, e,
-                                   tw_now_wall(), &err);
+        st = tw_store_run_finished(S->store, c->id, o.status ? tw_run_state_named(o.status) : TW_RUN_FAILED,
+                                   o.reason, e, tw_now_wall(), &err);
     }
     if (st != TW_OK)
         log_store_error(&err);
