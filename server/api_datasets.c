@@ -240,9 +240,8 @@ void tw_api_dataset_samples(tw_server *S, tw_req *r)
         tw_reply_error(r, TW_API_CONFLICT, "dataset '%s' is not ready", tw_req_param(r, "id"));
         return;
     }
-    char path[PATH_MAX + 32];
-    tw_dataset_dir(S, tw_req_param(r, "id"), path, PATH_MAX);
-    strcat(path, "/train.tfrecord");
+    char path[PATH_MAX];
+    tw_dataset_path(S, tw_req_param(r, "id"), TW_DATASET_TRAIN, path, sizeof path);
     tw_tfrecord_options o;
     tw_tfrecord_options_default(&o);
     o.max_record_bytes = MAX_SAMPLE_RECORD;

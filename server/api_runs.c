@@ -122,10 +122,7 @@ static tw_status check_memory(tw_server *S, const tw_config *c, const json_t *da
 static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset_row, tw_config *c,
                           tw_api_code *code, tw_error *err)
 {
-    char *text = json_dumps(cfg, JSON_COMPACT);
-    tw_status s = text ? tw_config_parse(text, strlen(text), NULL, c, err)
-                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-    free(text);
+    tw_status s = tw_config_decode(cfg, NULL, c, err);
     *code = TW_API_INVALID_ARGUMENT;
     if (s == TW_OK && tw_scheduler_gpu_count(S->sched) > 0 && c->towers > tw_scheduler_gpu_count(S->sched))
         s = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers: %d asked, this server has %d GPUs", c->towers,
@@ -138,12 +135,11 @@ static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset
 /* Writes DIR/runs/<id>/config.json durably. */
 static tw_status write_config(tw_server *S, const char *id, const json_t *cfg, tw_error *err)
 {
-    char dir[PATH_MAX], path[PATH_MAX + 16];
-    if (tw_run_dir(S, id, dir, sizeof dir) != 0)
+    char dir[PATH_MAX], path[PATH_MAX];
+    if (tw_run_dir(S, id, dir, sizeof dir) != 0 || tw_run_path(S, id, TW_RUN_CONFIG, path, sizeof path) != 0)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
     if (tw_fs_mkdir(dir, 0755) != 0)
         return tw_fs_error(err, dir, "cannot create the run folder");
-    snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
     tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
                        : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
@@ -292,9 +288,10 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
                                                 json_object_get(ds, "name")));
     json_decref(ds);
     json_object_del(r, "dataset_id");
-    char dir[PATH_MAX], tb[PATH_MAX + 64];
+    char dir[PATH_MAX], runs[PATH_MAX], tb[PATH_MAX + 32];
     tw_run_dir(S, id, dir, sizeof dir);
-    snprintf(tb, sizeof tb, "tensorboard --logdir %s/runs", S->data);
+    tw_data_path(S, TW_DATA_RUNS, runs, sizeof runs);
+    snprintf(tb, sizeof tb, "tensorboard --logdir %s", runs);
     json_object_set_new(r, "logdir", json_string(dir));
     json_object_set_new(r, "tensorboard", json_string(tb));
     if (!json_is_array(json_object_get(r, "devices")))
@@ -582,9 +579,8 @@ void tw_api_run_log(tw_server *S, tw_req *r)
     json_decref(row);
     if (!row || tw_req_query_int(r, "tail", 1, 100000, 200, &tail))
         return;
-    char path[PATH_MAX + 16];
-    tw_run_dir(S, tw_req_param(r, "id"), path, PATH_MAX);
-    strcat(path, "/log");
+    char path[PATH_MAX];
+    tw_run_path(S, tw_req_param(r, "id"), TW_RUN_LOG, path, sizeof path);
     int fd = tw_fs_open(path, O_RDONLY, 0);
     if (fd < 0 && errno != ENOENT) {
         tw_error err;

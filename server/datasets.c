@@ -51,10 +51,9 @@ typedef struct tw_dataset_upload {
 
 /* ================================ helpers ================================ */
 
-static int upload_path(const char *dir, int field, char *buf, size_t size)
+static int upload_path(const upload *u, int field, char *buf, size_t size)
 {
-    int n = snprintf(buf, size, "%s/upload/%s", dir, FIELDS[field]);
-    return n > 0 && (size_t)n < size ? 0 : -1;
+    return tw_upload_path(u->S, u->id, FIELDS[field], buf, size);
 }
 
 static int field_index(const char *name)
@@ -86,8 +85,8 @@ tw_status tw_dataset_upload_part_begin(void *ctx, const char *name, const char *
     u->value_len = 0;
     if (f >= N_FILES)
         return TW_OK;
-    char path[PATH_MAX + 64];
-    if (upload_path(u->dir, f, path, sizeof path) != 0)
+    char path[PATH_MAX];
+    if (upload_path(u, f, path, sizeof path) != 0)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
     u->fd = tw_fs_open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     return u->fd < 0 ? tw_fs_error(err, path, "cannot create the upload file") : TW_OK;
@@ -125,9 +124,9 @@ tw_status tw_dataset_upload_part_end(void *ctx, tw_error *err)
 /* Creates DIR/datasets/<id>/ and its upload/ (an upload that is never accepted leaves them as debris). */
 static tw_status make_folders(upload *u, tw_error *err)
 {
-    char up[PATH_MAX + 16];
+    char up[PATH_MAX];
     if (tw_dataset_dir(u->S, u->id, u->dir, sizeof u->dir) != 0 ||
-        snprintf(up, sizeof up, "%s/upload", u->dir) >= (int)sizeof up || tw_fs_mkdir(u->dir, 0755) != 0 ||
+        tw_dataset_path(u->S, u->id, TW_DATASET_UPLOAD_DIR, up, sizeof up) != 0 || tw_fs_mkdir(u->dir, 0755) != 0 ||
         tw_fs_mkdir(up, 0755) != 0)
         return tw_fs_error(err, u->dir, "cannot create the dataset folder");
     return TW_OK;
@@ -194,12 +193,11 @@ static const char *source_name(unsigned have)
 }
 
 /* Points o's inputs at the received files (have makes a source: see source_name). */
-static void source_options(unsigned have, const char *dir, tw_convert_options *o,
-                           char paths[][PATH_MAX + 64])
+static void source_options(const upload *u, tw_convert_options *o, char paths[][PATH_MAX])
 {
     const char *p[N_FILES] = {0};
     for (int f = 0; f < N_FILES; f++)
-        if (have & BIT(f) && upload_path(dir, f, paths[f], PATH_MAX + 64) == 0)
+        if (u->have & BIT(f) && upload_path(u, f, paths[f], PATH_MAX) == 0)
             p[f] = paths[f];
     if (p[F_FEATURES]) {
         o->npy_features = p[F_FEATURES];
@@ -220,11 +218,12 @@ static tw_status save_params(const upload *u, tw_error *err)
 {
     json_t *p = json_pack("{s:i, s:s, s:s}", "fields", (int)u->have, "label_column",
                           u->values[F_LABEL_COLUMN], "test_fraction", u->values[F_TEST_FRACTION]);
-    char *text = json_dumps(p, JSON_COMPACT), path[PATH_MAX + 32];
+    char *text = json_dumps(p, JSON_COMPACT), path[PATH_MAX];
     json_decref(p);
-    snprintf(path, sizeof path, "%s/upload/params.json", u->dir);
-    tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
-                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    tw_status s = tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path) != 0
+                      ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long")
+                  : text ? tw_atomic_write_file(path, text, strlen(text), err)
+                         : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     free(text);
     return s;
 }
@@ -239,10 +238,11 @@ static json_t *load_json(const char *path, size_t flags, json_error_t *je)
     return j;
 }
 
-static tw_status load_params(const char *dir, upload *u, tw_error *err)
+/* Reads u's parameters back (u->S and u->id set) for a conversion after a restart. */
+static tw_status load_params(upload *u, tw_error *err)
 {
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/upload/params.json", dir);
+    char path[PATH_MAX];
+    tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path);
     json_error_t je;
     json_t *p = load_json(path, JSON_REJECT_DUPLICATES, &je);
     const char *lc = NULL, *tf = NULL;
@@ -254,7 +254,7 @@ static tw_status load_params(const char *dir, upload *u, tw_error *err)
     u->have = (unsigned)fields;
     snprintf(u->values[F_LABEL_COLUMN], sizeof u->values[0], "%s", lc);
     snprintf(u->values[F_TEST_FRACTION], sizeof u->values[0], "%s", tf);
-    snprintf(u->dir, sizeof u->dir, "%s", dir);
+    tw_dataset_dir(u->S, u->id, u->dir, sizeof u->dir);
     json_decref(p);
     return TW_OK;
 }
@@ -262,16 +262,17 @@ static tw_status load_params(const char *dir, upload *u, tw_error *err)
 /* Converts dir/upload into dir/{train,test}.tfrecord + meta.json. On success *meta is the meta text. */
 static tw_status convert_dir(tw_server *S, const upload *u, char **meta, tw_error *err)
 {
-    static __thread char paths[N_FILES][PATH_MAX + 64]; /* per thread: the worker and HTTP threads convert */
-    char train[PATH_MAX + 32], test[PATH_MAX + 32], meta_path[PATH_MAX + 32];
+    static __thread char paths[N_FILES][PATH_MAX]; /* per thread: the worker and HTTP threads convert */
+    char train[PATH_MAX], test[PATH_MAX], meta_path[PATH_MAX];
     tw_convert_options o;
     tw_convert_options_default(&o);
     if (!source_name(u->have))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s", SOURCES_EXPECTED);
-    source_options(u->have, u->dir, &o, paths);
-    snprintf(train, sizeof train, "%s/train.tfrecord", u->dir);
-    snprintf(test, sizeof test, "%s/test.tfrecord", u->dir);
-    snprintf(meta_path, sizeof meta_path, "%s/meta.json", u->dir);
+    source_options(u, &o, paths);
+    if (tw_dataset_path(S, u->id, TW_DATASET_TRAIN, train, sizeof train) != 0 ||
+        tw_dataset_path(S, u->id, TW_DATASET_TEST, test, sizeof test) != 0 ||
+        tw_dataset_path(S, u->id, TW_DATASET_META, meta_path, sizeof meta_path) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
     o.output = train;
     o.test_output = test;
     o.meta = meta_path;
@@ -301,7 +302,7 @@ static tw_status convert_and_record(tw_server *S, const upload *u, tw_error *err
 {
     tw_error serr;
     tw_error_clear(err);
-    char *meta = NULL, *error = NULL, up[PATH_MAX + 16];
+    char *meta = NULL, *error = NULL, up[PATH_MAX];
     tw_status s = convert_dir(S, u, &meta, err);
     if (s != TW_OK) {
         char msg[1200];
@@ -314,7 +315,7 @@ static tw_status convert_and_record(tw_server *S, const upload *u, tw_error *err
     }
     /* The received files go when they are no longer needed: a failure keeps nothing, so they go before the
      * row says "failed"; a success goes after "ready" (a crash in between re-converts, never loses it). */
-    snprintf(up, sizeof up, "%s/upload", u->dir);
+    tw_dataset_path(S, u->id, TW_DATASET_UPLOAD_DIR, up, sizeof up);
     if (s != TW_OK)
         tw_remove_tree(up);
     tw_store_dataset_finish(S->store, u->id, s == TW_OK ? TW_DATASET_READY : TW_DATASET_FAILED, meta, error, &serr);
@@ -347,8 +348,7 @@ static int convert_next(tw_server *S)
         upload u = {.S = S};
         const char *id = json_string_value(json_object_get(row, "id"));
         snprintf(u.id, sizeof u.id, "%s", id);
-        char dir[PATH_MAX];
-        if (tw_dataset_dir(S, id, dir, sizeof dir) == 0 && load_params(dir, &u, &err) == TW_OK)
+        if (load_params(&u, &err) == TW_OK)
             convert_and_record(S, &u, &err); /* the outcome is in the row */
         else {
             char *e = NULL;
@@ -391,10 +391,11 @@ static void converter_wake(tw_server *S)
 /* Removes the folders in DATA/kind named like our ids that have no row: uploads and submissions that never
  * committed. Anything else in the data folder (a user's own converted dataset or run) is left alone. A
  * folder goes only after a read that says its row does not exist; a failed read ends the sweep with it. */
-static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_store_get_fn get, tw_error *err)
+static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_store_get_fn get,
+                               int (*dir_of)(const tw_server *, const char *, char *, size_t), tw_error *err)
 {
-    char dir[PATH_MAX + 16], path[PATH_MAX + 300];
-    snprintf(dir, sizeof dir, "%s/%s", S->data, kind);
+    char dir[PATH_MAX], path[PATH_MAX];
+    tw_data_path(S, kind, dir, sizeof dir);
     DIR *d = tw_fs_opendir(dir);
     struct dirent *e;
     tw_status s = TW_OK;
@@ -405,9 +406,10 @@ static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_s
         s = get(S->store, e->d_name, &row, err);
         json_decref(row);
         if (s == TW_END) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            tw_log("tower serve: removing %s (never accepted)", path);
-            tw_remove_tree(path);
+            if (dir_of(S, e->d_name, path, sizeof path) == 0) {
+                tw_log("tower serve: removing %s (never accepted)", path);
+                tw_remove_tree(path);
+            }
             s = TW_OK;
         }
     }
@@ -418,8 +420,8 @@ static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_s
 
 tw_status tw_datasets_remove_debris(tw_server *S, tw_error *err)
 {
-    TW_TRY(remove_debris(S, "datasets", 'd', tw_store_dataset_get, err));
-    return remove_debris(S, "runs", 'r', tw_store_run_get, err);
+    TW_TRY(remove_debris(S, TW_DATA_DATASETS, 'd', tw_store_dataset_get, tw_dataset_dir, err));
+    return remove_debris(S, TW_DATA_RUNS, 'r', tw_store_run_get, tw_run_dir, err);
 }
 
 tw_status tw_datasets_start(tw_server *S, tw_error *err)
@@ -460,8 +462,8 @@ tw_status tw_dataset_upload_accept(tw_dataset_upload *u, uint64_t bytes, tw_erro
     TW_TRY(tw_dataset_upload_part_end(u, err));
     if (!source_name(u->have))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s", SOURCES_EXPECTED);
-    char up[PATH_MAX + 16];
-    snprintf(up, sizeof up, "%s/upload", u->dir);
+    char up[PATH_MAX];
+    tw_dataset_path(u->S, u->id, TW_DATASET_UPLOAD_DIR, up, sizeof up);
     u->bytes = bytes;
     TW_TRY(save_params(u, err));
     TW_TRY(tw_fsync_dir_of(up, err));
@@ -590,9 +592,9 @@ tw_status tw_datasets_demo(tw_server *S, int *registered, tw_error *err)
                                          "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
     TW_TRY(make_folders(&u, err));
     for (int f = 0; f < 4; f++) { /* copies, not links: nothing under the data folder is a symlink */
-        char src[300], dst[PATH_MAX + 64];
+        char src[300], dst[PATH_MAX];
         snprintf(src, sizeof src, "%s/%s", FASHION, files[f]);
-        upload_path(u.dir, f, dst, sizeof dst);
+        upload_path(&u, f, dst, sizeof dst);
         TW_TRY(copy_in(src, dst, &u.bytes, err));
         u.have |= BIT(f);
     }

@@ -173,10 +173,13 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
 
 static tw_status make_dirs(tw_server *S, tw_error *err)
 {
-    static const char *const subs[] = {"", "/runs", "/datasets"};
+    static const char *const subs[] = {NULL, TW_DATA_RUNS, TW_DATA_DATASETS};
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
-        char path[PATH_MAX + 16];
-        snprintf(path, sizeof path, "%s%s", i ? S->data : S->opt.data, subs[i]);
+        char path[PATH_MAX];
+        if (!i)
+            snprintf(path, sizeof path, "%s", S->opt.data);
+        else if (tw_data_path(S, subs[i], path, sizeof path) != 0)
+            return tw_error_set(err, TW_ERR_INVALID, S->data, -1, "the data folder's path is too long");
         if (tw_fs_mkdir(path, 0755) != 0 && errno != EEXIST)
             return tw_fs_error(err, path, "cannot create the data folder");
         if (i == 0 && !realpath(S->opt.data, S->data))
@@ -196,8 +199,9 @@ static tw_status make_dirs(tw_server *S, tw_error *err)
  * running the same queue. The file holds the holder's pid, for the message. */
 static tw_status lock_data(tw_server *S, tw_error *err)
 {
-    char path[PATH_MAX + 16], pid[32] = "";
-    snprintf(path, sizeof path, "%s/tower.lock", S->data);
+    char path[PATH_MAX], pid[32] = "";
+    if (tw_data_path(S, TW_DATA_LOCK, path, sizeof path) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, S->data, -1, "the data folder's path is too long");
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
         return tw_error_errno(err, path, "cannot open the data folder's lock file");
@@ -227,8 +231,8 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
     static const char chartjs[] = "/usr/share/javascript/chart.js/chart.min.js"; /* Debian libjs-chart.js */
     if (access(chartjs, R_OK) == 0)
         snprintf(S->chartjs_path, sizeof S->chartjs_path, "%s", chartjs);
-    char db[PATH_MAX + 16];
-    snprintf(db, sizeof db, "%s/tower.db", S->data);
+    char db[PATH_MAX];
+    tw_data_path(S, TW_DATA_DB, db, sizeof db); /* fits: the lock file's name is as long */
     TW_TRY(tw_store_open(db, &S->store, err));
     tw_store_on_fatal(S->store, store_failed, S);
     int recovered = tw_store_runs_recover(S->store, err);

@@ -87,9 +87,34 @@ void tw_server_fatal(tw_server *S, const tw_error *err);
 double tw_now_mono(void);
 double tw_now_wall(void);
 
-/* Paths inside the data folder: "<data>/runs/<id>" etc. Return 0, or -1 when it does not fit. */
+/* ---- the data folder's layout: every path under DATA is made by these (nowhere else) ----
+ *   DATA/tower.db  DATA/tower.lock  (serve_main.c)
+ *   DATA/datasets/<id>/upload/<field>, upload/params.json, train.tfrecord, test.tfrecord, meta.json
+ *   DATA/runs/<id>/config.json, log, checkpoints/, the event files (engine)
+ * Each returns 0, or -1 when the path does not fit in size (buf is then ""). */
+#define TW_DATA_DB "tower.db"
+#define TW_DATA_LOCK "tower.lock"
+#define TW_DATA_RUNS "runs"
+#define TW_DATA_DATASETS "datasets"
+#define TW_DATASET_UPLOAD_DIR "upload"
+#define TW_DATASET_PARAMS "upload/params.json"
+#define TW_DATASET_TRAIN "train.tfrecord"
+#define TW_DATASET_TEST "test.tfrecord"
+#define TW_DATASET_META "meta.json"
+#define TW_RUN_CONFIG "config.json"
+#define TW_RUN_LOG "log"
+#define TW_RUN_CHECKPOINTS "checkpoints"
+
+/* DATA/<name> ("tower.db", "runs", ...). */
+int tw_data_path(const tw_server *S, const char *name, char *buf, size_t size);
+/* DATA/runs/<id> and DATA/datasets/<id>. */
 int tw_run_dir(const tw_server *S, const char *id, char *buf, size_t size);
 int tw_dataset_dir(const tw_server *S, const char *id, char *buf, size_t size);
+/* A file in those folders: DATA/runs/<id>/<name> (TW_RUN_*), DATA/datasets/<id>/<name> (TW_DATASET_*). */
+int tw_run_path(const tw_server *S, const char *id, const char *name, char *buf, size_t size);
+int tw_dataset_path(const tw_server *S, const char *id, const char *name, char *buf, size_t size);
+/* An uploaded file: DATA/datasets/<id>/upload/<field>. */
+int tw_upload_path(const tw_server *S, const char *id, const char *field, char *buf, size_t size);
 
 /* Removes path and everything under it (symlinks are removed, not followed). Best effort. */
 void tw_remove_tree(const char *path);
