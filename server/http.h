@@ -3,13 +3,13 @@
  *
  * Owns: the daemon (thread per connection, explicit connection, per-IP, memory and timeout limits, a
  * deadline for each request's headers, a per-address cap on event streams), route matching against the
- * table of routes.c (404/405 from it, and 400 for a query parameter the route does not take), the Host
- * check on loopback, the origin rule and bearer-token auth for mutating routes, the body: JSON bodies
- * (Content-Type application/json, else 415) buffered up to 1 MiB and decoded strictly, upload bodies
- * streamed to the route's upload callbacks with the upload cap enforced before (Content-Length) and while
- * (chunked) reading, and every reply: JSON, error envelope, text, file, event stream. Never a CORS grant.
- * Does not own what a route does (api_*.c). Thread-safety: each request is handled by one thread; the
- * helpers below touch only their request. */
+ * table tw_http_start is given (404/405 from it, and 400 for a query parameter the route does not take),
+ * the Host check on loopback, the origin rule and bearer-token auth for mutating routes, the body: JSON
+ * bodies (Content-Type application/json, else 415) buffered up to 1 MiB and decoded strictly, upload
+ * bodies streamed to the route's upload callbacks with the upload cap enforced before (Content-Length)
+ * and while (chunked) reading, and every reply: JSON, error envelope, text, file, event stream. Never a
+ * CORS grant. Does not own what a route does (api_*.c) nor the table (routes.c): it names no handler.
+ * Thread-safety: each request is handled by one thread; the helpers below touch only their request. */
 #ifndef TW_HTTP_H
 #define TW_HTTP_H
 

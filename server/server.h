@@ -2,7 +2,8 @@
  * scheduler, the request counters and the change signal that Server-Sent Events wait on.
  *
  * Owns: tw_serve_options (every default in tw_serve_options_default), tw_server (one per process, built
- * by serve_main.c), the change signal and the fatal flag. Does not own the HTTP plumbing (http.c), the
+ * by serve_main.c), the change signal, the fatal flag and the data folder's layout (the path helpers at
+ * the end: no other file assembles a path under DATA). Does not own the HTTP plumbing (http.c), the
  * routes (routes.c, api_*.c), SQLite (store.c) or the children (scheduler.c). */
 #ifndef TW_SERVER_H
 #define TW_SERVER_H
