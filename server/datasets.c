@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -126,8 +125,8 @@ static tw_status make_folders(upload *u, tw_error *err)
 {
     char up[PATH_MAX];
     if (tw_dataset_dir(u->S, u->id, u->dir, sizeof u->dir) != 0 ||
-        tw_dataset_path(u->S, u->id, TW_DATASET_UPLOAD_DIR, up, sizeof up) != 0 || tw_fs_mkdir(u->dir, 0755) != 0 ||
-        tw_fs_mkdir(up, 0755) != 0)
+        tw_dataset_path(u->S, u->id, TW_DATASET_UPLOAD_DIR, up, sizeof up) != 0 ||
+        tw_fs_mkdir(u->dir, 0755) != 0 || tw_fs_mkdir(up, 0755) != 0)
         return tw_fs_error(err, u->dir, "cannot create the dataset folder");
     return TW_OK;
 }

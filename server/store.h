@@ -26,7 +26,14 @@ enum { TW_ID_BYTES = 17 }; /* "r" or "d" + 15 hex digits + NUL */
 
 /* The states of a run and of a dataset. The store keeps each as its name (the tables in store.c, the
  * one spelling: the API shows the same names, and a database written before the enums reads the same). */
-typedef enum { TW_RUN_QUEUED, TW_RUN_RUNNING, TW_RUN_SUCCEEDED, TW_RUN_FAILED, TW_RUN_CANCELLED, TW_RUN_STATES } tw_run_state;
+typedef enum {
+    TW_RUN_QUEUED,
+    TW_RUN_RUNNING,
+    TW_RUN_SUCCEEDED,
+    TW_RUN_FAILED,
+    TW_RUN_CANCELLED,
+    TW_RUN_STATES
+} tw_run_state;
 typedef enum { TW_DATASET_CONVERTING, TW_DATASET_READY, TW_DATASET_FAILED, TW_DATASET_STATES } tw_dataset_state;
 
 /* The name of s; "unknown" for TW_RUN_STATES / TW_DATASET_STATES (no row is in it: a filter by it

@@ -131,7 +131,8 @@ static void add_dataset(tw_store *st, const char *id, const char *name, const ch
     tw_error err;
     assert_int_equal(tw_store_dataset_insert(st, id, name, "upload", 1000, &err), TW_OK);
     if (status)
-        assert_int_equal(tw_store_dataset_finish(st, id, tw_dataset_state_named(status), !strcmp(status, "ready") ? "{\"n\": 1}" : NULL,
+        assert_int_equal(tw_store_dataset_finish(st, id, tw_dataset_state_named(status),
+                                                 !strcmp(status, "ready") ? "{\"n\": 1}" : NULL,
                                                  !strcmp(status, "failed") ? "{\"code\": \"CORRUPT\"}" : NULL,
                                                  &err),
                          TW_OK);
@@ -315,7 +316,8 @@ static void test_dataset_insert_finish_get(void **state)
     assert_string_equal(str(json_array_get(conv, 0), "id"), "d1");
     json_decref(conv);
 
-    assert_int_equal(tw_store_dataset_finish(f->st, "d1", TW_DATASET_READY, "{\"examples\": 60000, \"shape\": [28, 28, 1]}",
+    assert_int_equal(tw_store_dataset_finish(f->st, "d1", TW_DATASET_READY,
+                                             "{\"examples\": 60000, \"shape\": [28, 28, 1]}",
                                              NULL, &err),
                      TW_OK);
     d = dataset_row(f->st, "d1");
