@@ -173,19 +173,18 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
 
 static tw_status make_dirs(tw_server *S, tw_error *err)
 {
-    static const char *const subs[] = {NULL, TW_DATA_RUNS, TW_DATA_DATASETS};
+    if (tw_fs_mkdir(S->opt.data, 0755) != 0 && errno != EEXIST)
+        return tw_fs_error(err, S->opt.data, "cannot create the data folder");
+    if (!realpath(S->opt.data, S->data))
+        return tw_error_errno(err, S->opt.data, "cannot resolve the data folder");
+    TW_TRY(tw_fs_confine(S->data, err)); /* from here on nothing under it is reached through a symlink */
+    static const char *const subs[] = {TW_DATA_RUNS, TW_DATA_DATASETS};
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
         char path[PATH_MAX];
-        if (!i)
-            snprintf(path, sizeof path, "%s", S->opt.data);
-        else if (tw_data_path(S, subs[i], path, sizeof path) != 0)
+        if (tw_data_path(S, subs[i], path, sizeof path) != 0)
             return tw_error_set(err, TW_ERR_INVALID, S->data, -1, "the data folder's path is too long");
         if (tw_fs_mkdir(path, 0755) != 0 && errno != EEXIST)
             return tw_fs_error(err, path, "cannot create the data folder");
-        if (i == 0 && !realpath(S->opt.data, S->data))
-            return tw_error_errno(err, S->opt.data, "cannot resolve the data folder");
-        if (i == 0) /* from here on nothing under it is reached through a symlink (eventlog/datafs.h) */
-            TW_TRY(tw_fs_confine(S->data, err));
     }
     struct statfs fs;
     if (statfs(S->data, &fs) == 0 && fs.f_type == NFS_SUPER_MAGIC)
