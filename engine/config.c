@@ -878,6 +878,50 @@ static tw_status name_layers(tw_config *c, tw_error *err)
     return TW_OK;
 }
 
+/* 1 when v, inside depth containers at key path `path`, nests past MAX_DEPTH (out: where, as text_scan
+ * names it), else 0. */
+static int too_deep(const json_t *v, int depth, const char *path, char out[KEY_PATH])
+{
+    if (!json_is_object(v) && !json_is_array(v))
+        return 0;
+    if (depth == MAX_DEPTH) {
+        snprintf(out, KEY_PATH, "%s", path);
+        return 1;
+    }
+    char here[KEY_PATH];
+    const char *key;
+    const json_t *e;
+    size_t i;
+    if (json_is_object(v))
+        json_object_foreach((json_t *)v, key, e) {
+            join_key(here, path, key);
+            if (too_deep(e, depth + 1, here, out))
+                return 1;
+        }
+    else
+        json_array_foreach(v, i, e) {
+            join_index(here, path, i);
+            if (too_deep(e, depth + 1, here, out))
+                return 1;
+        }
+    return 0;
+}
+
+tw_status tw_config_decode(const json_t *doc, const char *base_dir, tw_config *c, tw_error *err)
+{
+    if (!doc || !c)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "config: no document or no struct");
+    char path[KEY_PATH];
+    if (too_deep(doc, 0, "", path))
+        return fail(err, path, "nested deeper than %d levels", MAX_DEPTH);
+    tw_config_defaults(c);
+    decoder d = {base_dir && base_dir[0] ? base_dir : NULL, err};
+    tw_status st = decode_object(&CONFIG_SCHEMA, (json_t *)doc, "", (char *)c, &d);
+    if (st == TW_OK)
+        st = name_layers(c, err);
+    return st;
+}
+
 tw_status tw_config_parse(const char *json, size_t len, const char *base_dir, tw_config *c,
                           tw_error *err)
 {
@@ -893,12 +937,8 @@ tw_status tw_config_parse(const char *json, size_t len, const char *base_dir, tw
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
     if (!root)
         return syntax_error(json, len, &je, err);
-    tw_config_defaults(c);
-    decoder d = {base_dir && base_dir[0] ? base_dir : NULL, err};
-    tw_status st = decode_object(&CONFIG_SCHEMA, root, "", (char *)c, &d);
+    tw_status st = tw_config_decode(root, base_dir, c, err);
     json_decref(root);
-    if (st == TW_OK)
-        st = name_layers(c, err);
     return st;
 }
 

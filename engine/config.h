@@ -108,6 +108,11 @@ void tw_config_defaults(tw_config *c);
 tw_status tw_config_parse(const char *json, size_t len, const char *base_dir, tw_config *c,
                           tw_error *err);
 
+/* The same on a document already decoded (borrowed; e.g. a request body jansson decoded with duplicate
+ * keys rejected): tw_config_parse is its text reader. The caller bounds the text's size. */
+struct json_t;
+tw_status tw_config_decode(const struct json_t *doc, const char *base_dir, tw_config *c, tw_error *err);
+
 /* Reads path (capped at 1 MiB) and parses it with base_dir = the file's folder. */
 tw_status tw_config_load(const char *path, tw_config *c, tw_error *err);
 
@@ -119,7 +124,6 @@ char *tw_config_to_json(const tw_config *c);
  * doc, a config as a JSON object (borrowed; other keys are ignored). Returns 1 and its key path
  * ("dataset.train") in key, or 0 when there is none. The server refuses such keys: a run submitted over
  * the API reads only registered datasets. */
-struct json_t;
 int tw_config_find_path_key(const struct json_t *doc, char *key, size_t size);
 
 /* Applies the `tower train` overrides (--towers N when > 0) and re-validates. */

@@ -1,17 +1,167 @@
-/* api_datasets.c — /api/v1/datasets: list, show, delete, samples (the upload is datasets.c). */
+/* api_datasets.c — /api/v1/datasets: upload (the HTTP side: the body's framing and the replies; the files
+ * and the conversion are datasets.c), list, show, delete, samples. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "api.h"
 #include "datasets.h"
 #include "example.h"
-#include "logtext.h"
+#include "multipart.h"
+#include "names.h"
+#include "reply.h"
 #include "store.h"
 #include "tfrecord.h"
 
 enum { MAX_SAMPLES = 64, MAX_SAMPLE_RECORD = 16 << 20 };
+
+/* ================================ the upload ================================ */
+
+/* One upload body being received: its files (datasets.c) and, for a form, its multipart parser. */
+typedef struct {
+    tw_dataset_upload *files;
+    tw_multipart *mp;      /* NULL for a raw CSV or TFRecord body */
+    uint64_t bytes;        /* of the body */
+    tw_error err;          /* the first failure */
+} receiving;
+
+/* The body kind from Content-Type: 'm' multipart, 'c' CSV, 't' TFRecord, 0 unsupported. */
+static int body_kind(const char *ctype)
+{
+    if (!ctype)
+        return 0;
+    if (!strncasecmp(ctype, "multipart/", 10))
+        return 'm';
+    if (!strncasecmp(ctype, "text/csv", 8))
+        return 'c';
+    if (!strncasecmp(ctype, "application/x-tfrecord", 22) ||
+        !strncasecmp(ctype, "application/octet-stream", 24))
+        return 't';
+    return 0;
+}
+
+static int refuse(tw_req *r, tw_api_code code, const char *msg)
+{
+    tw_reply_error(r, code, "%s", msg);
+    return -1;
+}
+
+static int upload_begin(tw_server *S, tw_req *r)
+{
+    const char *name = tw_req_query(r, "name"), *ctype = tw_req_header(r, "Content-Type");
+    char why[200];
+    if (!tw_name_valid(name, why, sizeof why)) { /* present: the route table requires it */
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'name': %s", why);
+        return -1;
+    }
+    int kind = body_kind(ctype);
+    if (!kind)
+        return refuse(r, TW_API_UNSUPPORTED_MEDIA_TYPE,
+                      "Content-Type must be multipart/form-data (curl -F), text/csv or application/x-tfrecord");
+    receiving *u = calloc(1, sizeof *u);
+    if (!u)
+        return refuse(r, TW_API_UNAVAILABLE, "out of memory");
+    tw_req_set_upload(r, u);
+    if (tw_dataset_upload_new(S, name, &u->files, &u->err) != TW_OK) {
+        tw_reply_status(r, &u->err);
+        return -1;
+    }
+    tw_multipart_callbacks cb = {tw_dataset_upload_part_begin, tw_dataset_upload_part_data,
+                                 tw_dataset_upload_part_end, u->files};
+    tw_status s = TW_OK;
+    if (kind == 'm')
+        s = tw_multipart_create(ctype, &cb, &u->mp, &u->err);
+    else {
+        s = tw_dataset_upload_part_begin(u->files, kind == 'c' ? "csv" : "tfrecord", "", "", &u->err);
+        const char *lc = tw_req_query(r, "label_column");
+        if (lc)
+            tw_dataset_upload_set_value(u->files, "label_column", lc);
+    }
+    if (s != TW_OK) {
+        if (s == TW_ERR_UNSUPPORTED || kind == 'm')
+            tw_reply_error(r, TW_API_UNSUPPORTED_MEDIA_TYPE, "%s", u->err.message);
+        else
+            tw_reply_status(r, &u->err);
+        return -1;
+    }
+    return 0;
+}
+
+static int upload_data(tw_server *S, tw_req *r, const char *chunk, size_t n)
+{
+    (void)S;
+    receiving *u = tw_req_upload(r);
+    u->bytes += n;
+    tw_status s = u->mp ? tw_multipart_feed(u->mp, chunk, n, &u->err)
+                        : tw_dataset_upload_part_data(u->files, chunk, n, &u->err);
+    if (s == TW_OK)
+        return 0;
+    tw_reply_status(r, &u->err);
+    return -1;
+}
+
+static void upload_cleanup(tw_server *S, tw_req *r)
+{
+    (void)S;
+    receiving *u = tw_req_upload(r);
+    if (!u)
+        return;
+    tw_multipart_destroy(u->mp);
+    tw_dataset_upload_free(u->files);
+    free(u);
+}
+
+const tw_upload_ops TW_API_DATASET_UPLOAD = {upload_begin, upload_data, upload_cleanup};
+
+/* The reply to a TFRecord upload converted before the reply: 201 with the dataset, or its error (the
+ * conversion's code, conv) naming the dataset. */
+static void reply_converted(tw_req *r, json_t *d, const tw_error *conv)
+{
+    json_t *e = json_object_get(d, "error");
+    if (!json_is_object(e)) {
+        tw_reply_json(r, 201, d);
+        return;
+    }
+    json_object_set(e, "dataset", json_object_get(d, "id"));
+    tw_reply_error_json(r, tw_api_code_for(conv), json_incref(e));
+    json_decref(d);
+}
+
+void tw_api_dataset_upload(tw_server *S, tw_req *r)
+{
+    receiving *u = tw_req_upload(r);
+    if (u->mp && tw_multipart_finish(u->mp, &u->err) != TW_OK) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "multipart body: %s", u->err.message);
+        return;
+    }
+    tw_status s = tw_dataset_upload_accept(u->files, u->bytes, &u->err);
+    if (s == TW_ERR_INVALID) { /* the files make no dataset */
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "%s", u->err.message);
+        return;
+    }
+    if (s != TW_OK) {
+        tw_reply_status(r, &u->err);
+        return;
+    }
+    int now;
+    tw_error conv;
+    tw_dataset_upload_convert(u->files, &now, &conv);
+    json_t *row;
+    if (tw_store_dataset_get(S->store, tw_dataset_upload_id(u->files), &row, &u->err) != TW_OK) {
+        tw_reply_status(r, &u->err);
+        return;
+    }
+    json_t *d = tw_dataset_present(row);
+    json_decref(row);
+    if (now)
+        reply_converted(r, d, &conv);
+    else
+        tw_reply_json(r, 202, d);
+}
+
+/* ================================ the other routes ================================ */
 
 void tw_api_datasets_list(tw_server *S, tw_req *r)
 {
@@ -28,19 +178,6 @@ void tw_api_datasets_list(tw_server *S, tw_req *r)
     json_decref(rows);
 }
 
-json_t *tw_api_row_or_404(tw_server *S, tw_req *r, const char *kind, tw_store_get_fn get)
-{
-    const char *id = tw_req_param(r, "id");
-    json_t *row;
-    tw_error err;
-    tw_status s = get(S->store, id, &row, &err);
-    if (s == TW_END)
-        tw_reply_error(r, TW_API_NOT_FOUND, "no %s '%s'", kind, id);
-    else if (s != TW_OK)
-        tw_reply_status(r, &err);
-    return row;
-}
-
 static json_t *dataset_or_404(tw_server *S, tw_req *r)
 {
     return tw_api_row_or_404(S, r, "dataset", tw_store_dataset_get);
@@ -52,33 +189,6 @@ void tw_api_dataset_get(tw_server *S, tw_req *r)
     if (row)
         tw_reply_json(r, 200, tw_dataset_present(row));
     json_decref(row);
-}
-
-void tw_api_reply_deleted(tw_server *S, tw_req *r, tw_status s, const tw_error *err, const char *kind,
-                          int (*dir_of)(const tw_server *, const char *, char *, size_t))
-{
-    const char *id = tw_req_param(r, "id");
-    char dir[PATH_MAX];
-    if (s == TW_END)
-        tw_reply_error(r, TW_API_NOT_FOUND, "no %s '%s'", kind, id);
-    else if (s == TW_ERR_INVALID)
-        tw_reply_error(r, TW_API_CONFLICT, "%s", err->message);
-    else if (s != TW_OK)
-        tw_reply_status(r, err);
-    else {
-        if (dir_of(S, id, dir, sizeof dir) == 0)
-            tw_remove_tree(dir);
-        tw_server_changed(S);
-        tw_reply_empty(r, 204);
-    }
-}
-
-void tw_api_reply_logged(tw_req *r, const tw_error *err)
-{
-    char msg[1200];
-    tw_error_format(err, msg, sizeof msg);
-    tw_log("tower serve: a %s request failed: %s", tw_req_method(r), msg);
-    tw_reply_status(r, err);
 }
 
 void tw_api_dataset_delete(tw_server *S, tw_req *r)
@@ -122,16 +232,16 @@ void tw_api_dataset_samples(tw_server *S, tw_req *r)
         json_decref(row);
         return;
     }
+    tw_dataset_state state = tw_store_dataset_state(row);
     json_t *shown = tw_dataset_present(row);
     json_decref(row);
-    if (strcmp(json_string_value(json_object_get(shown, "status")), "ready")) {
+    if (state != TW_DATASET_READY) {
         json_decref(shown);
         tw_reply_error(r, TW_API_CONFLICT, "dataset '%s' is not ready", tw_req_param(r, "id"));
         return;
     }
-    char path[PATH_MAX + 32];
-    tw_dataset_dir(S, tw_req_param(r, "id"), path, PATH_MAX);
-    strcat(path, "/train.tfrecord");
+    char path[PATH_MAX];
+    tw_dataset_path(S, tw_req_param(r, "id"), TW_DATASET_TRAIN, path, sizeof path);
     tw_tfrecord_options o;
     tw_tfrecord_options_default(&o);
     o.max_record_bytes = MAX_SAMPLE_RECORD;

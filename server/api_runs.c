@@ -12,7 +12,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "api.h"
 #include "assets.h"
 #include "atomic_file.h"
 #include "config.h"
@@ -22,6 +21,7 @@
 #include "logtext.h"
 #include "memory.h"
 #include "names.h"
+#include "reply.h"
 #include "scheduler.h"
 #include "store.h"
 
@@ -79,10 +79,10 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
         return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", "no dataset has that id or name");
     if (found != TW_OK)
         return found; /* the caller maps a failed read to its code */
-    const char *status = json_string_value(json_object_get(k->dataset_row, "status"));
-    if (strcmp(status, "ready"))
+    tw_dataset_state state = tw_store_dataset_state(k->dataset_row);
+    if (state != TW_DATASET_READY)
         return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset",
-                   !strcmp(status, "failed") ? "that dataset failed to convert" : "that dataset is still converting");
+                   state == TW_DATASET_FAILED ? "that dataset failed to convert" : "that dataset is still converting");
     const char *why_not;
     json_t *engine_ds = tw_dataset_for_run(S, k->dataset_row, &why_not);
     if (!engine_ds)
@@ -122,10 +122,7 @@ static tw_status check_memory(tw_server *S, const tw_config *c, const json_t *da
 static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset_row, tw_config *c,
                           tw_api_code *code, tw_error *err)
 {
-    char *text = json_dumps(cfg, JSON_COMPACT);
-    tw_status s = text ? tw_config_parse(text, strlen(text), NULL, c, err)
-                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-    free(text);
+    tw_status s = tw_config_decode(cfg, NULL, c, err);
     *code = TW_API_INVALID_ARGUMENT;
     if (s == TW_OK && tw_scheduler_gpu_count(S->sched) > 0 && c->towers > tw_scheduler_gpu_count(S->sched))
         s = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers: %d asked, this server has %d GPUs", c->towers,
@@ -138,12 +135,11 @@ static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset
 /* Writes DIR/runs/<id>/config.json durably. */
 static tw_status write_config(tw_server *S, const char *id, const json_t *cfg, tw_error *err)
 {
-    char dir[PATH_MAX], path[PATH_MAX + 16];
-    if (tw_run_dir(S, id, dir, sizeof dir) != 0)
+    char dir[PATH_MAX], path[PATH_MAX];
+    if (tw_run_dir(S, id, dir, sizeof dir) != 0 || tw_run_path(S, id, TW_RUN_CONFIG, path, sizeof path) != 0)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
     if (tw_fs_mkdir(dir, 0755) != 0)
         return tw_fs_error(err, dir, "cannot create the run folder");
-    snprintf(path, sizeof path, "%s/config.json", dir);
     char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
     tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
                        : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
@@ -292,9 +288,10 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
                                                 json_object_get(ds, "name")));
     json_decref(ds);
     json_object_del(r, "dataset_id");
-    char dir[PATH_MAX], tb[PATH_MAX + 64];
+    char dir[PATH_MAX], runs[PATH_MAX], tb[PATH_MAX + 32];
     tw_run_dir(S, id, dir, sizeof dir);
-    snprintf(tb, sizeof tb, "tensorboard --logdir %s/runs", S->data);
+    tw_data_path(S, TW_DATA_RUNS, runs, sizeof runs);
+    snprintf(tb, sizeof tb, "tensorboard --logdir %s", runs);
     json_object_set_new(r, "logdir", json_string(dir));
     json_object_set_new(r, "tensorboard", json_string(tb));
     if (!json_is_array(json_object_get(r, "devices")))
@@ -316,11 +313,8 @@ void tw_api_runs_list(tw_server *S, tw_req *r)
 {
     long limit, offset;
     const char *status = tw_req_query(r, "status");
-    static const char *const states[] = {"queued", "running", "succeeded", "failed", "cancelled"};
-    int known = !status;
-    for (size_t i = 0; status && i < sizeof states / sizeof states[0]; i++)
-        known |= !strcmp(status, states[i]);
-    if (!known) {
+    tw_run_state state = tw_run_state_named(status);
+    if (status && state == TW_RUN_STATES) {
         tw_reply_error(r, TW_API_INVALID_ARGUMENT,
                        "query parameter 'status' must be queued, running, succeeded, failed or cancelled");
         return;
@@ -329,7 +323,7 @@ void tw_api_runs_list(tw_server *S, tw_req *r)
         return;
     json_t *page;
     tw_error err;
-    if (tw_store_run_list(S->store, status, limit, offset, &page, &err) != TW_OK) {
+    if (tw_store_run_list(S->store, status ? &state : NULL, limit, offset, &page, &err) != TW_OK) {
         tw_reply_status(r, &err);
         return;
     }
@@ -492,11 +486,6 @@ typedef struct {
     double quiet;    /* seconds since the last event */
 } sse;
 
-static int finished(const char *status)
-{
-    return !strcmp(status, "succeeded") || !strcmp(status, "failed") || !strcmp(status, "cancelled");
-}
-
 /* Produces the next event text into s->pending (blocking up to a keep-alive interval). */
 static void sse_produce(sse *s)
 {
@@ -514,7 +503,7 @@ static void sse_produce(sse *s)
         json_t *run = tw_run_present(s->S, row);
         json_decref(row);
         char *text = json_dumps(run, JSON_COMPACT);
-        s->ending = finished(json_string_value(json_object_get(run, "status")));
+        s->ending = tw_run_state_final(tw_store_run_state(run));
         json_decref(run);
         if (text && (!s->last || strcmp(text, s->last))) {
             free(s->last);
@@ -590,9 +579,8 @@ void tw_api_run_log(tw_server *S, tw_req *r)
     json_decref(row);
     if (!row || tw_req_query_int(r, "tail", 1, 100000, 200, &tail))
         return;
-    char path[PATH_MAX + 16];
-    tw_run_dir(S, tw_req_param(r, "id"), path, PATH_MAX);
-    strcat(path, "/log");
+    char path[PATH_MAX];
+    tw_run_path(S, tw_req_param(r, "id"), TW_RUN_LOG, path, sizeof path);
     int fd = tw_fs_open(path, O_RDONLY, 0);
     if (fd < 0 && errno != ENOENT) {
         tw_error err;

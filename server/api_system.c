@@ -22,7 +22,8 @@ void tw_api_health(tw_server *S, tw_req *r)
     }
     tw_reply_json(r, 200, json_pack("{s:s, s:s, s:f, s:O, s:O}", "status", "ok", "version", TW_VERSION,
                                     "uptime_s", tw_now_wall() - S->started, "queued",
-                                    json_object_get(counts, "queued"), "running", json_object_get(counts, "running")));
+                                    json_object_get(counts, tw_run_state_name(TW_RUN_QUEUED)), "running",
+                                    json_object_get(counts, tw_run_state_name(TW_RUN_RUNNING))));
     json_decref(counts);
 }
 
@@ -70,10 +71,11 @@ static json_t *operation(const tw_route *rt)
     return op;
 }
 
-json_t *tw_openapi(void)
+/* The OpenAPI 3.0 document of the route table served (new JSON). */
+static json_t *openapi(const tw_route *routes)
 {
     json_t *paths = json_object();
-    for (const tw_route *rt = TW_ROUTES; rt->method; rt++) {
+    for (const tw_route *rt = routes; rt->method; rt++) {
         json_t *item = json_object_get(paths, rt->pattern);
         if (!item)
             json_object_set_new(paths, rt->pattern, item = json_object());
@@ -94,8 +96,7 @@ json_t *tw_openapi(void)
 
 void tw_api_openapi(tw_server *S, tw_req *r)
 {
-    (void)S;
-    tw_reply_json(r, 200, tw_openapi());
+    tw_reply_json(r, 200, openapi(S->routes));
 }
 
 /* ---- Prometheus ---- */
@@ -122,7 +123,7 @@ void tw_api_prometheus(tw_server *S, tw_req *r)
     json_object_foreach(counts, state, v) fprintf(f, "tower_runs{state=\"%s\"} %lld\n", state, (long long)json_integer_value(v));
     fprintf(f, "# HELP tower_queue_length Runs waiting to start.\n# TYPE tower_queue_length gauge\n"
                "tower_queue_length %lld\n",
-            (long long)json_integer_value(json_object_get(counts, "queued")));
+            (long long)json_integer_value(json_object_get(counts, tw_run_state_name(TW_RUN_QUEUED))));
     json_decref(counts);
     fprintf(f, "# HELP tower_steps_per_second Training steps per second, all running runs.\n"
                "# TYPE tower_steps_per_second gauge\ntower_steps_per_second %g\n",

@@ -1,4 +1,4 @@
-/* datasets.c — upload streaming, conversion worker, demo registration (see datasets.h).
+/* datasets.c — an upload's files, the conversion worker, demo registration (see datasets.h).
  *
  * Form fields: files images, labels, test_images, test_labels (IDX), features + labels (NumPy), csv,
  * tfrecord, test_tfrecord; values label_column, test_fraction. Each file field is written to
@@ -12,17 +12,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "atomic_file.h"
 #include "convert.h"
 #include "datafs.h"
+#include "http.h"
 #include "logtext.h"
-#include "multipart.h"
 #include "names.h"
-#include "runs.h"
 #include "store.h"
 
 enum { F_IMAGES, F_LABELS, F_TEST_IMAGES, F_TEST_LABELS, F_FEATURES, F_CSV, F_TFRECORD, F_TEST_TFRECORD,
@@ -36,12 +34,11 @@ static const char *const FIELDS[N_FIELDS] = {"images", "labels", "test_images", 
 
 static const char FASHION[] = "/usr/share/datasets/fashion-mnist";
 
-typedef struct {
+typedef struct tw_dataset_upload {
     tw_server *S;
     char id[TW_ID_BYTES];
     char dir[PATH_MAX];
     char name[TW_NAME_MAX + 1];
-    tw_multipart *mp;
     int field;             /* the part being received, -1 none */
     int fd;                /* its file, -1 for a value field */
     unsigned have;         /* bit per field received */
@@ -49,15 +46,13 @@ typedef struct {
     size_t value_len;
     uint64_t bytes;
     int committed;
-    tw_error err;          /* the first failure */
 } upload;
 
 /* ================================ helpers ================================ */
 
-static int upload_path(const char *dir, int field, char *buf, size_t size)
+static int upload_path(const upload *u, int field, char *buf, size_t size)
 {
-    int n = snprintf(buf, size, "%s/upload/%s", dir, FIELDS[field]);
-    return n > 0 && (size_t)n < size ? 0 : -1;
+    return tw_upload_path(u->S, u->id, FIELDS[field], buf, size);
 }
 
 static int field_index(const char *name)
@@ -70,8 +65,8 @@ static int field_index(const char *name)
 
 /* ================================ receiving parts ================================ */
 
-static tw_status part_begin(void *ctx, const char *name, const char *filename, const char *ctype,
-                            tw_error *err)
+tw_status tw_dataset_upload_part_begin(void *ctx, const char *name, const char *filename, const char *ctype,
+                                       tw_error *err)
 {
     (void)filename;
     (void)ctype;
@@ -89,14 +84,14 @@ static tw_status part_begin(void *ctx, const char *name, const char *filename, c
     u->value_len = 0;
     if (f >= N_FILES)
         return TW_OK;
-    char path[PATH_MAX + 64];
-    if (upload_path(u->dir, f, path, sizeof path) != 0)
+    char path[PATH_MAX];
+    if (upload_path(u, f, path, sizeof path) != 0)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
     u->fd = tw_fs_open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
     return u->fd < 0 ? tw_fs_error(err, path, "cannot create the upload file") : TW_OK;
 }
 
-static tw_status part_data(void *ctx, const void *data, size_t n, tw_error *err)
+tw_status tw_dataset_upload_part_data(void *ctx, const void *data, size_t n, tw_error *err)
 {
     upload *u = ctx;
     if (u->field < N_FILES)
@@ -109,7 +104,7 @@ static tw_status part_data(void *ctx, const void *data, size_t n, tw_error *err)
     return TW_OK;
 }
 
-static tw_status part_end(void *ctx, tw_error *err)
+tw_status tw_dataset_upload_part_end(void *ctx, tw_error *err)
 {
     upload *u = ctx;
     tw_status s = TW_OK;
@@ -123,105 +118,51 @@ static tw_status part_end(void *ctx, tw_error *err)
     return s;
 }
 
-/* ================================ the upload ops ================================ */
+/* ================================ an upload's life ================================ */
 
-/* The body kind from Content-Type: 'm' multipart, 'c' CSV, 't' TFRecord, 0 unsupported. */
-static int body_kind(const char *ctype)
+/* Creates DIR/datasets/<id>/ and its upload/ (an upload that is never accepted leaves them as debris). */
+static tw_status make_folders(upload *u, tw_error *err)
 {
-    if (!ctype)
-        return 0;
-    if (!strncasecmp(ctype, "multipart/", 10))
-        return 'm';
-    if (!strncasecmp(ctype, "text/csv", 8))
-        return 'c';
-    if (!strncasecmp(ctype, "application/x-tfrecord", 22) ||
-        !strncasecmp(ctype, "application/octet-stream", 24))
-        return 't';
-    return 0;
+    char up[PATH_MAX];
+    if (tw_dataset_dir(u->S, u->id, u->dir, sizeof u->dir) != 0 ||
+        tw_dataset_path(u->S, u->id, TW_DATASET_UPLOAD_DIR, up, sizeof up) != 0 ||
+        tw_fs_mkdir(u->dir, 0755) != 0 || tw_fs_mkdir(up, 0755) != 0)
+        return tw_fs_error(err, u->dir, "cannot create the dataset folder");
+    return TW_OK;
 }
 
-static int refuse(tw_req *r, tw_api_code code, const char *msg)
+tw_status tw_dataset_upload_new(tw_server *S, const char *name, tw_dataset_upload **out, tw_error *err)
 {
-    tw_reply_error(r, code, "%s", msg);
-    return -1;
-}
-
-static int upload_begin(tw_server *S, tw_req *r)
-{
-    const char *name = tw_req_query(r, "name"), *ctype = tw_req_header(r, "Content-Type");
-    char why[200];
-    if (!tw_name_valid(name, why, sizeof why)) { /* present: the route table requires it */
-        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'name': %s", why);
-        return -1;
-    }
-    int kind = body_kind(ctype);
-    if (!kind)
-        return refuse(r, TW_API_UNSUPPORTED_MEDIA_TYPE,
-                      "Content-Type must be multipart/form-data (curl -F), text/csv or application/x-tfrecord");
-    upload *u = calloc(1, sizeof *u);
+    upload *u = *out = calloc(1, sizeof *u);
     if (!u)
-        return refuse(r, TW_API_UNAVAILABLE, "out of memory");
-    tw_req_set_upload(r, u);
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     u->S = S;
     u->fd = -1;
     u->field = -1;
     snprintf(u->name, sizeof u->name, "%s", name);
     tw_store_new_id('d', u->id);
-    char up[PATH_MAX + 16];
-    if (tw_dataset_dir(S, u->id, u->dir, sizeof u->dir) != 0 ||
-        snprintf(up, sizeof up, "%s/upload", u->dir) >= (int)sizeof up || tw_fs_mkdir(u->dir, 0755) != 0 ||
-        tw_fs_mkdir(up, 0755) != 0) {
-        tw_fs_error(&u->err, u->dir, "cannot create the dataset folder");
-        tw_reply_status(r, &u->err);
-        return -1;
-    }
-    tw_multipart_callbacks cb = {part_begin, part_data, part_end, u};
-    tw_status s = TW_OK;
-    if (kind == 'm')
-        s = tw_multipart_create(ctype, &cb, &u->mp, &u->err);
-    else {
-        s = part_begin(u, kind == 'c' ? "csv" : "tfrecord", "", "", &u->err);
-        const char *lc = tw_req_query(r, "label_column");
-        if (lc)
-            snprintf(u->values[F_LABEL_COLUMN], sizeof u->values[0], "%s", lc);
-    }
-    if (s != TW_OK) {
-        if (s == TW_ERR_UNSUPPORTED || kind == 'm')
-            tw_reply_error(r, TW_API_UNSUPPORTED_MEDIA_TYPE, "%s", u->err.message);
-        else
-            tw_reply_status(r, &u->err);
-        return -1;
-    }
-    return 0;
+    return make_folders(u, err);
 }
 
-static int upload_data(tw_server *S, tw_req *r, const char *chunk, size_t n)
+void tw_dataset_upload_free(tw_dataset_upload *u)
 {
-    (void)S;
-    upload *u = tw_req_upload(r);
-    u->bytes += n;
-    tw_status s = u->mp ? tw_multipart_feed(u->mp, chunk, n, &u->err) : part_data(u, chunk, n, &u->err);
-    if (s == TW_OK)
-        return 0;
-    tw_reply_status(r, &u->err);
-    return -1;
-}
-
-static void upload_cleanup(tw_server *S, tw_req *r)
-{
-    (void)S;
-    upload *u = tw_req_upload(r);
     if (!u)
         return;
     if (u->fd >= 0)
         close(u->fd);
-    tw_multipart_destroy(u->mp);
     if (!u->committed && u->dir[0])
         tw_remove_tree(u->dir);
     free(u);
 }
 
-const tw_upload_ops TW_DATASET_UPLOAD = {upload_begin, upload_data, upload_cleanup};
+void tw_dataset_upload_set_value(tw_dataset_upload *u, const char *name, const char *value)
+{
+    int f = field_index(name);
+    if (f >= N_FILES)
+        snprintf(u->values[f], sizeof u->values[0], "%s", value);
+}
+
+const char *tw_dataset_upload_id(const tw_dataset_upload *u) { return u->id; }
 
 /* ================================ conversion ================================ */
 
@@ -251,12 +192,11 @@ static const char *source_name(unsigned have)
 }
 
 /* Points o's inputs at the received files (have makes a source: see source_name). */
-static void source_options(unsigned have, const char *dir, tw_convert_options *o,
-                           char paths[][PATH_MAX + 64])
+static void source_options(const upload *u, tw_convert_options *o, char paths[][PATH_MAX])
 {
     const char *p[N_FILES] = {0};
     for (int f = 0; f < N_FILES; f++)
-        if (have & BIT(f) && upload_path(dir, f, paths[f], PATH_MAX + 64) == 0)
+        if (u->have & BIT(f) && upload_path(u, f, paths[f], PATH_MAX) == 0)
             p[f] = paths[f];
     if (p[F_FEATURES]) {
         o->npy_features = p[F_FEATURES];
@@ -277,11 +217,12 @@ static tw_status save_params(const upload *u, tw_error *err)
 {
     json_t *p = json_pack("{s:i, s:s, s:s}", "fields", (int)u->have, "label_column",
                           u->values[F_LABEL_COLUMN], "test_fraction", u->values[F_TEST_FRACTION]);
-    char *text = json_dumps(p, JSON_COMPACT), path[PATH_MAX + 32];
+    char *text = json_dumps(p, JSON_COMPACT), path[PATH_MAX];
     json_decref(p);
-    snprintf(path, sizeof path, "%s/upload/params.json", u->dir);
-    tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
-                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    tw_status s = tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path) != 0
+                      ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long")
+                  : text ? tw_atomic_write_file(path, text, strlen(text), err)
+                         : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     free(text);
     return s;
 }
@@ -296,10 +237,11 @@ static json_t *load_json(const char *path, size_t flags, json_error_t *je)
     return j;
 }
 
-static tw_status load_params(const char *dir, upload *u, tw_error *err)
+/* Reads u's parameters back (u->S and u->id set) for a conversion after a restart. */
+static tw_status load_params(upload *u, tw_error *err)
 {
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/upload/params.json", dir);
+    char path[PATH_MAX];
+    tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path);
     json_error_t je;
     json_t *p = load_json(path, JSON_REJECT_DUPLICATES, &je);
     const char *lc = NULL, *tf = NULL;
@@ -311,7 +253,7 @@ static tw_status load_params(const char *dir, upload *u, tw_error *err)
     u->have = (unsigned)fields;
     snprintf(u->values[F_LABEL_COLUMN], sizeof u->values[0], "%s", lc);
     snprintf(u->values[F_TEST_FRACTION], sizeof u->values[0], "%s", tf);
-    snprintf(u->dir, sizeof u->dir, "%s", dir);
+    tw_dataset_dir(u->S, u->id, u->dir, sizeof u->dir);
     json_decref(p);
     return TW_OK;
 }
@@ -319,16 +261,17 @@ static tw_status load_params(const char *dir, upload *u, tw_error *err)
 /* Converts dir/upload into dir/{train,test}.tfrecord + meta.json. On success *meta is the meta text. */
 static tw_status convert_dir(tw_server *S, const upload *u, char **meta, tw_error *err)
 {
-    static __thread char paths[N_FILES][PATH_MAX + 64]; /* per thread: the worker and HTTP threads convert */
-    char train[PATH_MAX + 32], test[PATH_MAX + 32], meta_path[PATH_MAX + 32];
+    static __thread char paths[N_FILES][PATH_MAX]; /* per thread: the worker and HTTP threads convert */
+    char train[PATH_MAX], test[PATH_MAX], meta_path[PATH_MAX];
     tw_convert_options o;
     tw_convert_options_default(&o);
     if (!source_name(u->have))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s", SOURCES_EXPECTED);
-    source_options(u->have, u->dir, &o, paths);
-    snprintf(train, sizeof train, "%s/train.tfrecord", u->dir);
-    snprintf(test, sizeof test, "%s/test.tfrecord", u->dir);
-    snprintf(meta_path, sizeof meta_path, "%s/meta.json", u->dir);
+    source_options(u, &o, paths);
+    if (tw_dataset_path(S, u->id, TW_DATASET_TRAIN, train, sizeof train) != 0 ||
+        tw_dataset_path(S, u->id, TW_DATASET_TEST, test, sizeof test) != 0 ||
+        tw_dataset_path(S, u->id, TW_DATASET_META, meta_path, sizeof meta_path) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
     o.output = train;
     o.test_output = test;
     o.meta = meta_path;
@@ -352,32 +295,34 @@ static tw_status convert_dir(tw_server *S, const upload *u, char **meta, tw_erro
     return *meta ? TW_OK : tw_error_set(err, TW_ERR_IO, meta_path, -1, "cannot read the meta file back");
 }
 
-/* Converts and records the outcome in the store. */
-static void convert_and_record(tw_server *S, const upload *u)
+/* Converts and records the outcome in the store. Returns the conversion's status (err says why it failed:
+ * the row's error holds the same code and message). */
+static tw_status convert_and_record(tw_server *S, const upload *u, tw_error *err)
 {
-    tw_error err, serr;
-    tw_error_clear(&err);
-    char *meta = NULL, *error = NULL, up[PATH_MAX + 16];
-    tw_status s = convert_dir(S, u, &meta, &err);
+    tw_error serr;
+    tw_error_clear(err);
+    char *meta = NULL, *error = NULL, up[PATH_MAX];
+    tw_status s = convert_dir(S, u, &meta, err);
     if (s != TW_OK) {
         char msg[1200];
-        tw_error_format(&err, msg, sizeof msg);
-        json_t *e = json_pack("{s:s, s:s}", "code", tw_api_code_name(tw_api_code_for(&err)), "message", msg);
-        if (err.offset >= 0)
-            json_object_set_new(e, "offset", json_integer(err.offset));
+        tw_error_format(err, msg, sizeof msg);
+        json_t *e = json_pack("{s:s, s:s}", "code", tw_api_code_name(tw_api_code_for(err)), "message", msg);
+        if (err->offset >= 0)
+            json_object_set_new(e, "offset", json_integer(err->offset));
         error = json_dumps(e, JSON_COMPACT);
         json_decref(e);
     }
     /* The received files go when they are no longer needed: a failure keeps nothing, so they go before the
      * row says "failed"; a success goes after "ready" (a crash in between re-converts, never loses it). */
-    snprintf(up, sizeof up, "%s/upload", u->dir);
+    tw_dataset_path(S, u->id, TW_DATASET_UPLOAD_DIR, up, sizeof up);
     if (s != TW_OK)
         tw_remove_tree(up);
-    tw_store_dataset_finish(S->store, u->id, s == TW_OK ? "ready" : "failed", meta, error, &serr);
+    tw_store_dataset_finish(S->store, u->id, s == TW_OK ? TW_DATASET_READY : TW_DATASET_FAILED, meta, error, &serr);
     tw_remove_tree(up);
     free(meta);
     free(error);
     tw_server_changed(S);
+    return s;
 }
 
 /* ================================ the worker ================================ */
@@ -402,16 +347,15 @@ static int convert_next(tw_server *S)
         upload u = {.S = S};
         const char *id = json_string_value(json_object_get(row, "id"));
         snprintf(u.id, sizeof u.id, "%s", id);
-        char dir[PATH_MAX];
-        if (tw_dataset_dir(S, id, dir, sizeof dir) == 0 && load_params(dir, &u, &err) == TW_OK)
-            convert_and_record(S, &u);
+        if (load_params(&u, &err) == TW_OK)
+            convert_and_record(S, &u, &err); /* the outcome is in the row */
         else {
             char *e = NULL;
             json_t *ej = json_pack("{s:s, s:s}", "code", "INTERNAL", "message",
                                    "the upload's files are gone (interrupted before it was accepted)");
             e = json_dumps(ej, JSON_COMPACT);
             json_decref(ej);
-            tw_store_dataset_finish(S->store, id, "failed", NULL, e, &err);
+            tw_store_dataset_finish(S->store, id, TW_DATASET_FAILED, NULL, e, &err);
             free(e);
         }
         did = 1;
@@ -446,10 +390,11 @@ static void converter_wake(tw_server *S)
 /* Removes the folders in DATA/kind named like our ids that have no row: uploads and submissions that never
  * committed. Anything else in the data folder (a user's own converted dataset or run) is left alone. A
  * folder goes only after a read that says its row does not exist; a failed read ends the sweep with it. */
-static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_store_get_fn get, tw_error *err)
+static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_store_get_fn get,
+                               int (*dir_of)(const tw_server *, const char *, char *, size_t), tw_error *err)
 {
-    char dir[PATH_MAX + 16], path[PATH_MAX + 300];
-    snprintf(dir, sizeof dir, "%s/%s", S->data, kind);
+    char dir[PATH_MAX], path[PATH_MAX];
+    tw_data_path(S, kind, dir, sizeof dir);
     DIR *d = tw_fs_opendir(dir);
     struct dirent *e;
     tw_status s = TW_OK;
@@ -460,9 +405,10 @@ static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_s
         s = get(S->store, e->d_name, &row, err);
         json_decref(row);
         if (s == TW_END) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            tw_log("tower serve: removing %s (never accepted)", path);
-            tw_remove_tree(path);
+            if (dir_of(S, e->d_name, path, sizeof path) == 0) {
+                tw_log("tower serve: removing %s (never accepted)", path);
+                tw_remove_tree(path);
+            }
             s = TW_OK;
         }
     }
@@ -473,8 +419,8 @@ static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_s
 
 tw_status tw_datasets_remove_debris(tw_server *S, tw_error *err)
 {
-    TW_TRY(remove_debris(S, "datasets", 'd', tw_store_dataset_get, err));
-    return remove_debris(S, "runs", 'r', tw_store_run_get, err);
+    TW_TRY(remove_debris(S, TW_DATA_DATASETS, 'd', tw_store_dataset_get, tw_dataset_dir, err));
+    return remove_debris(S, TW_DATA_RUNS, 'r', tw_store_run_get, tw_run_dir, err);
 }
 
 tw_status tw_datasets_start(tw_server *S, tw_error *err)
@@ -510,71 +456,29 @@ void tw_datasets_stop(tw_server *S)
 
 /* ================================ accepting an upload ================================ */
 
-/* Makes the upload durable and registers it. Returns 0, or -1 after replying. */
-static int accept_upload(tw_server *S, tw_req *r, upload *u)
+tw_status tw_dataset_upload_accept(tw_dataset_upload *u, uint64_t bytes, tw_error *err)
 {
-    char up[PATH_MAX + 16];
-    snprintf(up, sizeof up, "%s/upload", u->dir);
-    if (save_params(u, &u->err) != TW_OK || tw_fsync_dir_of(up, &u->err) != TW_OK ||
-        tw_store_dataset_insert(S->store, u->id, u->name, source_name(u->have), (int64_t)u->bytes,
-                                &u->err) != TW_OK) {
-        tw_reply_status(r, &u->err);
-        return -1;
-    }
+    TW_TRY(tw_dataset_upload_part_end(u, err));
+    if (!source_name(u->have))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s", SOURCES_EXPECTED);
+    char up[PATH_MAX];
+    tw_dataset_path(u->S, u->id, TW_DATASET_UPLOAD_DIR, up, sizeof up);
+    u->bytes = bytes;
+    TW_TRY(save_params(u, err));
+    TW_TRY(tw_fsync_dir_of(up, err));
+    TW_TRY(tw_store_dataset_insert(u->S->store, u->id, u->name, source_name(u->have), (int64_t)u->bytes, err));
     u->committed = 1;
-    return 0;
+    return TW_OK;
 }
 
-void tw_dataset_upload_done(tw_server *S, tw_req *r)
+tw_status tw_dataset_upload_convert(tw_dataset_upload *u, int *now, tw_error *err)
 {
-    upload *u = tw_req_upload(r);
-    if (u->mp && tw_multipart_finish(u->mp, &u->err) != TW_OK) {
-        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "multipart body: %s", u->err.message);
-        return;
-    }
-    if (u->fd >= 0 && part_end(u, &u->err) != TW_OK) {
-        tw_reply_status(r, &u->err);
-        return;
-    }
-    if (!source_name(u->have)) {
-        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "%s", SOURCES_EXPECTED);
-        return;
-    }
-    if (accept_upload(S, r, u) != 0)
-        return;
-    if (u->have & BIT(F_TFRECORD)) { /* validated record by record before the reply */
-        convert_and_record(S, u);
-        json_t *row;
-        if (tw_store_dataset_get(S->store, u->id, &row, &u->err) != TW_OK) {
-            tw_reply_status(r, &u->err);
-            return;
-        }
-        json_t *d = tw_dataset_present(row);
-        json_decref(row);
-        json_t *e = json_object_get(d, "error");
-        if (json_is_object(e)) {
-            tw_api_code code = TW_API_DATASET_CORRUPT;
-            const char *cname = json_string_value(json_object_get(e, "code"));
-            for (int c = 0; c < TW_API_CODES; c++)
-                if (cname && !strcmp(cname, tw_api_code_name((tw_api_code)c)))
-                    code = (tw_api_code)c;
-            json_object_set(e, "dataset", json_object_get(d, "id"));
-            tw_reply_error_json(r, code, json_incref(e));
-            json_decref(d);
-            return;
-        }
-        tw_reply_json(r, 201, d);
-        return;
-    }
-    converter_wake(S);
-    tw_server_changed(S);
-    json_t *row;
-    if (tw_store_dataset_get(S->store, u->id, &row, &u->err) != TW_OK) {
-        tw_reply_status(r, &u->err);
-        return;
-    }
-    tw_reply_json(r, 202, tw_dataset_present(row));
-    json_decref(row);
+    *now = (u->have & BIT(F_TFRECORD)) != 0;
+    if (*now)
+        return convert_and_record(u->S, u, err);
+    converter_wake(u->S);
+    tw_server_changed(u->S);
+    return TW_OK;
 }
 
 /* ================================ presentation ================================ */
@@ -634,8 +538,9 @@ static tw_status copy_in(const char *src, const char *dst, uint64_t *bytes, tw_e
     return s;
 }
 
-tw_status tw_datasets_demo(tw_server *S, tw_error *err)
+tw_status tw_datasets_demo(tw_server *S, int *registered, tw_error *err)
 {
+    *registered = 0;
     json_t *all, *counts;
     TW_TRY(tw_store_dataset_list(S->store, &all, err));
     if (tw_store_run_counts(S->store, &counts, err) != TW_OK) {
@@ -655,21 +560,20 @@ tw_status tw_datasets_demo(tw_server *S, tw_error *err)
     upload u = {.S = S, .fd = -1, .field = -1};
     tw_store_new_id('d', u.id);
     snprintf(u.name, sizeof u.name, "fashion-mnist");
-    char up[PATH_MAX + 16];
     static const char *const files[4] = {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
                                          "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"};
-    if (tw_dataset_dir(S, u.id, u.dir, sizeof u.dir) != 0 || tw_fs_mkdir(u.dir, 0755) != 0 ||
-        snprintf(up, sizeof up, "%s/upload", u.dir) < 0 || tw_fs_mkdir(up, 0755) != 0)
-        return tw_fs_error(err, u.dir, "cannot create the demo dataset's folder");
+    TW_TRY(make_folders(&u, err));
     for (int f = 0; f < 4; f++) { /* copies, not links: nothing under the data folder is a symlink */
-        char src[300], dst[PATH_MAX + 64];
+        char src[300], dst[PATH_MAX];
         snprintf(src, sizeof src, "%s/%s", FASHION, files[f]);
-        upload_path(u.dir, f, dst, sizeof dst);
+        upload_path(&u, f, dst, sizeof dst);
         TW_TRY(copy_in(src, dst, &u.bytes, err));
         u.have |= BIT(f);
     }
     TW_TRY(save_params(&u, err));
     TW_TRY(tw_store_dataset_insert(S->store, u.id, u.name, "idx", (int64_t)u.bytes, err));
-    convert_and_record(S, &u);
-    return tw_runs_submit_demo(S, err);
+    tw_error conv;
+    convert_and_record(S, &u, &conv); /* a failure is in the row: the run's submission names it */
+    *registered = 1;
+    return TW_OK;
 }

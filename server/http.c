@@ -64,7 +64,6 @@ static const struct {
 };
 
 const char *tw_api_code_name(tw_api_code c) { return API_CODES[c].name; }
-int tw_api_code_http(tw_api_code c) { return API_CODES[c].http; }
 
 /* The statuses /metrics counts one by one; the last slot counts every other. */
 static const struct {
@@ -332,9 +331,16 @@ void tw_reply_status(tw_req *r, const tw_error *err)
     tw_reply_error_json(r, tw_api_code_for(err), e);
 }
 
+void tw_api_reply_logged(tw_req *r, const tw_error *err)
+{
+    char msg[1200];
+    tw_error_format(err, msg, sizeof msg);
+    tw_log("tower serve: a %s request failed: %s", r->method, msg);
+    tw_reply_status(r, err);
+}
+
 /* ================================ the request ================================ */
 
-const char *tw_req_method(const tw_req *r) { return r->method; }
 json_t *tw_req_json(const tw_req *r) { return r->json; }
 void *tw_req_upload(const tw_req *r) { return r->upload; }
 void tw_req_set_upload(tw_req *r, void *state) { r->upload = state; }
@@ -419,7 +425,7 @@ static int match(const char *pattern, const char *url, tw_req *r)
 static const tw_route *route_for(tw_req *r, const char *method, const char *url)
 {
     int path_known = 0;
-    for (const tw_route *rt = TW_ROUTES; rt->method; rt++) {
+    for (const tw_route *rt = r->S->routes; rt->method; rt++) {
         if (!match(rt->pattern, url, r))
             continue;
         if (!strcmp(rt->method, method) || (!strcmp(method, "HEAD") && !strcmp(rt->method, "GET")))
@@ -880,8 +886,9 @@ static void log_mhd(void *cls, const char *fmt, va_list ap)
     tw_log("tower serve: http: %s", line);
 }
 
-tw_status tw_http_start(tw_server *S, int *port, tw_error *err)
+tw_status tw_http_start(tw_server *S, const tw_route *routes, int *port, tw_error *err)
 {
+    S->routes = routes;
     struct sockaddr_in sa;
     TW_TRY(parse_listen(S->opt.listen, &sa, err));
     int loopback = (ntohl(sa.sin_addr.s_addr) >> 24) == 127;

@@ -3,13 +3,13 @@
  *
  * Owns: the daemon (thread per connection, explicit connection, per-IP, memory and timeout limits, a
  * deadline for each request's headers, a per-address cap on event streams), route matching against the
- * table of routes.c (404/405 from it, and 400 for a query parameter the route does not take), the Host
- * check on loopback, the origin rule and bearer-token auth for mutating routes, the body: JSON bodies
- * (Content-Type application/json, else 415) buffered up to 1 MiB and decoded strictly, upload bodies
- * streamed to the route's upload callbacks with the upload cap enforced before (Content-Length) and while
- * (chunked) reading, and every reply: JSON, error envelope, text, file, event stream. Never a CORS grant.
- * Does not own what a route does (api_*.c). Thread-safety: each request is handled by one thread; the
- * helpers below touch only their request. */
+ * table tw_http_start is given (404/405 from it, and 400 for a query parameter the route does not take),
+ * the Host check on loopback, the origin rule and bearer-token auth for mutating routes, the body: JSON
+ * bodies (Content-Type application/json, else 415) buffered up to 1 MiB and decoded strictly, upload
+ * bodies streamed to the route's upload callbacks with the upload cap enforced before (Content-Length)
+ * and while (chunked) reading, and every reply: JSON, error envelope, text, file, event stream. Never a
+ * CORS grant. Does not own what a route does (api_*.c) nor the table (routes.c): it names no handler.
+ * Thread-safety: each request is handled by one thread; the helpers below touch only their request. */
 #ifndef TW_HTTP_H
 #define TW_HTTP_H
 
@@ -41,7 +41,6 @@ typedef enum {
 } tw_api_code;
 
 const char *tw_api_code_name(tw_api_code c);
-int tw_api_code_http(tw_api_code c);
 
 typedef struct tw_req tw_req;
 
@@ -61,7 +60,7 @@ enum {
 
 typedef void (*tw_handler)(tw_server *S, tw_req *r);
 
-typedef struct {
+typedef struct tw_route {
     const char *method;           /* "GET", "POST", "DELETE" */
     const char *pattern;          /* "/api/v1/runs/{id}": {name} matches one non-empty segment */
     tw_handler handler;
@@ -74,16 +73,13 @@ typedef struct {
                                    * any other is refused with 400; NULL: none */
 } tw_route;
 
-/* routes.c: the one route table, terminated by a zeroed entry. */
-extern const tw_route TW_ROUTES[];
-
-/* Starts the daemon on S->opt.listen. *port receives the bound port. Errors: TW_ERR_INVALID for a bad
- * address, TW_ERR_IO when the socket cannot be bound. */
-tw_status tw_http_start(tw_server *S, int *port, tw_error *err);
+/* Starts the daemon on S->opt.listen, serving routes (borrowed for the server's life, terminated by a
+ * zeroed entry: routes.c's TW_ROUTES), which S->routes then points at. *port receives the bound port.
+ * Errors: TW_ERR_INVALID for a bad address, TW_ERR_IO when the socket cannot be bound. */
+tw_status tw_http_start(tw_server *S, const tw_route *routes, int *port, tw_error *err);
 void tw_http_stop(tw_server *S); /* NULL-safe; waits for the connection threads */
 
 /* --- the request (all strings borrowed for the request's lifetime) --- */
-const char *tw_req_method(const tw_req *r);
 const char *tw_req_param(const tw_req *r, const char *name);   /* path parameter, or NULL */
 const char *tw_req_query(const tw_req *r, const char *name);   /* query argument, or NULL */
 const char *tw_req_header(const tw_req *r, const char *name);  /* header, or NULL */
@@ -121,6 +117,10 @@ tw_api_code tw_api_code_for(const tw_error *err);
 /* Maps an engine/eventlog status to the envelope (TW_ERR_INVALID -> INVALID_ARGUMENT, ...) and replies
  * with the formatted error. */
 void tw_reply_status(tw_req *r, const tw_error *err);
+
+/* Replies err (tw_reply_status) and logs it on stderr: for a failure on the server's own files (a
+ * symlink met under the data folder) that the operator must see. */
+void tw_api_reply_logged(tw_req *r, const tw_error *err);
 
 /* The index of an HTTP status in tw_server.requests and its label ("200", ..., "other"). */
 int tw_http_status_slot(int status);

@@ -1,7 +1,6 @@
 /* routes.c — the one route table of `tower serve`: every path, its handler, and what the OpenAPI
  * document says about it. 404 and 405 come from this table (http.c), and so does /api/v1/openapi.json. */
 #include "api.h"
-#include "datasets.h"
 #include "runs.h"
 
 #define JSON TW_ROUTE_JSON_BODY
@@ -11,7 +10,7 @@ const tw_route TW_ROUTES[] = {
     {"GET", "/api/v1/devices", tw_api_devices, 0, NULL, 200, "Devices runs are scheduled on", "{devices: [{id, kind, name, run}]}", NULL},
     {"GET", "/api/v1/openapi.json", tw_api_openapi, 0, NULL, 200, "This document", "OpenAPI 3.0", NULL},
     {"GET", "/api/v1/datasets", tw_api_datasets_list, 0, NULL, 200, "List datasets, newest first", "{datasets: [dataset], total}", NULL},
-    {"POST", "/api/v1/datasets", tw_dataset_upload_done, TW_ROUTE_UPLOAD, &TW_DATASET_UPLOAD, 202,
+    {"POST", "/api/v1/datasets", tw_api_dataset_upload, TW_ROUTE_UPLOAD, &TW_API_DATASET_UPLOAD, 202,
      "Upload a dataset (multipart form, or a raw CSV or TFRecord body); ?name=N", "dataset (202 converting, 201 ready)", "!name label_column"},
     {"GET", "/api/v1/datasets/{id}", tw_api_dataset_get, 0, NULL, 200, "Show a dataset", "dataset", NULL},
     {"DELETE", "/api/v1/datasets/{id}", tw_api_dataset_delete, 0, NULL, 204, "Delete a dataset no queued or running run uses", "204", NULL},

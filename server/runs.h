@@ -16,7 +16,8 @@
 tw_status tw_runs_submit(tw_server *S, const json_t *body, const char *idem_key, json_t **run, int *created,
                          tw_api_code *code, tw_error *err);
 
-/* Queues the seed MLP (examples/seed_mlp.json, embedded) on the dataset named "fashion-mnist". */
+/* Queues the seed MLP (examples/seed_mlp.json, embedded) on the dataset named "fashion-mnist" (the demo's
+ * second step, after tw_datasets_demo registered it: serve_main.c). */
 tw_status tw_runs_submit_demo(tw_server *S, tw_error *err);
 
 /* A run row as the API shows it (new JSON). */

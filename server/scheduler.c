@@ -311,11 +311,11 @@ static void exec_child(char **argv, char **env, int out_w, int err_w, pid_t pare
 static tw_status spawn(tw_scheduler *s, child *c, const char *visible, int gpu, tw_error *why)
 {
     tw_server *S = s->S;
-    char logdir[PATH_MAX], config[PATH_MAX + 16], logpath[PATH_MAX + 16];
-    if (tw_run_dir(S, c->id, logdir, sizeof logdir) != 0)
+    char logdir[PATH_MAX], config[PATH_MAX], logpath[PATH_MAX];
+    if (tw_run_dir(S, c->id, logdir, sizeof logdir) != 0 ||
+        tw_run_path(S, c->id, TW_RUN_CONFIG, config, sizeof config) != 0 ||
+        tw_run_path(S, c->id, TW_RUN_LOG, logpath, sizeof logpath) != 0)
         return tw_error_set(why, TW_ERR_INVALID, c->id, -1, "the run folder's path is too long");
-    snprintf(config, sizeof config, "%s/config.json", logdir);
-    snprintf(logpath, sizeof logpath, "%s/log", logdir);
     TW_TRY(remove_temporaries(logdir, why));
     char *argv[] = {(char *)(S->opt.trainer ? S->opt.trainer : S->self), "train", config, "--logdir",
                     logdir, "--resume", "--backend", gpu ? "cuda" : "cpu", "--data-root", S->data, NULL};
@@ -402,7 +402,7 @@ static void fail_now(tw_scheduler *s, const char *id, const char *reason, const 
 {
     tw_error err;
     char *e = error_text(code, msg);
-    if (tw_store_run_finished(s->S->store, id, "failed", reason, e, tw_now_wall(), &err) != TW_OK)
+    if (tw_store_run_finished(s->S->store, id, TW_RUN_FAILED, reason, e, tw_now_wall(), &err) != TW_OK)
         log_store_error(&err);
     free(e);
     tw_server_changed(s->S);
@@ -602,8 +602,8 @@ static void finish(tw_scheduler *s, child *c)
             free(e);
             e = error_text(o.code, gave_up);
         }
-        st = tw_store_run_finished(S->store, c->id, o.status ? o.status : "failed", o.reason, e,
-                                   tw_now_wall(), &err);
+        st = tw_store_run_finished(S->store, c->id, o.status ? tw_run_state_named(o.status) : TW_RUN_FAILED,
+                                   o.reason, e, tw_now_wall(), &err);
     }
     if (st != TW_OK)
         log_store_error(&err);

@@ -22,10 +22,12 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
+#include "api.h"
 #include "datafs.h"
 #include "datasets.h"
 #include "http.h"
 #include "logtext.h"
+#include "runs.h"
 #include "scheduler.h"
 #include "store.h"
 
@@ -172,16 +174,18 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
 
 static tw_status make_dirs(tw_server *S, tw_error *err)
 {
-    static const char *const subs[] = {"", "/runs", "/datasets"};
+    if (tw_fs_mkdir(S->opt.data, 0755) != 0 && errno != EEXIST)
+        return tw_fs_error(err, S->opt.data, "cannot create the data folder");
+    if (!realpath(S->opt.data, S->data))
+        return tw_error_errno(err, S->opt.data, "cannot resolve the data folder");
+    TW_TRY(tw_fs_confine(S->data, err)); /* from here on nothing under it is reached through a symlink */
+    static const char *const subs[] = {TW_DATA_RUNS, TW_DATA_DATASETS};
     for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
-        char path[PATH_MAX + 16];
-        snprintf(path, sizeof path, "%s%s", i ? S->data : S->opt.data, subs[i]);
+        char path[PATH_MAX];
+        if (tw_data_path(S, subs[i], path, sizeof path) != 0)
+            return tw_error_set(err, TW_ERR_INVALID, S->data, -1, "the data folder's path is too long");
         if (tw_fs_mkdir(path, 0755) != 0 && errno != EEXIST)
             return tw_fs_error(err, path, "cannot create the data folder");
-        if (i == 0 && !realpath(S->opt.data, S->data))
-            return tw_error_errno(err, S->opt.data, "cannot resolve the data folder");
-        if (i == 0) /* from here on nothing under it is reached through a symlink (eventlog/datafs.h) */
-            TW_TRY(tw_fs_confine(S->data, err));
     }
     struct statfs fs;
     if (statfs(S->data, &fs) == 0 && fs.f_type == NFS_SUPER_MAGIC)
@@ -195,8 +199,9 @@ static tw_status make_dirs(tw_server *S, tw_error *err)
  * running the same queue. The file holds the holder's pid, for the message. */
 static tw_status lock_data(tw_server *S, tw_error *err)
 {
-    char path[PATH_MAX + 16], pid[32] = "";
-    snprintf(path, sizeof path, "%s/tower.lock", S->data);
+    char path[PATH_MAX], pid[32] = "";
+    if (tw_data_path(S, TW_DATA_LOCK, path, sizeof path) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, S->data, -1, "the data folder's path is too long");
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
     if (fd < 0)
         return tw_error_errno(err, path, "cannot open the data folder's lock file");
@@ -226,8 +231,8 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
     static const char chartjs[] = "/usr/share/javascript/chart.js/chart.min.js"; /* Debian libjs-chart.js */
     if (access(chartjs, R_OK) == 0)
         snprintf(S->chartjs_path, sizeof S->chartjs_path, "%s", chartjs);
-    char db[PATH_MAX + 16];
-    snprintf(db, sizeof db, "%s/tower.db", S->data);
+    char db[PATH_MAX];
+    tw_data_path(S, TW_DATA_DB, db, sizeof db); /* fits: the lock file's name is as long */
     TW_TRY(tw_store_open(db, &S->store, err));
     tw_store_on_fatal(S->store, store_failed, S);
     int recovered = tw_store_runs_recover(S->store, err);
@@ -238,9 +243,12 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
                 recovered);
     TW_TRY(tw_datasets_start(S, err));
     TW_TRY(tw_scheduler_create(S, &S->sched, err));
+    int demo = 0;
     if (S->opt.demo)
-        TW_TRY(tw_datasets_demo(S, err));
-    return tw_http_start(S, port, err);
+        TW_TRY(tw_datasets_demo(S, &demo, err));
+    if (demo)
+        TW_TRY(tw_runs_submit_demo(S, err));
+    return tw_http_start(S, TW_ROUTES, port, err);
 }
 
 static void stop(tw_server *S)

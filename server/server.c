@@ -88,20 +88,43 @@ static double clock_seconds(clockid_t id)
 double tw_now_mono(void) { return clock_seconds(CLOCK_MONOTONIC); }
 double tw_now_wall(void) { return clock_seconds(CLOCK_REALTIME); }
 
-static int sub_dir(const tw_server *S, const char *kind, const char *id, char *buf, size_t size)
+/* DATA/parts[0]/.../parts[n-1] into buf: 0, or -1 (buf "") when it does not fit. */
+static int data_join(const tw_server *S, char *buf, size_t size, const char *const *parts, int n)
 {
-    int n = snprintf(buf, size, "%s/%s/%s", S->data, kind, id);
-    return n < 0 || (size_t)n >= size ? -1 : 0;
+    int len = snprintf(buf, size, "%s", S->data);
+    for (int i = 0; i < n && len >= 0 && (size_t)len < size; i++)
+        len += snprintf(buf + len, size - (size_t)len, "/%s", parts[i]);
+    if (len >= 0 && (size_t)len < size)
+        return 0;
+    if (size)
+        buf[0] = 0;
+    return -1;
 }
 
-int tw_run_dir(const tw_server *S, const char *id, char *buf, size_t size)
-{
-    return sub_dir(S, "runs", id, buf, size);
-}
+#define JOIN(...) data_join(S, buf, size, (const char *const[]){__VA_ARGS__}, \
+                            (int)(sizeof (const char *const[]){__VA_ARGS__} / sizeof(const char *)))
+
+int tw_data_path(const tw_server *S, const char *name, char *buf, size_t size) { return JOIN(name); }
+int tw_run_dir(const tw_server *S, const char *id, char *buf, size_t size) { return JOIN(TW_DATA_RUNS, id); }
 
 int tw_dataset_dir(const tw_server *S, const char *id, char *buf, size_t size)
 {
-    return sub_dir(S, "datasets", id, buf, size);
+    return JOIN(TW_DATA_DATASETS, id);
+}
+
+int tw_run_path(const tw_server *S, const char *id, const char *name, char *buf, size_t size)
+{
+    return JOIN(TW_DATA_RUNS, id, name);
+}
+
+int tw_dataset_path(const tw_server *S, const char *id, const char *name, char *buf, size_t size)
+{
+    return JOIN(TW_DATA_DATASETS, id, name);
+}
+
+int tw_upload_path(const tw_server *S, const char *id, const char *field, char *buf, size_t size)
+{
+    return JOIN(TW_DATA_DATASETS, id, TW_DATASET_UPLOAD_DIR, field);
 }
 
 void tw_remove_tree(const char *path)

@@ -2,7 +2,8 @@
  * scheduler, the request counters and the change signal that Server-Sent Events wait on.
  *
  * Owns: tw_serve_options (every default in tw_serve_options_default), tw_server (one per process, built
- * by serve_main.c), the change signal and the fatal flag. Does not own the HTTP plumbing (http.c), the
+ * by serve_main.c), the change signal, the fatal flag and the data folder's layout (the path helpers at
+ * the end: no other file assembles a path under DATA). Does not own the HTTP plumbing (http.c), the
  * routes (routes.c, api_*.c), SQLite (store.c) or the children (scheduler.c). */
 #ifndef TW_SERVER_H
 #define TW_SERVER_H
@@ -17,6 +18,7 @@
 typedef struct tw_store tw_store;
 typedef struct tw_scheduler tw_scheduler;
 typedef struct tw_http tw_http;
+struct tw_route;
 
 typedef struct {
     const char *listen;        /* "HOST:PORT"; port 0 = any free port */
@@ -55,6 +57,7 @@ typedef struct tw_server {
     tw_store *store;
     tw_scheduler *sched;
     tw_http *http;
+    const struct tw_route *routes; /* the route table served (http.h), set by tw_http_start */
     char chartjs_path[PATH_MAX];   /* Debian's Chart.js, served as /static/chart.js ("" = absent) */
     atomic_uint_fast64_t requests[TW_STATUS_SLOTS]; /* indexed by tw_http_status_slot */
     atomic_uint_fast64_t errors[TW_API_CODE_SLOTS]; /* indexed by tw_api_code */
@@ -85,9 +88,34 @@ void tw_server_fatal(tw_server *S, const tw_error *err);
 double tw_now_mono(void);
 double tw_now_wall(void);
 
-/* Paths inside the data folder: "<data>/runs/<id>" etc. Return 0, or -1 when it does not fit. */
+/* ---- the data folder's layout: every path under DATA is made by these (nowhere else) ----
+ *   DATA/tower.db  DATA/tower.lock  (serve_main.c)
+ *   DATA/datasets/<id>/upload/<field>, upload/params.json, train.tfrecord, test.tfrecord, meta.json
+ *   DATA/runs/<id>/config.json, log, checkpoints/, the event files (engine)
+ * Each returns 0, or -1 when the path does not fit in size (buf is then ""). */
+#define TW_DATA_DB "tower.db"
+#define TW_DATA_LOCK "tower.lock"
+#define TW_DATA_RUNS "runs"
+#define TW_DATA_DATASETS "datasets"
+#define TW_DATASET_UPLOAD_DIR "upload"
+#define TW_DATASET_PARAMS "upload/params.json"
+#define TW_DATASET_TRAIN "train.tfrecord"
+#define TW_DATASET_TEST "test.tfrecord"
+#define TW_DATASET_META "meta.json"
+#define TW_RUN_CONFIG "config.json"
+#define TW_RUN_LOG "log"
+#define TW_RUN_CHECKPOINTS "checkpoints"
+
+/* DATA/<name> ("tower.db", "runs", ...). */
+int tw_data_path(const tw_server *S, const char *name, char *buf, size_t size);
+/* DATA/runs/<id> and DATA/datasets/<id>. */
 int tw_run_dir(const tw_server *S, const char *id, char *buf, size_t size);
 int tw_dataset_dir(const tw_server *S, const char *id, char *buf, size_t size);
+/* A file in those folders: DATA/runs/<id>/<name> (TW_RUN_*), DATA/datasets/<id>/<name> (TW_DATASET_*). */
+int tw_run_path(const tw_server *S, const char *id, const char *name, char *buf, size_t size);
+int tw_dataset_path(const tw_server *S, const char *id, const char *name, char *buf, size_t size);
+/* An uploaded file: DATA/datasets/<id>/upload/<field>. */
+int tw_upload_path(const tw_server *S, const char *id, const char *field, char *buf, size_t size);
 
 /* Removes path and everything under it (symlinks are removed, not followed). Best effort. */
 void tw_remove_tree(const char *path);

@@ -51,6 +51,55 @@ static const char MIGRATE_2[] =
 
 static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices"};
 
+/* The names the states are stored and shown as (the statements below spell the ones they test in SQL). */
+static const char *const RUN_STATES[TW_RUN_STATES] = {
+    [TW_RUN_QUEUED] = "queued",     [TW_RUN_RUNNING] = "running",     [TW_RUN_SUCCEEDED] = "succeeded",
+    [TW_RUN_FAILED] = "failed",     [TW_RUN_CANCELLED] = "cancelled",
+};
+static const char *const DATASET_STATES[TW_DATASET_STATES] = {
+    [TW_DATASET_CONVERTING] = "converting", [TW_DATASET_READY] = "ready", [TW_DATASET_FAILED] = "failed",
+};
+
+/* ================================ states ================================ */
+
+const char *tw_run_state_name(tw_run_state s)
+{
+    return s >= 0 && s < TW_RUN_STATES ? RUN_STATES[s] : "unknown";
+}
+
+const char *tw_dataset_state_name(tw_dataset_state s)
+{
+    return s >= 0 && s < TW_DATASET_STATES ? DATASET_STATES[s] : "unknown";
+}
+
+/* The index of name in names[n], or n. */
+static int named(const char *const *names, int n, const char *name)
+{
+    int i = 0;
+    while (i < n && !(name && !strcmp(name, names[i])))
+        i++;
+    return i;
+}
+
+tw_run_state tw_run_state_named(const char *name) { return (tw_run_state)named(RUN_STATES, TW_RUN_STATES, name); }
+
+tw_dataset_state tw_dataset_state_named(const char *name)
+{
+    return (tw_dataset_state)named(DATASET_STATES, TW_DATASET_STATES, name);
+}
+
+tw_run_state tw_store_run_state(const json_t *row)
+{
+    return tw_run_state_named(json_string_value(json_object_get(row, "status")));
+}
+
+tw_dataset_state tw_store_dataset_state(const json_t *row)
+{
+    return tw_dataset_state_named(json_string_value(json_object_get(row, "status")));
+}
+
+int tw_run_state_final(tw_run_state s) { return s == TW_RUN_SUCCEEDED || s == TW_RUN_FAILED || s == TW_RUN_CANCELLED; }
+
 /* ================================ plumbing ================================ */
 
 static tw_status sql_error(tw_store *st, int rc, const char *what, tw_error *err)
@@ -315,9 +364,10 @@ tw_status tw_store_dataset_insert(tw_store *st, const char *id, const char *name
                 "sssid", id, name, source, (int64_t)bytes, ts.tv_sec + ts.tv_nsec * 1e-9);
 }
 
-tw_status tw_store_dataset_finish(tw_store *st, const char *id, const char *status, const char *meta,
+tw_status tw_store_dataset_finish(tw_store *st, const char *id, tw_dataset_state state, const char *meta,
                                   const char *error, tw_error *err)
 {
+    const char *status = tw_dataset_state_name(state);
     return exec(st, NULL, err, "UPDATE datasets SET status = ?, meta = ?, error = ? WHERE id = ?", "sSSs",
                 status, meta, error, id);
 }
@@ -422,9 +472,10 @@ tw_status tw_store_run_by_key(tw_store *st, const char *idem_key, const char *id
                         "Idempotency-Key: this key was used with a different request body");
 }
 
-tw_status tw_store_run_list(tw_store *st, const char *status, long limit, long offset, json_t **out,
+tw_status tw_store_run_list(tw_store *st, const tw_run_state *state, long limit, long offset, json_t **out,
                             tw_error *err)
 {
+    const char *status = state ? tw_run_state_name(*state) : NULL;
     json_t *rows = NULL, *total = NULL;
     tw_status s = query(st, &rows, err,
                         "SELECT " RUN_COLUMNS " FROM runs WHERE ?1 IS NULL OR status = ?1 "
@@ -453,8 +504,9 @@ tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err)
     json_t *rows;
     *out = NULL;
     TW_TRY(query(st, &rows, err, "SELECT status, count(*) AS n FROM runs GROUP BY status", ""));
-    *out = json_pack("{s:i, s:i, s:i, s:i, s:i}", "queued", 0, "running", 0, "succeeded", 0, "failed", 0,
-                     "cancelled", 0);
+    *out = json_object();
+    for (int k = 0; k < TW_RUN_STATES; k++)
+        json_object_set_new(*out, RUN_STATES[k], json_integer(0));
     size_t i;
     json_t *row;
     json_array_foreach(rows, i, row)
@@ -473,9 +525,10 @@ tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *er
     return first(s, rows, out);
 }
 
-tw_status tw_store_runs_in(tw_store *st, const char *status, json_t **out, tw_error *err)
+tw_status tw_store_runs_in(tw_store *st, tw_run_state state, json_t **out, tw_error *err)
 {
-    return query(st, out, err, "SELECT " RUN_COLUMNS " FROM runs WHERE status = ? ORDER BY seq", "s", status);
+    return query(st, out, err, "SELECT " RUN_COLUMNS " FROM runs WHERE status = ? ORDER BY seq", "s",
+                 tw_run_state_name(state));
 }
 
 tw_status tw_store_run_started(tw_store *st, const char *id, const char *devices, double now,
@@ -494,12 +547,12 @@ tw_status tw_store_run_progress(tw_store *st, const char *id, int64_t step, cons
                 step, metrics, eta_s, id);
 }
 
-tw_status tw_store_run_finished(tw_store *st, const char *id, const char *status, const char *reason,
+tw_status tw_store_run_finished(tw_store *st, const char *id, tw_run_state state, const char *reason,
                                 const char *error, double now, tw_error *err)
 {
     return exec(st, NULL, err,
                 "UPDATE runs SET status = ?, reason = ?, error = ?, finished = ?, eta_s = NULL WHERE id = ?",
-                "sSSds", status, reason, error, now, id);
+                "sSSds", tw_run_state_name(state), reason, error, now, id);
 }
 
 tw_status tw_store_run_requeue(tw_store *st, const char *id, const char *reason, const char *error,

@@ -24,6 +24,31 @@ typedef struct tw_store tw_store;
 
 enum { TW_ID_BYTES = 17 }; /* "r" or "d" + 15 hex digits + NUL */
 
+/* The states of a run and of a dataset. The store keeps each as its name (the tables in store.c, the
+ * one spelling: the API shows the same names, and a database written before the enums reads the same). */
+typedef enum {
+    TW_RUN_QUEUED,
+    TW_RUN_RUNNING,
+    TW_RUN_SUCCEEDED,
+    TW_RUN_FAILED,
+    TW_RUN_CANCELLED,
+    TW_RUN_STATES
+} tw_run_state;
+typedef enum { TW_DATASET_CONVERTING, TW_DATASET_READY, TW_DATASET_FAILED, TW_DATASET_STATES } tw_dataset_state;
+
+/* The name of s; "unknown" for TW_RUN_STATES / TW_DATASET_STATES (no row is in it: a filter by it
+ * matches none). */
+const char *tw_run_state_name(tw_run_state s);
+const char *tw_dataset_state_name(tw_dataset_state s);
+/* The state with that name (may be NULL); TW_RUN_STATES / TW_DATASET_STATES when there is none. */
+tw_run_state tw_run_state_named(const char *name);
+tw_dataset_state tw_dataset_state_named(const char *name);
+/* The state of a row the store returned (its "status"), as above. */
+tw_run_state tw_store_run_state(const json_t *row);
+tw_dataset_state tw_store_dataset_state(const json_t *row);
+/* 1 for succeeded, failed and cancelled: nothing changes the run any more. */
+int tw_run_state_final(tw_run_state s);
+
 tw_status tw_store_open(const char *path, tw_store **out, tw_error *err);
 void tw_store_close(tw_store *st); /* NULL-safe */
 
@@ -41,8 +66,8 @@ int tw_store_id_valid(char prefix, const char *s);
 /* ---- datasets ---- */
 tw_status tw_store_dataset_insert(tw_store *st, const char *id, const char *name, const char *source,
                                   int64_t bytes, tw_error *err);
-/* status "ready" with meta (JSON text) or "failed" with error (JSON text {"code","message",...}). */
-tw_status tw_store_dataset_finish(tw_store *st, const char *id, const char *status, const char *meta,
+/* TW_DATASET_READY with meta (JSON text) or TW_DATASET_FAILED with error (JSON text {"code","message",...}). */
+tw_status tw_store_dataset_finish(tw_store *st, const char *id, tw_dataset_state state, const char *meta,
                                   const char *error, tw_error *err);
 /* A reader of one row by id (tw_store_dataset_get, tw_store_run_get). */
 typedef tw_status (*tw_store_get_fn)(tw_store *st, const char *id, json_t **out, tw_error *err);
@@ -78,22 +103,22 @@ tw_status tw_store_run_get(tw_store *st, const char *id, json_t **out, tw_error 
  * TW_END: no run holds the key; TW_ERR_INVALID: it was used with another body (err says so). */
 tw_status tw_store_run_by_key(tw_store *st, const char *idem_key, const char *idem_body, json_t **out,
                               tw_error *err);
-/* {"runs": [...], "total", "limit", "offset"}; status may be NULL (all). */
-tw_status tw_store_run_list(tw_store *st, const char *status, long limit, long offset, json_t **out,
+/* {"runs": [...], "total", "limit", "offset"}; state may be NULL (all). */
+tw_status tw_store_run_list(tw_store *st, const tw_run_state *state, long limit, long offset, json_t **out,
                             tw_error *err);
-/* Counts by status: {"queued": n, ...}. */
+/* Counts by state name, every state present: {"queued": n, ...}. */
 tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err);
 /* The oldest queued run (by submission) whose back-off has passed (not_before <= now); TW_END if none. */
 tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *err);
-/* Every run in state `status` (array of run objects). */
-tw_status tw_store_runs_in(tw_store *st, const char *status, json_t **out, tw_error *err);
+/* Every run in `state` (array of run objects). */
+tw_status tw_store_runs_in(tw_store *st, tw_run_state state, json_t **out, tw_error *err);
 
 tw_status tw_store_run_started(tw_store *st, const char *id, const char *devices, double now,
                                tw_error *err);
 tw_status tw_store_run_progress(tw_store *st, const char *id, int64_t step, const char *metrics,
                                 double eta_s, tw_error *err);
 /* Final states: succeeded, failed (reason, error JSON), cancelled. */
-tw_status tw_store_run_finished(tw_store *st, const char *id, const char *status, const char *reason,
+tw_status tw_store_run_finished(tw_store *st, const char *id, tw_run_state state, const char *reason,
                                 const char *error, double now, tw_error *err);
 /* Back to queued after a retriable failure: restarts + 1, not before `not_before`; reason/error kept as
  * the last failure. */

@@ -17,6 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "config.h"
 
 /* A copy of s with every ' turned into " (caller frees). */
@@ -485,6 +487,39 @@ static void test_contract_example(void **state)
     assert_int_equal(c.shuffle_buffer, 10000);
 }
 
+/* tw_config_decode (a document already decoded, as the server has it) gives what tw_config_parse gives
+ * for its text: the same config, and the same error naming the same key, nesting included. */
+static void test_decode_document(void **state)
+{
+    (void)state;
+    static tw_config a, b;
+    tw_error ea, eb;
+    char *text = json_of(CONTRACT);
+    json_t *doc = json_loads(text, JSON_REJECT_DUPLICATES, NULL);
+    assert_non_null(doc);
+    assert_int_equal(tw_config_parse(text, strlen(text), "/data/run", &a, &ea), TW_OK);
+    assert_int_equal(tw_config_decode(doc, "/data/run", &b, &eb), TW_OK);
+    char *ja = tw_config_to_json(&a), *jb = tw_config_to_json(&b);
+    assert_string_equal(ja, jb);
+    free(ja);
+    free(jb);
+    json_decref(doc);
+    free(text);
+    static const char *const bad[] = {LAYER("'type':'dense','units':0"), DS("'shape':[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["
+                                                                          "1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]")};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        text = json_of(bad[i]);
+        doc = json_loads(text, 0, NULL);
+        assert_non_null(doc);
+        assert_int_equal(tw_config_parse(text, strlen(text), NULL, &a, &ea), TW_ERR_INVALID);
+        assert_int_equal(tw_config_decode(doc, NULL, &b, &eb), TW_ERR_INVALID);
+        assert_string_equal(ea.message, eb.message);
+        json_decref(doc);
+        free(text);
+    }
+    assert_non_null(strstr(eb.message, "nested deeper than 32 levels"));
+}
+
 static void test_defaults(void **state)
 {
     (void)state;
@@ -812,7 +847,7 @@ int main(void)
         cmocka_unit_test(test_round_trip),       cmocka_unit_test(test_relative_paths),
         cmocka_unit_test(test_load),             cmocka_unit_test(test_size_cap),
         cmocka_unit_test(test_override_towers),  cmocka_unit_test(test_examples_parse),
-        cmocka_unit_test(test_seed_example),
+        cmocka_unit_test(test_seed_example),     cmocka_unit_test(test_decode_document),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -116,10 +116,14 @@ static json_t *dataset_list(tw_store *st) { READ(tw_store_dataset_list(st, &row_
 static json_t *resolve(tw_store *st, const char *n) { READ(tw_store_dataset_resolve(st, n, &row_, &err_), n); }
 static json_t *run_list(tw_store *st, const char *status, long limit, long offset)
 {
-    READ(tw_store_run_list(st, status, limit, offset, &row_, &err_), "runs");
+    tw_run_state state = tw_run_state_named(status);
+    READ(tw_store_run_list(st, status ? &state : NULL, limit, offset, &row_, &err_), "runs");
 }
 static json_t *run_counts(tw_store *st) { READ(tw_store_run_counts(st, &row_, &err_), "counts"); }
-static json_t *runs_in(tw_store *st, const char *status) { READ(tw_store_runs_in(st, status, &row_, &err_), status); }
+static json_t *runs_in(tw_store *st, const char *status)
+{
+    READ(tw_store_runs_in(st, tw_run_state_named(status), &row_, &err_), status);
+}
 static json_t *run_next(tw_store *st, double now) { READ(tw_store_run_next(st, now, &row_, &err_), "next"); }
 
 static void add_dataset(tw_store *st, const char *id, const char *name, const char *status)
@@ -127,7 +131,8 @@ static void add_dataset(tw_store *st, const char *id, const char *name, const ch
     tw_error err;
     assert_int_equal(tw_store_dataset_insert(st, id, name, "upload", 1000, &err), TW_OK);
     if (status)
-        assert_int_equal(tw_store_dataset_finish(st, id, status, !strcmp(status, "ready") ? "{\"n\": 1}" : NULL,
+        assert_int_equal(tw_store_dataset_finish(st, id, tw_dataset_state_named(status),
+                                                 !strcmp(status, "ready") ? "{\"n\": 1}" : NULL,
                                                  !strcmp(status, "failed") ? "{\"code\": \"CORRUPT\"}" : NULL,
                                                  &err),
                          TW_OK);
@@ -260,6 +265,33 @@ static void test_new_id_format(void **state)
     assert_int_equal(strlen(a), 16);
 }
 
+/* The state names are the ones older databases hold: each name maps back to its state, and an unknown
+ * name (or none) to the count. */
+static void test_state_names(void **state)
+{
+    (void)state;
+    static const char *const runs[] = {"queued", "running", "succeeded", "failed", "cancelled"};
+    static const char *const datasets[] = {"converting", "ready", "failed"};
+    for (int s = 0; s < TW_RUN_STATES; s++) {
+        assert_string_equal(tw_run_state_name((tw_run_state)s), runs[s]);
+        assert_int_equal(tw_run_state_named(runs[s]), s);
+        assert_int_equal(tw_run_state_final((tw_run_state)s), s >= TW_RUN_SUCCEEDED);
+    }
+    for (int s = 0; s < TW_DATASET_STATES; s++) {
+        assert_string_equal(tw_dataset_state_name((tw_dataset_state)s), datasets[s]);
+        assert_int_equal(tw_dataset_state_named(datasets[s]), s);
+    }
+    assert_int_equal(tw_run_state_named("done"), TW_RUN_STATES);
+    assert_int_equal(tw_run_state_named(NULL), TW_RUN_STATES);
+    assert_int_equal(tw_dataset_state_named("queued"), TW_DATASET_STATES);
+    assert_string_equal(tw_run_state_name(TW_RUN_STATES), "unknown");
+    json_t *row = json_pack("{s:s}", "status", "cancelled");
+    assert_int_equal(tw_store_run_state(row), TW_RUN_CANCELLED);
+    json_object_set_new(row, "status", json_string("ready"));
+    assert_int_equal(tw_store_dataset_state(row), TW_DATASET_READY);
+    json_decref(row);
+}
+
 /* ---- datasets ---- */
 
 static void test_dataset_insert_finish_get(void **state)
@@ -284,7 +316,8 @@ static void test_dataset_insert_finish_get(void **state)
     assert_string_equal(str(json_array_get(conv, 0), "id"), "d1");
     json_decref(conv);
 
-    assert_int_equal(tw_store_dataset_finish(f->st, "d1", "ready", "{\"examples\": 60000, \"shape\": [28, 28, 1]}",
+    assert_int_equal(tw_store_dataset_finish(f->st, "d1", TW_DATASET_READY,
+                                             "{\"examples\": 60000, \"shape\": [28, 28, 1]}",
                                              NULL, &err),
                      TW_OK);
     d = dataset_row(f->st, "d1");
@@ -300,7 +333,7 @@ static void test_dataset_insert_finish_get(void **state)
     json_decref(conv);
 
     assert_int_equal(tw_store_dataset_insert(f->st, "d2", "bad", "upload", 5, &err), TW_OK);
-    assert_int_equal(tw_store_dataset_finish(f->st, "d2", "failed", NULL,
+    assert_int_equal(tw_store_dataset_finish(f->st, "d2", TW_DATASET_FAILED, NULL,
                                              "{\"code\": \"CORRUPT\", \"message\": \"bad CRC\", \"offset\": 12}", &err),
                      TW_OK);
     d = dataset_row(f->st, "d2");
@@ -389,7 +422,7 @@ static void test_dataset_delete_while_in_use(void **state)
     json_t *d = dataset_row(f->st, "d1");
     assert_non_null(d);
     json_decref(d);
-    assert_int_equal(tw_store_run_finished(f->st, "r1", "succeeded", NULL, NULL, 200.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r1", TW_RUN_SUCCEEDED, NULL, NULL, 200.0, &err), TW_OK);
     assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_OK); /* only finished runs use it */
     assert_null(dataset_row(f->st, "d1"));
     assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_END);
@@ -496,7 +529,7 @@ static void test_run_list_filter_and_paging(void **state)
         add_run(f->st, ids[i], "d1");
     assert_int_equal(tw_store_run_started(f->st, "r2", "[0]", 1.0, &err), TW_OK);
     assert_int_equal(tw_store_run_started(f->st, "r4", "[1]", 1.0, &err), TW_OK);
-    assert_int_equal(tw_store_run_finished(f->st, "r4", "failed", "crashed", NULL, 2.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r4", TW_RUN_FAILED, "crashed", NULL, 2.0, &err), TW_OK);
 
     const char *all[] = {"r5", "r4", "r3", "r2", "r1"}; /* newest first */
     expect_page(f->st, NULL, 50, 0, 5, all, 5);
@@ -618,7 +651,7 @@ static void test_run_lifecycle(void **state)
     assert_int_equal(tw_store_run_started(f->st, "r1", "[1]", 260.0, &err), TW_OK);
     assert_int_equal(tw_store_run_progress(f->st, "r1", 100, NULL, 1.0, &err), TW_OK);
 
-    assert_int_equal(tw_store_run_finished(f->st, "r1", "failed", "diverged",
+    assert_int_equal(tw_store_run_finished(f->st, "r1", TW_RUN_FAILED, "diverged",
                                            "{\"code\": \"INVALID_ARGUMENT\", \"message\": \"loss is NaN\"}", 300.0,
                                            &err),
                      TW_OK);
@@ -635,7 +668,7 @@ static void test_run_lifecycle(void **state)
 
     add_run(f->st, "r2", "d1");
     assert_int_equal(tw_store_run_started(f->st, "r2", "[0]", 10.0, &err), TW_OK);
-    assert_int_equal(tw_store_run_finished(f->st, "r2", "succeeded", NULL, NULL, 20.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r2", TW_RUN_SUCCEEDED, NULL, NULL, 20.0, &err), TW_OK);
     r = run_row(f->st, "r2");
     assert_string_equal(str(r, "status"), "succeeded");
     expect_null(r, "reason");
@@ -656,7 +689,7 @@ static void test_runs_recover(void **state)
     assert_int_equal(tw_store_run_started(f->st, "r2", "[1]", 1.0, &err), TW_OK);
     assert_int_equal(tw_store_run_progress(f->st, "r2", 7, "{}", 3.0, &err), TW_OK);
     assert_int_equal(tw_store_run_started(f->st, "r3", "[2]", 1.0, &err), TW_OK);
-    assert_int_equal(tw_store_run_finished(f->st, "r3", "succeeded", NULL, NULL, 2.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r3", TW_RUN_SUCCEEDED, NULL, NULL, 2.0, &err), TW_OK);
 
     /* The server dies and comes back. */
     tw_store_close(f->st);
@@ -685,7 +718,7 @@ static void test_cancel_queued_only(void **state)
     add_run(f->st, "r3", "d1");
     assert_int_equal(tw_store_run_started(f->st, "r2", "[0]", 1.0, &err), TW_OK);
     assert_int_equal(tw_store_run_started(f->st, "r3", "[1]", 1.0, &err), TW_OK);
-    assert_int_equal(tw_store_run_finished(f->st, "r3", "succeeded", NULL, NULL, 2.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r3", TW_RUN_SUCCEEDED, NULL, NULL, 2.0, &err), TW_OK);
 
     assert_int_equal(tw_store_run_cancel_queued(f->st, "r1", 5.0, &err), 1);
     json_t *r = run_row(f->st, "r1");
@@ -715,7 +748,7 @@ static void test_run_delete_only_finished(void **state)
     for (int i = 0; i < 3; i++) {
         snprintf(id, sizeof id, "rf%d", i);
         add_run(f->st, id, "d1");
-        assert_int_equal(tw_store_run_finished(f->st, id, finals[i], NULL, NULL, 2.0, &err), TW_OK);
+        assert_int_equal(tw_store_run_finished(f->st, id, tw_run_state_named(finals[i]), NULL, NULL, 2.0, &err), TW_OK);
     }
     assert_int_equal(tw_store_run_delete(f->st, "rq", &err), TW_ERR_INVALID);
     assert_non_null(strstr(err.message, "rq"));
@@ -871,7 +904,7 @@ static void test_reads_tell_not_found_from_failure(void **state)
     FAILS(tw_store_run_list(f->st, NULL, 10, 0, &out, &err), "run_list");
     FAILS(tw_store_run_counts(f->st, &out, &err), "run_counts");
     FAILS(tw_store_run_next(f->st, 1e12, &out, &err), "run_next");
-    FAILS(tw_store_runs_in(f->st, "queued", &out, &err), "runs_in");
+    FAILS(tw_store_runs_in(f->st, TW_RUN_QUEUED, &out, &err), "runs_in");
 #undef FAILS
     /* The deletes read after a no-op delete: a failure there is not "no such row" either. */
     assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_ERR_IO);
@@ -955,7 +988,7 @@ static void test_json_columns_decode(void **state)
     add_run(f->st, "r1", "d1");
     assert_int_equal(tw_store_run_started(f->st, "r1", "\"cpu\"", 1.0, &err), TW_OK);
     assert_int_equal(tw_store_run_progress(f->st, "r1", 1, "[1.5, null, true]", 0.0, &err), TW_OK);
-    assert_int_equal(tw_store_run_finished(f->st, "r1", "failed", "{\"not\": \"json column\"}", "17", 2.0, &err),
+    assert_int_equal(tw_store_run_finished(f->st, "r1", TW_RUN_FAILED, "{\"not\": \"json column\"}", "17", 2.0, &err),
                      TW_OK);
     json_t *r = run_row(f->st, "r1");
     assert_string_equal(str(r, "devices"), "cpu");
@@ -1024,6 +1057,7 @@ int main(void)
         T(test_reopen_keeps_rows),
         T(test_open_refuses_what_is_not_a_database),
         cmocka_unit_test(test_new_id_format),
+        cmocka_unit_test(test_state_names),
         T(test_dataset_insert_finish_get),
         T(test_dataset_list_newest_first),
         T(test_dataset_resolve),
