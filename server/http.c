@@ -2,7 +2,7 @@
  *
  * Owns the daemon and the per-request state (tw_req, freed in the completion callback). One thread per
  * connection: a blocking event stream or a long upload holds only its own thread, and the connection
- * limit bounds the threads. libmicrohttpd's PostProcessor is not used (RELIABILITY rule 6): upload bodies go
+ * limit bounds the threads. libmicrohttpd's PostProcessor is not used (docs/reliability.md rule 5): upload bodies go
  * to the route's own streaming callbacks. A reply is stored by the tw_reply_* helpers and queued by the
  * dispatcher at the end of the callback (libmicrohttpd accepts a response only at those points). */
 #define _GNU_SOURCE

@@ -1,5 +1,5 @@
 /* server.c — the shared pieces of tw_server (see server.h): defaults, the change signal, the fatal flag,
- * clocks and the data-folder paths (removal never follows a symlink: eventlog/datafs.h). */
+ * clocks and the data-folder paths (removal never follows a symlink: base/datafs.h). */
 #define _GNU_SOURCE
 #include "server.h"
 

@@ -81,7 +81,7 @@ uint64_t tw_server_version(tw_server *S);
 int tw_server_wait_change(tw_server *S, uint64_t *seen, double seconds);
 
 /* Records that state can no longer be persisted (a SQLite I/O error, a failed fsync): the process stops
- * with a non-zero status and is expected to be restarted by its supervisor (RELIABILITY P7). */
+ * with a non-zero status and is expected to be restarted by its supervisor (docs/reliability.md rule 2). */
 void tw_server_fatal(tw_server *S, const tw_error *err);
 
 /* Monotonic and wall-clock seconds. */

@@ -53,7 +53,7 @@ tw_status tw_store_open(const char *path, tw_store **out, tw_error *err);
 void tw_store_close(tw_store *st); /* NULL-safe */
 
 /* Registers what runs when a write fails in a way that must stop the process (an I/O error other than
- * a full disk, e.g. a failed fsync: PostgreSQL's lesson, RELIABILITY rule 2): fn(arg, err), once per
+ * a full disk, e.g. a failed fsync: PostgreSQL's lesson, docs/reliability.md rule 2): fn(arg, err), once per
  * failure, on the failing thread, before the call returns its error. */
 void tw_store_on_fatal(tw_store *st, void (*fn)(void *arg, const tw_error *err), void *arg);
 
