@@ -22,7 +22,6 @@
 #include "trainer.h"
 
 #include <errno.h>
-#include <jansson.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
@@ -33,6 +32,7 @@
 
 #include "backend.h"
 #include "checkpoint.h"
+#include "child.h"
 #include "datafs.h"
 #include "events.h"
 #include "input.h"
@@ -90,49 +90,22 @@ typedef struct {
     int64_t step_report;            /* step of the last report */
     double t_start;
     int64_t step_start;
-    double last_line;               /* now() when the last progress line was written */
+    tw_child_out out;               /* the progress lines (child.h), on o->progress */
     char ckpt_dir[TW_PATH_BYTES + 16];
     int bench;                      /* tw_train_bench: one synthetic batch in x/y, no input, no output */
     double allreduce_time;          /* bench: seconds of this step's all-reduce, between syncs */
 } run;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now(void) { return tw_child_now(); }
 
 /* ================================ output ================================ */
-
-/* Writes obj as one line and flushes it at once (the supervisor reads lines as they come); steals obj. */
-static void emit(run *R, json_t *obj)
-{
-    json_dumpf(obj, R->o->progress, JSON_COMPACT | JSON_REAL_PRECISION(7));
-    fputc('\n', R->o->progress);
-    fflush(R->o->progress);
-    json_decref(obj);
-    R->last_line = now();
-}
-
-enum { HEARTBEAT_SECONDS = 1 };
-
-/* {"heartbeat":true,"step":k} when no line was written for HEARTBEAT_SECONDS: the supervisor kills a
- * child that stays silent past its timeout, and summary_every may be large. Checked once per step, so
- * a single step longer than the timeout still looks like a hang. */
-static void heartbeat(run *R)
-{
-    if (now() - R->last_line >= HEARTBEAT_SECONDS)
-        emit(R, json_pack("{s:b, s:I}", "heartbeat", 1, "step", (json_int_t)R->step));
-}
 
 /* A failed event write never stops training (RELIABILITY.md P9): say so once, stop writing. */
 static void events_failed(run *R, const tw_error *e)
 {
     char msg[1200];
     tw_error_format(e, msg, sizeof msg);
-    emit(R, json_pack("{s:s, s:s, s:I}", "warning", "METRICS_DEGRADED", "message", msg, "step",
-                      (json_int_t)R->step));
+    tw_child_warning(&R->out, TW_CHILD_METRICS_DEGRADED, msg, R->step);
     tw_events_destroy(R->ev);
     R->ev = NULL;
 }
@@ -595,22 +568,17 @@ static tw_status eval_and_report(run *R, tw_error *err)
     if (with_ema)
         TW_TRY(evaluate(R, 1, &ema, err));
     int classify = R->c->loss == TW_LOSS_SOFTMAX_XENT;
-    json_t *line = json_pack("{s:I, s:f, s:I}", "step", (json_int_t)R->step, "eval_loss", raw.loss,
-                             "eval_examples", (json_int_t)raw.examples);
+    tw_child_eval line = {.step = R->step, .loss = raw.loss, .examples = raw.examples,
+                          .has_accuracy = classify, .accuracy = raw.accuracy, .has_ema = with_ema,
+                          .loss_ema = ema.loss, .accuracy_ema = ema.accuracy};
     scalar(R, "eval/loss", raw.loss);
-    if (classify) {
-        json_object_set_new(line, "eval_accuracy", json_real(raw.accuracy));
+    if (classify)
         scalar(R, "eval/accuracy", raw.accuracy);
-    }
-    if (with_ema) {
-        json_object_set_new(line, "eval_loss_ema", json_real(ema.loss));
+    if (with_ema)
         scalar(R, "eval/loss_ema", ema.loss);
-        if (classify) {
-            json_object_set_new(line, "eval_accuracy_ema", json_real(ema.accuracy));
-            scalar(R, "eval/accuracy_ema", ema.accuracy);
-        }
-    }
-    emit(R, line);
+    if (with_ema && classify)
+        scalar(R, "eval/accuracy_ema", ema.accuracy);
+    tw_child_eval_line(&R->out, &line);
     return TW_OK;
 }
 
@@ -665,10 +633,10 @@ static tw_status report(run *R, tw_error *err)
     scalar(R, "examples_per_sec", ex_per_s);
     scalar(R, "sec_per_batch", sec_per_batch);
     TW_TRY(histograms(R, err));
-    emit(R, json_pack("{s:I, s:f, s:f, s:f, s:f, s:f}", "step", (json_int_t)R->step, "loss",
-                      xent + reg, "learning_rate", (double)lr, "examples_per_sec", ex_per_s,
-                      "sec_per_batch", sec_per_batch, "eta_s",
-                      per_step * (double)(R->c->steps - R->step)));
+    const tw_child_rates rates = {.learning_rate = lr, .examples_per_sec = ex_per_s,
+                                  .sec_per_batch = sec_per_batch,
+                                  .eta_s = per_step * (double)(R->c->steps - R->step)};
+    tw_child_step(&R->out, R->step, xent + reg, &rates);
     R->loss_sum = 0;
     R->loss_steps = 0;
     R->train_time = 0;
@@ -715,8 +683,7 @@ static tw_status maybe_resume(run *R, int *resumed, tw_error *err)
     TW_TRY(s);
     s = load_checkpoint(R, ck, err);
     if (s == TW_OK)
-        emit(R, json_pack("{s:s, s:I}", "resumed_from", tw_checkpoint_path(ck), "step",
-                          (json_int_t)R->step));
+        tw_child_resumed(&R->out, tw_checkpoint_path(ck), R->step);
     tw_checkpoint_free(ck);
     *resumed = s == TW_OK;
     return s;
@@ -737,9 +704,7 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
         R->train_time += now() - t0;
         if (!isfinite(loss)) {
             *outcome = TW_TRAIN_DIVERGED;
-            emit(R, json_pack("{s:s, s:I, s:s}", "error", isnan(loss) ? "LOSS_NAN" : "LOSS_INF",
-                              "step", (json_int_t)R->step + 1, "message",
-                              "the loss is not finite: stopping without checkpointing this state"));
+            tw_child_diverged(&R->out, loss, R->step + 1);
             return TW_OK;
         }
         R->loss_sum += loss;
@@ -750,7 +715,7 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
             TW_TRY(eval_and_report(R, err));
         if (due(R->step, c->checkpoint_every) || R->step == c->steps)
             TW_TRY(save_checkpoint(R, err));
-        heartbeat(R);
+        tw_child_heartbeat(&R->out, R->step);
     }
     *outcome = TW_TRAIN_COMPLETED;
     return TW_OK;
@@ -823,11 +788,10 @@ static tw_status setup(run *R, tw_error *err)
 /* The first progress line: which backend `auto` chose and the device of each tower. */
 static void announce(run *R)
 {
-    json_t *devices = json_array();
+    const char *devices[MAX_TOWERS];
     for (int t = 0; t < R->n; t++)
-        json_array_append_new(devices, json_string(tw_backend_name(R->b[t])));
-    emit(R, json_pack("{s:s, s:o, s:I}", "backend", tw_backend_kind(R->b[0]), "devices", devices, "towers",
-                      (json_int_t)R->n));
+        devices[t] = tw_backend_name(R->b[t]);
+    tw_child_backend(&R->out, tw_backend_kind(R->b[0]), devices, R->n);
 }
 
 static void teardown(run *R)
@@ -857,15 +821,15 @@ static void teardown(run *R)
 
 static void final_line(run *R, tw_train_outcome outcome)
 {
-    static const char *names[] = {"completed", "cancelled", "diverged"};
-    emit(R, json_pack("{s:s, s:I, s:f}", "status", names[outcome], "step", (json_int_t)R->step,
-                      "seconds", now() - R->t_start));
+    static const char *names[] = {TW_CHILD_COMPLETED, TW_CHILD_CANCELLED, TW_CHILD_DIVERGED};
+    tw_child_final(&R->out, names[outcome], R->step, now() - R->t_start);
 }
 
 tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outcome *outcome,
                    tw_error *err)
 {
     run R = {.c = c, .o = o};
+    tw_child_init(&R.out, o->progress);
     *outcome = TW_TRAIN_COMPLETED;
     int resumed = 0;
     tw_status s = setup(&R, err); /* everything is checked before anything is written */
@@ -879,7 +843,7 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
         s = start_events(&R, resumed, err);
     if (s == TW_OK && !resumed && R.c->eval_every > 0)
         s = eval_and_report(&R, err); /* the baseline every later evaluation is measured against */
-    R.t_start = R.last_line = now();
+    R.t_start = R.out.last_write = now();
     R.step_start = R.step_report = R.step;
     if (s == TW_OK)
         s = loop(&R, outcome, err);
@@ -945,26 +909,4 @@ tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench
     }
     teardown(&R);
     return s;
-}
-
-int tw_train_exit_code(const tw_error *err)
-{
-    static const struct {
-        tw_status status;
-        int code;
-    } BY_STATUS[] = {
-        {TW_ERR_INVALID, TW_EXIT_USAGE},    {TW_ERR_NOMEM, TW_EXIT_OOM},
-        {TW_ERR_CORRUPT, TW_EXIT_BAD_DATA}, {TW_ERR_TRUNCATED, TW_EXIT_BAD_DATA},
-        {TW_ERR_TOO_LARGE, TW_EXIT_BAD_DATA},
-    };
-    if (err->status == TW_ERR_IO && (err->errno_value == ENOSPC || err->errno_value == EDQUOT))
-        return TW_EXIT_STORAGE_FULL;
-    if (err->status == TW_ERR_INTERNAL && err->errno_value == ENOTRECOVERABLE)
-        return TW_EXIT_DEVICE; /* a poisoned CUDA context or an aborted NCCL group (kernels/cuda_backend.h) */
-    if (err->status == TW_ERR_INVALID && err->errno_value == EDOM)
-        return TW_EXIT_DIVERGED; /* a NaN or Inf parameter refused by tw_checkpoint_save: diverged too */
-    for (size_t i = 0; i < sizeof BY_STATUS / sizeof BY_STATUS[0]; i++)
-        if (BY_STATUS[i].status == err->status)
-            return BY_STATUS[i].code;
-    return TW_EXIT_FAILED;
 }

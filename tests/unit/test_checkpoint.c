@@ -24,7 +24,7 @@
 #include "testutil.h"
 
 #include "checkpoint.h"
-#include "trainer.h"
+#include "child.h"
 
 enum { W_ROWS = 3, W_COLS = 4 };
 
@@ -357,7 +357,7 @@ static void test_nonfinite_value_writes_nothing(void **state)
         tw_error err;
         assert_int_equal(tw_checkpoint_save(f->dir, 2, 3, t, 2, NULL, 0, &err), TW_ERR_INVALID);
         assert_int_equal(err.errno_value, EDOM);
-        assert_int_equal(tw_train_exit_code(&err), TW_EXIT_DIVERGED);
+        assert_int_equal(tw_child_exit_code(&err), TW_EXIT_DIVERGED);
         if (!strstr(err.message, cases[i].want))
             fail_msg("case %zu: '%s' lacks '%s'", i, err.message, cases[i].want);
         assert_non_null(strstr(err.file, "ckpt-0000000002.safetensors"));
