@@ -772,8 +772,8 @@ static tw_status setup(run *R, tw_error *err)
     R->n = c->towers;
     if (R->n < 1 || R->n > MAX_TOWERS)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers must be 1..%d", MAX_TOWERS);
-    if (!R->bench)
-        snprintf(R->ckpt_dir, sizeof R->ckpt_dir, "%s/checkpoints", R->o->logdir);
+    if (!R->bench && tw_checkpoint_dir_of(R->o->logdir, R->ckpt_dir, sizeof R->ckpt_dir) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, R->o->logdir, -1, "the log folder's path is too long");
     TW_TRY(tw_model_create(c, &R->m, err));
     R->in_size = tw_model_input_size(R->m);
     R->P = tw_model_param_floats(R->m);

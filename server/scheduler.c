@@ -17,7 +17,6 @@
 #define _GNU_SOURCE
 #include "scheduler.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -34,6 +33,7 @@
 #include "devices.h"
 #include "logtext.h"
 #include "store.h"
+#include "checkpoint.h"
 #include "child.h"
 
 extern char **environ;
@@ -255,23 +255,15 @@ static ssize_t drain(child *c, int which, double now)
 
 /* ================================ spawning ================================ */
 
-/* Removes temporary files a killed child left in DIR/checkpoints (RELIABILITY P3). A missing folder has
- * none; one reached through a symlink is an error (nothing outside the data folder is deleted). */
+/* Removes temporary files a killed child left in its checkpoint folder (RELIABILITY P3), through the
+ * engine, which owns the folder's layout (engine/checkpoint.h). A missing folder has none; one reached
+ * through a symlink is an error (nothing outside the data folder is deleted). */
 static tw_status remove_temporaries(const char *logdir, tw_error *err)
 {
-    char dir[PATH_MAX + 16], path[PATH_MAX + 300];
-    snprintf(dir, sizeof dir, "%s/checkpoints", logdir);
-    DIR *d = tw_fs_opendir(dir);
-    if (!d)
-        return errno == ENOENT ? TW_OK : tw_fs_error(err, dir, "cannot clean the checkpoint folder");
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strstr(e->d_name, ".tmp.")) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            tw_fs_unlink(path);
-        }
-    closedir(d);
-    return TW_OK;
+    char dir[PATH_MAX + 16];
+    if (tw_checkpoint_dir_of(logdir, dir, sizeof dir) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, logdir, -1, "the checkpoint folder's path is too long");
+    return tw_checkpoint_remove_temporaries(dir, err);
 }
 
 /* The child's environment: ours, with CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set. Caller frees. */

@@ -274,9 +274,8 @@ static int parse_args(int argc, char **argv, options *o)
     if (optind != argc - 1 || !o->logdir)
         return fputs(USAGE, stderr), TW_EXIT_USAGE;
     o->config = argv[optind];
-    int a = snprintf(o->ckpt_dir, sizeof o->ckpt_dir, "%s/checkpoints", o->logdir);
     int b = snprintf(o->steps_log, sizeof o->steps_log, "%s/steps.log", o->logdir);
-    if (a < 0 || a >= PATH_BYTES || b < 0 || b >= PATH_BYTES)
+    if (tw_checkpoint_dir_of(o->logdir, o->ckpt_dir, sizeof o->ckpt_dir) != 0 || b < 0 || b >= PATH_BYTES)
         return fputs("tw_faketrain: --logdir is too long\n", stderr), TW_EXIT_USAGE;
     return 0;
 }
