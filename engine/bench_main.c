@@ -5,7 +5,7 @@
  * Owns: the command line, the default configs (built into the binary, embedded.h) and tower counts, the
  * statistics over the timed steps (median and p90 step time, examples/s, the all-reduce's time and bus
  * bandwidth) and the report (a table, or one JSON object). The step and its timing are tw_train_bench's
- * (trainer.c): the same step `tower train` runs. Exit status: 0 ok, 2 a usage or config error (the message
+ * (train_step.c): the same step `tower train` runs. Exit status: 0 ok, 2 a usage or config error (the message
  * names the option or the key), else tw_child_exit_code's (1 for a backend that cannot run here, e.g. no
  * CUDA device). */
 #include <getopt.h>

@@ -1,5 +1,7 @@
 /* trainer.h — the training loop: towers, averaged gradients, one update, EMA, evaluation, TensorBoard
- * output, checkpoints and resume.
+ * output, checkpoints and resume. Two files behind it: train_step.c (the towers, one step, the schedules
+ * and the bench) and trainer.c (a run's lifecycle: setup, loop, cadence of summaries, evaluation and
+ * checkpoints, resume, the progress lines through child.h, exit).
  *
  * Owns: one run from a validated tw_config: N towers (one backend instance and replica each, a thread
  * each when N > 1), the learning-rate schedule (tf.train.exponential_decay), the EMA decay schedule
