@@ -46,7 +46,8 @@ static const char USAGE[] =
     "\n"
     "Exit status: 0 completed or cancelled (SIGTERM/SIGINT checkpoints first), 1 other runtime\n"
     "failure, 2 usage or config error, 10 NaN/Inf loss, 11 out of memory, 12 sticky device error,\n"
-    "13 storage full (ENOSPC/EDQUOT), 14 damaged dataset or checkpoint file.\n";
+    "13 storage full (ENOSPC/EDQUOT), 14 damaged dataset or checkpoint file, or a label outside the\n"
+    "classes.\n";
 
 typedef struct {
     const char *config;

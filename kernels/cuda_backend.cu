@@ -1,4 +1,4 @@
-/* cuda_backend.cu — the CUDA backend's instance, memory, GEMM, waiting and error mapping, and its
+/* cuda_backend.cu — the CUDA backend's instance, memory, GEMM and waiting, and its
  * operation table.
  *
  * Owns: struct tw_cuda_ctx's lifetime (cudaSetDevice, one compute stream, one copy stream, one cuBLAS

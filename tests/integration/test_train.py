@@ -229,6 +229,19 @@ def test_label_outside_the_classes_is_bad_data(tower_bin, tmp_path):
     assert "label 7 at record 5 is outside [0, 3)" in err
 
 
+def test_server_classifies_a_label_outside_the_classes_as_bad_dataset(serve):
+    """The same exit through `tower serve` with the real trainer: Fashion-MNIST's labels 0..9 on a model
+    with 5 classes fail fast as bad_dataset, not bad_config, and are not retried."""
+    from test_server import seed_config, submit, upload_fashion, wait_run
+    server = serve("--backoff", "0.2", "--backoff-cap", "1")
+    upload_fashion(server)
+    cfg = seed_config(steps=20)
+    cfg["model"]["layers"][-1]["units"] = 5
+    done = wait_run(server, submit(server, cfg).json()["id"])
+    assert done["status"] == "failed" and done["reason"] == "bad_dataset" and done["restarts"] == 0, done
+    assert "is outside [0, 5)" in done["error"]["message"]
+
+
 def test_shape_that_does_not_fit_the_model(tower_bin, tmp_path, fashion):
     c = mlp_config(fashion)
     c["dataset"]["shape"] = [32, 32, 1]
