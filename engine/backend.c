@@ -1,13 +1,14 @@
-/* backend.c — the checked wrappers of backend.h, the backend handle and the registry.
+/* backend.c — the checked wrappers of backend.h and the backend handle.
  *
- * Owns: struct tw_backend (an operation table, the backend's context and its name), the registry that
- * maps a kind ("cpu", "cuda", "auto") to a table, the argument checks every wrapper makes before it
+ * Owns: struct tw_backend (an operation table, the backend's context and its name), creating one from
+ * the table the registry finds for a kind (backend_reg.c, the only engine file that names kernels/),
+ * the argument checks every wrapper makes before it
  * dispatches (a backend, positive sizes, views that hold a buffer, are aligned for their dtype and lie
  * inside it, outputs that do not overlap the inputs they are computed from), and TensorFlow's SAME/VALID
  * window arithmetic. Every check failure is TW_ERR_INVALID with a message that names the wrapper and the
  * argument. Does not own any arithmetic on tensors (the backends do) or the values inside buffers (a
  * wrapper cannot read device memory, so e.g. label ranges are the caller's or the backend's business).
- * This is the one file where #ifdef TW_HAVE_CUDA may appear, for the registry. */
+ * Knows no backend by name: the engine's core does not depend on kernels/. */
 #include "backend.h"
 
 #include <stdarg.h>
@@ -15,10 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifdef TW_HAVE_CUDA
-#include "cuda_backend.h"
-#endif
 
 struct tw_backend {
     const tw_backend_ops *ops; /* borrowed: a static table */
@@ -186,43 +183,7 @@ tw_status tw_window_resolve(tw_window *w, int same, tw_error *err)
     return resolve_axis("w", w->in_w, w->k_w, w->s_w, same, &w->out_w, &w->pad_w, err);
 }
 
-/* ---- lifecycle and registry ---- */
-
-/* Number of CUDA devices: 0 in a build without the CUDA backend, and (not an error) on a machine
- * without a GPU or driver. */
-static int cuda_devices(void)
-{
-#ifdef TW_HAVE_CUDA
-    return tw_cuda_device_count(NULL, 0);
-#else
-    return 0;
-#endif
-}
-
-/* The table for kind: "cuda" is the CUDA backend when this build has one (creating an instance then
- * fails with TW_ERR_UNSUPPORTED, naming why, where no device is usable); "auto" is "cuda" when a device
- * exists, else "cpu". */
-static tw_status find_ops(const char *kind, const tw_backend_ops **ops, tw_error *err)
-{
-    if (!kind)
-        return fail(err, "tw_backend_create", "no backend kind (NULL)");
-    int is_auto = strcmp(kind, "auto") == 0;
-#ifdef TW_HAVE_CUDA
-    if (strcmp(kind, "cuda") == 0 || (is_auto && cuda_devices() > 0)) {
-        *ops = &tw_cuda_backend_ops;
-        return TW_OK;
-    }
-#endif
-    if (strcmp(kind, "cpu") == 0 || is_auto) {
-        *ops = &tw_cpu_backend_ops;
-        return TW_OK;
-    }
-    if (strcmp(kind, "cuda") == 0)
-        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
-                            "tw_backend_create: this build has no CUDA backend");
-    return fail(err, "tw_backend_create", "unknown backend kind '%s' (expected cpu, cuda or auto)",
-                kind);
-}
+/* ---- lifecycle (the kinds: backend_reg.c) ---- */
 
 tw_status tw_backend_create(const char *kind, int device, tw_backend **out, tw_error *err)
 {
@@ -230,7 +191,7 @@ tw_status tw_backend_create(const char *kind, int device, tw_backend **out, tw_e
         return fail(err, "tw_backend_create", "argument out is NULL");
     *out = NULL;
     const tw_backend_ops *ops;
-    TW_TRY(find_ops(kind, &ops, err));
+    TW_TRY(tw_backend_find(kind, &ops, err));
     tw_backend *b = calloc(1, sizeof *b);
     if (!b)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "tw_backend_create: out of memory");
@@ -249,7 +210,7 @@ tw_status tw_backend_plan(const char *kind, int concurrent, tw_error *err)
     if (concurrent < 1)
         return fail(err, "tw_backend_plan", "concurrent must be >= 1, got %d", concurrent);
     const tw_backend_ops *ops;
-    TW_TRY(find_ops(kind, &ops, err));
+    TW_TRY(tw_backend_find(kind, &ops, err));
     if (ops->plan)
         ops->plan(concurrent);
     return TW_OK;
@@ -266,40 +227,6 @@ void tw_backend_destroy(tw_backend *b)
 const char *tw_backend_name(const tw_backend *b) { return b->name; }
 
 const char *tw_backend_kind(const tw_backend *b) { return b->ops->kind; }
-
-int tw_backend_built(const char *kind)
-{
-#ifdef TW_HAVE_CUDA
-    if (kind && strcmp(kind, "cuda") == 0)
-        return 1;
-#endif
-    return kind && strcmp(kind, "cpu") == 0;
-}
-
-tw_status tw_backend_device_info(int device, tw_device_info *out, tw_error *err)
-{
-    memset(out, 0, sizeof *out);
-#ifdef TW_HAVE_CUDA
-    return tw_cuda_device_info(device, out, err);
-#else
-    (void)device;
-    return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
-                        "this build has no CUDA backend (built without the CUDA toolkit, cuBLAS and NCCL)");
-#endif
-}
-
-int tw_backend_devices(const char *kind)
-{
-    if (!kind)
-        return 0;
-    if (strcmp(kind, "cuda") == 0)
-        return cuda_devices();
-    if (strcmp(kind, "auto") == 0) {
-        int n = cuda_devices();
-        return n > 0 ? n : 1;
-    }
-    return strcmp(kind, "cpu") == 0 ? 1 : 0;
-}
 
 /* ---- memory ---- */
 

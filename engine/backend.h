@@ -1,7 +1,7 @@
 /* backend.h — the engine <-> backend interface: one table of operations, one instance per tower.
  *
  * Owns: the operation table a backend implements (CPU here, CUDA in kernels/), the checked wrappers the
- * engine calls (backend.c), and the registry that creates a backend by name. Tensors cross the
+ * engine calls (backend.c), and the registry that finds a backend by name (backend_reg.c). Tensors cross the
  * interface as tw_tensor views (a buffer handle plus a byte offset), never as raw device pointers: only
  * the backend dereferences tw_buffer.data. Every operation returns a tw_status; asynchronous failures of
  * a device surface at the latest from tw_backend_sync.
@@ -129,7 +129,13 @@ struct tw_backend_ops {
     tw_status (*replay)(void *ctx, int slot, tw_error *err);
 };
 
-/* ---- lifecycle and registry (backend.c; the one file with #ifdef TW_HAVE_CUDA) ---- */
+/* ---- lifecycle (backend.c) and registry (backend_reg.c; the one file with #ifdef TW_HAVE_CUDA) ---- */
+
+/* The table for kind: "cuda" is the CUDA backend when this build has one (creating an instance then
+ * fails with TW_ERR_UNSUPPORTED, naming why, where no device is usable); "auto" is "cuda" when a device
+ * exists, else "cpu". *ops is a static table. Errors: TW_ERR_INVALID for an unknown kind,
+ * TW_ERR_UNSUPPORTED for "cuda" in a build without it. */
+tw_status tw_backend_find(const char *kind, const tw_backend_ops **ops, tw_error *err);
 
 /* Creates a backend instance. kind: "cpu", "cuda" or "auto" (cuda when a device exists, else cpu);
  * device: the GPU index (ignored by "cpu"). Caller owns *out. Errors: TW_ERR_UNSUPPORTED when the kind

@@ -5,8 +5,8 @@
  * Owns: the command line, the default configs (built into the binary, embedded.h) and tower counts, the
  * statistics over the timed steps (median and p90 step time, examples/s, the all-reduce's time and bus
  * bandwidth) and the report (a table, or one JSON object). The step and its timing are tw_train_bench's
- * (trainer.c): the same step `tower train` runs. Exit status: 0 ok, 2 a usage or config error (the message
- * names the option or the key), else tw_train_exit_code's (1 for a backend that cannot run here, e.g. no
+ * (train_step.c): the same step `tower train` runs. Exit status: 0 ok, 2 a usage or config error (the message
+ * names the option or the key), else tw_child_exit_code's (1 for a backend that cannot run here, e.g. no
  * CUDA device). */
 #include <getopt.h>
 #include <jansson.h>
@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "bench_main.h"
+#include "child.h"
 #include "config.h"
 #include "embedded.h"
 #include "trainer.h"
@@ -346,7 +347,7 @@ static int run_all(const options *o, const char *kind, tw_config *configs, row *
                     tw_error_format(&err, msg, sizeof msg);
                     fprintf(stderr, "tower bench: %s, %d tower(s): %s\n", o->configs[i], o->towers[j],
                             msg);
-                    return tw_train_exit_code(&err);
+                    return tw_child_exit_code(&err);
                 }
                 if (!o->json && k == 0)
                     table_header(o, kind);

@@ -23,7 +23,7 @@
 enum {
     STEP_DIGITS = 10,      /* zero padding of the step in file names */
     MAX_STEP_DIGITS = 19,  /* INT64_MAX has 19 digits */
-    NAME_BYTES = 64,       /* "ckpt-" + 19 digits + ".safetensors" + NUL fits */
+    NAME_BYTES = TW_CKPT_NAME_BYTES, /* "ckpt-" + 19 digits + ".safetensors" + NUL fits */
     LATEST_MAX_BYTES = 64, /* a longer `latest` is corrupt */
 };
 
@@ -85,14 +85,14 @@ static tw_status ensure_dir(const char *dir, tw_error *err)
     return tw_fsync_dir_of(dir, err);
 }
 
-/* The steps of the checkpoint files in dir (caller frees *steps). */
+/* The steps of the checkpoint files in dir (caller frees *steps); TW_END when dir does not exist. */
 static tw_status list_steps(const char *dir, int64_t **steps, size_t *n, tw_error *err)
 {
     *steps = NULL;
     *n = 0;
     DIR *d = tw_fs_opendir(dir);
     if (!d)
-        return tw_fs_error(err, dir, "cannot list checkpoint folder");
+        return errno == ENOENT ? TW_END : tw_fs_error(err, dir, "cannot list checkpoint folder");
     size_t cap = 0;
     tw_status s = TW_OK;
     struct dirent *e;
@@ -126,6 +126,8 @@ static tw_status prune(const char *dir, int64_t step, int keep, tw_error *err)
     int64_t *steps;
     size_t n;
     tw_status s = list_steps(dir, &steps, &n, err);
+    if (s == TW_END) /* gone since the save: nothing to prune */
+        s = TW_OK;
     if (s == TW_OK)
         qsort(steps, n, sizeof *steps, newest_first);
     int kept = 0;
@@ -163,8 +165,7 @@ tw_status tw_checkpoint_save(const char *dir, int64_t step, int keep, const tw_c
     return prune(dir, step, keep, err);
 }
 
-/* Removes what an interrupted save left behind; a missing dir has nothing to remove. */
-static tw_status remove_temporaries(const char *dir, tw_error *err)
+tw_status tw_checkpoint_remove_temporaries(const char *dir, tw_error *err)
 {
     DIR *d = tw_fs_opendir(dir);
     if (!d)
@@ -209,19 +210,30 @@ static tw_status read_small(const char *path, char *buf, size_t max, size_t *len
     return TW_OK;
 }
 
-tw_status tw_checkpoint_latest(const char *dir, char *buf, size_t size, tw_error *err)
+/* The checkpoint file dir/latest names into name[TW_CKPT_NAME_BYTES]; touches nothing. TW_END when there
+ * is no pointer; TW_ERR_CORRUPT (err.file dir/latest) when it is not one line naming a checkpoint file. */
+static tw_status read_latest(const char *dir, char *name, tw_error *err)
 {
-    char lpath[TW_CKPT_MAX_PATH], text[LATEST_MAX_BYTES + 2], path[TW_CKPT_MAX_PATH];
+    char lpath[TW_CKPT_MAX_PATH], text[LATEST_MAX_BYTES + 2];
     size_t len = 0;
     int64_t step;
     TW_TRY(join(dir, LATEST, lpath, err));
-    TW_TRY(remove_temporaries(dir, err));
     TW_TRY(read_small(lpath, text, LATEST_MAX_BYTES, &len, err));
     if (len < 2 || text[len - 1] != '\n' || !parse_name(text, len - 1, &step))
         return tw_error_set(err, TW_ERR_CORRUPT, lpath, 0,
                             "does not hold one line naming a checkpoint file "
                             "(ckpt-<step>.safetensors)");
-    text[len - 1] = 0;
+    memcpy(name, text, len - 1);
+    name[len - 1] = 0;
+    return TW_OK;
+}
+
+tw_status tw_checkpoint_latest(const char *dir, char *buf, size_t size, tw_error *err)
+{
+    char lpath[TW_CKPT_MAX_PATH], text[TW_CKPT_NAME_BYTES], path[TW_CKPT_MAX_PATH];
+    TW_TRY(join(dir, LATEST, lpath, err));
+    TW_TRY(tw_checkpoint_remove_temporaries(dir, err));
+    TW_TRY(read_latest(dir, text, err));
     TW_TRY(join(dir, text, path, err));
     struct stat sb;
     if (tw_fs_stat(path, &sb) != 0)
@@ -232,6 +244,79 @@ tw_status tw_checkpoint_latest(const char *dir, char *buf, size_t size, tw_error
         return tw_error_set(err, TW_ERR_INVALID, path, -1, "path does not fit the buffer");
     memcpy(buf, path, strlen(path) + 1);
     return TW_OK;
+}
+
+tw_status tw_checkpoint_latest_name(const char *dir, char *name, tw_error *err)
+{
+    tw_error e;
+    tw_status s = read_latest(dir, name, &e);
+    if (s == TW_ERR_CORRUPT || s == TW_END)
+        return TW_END;
+    if (s != TW_OK && err)
+        *err = e;
+    return s;
+}
+
+int tw_checkpoint_dir_of(const char *logdir, char *buf, size_t size)
+{
+    int n = snprintf(buf, size, "%s/checkpoints", logdir);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+static int oldest_first(const void *a, const void *b) { return newest_first(b, a); }
+
+/* The entry of the checkpoint at step in dir: its name and size. TW_END when it went since it was listed
+ * (a prune); a symlink is an error. */
+static tw_status list_entry(const char *dir, int64_t step, tw_ckpt_entry *e, tw_error *err)
+{
+    char path[TW_CKPT_MAX_PATH];
+    struct stat sb;
+    e->step = step;
+    ckpt_name(step, e->file);
+    TW_TRY(join(dir, e->file, path, err));
+    if (tw_fs_stat(path, &sb) == 0) {
+        e->bytes = (uint64_t)sb.st_size;
+        return TW_OK;
+    }
+    return errno == ENOENT ? TW_END : tw_fs_error(err, path, "cannot list the checkpoint");
+}
+
+tw_status tw_checkpoint_list(const char *dir, tw_ckpt_listing *out, tw_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->latest = -1;
+    int64_t *steps = NULL;
+    size_t n = 0;
+    tw_status s = tw_checkpoint_latest_name(dir, out->latest_file, err);
+    int have_latest = s == TW_OK;
+    if (s == TW_OK || s == TW_END)
+        s = list_steps(dir, &steps, &n, err);
+    if (s == TW_END) /* no folder: no checkpoint */
+        s = TW_OK;
+    if (s == TW_OK && n)
+        s = (out->entries = calloc(n, sizeof *out->entries)) ? TW_OK
+            : tw_error_set(err, TW_ERR_NOMEM, dir, -1, "out of memory");
+    if (s == TW_OK)
+        qsort(steps, n, sizeof *steps, oldest_first);
+    for (size_t i = 0; s == TW_OK && i < n; i++) {
+        tw_ckpt_entry *e = &out->entries[out->n];
+        tw_status got = list_entry(dir, steps[i], e, err);
+        if (got == TW_OK && have_latest && !strcmp(e->file, out->latest_file))
+            out->latest = e->step;
+        out->n += got == TW_OK;
+        s = got == TW_END ? TW_OK : got;
+    }
+    free(steps);
+    if (s != TW_OK)
+        tw_checkpoint_listing_free(out);
+    return s;
+}
+
+void tw_checkpoint_listing_free(tw_ckpt_listing *l)
+{
+    free(l->entries);
+    l->entries = NULL;
+    l->n = 0;
 }
 
 tw_status tw_checkpoint_read(const char *path, tw_checkpoint **out, tw_error *err)

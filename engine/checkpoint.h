@@ -5,8 +5,11 @@
  * names sort; larger steps still work, ordering is always by the parsed number), a `latest` pointer
  * file (one line: the checkpoint's file name) switched atomically only after the checkpoint is durable,
  * pruning to the newest K only after the pointer moved (RELIABILITY.md rule 1, rows P3, P5, P8), and
- * removing temporaries an interrupted save left; and a checkpoint reader that hands out fp32 tensors by
- * name and metadata by key. Does not own: the file format (eventlog/safetensors.h: tw_st_tensor and
+ * removing temporaries an interrupted save left (tw_checkpoint_remove_temporaries, which the server
+ * also runs before it starts a trainer), a read-only listing for the server (steps, file names, sizes,
+ * which one `latest` names), the folder's place in a run's log folder (logdir/checkpoints); and a
+ * checkpoint reader that hands out fp32 tensors by name and metadata by key. No other module reads or
+ * names the folder's files. Does not own: the file format (eventlog/safetensors.h: tw_st_tensor and
  * tw_st_meta describe what to save), or what the tensors and metadata mean (the trainer names them).
  *
  * The pointer is the commit record. A checkpoint file newer than the one `latest` names was never
@@ -26,7 +29,47 @@
 #include "safetensors.h"
 #include "status.h"
 
-enum { TW_CKPT_MAX_PATH = 4096 };
+enum {
+    TW_CKPT_MAX_PATH = 4096,
+    TW_CKPT_NAME_BYTES = 64, /* a checkpoint file's name with its NUL: "ckpt-" + up to 19 digits + ".safetensors" */
+};
+
+/* The checkpoint folder of the run that writes to logdir (logdir/checkpoints) into buf[size]. Returns 0,
+ * or -1 when it does not fit. */
+int tw_checkpoint_dir_of(const char *logdir, char *buf, size_t size);
+
+/* Removes the temporaries an interrupted save left in dir (ckpt-*.safetensors.tmp.* and latest.tmp.*;
+ * nothing else). A missing dir has none. Errors: TW_ERR_IO (dir or a file reached through a symlink under
+ * a confined data folder, eventlog/datafs.h: nothing is deleted through it; an unlink that failed). */
+tw_status tw_checkpoint_remove_temporaries(const char *dir, tw_error *err);
+
+/* One checkpoint file of a folder. */
+typedef struct {
+    int64_t step;
+    char file[TW_CKPT_NAME_BYTES]; /* "ckpt-0000000100.safetensors" */
+    uint64_t bytes;
+} tw_ckpt_entry;
+
+/* What a checkpoint folder holds, as the server shows it. */
+typedef struct {
+    tw_ckpt_entry *entries;                /* [n] by step, oldest first; owned */
+    size_t n;
+    int64_t latest;                        /* the step of the listed file `latest` names, or -1 */
+    char latest_file[TW_CKPT_NAME_BYTES];  /* the file `latest` names; "" when there is no valid pointer */
+} tw_ckpt_listing;
+
+/* Lists dir without changing anything in it (a save may be in progress: temporaries are not files of
+ * the listing, and a checkpoint pruned meanwhile is left out). A missing dir lists empty; a `latest`
+ * that is missing or malformed leaves latest -1. Caller frees with tw_checkpoint_listing_free (also
+ * after an error). Errors: TW_ERR_IO (a symlink on the way under a confined data folder, a folder
+ * that cannot be read), TW_ERR_NOMEM. */
+tw_status tw_checkpoint_list(const char *dir, tw_ckpt_listing *out, tw_error *err);
+void tw_checkpoint_listing_free(tw_ckpt_listing *l);
+
+/* The file name dir/latest holds into name[TW_CKPT_NAME_BYTES], read without touching anything (nor
+ * checking that the file exists: the caller opens it). TW_END when there is no pointer or it is not one
+ * line naming a checkpoint file. Errors: TW_ERR_IO. */
+tw_status tw_checkpoint_latest_name(const char *dir, char *name, tw_error *err);
 
 /* The engine's names for what a checkpoint holds: a tensor to save (name and fp32 data borrowed) and a
  * metadata entry (borrowed strings). The format module defines them. */

@@ -38,6 +38,7 @@
  * caller's position and lets the next call start a new thread. */
 #include "input.h"
 
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -239,10 +240,13 @@ static tw_status decode_label(const tw_input *in, const tw_example *ex, record_a
                             "(float labels are for regression)",
                             f.name, at.index);
     const int64_t v = f.int64s[0];
-    if (v < 0 || v >= in->o.classes)
-        return tw_error_set(err, TW_ERR_INVALID, in->path, at.offset,
-                            "label %lld at record %llu is outside [0, %d)", (long long)v, at.index,
-                            in->o.classes);
+    if (v < 0 || v >= in->o.classes) { /* bad data, not a bad config: EILSEQ says so (child.h) */
+        tw_error_set(err, TW_ERR_INVALID, in->path, at.offset, "label %lld at record %llu is outside [0, %d)",
+                     (long long)v, at.index, in->o.classes);
+        if (err)
+            err->errno_value = EILSEQ;
+        return TW_ERR_INVALID;
+    }
     y->i = (int32_t)v;
     return TW_OK;
 }

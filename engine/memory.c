@@ -1,7 +1,7 @@
 /* memory.c — the memory estimate, the host's memory and the check. See memory.h.
  *
  * The estimate follows the allocations: per tower, tw_replica_size_of (the replica's arenas, activations
- * and device batch); on the host, trainer.c's setup (CKPT_ARENAS host arenas of the parameters, the two
+ * and device batch); on the host, trainer.c's setup (CKPT_ARENAS host arenas of the parameters) and train_step.c's (the two
  * alternating host batches of towers × batch_size rows, the evaluation outputs and labels), the whole
  * checkpoint file a resume reads (safetensors holds it in memory), and the input pipelines trainer.c's
  * open_inputs opens (train: shuffled, prefetching; test: in order, no prefetch thread). The cgroup limit

@@ -247,7 +247,6 @@ size_t tw_model_n_params(const tw_model *m) { return m->n_params; }
 const tw_param *tw_model_param(const tw_model *m, size_t i) { return &m->params[i]; }
 size_t tw_model_input_size(const tw_model *m) { return (size_t)shape_size(&m->input); }
 int tw_model_output_size(const tw_model *m) { return m->layers[m->n_layers - 1].out_size; }
-tw_loss_kind tw_model_loss(const tw_model *m) { return m->loss; }
 
 /* ================================ initializers ================================ */
 

@@ -47,7 +47,6 @@ size_t tw_model_n_params(const tw_model *m);
 const tw_param *tw_model_param(const tw_model *m, size_t i);
 size_t tw_model_input_size(const tw_model *m);    /* values per example */
 int tw_model_output_size(const tw_model *m);      /* classes, or regression outputs */
-tw_loss_kind tw_model_loss(const tw_model *m);
 
 /* Fills arena[tw_model_param_floats] with the initial values, from seed alone. */
 void tw_model_init_params(const tw_model *m, uint64_t seed, float *arena);

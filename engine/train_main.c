@@ -1,7 +1,7 @@
 /* train_main.c — `tower train CONFIG.json --logdir DIR [--resume] [--towers N]
  * [--backend auto|cpu|cuda] [--data-root DIR] [--memory-limit BYTES]`: the command line around tw_train.
  *
- * Exit status (the supervisor maps it to a run state and a retry decision, RELIABILITY.md):
+ * Exit status (child.h's table; the supervisor maps it to a run state and a retry decision):
  *    0  completed, or cancelled (SIGTERM/SIGINT: checkpoint, flush, stop)
  *    1  any other runtime failure (I/O, backend, internal)
  *    2  a usage or config error (nothing written), or records that do not fit the config (TW_ERR_INVALID),
@@ -10,21 +10,20 @@
  *   11  out of memory (TW_ERR_NOMEM)
  *   12  a sticky device error (a poisoned CUDA context or NCCL group): the server retries in a new process
  *   13  storage full (an I/O error with errno ENOSPC or EDQUOT)
- *   14  a damaged input file (TW_ERR_CORRUPT, TW_ERR_TRUNCATED or TW_ERR_TOO_LARGE: the dataset, or the
- *       checkpoint being resumed; the message names the file)
- * Progress is one JSON object per line on stdout, each flushed as written. A failure ends with
- * {"status":"failed","error":{"code":NAME},"exit":CODE,"message":TEXT}; the message also goes to stderr
- * as one line naming the key or file. */
+ *   14  a damaged or wrong input file (TW_ERR_CORRUPT, TW_ERR_TRUNCATED or TW_ERR_TOO_LARGE: the dataset,
+ *       or the checkpoint being resumed; a label outside the classes; the message names the file)
+ * Progress is the child protocol's lines on stdout (child.h), each flushed as written. A failure ends
+ * with its failed line; the message also goes to stderr as one line naming the key or file. */
 #include "train_main.h"
 
 #include <errno.h>
 #include <getopt.h>
-#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "child.h"
 #include "config.h"
 #include "datafs.h"
 #include "trainer.h"
@@ -48,7 +47,8 @@ static const char USAGE[] =
     "\n"
     "Exit status: 0 completed or cancelled (SIGTERM/SIGINT checkpoints first), 1 other runtime\n"
     "failure, 2 usage or config error, 10 NaN/Inf loss, 11 out of memory, 12 sticky device error,\n"
-    "13 storage full (ENOSPC/EDQUOT), 14 damaged dataset or checkpoint file.\n";
+    "13 storage full (ENOSPC/EDQUOT), 14 damaged dataset or checkpoint file, or a label outside the\n"
+    "classes.\n";
 
 typedef struct {
     const char *config;
@@ -128,16 +128,9 @@ static int fail(const tw_error *err, int code)
     char msg[1200];
     tw_error_format(err, msg, sizeof msg);
     fprintf(stderr, "tower train: %s\n", msg);
-    json_t *line = json_pack("{s:s, s:{s:s}, s:i, s:s}", "status", "failed", "error", "code",
-                             tw_status_name(err->status), "exit", code, "message", msg);
-    if (line && json_dumpf(line, stdout, JSON_COMPACT) == 0)
-        fputc('\n', stdout);
-    else /* a message that is not UTF-8 (a file name): the line without it */
-        printf("{\"status\":\"failed\",\"error\":{\"code\":\"%s\"},\"exit\":%d}\n",
-               tw_status_name(err->status), code);
-    json_decref(line);
-    fflush(stdout);
-    return code;
+    tw_child_out out;
+    tw_child_init(&out, stdout);
+    return tw_child_failed(&out, tw_status_name(err->status), code, msg);
 }
 
 int tw_train_main(int argc, char **argv)
@@ -159,7 +152,7 @@ int tw_train_main(int argc, char **argv)
     sigaction(SIGINT, &sa, NULL);
     tw_train_outcome outcome;
     if (tw_train(&c, &o.train, &outcome, &err) != TW_OK)
-        return fail(&err, tw_train_exit_code(&err));
+        return fail(&err, tw_child_exit_code(&err));
     if (outcome != TW_TRAIN_DIVERGED)
         return 0;
     fprintf(stderr, "tower train: the loss is not finite (NaN or Inf): stopped; the last checkpoint "

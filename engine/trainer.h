@@ -1,13 +1,16 @@
 /* trainer.h — the training loop: towers, averaged gradients, one update, EMA, evaluation, TensorBoard
- * output, checkpoints and resume.
+ * output, checkpoints and resume. Two files behind it: train_step.c (the towers, one step, the schedules
+ * and the bench) and trainer.c (a run's lifecycle: setup, loop, cadence of summaries, evaluation and
+ * checkpoints, resume, the progress lines through child.h, exit).
  *
  * Owns: one run from a validated tw_config: N towers (one backend instance and replica each, a thread
  * each when N > 1), the learning-rate schedule (tf.train.exponential_decay), the EMA decay schedule
  * (num_updates = step), the per-step loop, evaluation with raw and EMA weights, the scalars, histograms,
  * graph and config text of the event file, checkpoints every checkpoint_every steps and at the end,
  * bit-exact resume from the latest checkpoint, the memory check before the towers allocate (memory.h:
- * estimate against the devices' memory or tw_train_options.memory_limit), and the JSON progress lines;
- * and the same step timed on synthetic data for `tower bench`. Does not own the formats (eventlog/),
+ * estimate against the devices' memory or tw_train_options.memory_limit), and when to write each
+ * progress line; and the same step timed on synthetic data for `tower bench`. Does not own the progress
+ * lines' form or the exit statuses (child.h), the formats (eventlog/),
  * the math (backends), the data (input.c) or the bench's statistics and report (bench_main.c). */
 #ifndef TW_TRAINER_H
 #define TW_TRAINER_H
@@ -22,7 +25,7 @@ typedef struct {
     const char *logdir;   /* event files here; checkpoints in logdir/checkpoints */
     int resume;           /* continue from logdir/checkpoints/latest when there is one */
     const char *backend;  /* "auto", "cpu" or "cuda" */
-    FILE *progress;       /* one JSON object per line; borrowed */
+    FILE *progress;       /* the child protocol's lines (child.h); borrowed */
     uint64_t memory_limit; /* bytes each device may use (memory.h's check); 0: what the machine has */
 } tw_train_options;
 
@@ -31,21 +34,6 @@ typedef enum {
     TW_TRAIN_CANCELLED = 1,  /* tw_train_request_stop (SIGTERM): checkpointed and flushed */
     TW_TRAIN_DIVERGED = 2,   /* a NaN or Inf loss: stopped without checkpointing that state */
 } tw_train_outcome;
-
-/* The exit statuses of `tower train`, which the server's supervisor maps to run states
- * (server/scheduler.c): 0 completed or cancelled, then these. */
-enum {
-    TW_EXIT_FAILED = 1,        /* any other runtime failure (retried by the server) */
-    TW_EXIT_USAGE = 2,         /* a usage or config error: nothing written */
-    TW_EXIT_DIVERGED = 10,     /* a NaN or Inf loss */
-    TW_EXIT_OOM = 11,          /* out of memory */
-    TW_EXIT_DEVICE = 12,       /* a sticky device error (TW_ERR_INTERNAL with ENOTRECOVERABLE): retry fresh */
-    TW_EXIT_STORAGE_FULL = 13, /* ENOSPC or EDQUOT */
-    TW_EXIT_BAD_DATA = 14,     /* a damaged data or checkpoint file (corrupt, truncated, a length past its cap) */
-};
-
-/* The exit status for a run that failed with err. */
-int tw_train_exit_code(const tw_error *err);
 
 /* Runs c to c->steps (or until stopped). Errors: any module's (data, backend, I/O). */
 tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outcome *outcome,

@@ -1,11 +1,12 @@
-/* cuda_internal.h — what the CUDA backend's three translation units share (CUDA C++ only, never
+/* cuda_internal.h — what the CUDA backend's four translation units share (CUDA C++ only, never
  * included from C).
  *
  * Owns: the per-instance state (struct tw_cuda_ctx), the checking macro family every CUDA, cuBLAS and
  * NCCL call goes through (house style rule 5: the statement, file and line go into the tw_error, the
  * library's error becomes a tw_status), the kernel launch macro, and the declarations that cross files:
- * scratch memory (cuda_backend.cu), the compute ops (cuda_kernels.cu) and the NCCL group
- * (cuda_allreduce.cu). Does not own the C face (cuda_backend.h) or any arithmetic.
+ * the error mapping, entering an instance and its scratch memory (cuda_context.cu, which calls no other
+ * .cu), the compute ops (cuda_kernels.cu) and the NCCL group (cuda_allreduce.cu), the last two named by
+ * cuda_backend.cu's ops table. Does not own the C face (cuda_backend.h) or any arithmetic.
  *
  * Stream order: every op of an instance is issued on its one compute stream, in call order, and returns
  * without waiting for the device; only download and sync wait (and alloc/free/destroy, which are not
@@ -55,7 +56,7 @@ struct tw_cuda_ctx {
     int nccl_pending;            /* an all-reduce was issued since the last wait */
 };
 
-/* ---- errors (cuda_backend.cu) ---- */
+/* ---- errors (cuda_context.cu) ---- */
 
 /* Fills err for a failed CUDA runtime call: status from the error (cudaErrorMemoryAllocation ->
  * TW_ERR_NOMEM; sticky errors -> TW_ERR_INTERNAL with errno_value TW_CUDA_STICKY_ERRNO; else
@@ -103,7 +104,7 @@ tw_status tw_nccl_fail(tw_error *err, const tw_cuda_ctx *ctx, ncclResult_t r, in
                                 __LINE__);                                                         \
     } while (0)
 
-/* ---- instance helpers (cuda_backend.cu) ---- */
+/* ---- instance helpers (cuda_context.cu) ---- */
 
 /* Makes ctx's device current on the calling thread (instances may be driven from several threads, one
  * at a time, and each thread has its own current device). */

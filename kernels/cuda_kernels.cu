@@ -18,9 +18,10 @@
  * shared-memory trees of our own; bias_grad first sums row chunks per column with coalesced loads (a
  * plain per-thread loop) so that the reduction has enough parallelism for conv layers with 10^5 rows.
  *
- * Does not own memory, streams or error mapping (cuda_backend.cu). Every launch goes on ctx->stream and
- * nothing here waits for the device. A label outside [0, classes) cannot fail a kernel: the loss kernels
- * record the first one in ctx->flag_dev and the next wait reports it (cuda_backend.cu). */
+ * Does not own memory or streams (cuda_backend.cu), nor the error mapping (cuda_context.cu). Every launch
+ * goes on ctx->stream and nothing here waits for the device. A label outside [0, classes) cannot fail a
+ * kernel: the loss kernels record the first one in ctx->flag_dev and the next wait reports it
+ * (cuda_backend.cu). */
 #include "cuda_internal.h"
 #include "cuda_bodies.h"
 

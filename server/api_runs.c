@@ -2,7 +2,6 @@
 #define _GNU_SOURCE
 #include "runs.h"
 
-#include <dirent.h>
 #include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -14,6 +13,7 @@
 
 #include "assets.h"
 #include "atomic_file.h"
+#include "checkpoint.h"
 #include "config.h"
 #include "datafs.h"
 #include "datasets.h"
@@ -607,34 +607,6 @@ void tw_api_run_log(tw_server *S, tw_req *r)
     tw_reply_text(r, 200, "text/plain; charset=utf-8", buf, (size_t)(buf + n - start));
 }
 
-/* The file `latest` names (read directly: never touching a save in progress): TW_OK, TW_END when there is
- * none (or it names no checkpoint file), or an error in *err (a symlink on the way). */
-static tw_status latest_name(const char *ckdir, char *name, size_t size, tw_error *err)
-{
-    char path[PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/latest", ckdir);
-    int fd = tw_fs_open(path, O_RDONLY, 0);
-    FILE *f = fd < 0 ? NULL : fdopen(fd, "r");
-    if (!f) {
-        tw_status s = errno == ENOENT ? TW_END : tw_fs_error(err, path, "cannot read the checkpoint pointer");
-        if (fd >= 0)
-            close(fd);
-        return s;
-    }
-    int ok = fgets(name, (int)size, f) != NULL;
-    fclose(f);
-    if (!ok)
-        return TW_END;
-    name[strcspn(name, "\n")] = 0;
-    return !strncmp(name, "ckpt-", 5) && strstr(name, ".safetensors") && !strchr(name, '/') ? TW_OK : TW_END;
-}
-
-static int ckpt_file(const char *n)
-{
-    size_t len = strlen(n);
-    return !strncmp(n, "ckpt-", 5) && len > 17 && !strcmp(n + len - 12, ".safetensors");
-}
-
 /* The run's checkpoint folder into dir[PATH_MAX + 16]; replies 404 and returns -1 for no such run. */
 static int checkpoint_dir(tw_server *S, tw_req *r, char *dir)
 {
@@ -647,68 +619,36 @@ static int checkpoint_dir(tw_server *S, tw_req *r, char *dir)
     return 0;
 }
 
+/* The engine's read-only listing of the folder (engine/checkpoint.h owns its layout). */
 void tw_api_run_checkpoints(tw_server *S, tw_req *r)
 {
-    char dir[PATH_MAX + 16], path[PATH_MAX + 300], latest[256];
+    char dir[PATH_MAX + 16];
     if (checkpoint_dir(S, r, dir) != 0)
         return;
-    json_t *list = json_array(), *latest_step = json_null();
+    tw_ckpt_listing l;
     tw_error err;
-    tw_status s = latest_name(dir, latest, sizeof latest, &err); /* negative: failed */
-    int have_latest = s == TW_OK;
-    DIR *d = s < 0 ? NULL : tw_fs_opendir(dir);
-    if (!d && s >= 0 && errno != ENOENT)
-        s = tw_fs_error(&err, dir, "cannot list the checkpoints");
-    struct dirent *e;
-    while (s >= 0 && d && (e = readdir(d))) {
-        struct stat st;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (!ckpt_file(e->d_name))
-            continue;
-        if (tw_fs_stat(path, &st) != 0) { /* gone since listed: skipped; a symlink: refused */
-            if (errno == ELOOP)
-                s = tw_fs_error(&err, path, "cannot list the checkpoint");
-            continue;
-        }
-        long long step = strtoll(e->d_name + 5, NULL, 10);
-        json_array_append_new(list, json_pack("{s:I, s:s, s:I}", "step", (json_int_t)step, "file", e->d_name,
-                                              "bytes", (json_int_t)st.st_size));
-        if (have_latest && !strcmp(latest, e->d_name)) {
-            json_decref(latest_step);
-            latest_step = json_integer(step);
-        }
-    }
-    if (d)
-        closedir(d);
-    if (s < 0) {
-        json_decref(list);
-        json_decref(latest_step);
+    if (tw_checkpoint_list(dir, &l, &err) != TW_OK) {
         tw_api_reply_logged(r, &err);
         return;
     }
-    json_t *sorted = json_array();
-    while (json_array_size(list)) { /* a handful of files: selection by step */
-        size_t best = 0;
-        for (size_t i = 1; i < json_array_size(list); i++)
-            if (json_integer_value(json_object_get(json_array_get(list, i), "step")) <
-                json_integer_value(json_object_get(json_array_get(list, best), "step")))
-                best = i;
-        json_array_append(sorted, json_array_get(list, best));
-        json_array_remove(list, best);
-    }
-    json_decref(list);
-    tw_reply_json(r, 200, json_pack("{s:o, s:o}", "checkpoints", sorted, "latest", latest_step));
+    json_t *list = json_array();
+    for (size_t i = 0; i < l.n; i++)
+        json_array_append_new(list, json_pack("{s:I, s:s, s:I}", "step", (json_int_t)l.entries[i].step, "file",
+                                              l.entries[i].file, "bytes", (json_int_t)l.entries[i].bytes));
+    json_t *latest = l.latest >= 0 ? json_integer(l.latest) : json_null();
+    tw_checkpoint_listing_free(&l);
+    tw_reply_json(r, 200, json_pack("{s:o, s:o}", "checkpoints", list, "latest", latest));
 }
 
 void tw_api_run_checkpoint_latest(tw_server *S, tw_req *r)
 {
-    char dir[PATH_MAX + 16], path[PATH_MAX + 300], latest[256];
+    char dir[PATH_MAX + 16], path[PATH_MAX + 300], latest[TW_CKPT_NAME_BYTES];
     if (checkpoint_dir(S, r, dir) != 0)
         return;
     struct stat st;
     int fd = -1;
     tw_error err;
-    tw_status s = latest_name(dir, latest, sizeof latest, &err);
+    tw_status s = tw_checkpoint_latest_name(dir, latest, &err); /* the engine reads the pointer */
     if (s == TW_OK) {
         snprintf(path, sizeof path, "%s/%s", dir, latest);
         if ((fd = tw_fs_open(path, O_RDONLY, 0)) < 0 && errno != ENOENT)

@@ -17,7 +17,6 @@
 #define _GNU_SOURCE
 #include "scheduler.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -34,7 +33,8 @@
 #include "devices.h"
 #include "logtext.h"
 #include "store.h"
-#include "trainer.h"
+#include "checkpoint.h"
+#include "child.h"
 
 extern char **environ;
 
@@ -149,23 +149,34 @@ static void update_rate(child *c, double now)
     }
 }
 
+/* A metric the run keeps from a line (child.h): TW_CHILD_METRIC_KEYS and every eval key. */
+static int is_metric(const char *key)
+{
+    static const char *const KEYS[] = TW_CHILD_METRIC_KEYS;
+    for (size_t i = 0; i < sizeof KEYS / sizeof KEYS[0]; i++)
+        if (!strcmp(key, KEYS[i]))
+            return 1;
+    return !strncmp(key, TW_CHILD_EVAL_PREFIX, strlen(TW_CHILD_EVAL_PREFIX));
+}
+
+/* One line of the child protocol (engine/child.h), read through its names. */
 static void take_json_line(child *c, json_t *o, double now)
 {
     json_t *v;
-    if ((v = json_object_get(o, "step")) && json_is_integer(v)) {
+    if ((v = json_object_get(o, TW_CHILD_STEP)) && json_is_integer(v)) {
         c->step = json_integer_value(v);
         update_rate(c, now);
     }
-    if ((v = json_object_get(o, "eta_s")) && json_is_number(v))
+    if ((v = json_object_get(o, TW_CHILD_ETA)) && json_is_number(v))
         c->eta_s = json_number_value(v);
-    if ((v = json_object_get(o, "status")) && json_is_string(v))
+    if ((v = json_object_get(o, TW_CHILD_STATUS)) && json_is_string(v))
         snprintf(c->final_status, sizeof c->final_status, "%s", json_string_value(v));
-    json_t *err = json_object_get(o, "error");
-    const char *msg = json_string_value(json_object_get(o, "message"));
+    json_t *err = json_object_get(o, TW_CHILD_ERROR);
+    const char *msg = json_string_value(json_object_get(o, TW_CHILD_MESSAGE));
     if (json_is_string(err) || json_is_object(err)) {
         const char *code = json_is_string(err) ? json_string_value(err)
-                                                : json_string_value(json_object_get(err, "code"));
-        json_t *step = json_object_get(o, "step");
+                                                : json_string_value(json_object_get(err, TW_CHILD_CODE));
+        json_t *step = json_object_get(o, TW_CHILD_STEP);
         char at[40] = "";
         if (json_is_integer(step))
             snprintf(at, sizeof at, " at step %lld", (long long)json_integer_value(step));
@@ -175,11 +186,10 @@ static void take_json_line(child *c, json_t *o, double now)
     }
     const char *key;
     json_object_foreach(o, key, v)
-        if (json_is_number(v) && (!strcmp(key, "loss") || !strcmp(key, "learning_rate") ||
-                                  !strcmp(key, "examples_per_sec") || !strncmp(key, "eval_", 5)))
+        if (json_is_number(v) && is_metric(key))
             json_object_set(c->metrics, key, v);
-    if ((v = json_object_get(o, "warning")) && json_is_string(v))
-        json_object_set(c->metrics, "warning", v);
+    if ((v = json_object_get(o, TW_CHILD_WARNING)) && json_is_string(v))
+        json_object_set(c->metrics, TW_CHILD_WARNING, v);
     json_object_set_new(c->metrics, "steps_per_sec", json_real(c->rate));
     c->dirty = 1;
 }
@@ -196,7 +206,7 @@ static void take_line(child *c, int which, char *line, size_t n, double now)
     }
     json_t *o = json_loadb(line, n, 0, NULL);
     if (json_is_object(o)) {
-        if (!json_object_get(o, "heartbeat"))
+        if (!json_object_get(o, TW_CHILD_HEARTBEAT))
             log_line(c, line, n);
         take_json_line(c, o, now);
     }
@@ -245,23 +255,15 @@ static ssize_t drain(child *c, int which, double now)
 
 /* ================================ spawning ================================ */
 
-/* Removes temporary files a killed child left in DIR/checkpoints (RELIABILITY P3). A missing folder has
- * none; one reached through a symlink is an error (nothing outside the data folder is deleted). */
+/* Removes temporary files a killed child left in its checkpoint folder (RELIABILITY P3), through the
+ * engine, which owns the folder's layout (engine/checkpoint.h). A missing folder has none; one reached
+ * through a symlink is an error (nothing outside the data folder is deleted). */
 static tw_status remove_temporaries(const char *logdir, tw_error *err)
 {
-    char dir[PATH_MAX + 16], path[PATH_MAX + 300];
-    snprintf(dir, sizeof dir, "%s/checkpoints", logdir);
-    DIR *d = tw_fs_opendir(dir);
-    if (!d)
-        return errno == ENOENT ? TW_OK : tw_fs_error(err, dir, "cannot clean the checkpoint folder");
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strstr(e->d_name, ".tmp.")) {
-            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-            tw_fs_unlink(path);
-        }
-    closedir(d);
-    return TW_OK;
+    char dir[PATH_MAX + 16];
+    if (tw_checkpoint_dir_of(logdir, dir, sizeof dir) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, logdir, -1, "the checkpoint folder's path is too long");
+    return tw_checkpoint_remove_temporaries(dir, err);
 }
 
 /* The child's environment: ours, with CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set. Caller frees. */
@@ -556,7 +558,7 @@ static outcome classify(const child *c)
         return (outcome){NULL, "crashed", "CRASHED"};
     switch (WEXITSTATUS(c->wstatus)) {
     case 0:
-        if (!strcmp(c->final_status, "completed"))
+        if (!strcmp(c->final_status, TW_CHILD_COMPLETED))
             return (outcome){"succeeded", NULL, NULL};
         return (outcome){NULL, "interrupted", "INTERRUPTED"}; /* stopped by someone else's SIGTERM */
     case TW_EXIT_USAGE: return (outcome){"failed", "bad_config", "BAD_CONFIG"};

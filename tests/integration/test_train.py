@@ -211,6 +211,37 @@ def test_bad_config_exit_2_nothing_written(tower_bin, tmp_path, fashion, change,
     assert not logdir.exists()
 
 
+def test_label_outside_the_classes_is_bad_data(tower_bin, tmp_path):
+    """A label the model has no class for is a fault of the data file, not of the config: exit 14
+    (engine/child.h TW_EXIT_BAD_DATA), which the server classifies bad_dataset (test_server_faults)."""
+    rows = [f"{i * 0.1},{-i * 0.2},{7 if i == 5 else i % 3}" for i in range(8)]
+    (tmp_path / "labels.csv").write_text("a,b,label\n" + "\n".join(rows) + "\n")
+    res = subprocess.run([str(tower_bin), "convert", "--csv", tmp_path / "labels.csv", "--label-column",
+                          "label", "-o", tmp_path / "labels.tfrecord"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    c = {"dataset": {"train": str(tmp_path / "labels.tfrecord"), "image_feature": "features",
+                     "shape": [2]},
+         "model": {"layers": [{"type": "dense", "units": 3}]},
+         "optimizer": {"type": "sgd", "learning_rate": 0.1}, "batch_size": 4, "steps": 4}
+    rc, lines, _, err = train(tower_bin, tmp_path, c, name="label", check=False)
+    assert rc == 14, err
+    assert lines[-1]["status"] == "failed" and lines[-1]["exit"] == 14
+    assert "label 7 at record 5 is outside [0, 3)" in err
+
+
+def test_server_classifies_a_label_outside_the_classes_as_bad_dataset(serve):
+    """The same exit through `tower serve` with the real trainer: Fashion-MNIST's labels 0..9 on a model
+    with 5 classes fail fast as bad_dataset, not bad_config, and are not retried."""
+    from test_server import seed_config, submit, upload_fashion, wait_run
+    server = serve("--backoff", "0.2", "--backoff-cap", "1")
+    upload_fashion(server)
+    cfg = seed_config(steps=20)
+    cfg["model"]["layers"][-1]["units"] = 5
+    done = wait_run(server, submit(server, cfg).json()["id"])
+    assert done["status"] == "failed" and done["reason"] == "bad_dataset" and done["restarts"] == 0, done
+    assert "is outside [0, 5)" in done["error"]["message"]
+
+
 def test_shape_that_does_not_fit_the_model(tower_bin, tmp_path, fashion):
     c = mlp_config(fashion)
     c["dataset"]["shape"] = [32, 32, 1]

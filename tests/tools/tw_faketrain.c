@@ -24,7 +24,8 @@
  *     (checked once per step, as the trainer does), and last {"status":"completed"|"cancelled","step":K,
  *     "seconds":S}; a failure ends with {"status":"failed","error":{"code":NAME},"exit":CODE,
  *     "message":TEXT} and the message on stderr.
- * Exit status as engine/train_main.c: 0 completed or cancelled, 1 other failure, 2 usage or config
+ * The lines are written through the trainer's emitter (engine/child.h), so their names are the protocol's.
+ * Exit status as engine/train_main.c (child.h's table): 0 completed or cancelled, 1 other failure, 2 usage or config
  * error, 10 NaN/Inf loss, 11 out of memory, 12 sticky device error, 13 storage full, 14 bad dataset.
  *
  * Fault switches: the environment variable TW_FAKE (inherited from the server), comma-separated; an
@@ -76,9 +77,9 @@
 
 #include "atomic_file.h"
 #include "checkpoint.h"
+#include "child.h"
 #include "datafs.h"
 #include "events.h"
-#include "trainer.h"
 
 
 enum { KEEP_CHECKPOINTS = 3, W_VALUES = 4, PATH_BYTES = 4096 };
@@ -113,12 +114,7 @@ static void on_stop_signal(int sig)
     stop_requested = 1;
 }
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+static double now(void) { return tw_child_now(); }
 
 /* Sleeps ms milliseconds, the whole time even when a signal interrupts. */
 static void sleep_ms(long ms)
@@ -141,38 +137,20 @@ int renameat(int from_dir, const char *from, int to_dir, const char *to)
 /* ================================ exit codes and output ================================ */
 
 
-static double last_line; /* now() when the last line was written */
-
-/* Writes obj as one flushed line; steals obj. */
-static void emit(json_t *obj)
-{
-    if (obj && json_dumpf(obj, stdout, JSON_COMPACT | JSON_REAL_PRECISION(7)) == 0)
-        fputc('\n', stdout);
-    fflush(stdout);
-    json_decref(obj);
-    last_line = now();
-}
-
-static void heartbeat(int64_t step)
-{
-    if (now() - last_line >= 1.0)
-        emit(json_pack("{s:b, s:I}", "heartbeat", 1, "step", (json_int_t)step));
-}
+static tw_child_out OUT; /* the child protocol's lines on stdout, through the trainer's emitter */
 
 /* stderr and the final failed line, as `tower train` writes them; returns code. */
 static int fail_with(const char *status_name, const char *msg, int code)
 {
     fprintf(stderr, "tw_faketrain: %s\n", msg);
-    emit(json_pack("{s:s, s:{s:s}, s:i, s:s}", "status", "failed", "error", "code", status_name,
-                   "exit", code, "message", msg));
-    return code;
+    return tw_child_failed(&OUT, status_name, code, msg);
 }
 
 static int fail(const tw_error *err)
 {
     char msg[1200];
     tw_error_format(err, msg, sizeof msg);
-    return fail_with(tw_status_name(err->status), msg, tw_train_exit_code(err));
+    return fail_with(tw_status_name(err->status), msg, tw_child_exit_code(err));
 }
 
 /* ================================ switches, arguments, config ================================ */
@@ -296,9 +274,8 @@ static int parse_args(int argc, char **argv, options *o)
     if (optind != argc - 1 || !o->logdir)
         return fputs(USAGE, stderr), TW_EXIT_USAGE;
     o->config = argv[optind];
-    int a = snprintf(o->ckpt_dir, sizeof o->ckpt_dir, "%s/checkpoints", o->logdir);
     int b = snprintf(o->steps_log, sizeof o->steps_log, "%s/steps.log", o->logdir);
-    if (a < 0 || a >= PATH_BYTES || b < 0 || b >= PATH_BYTES)
+    if (tw_checkpoint_dir_of(o->logdir, o->ckpt_dir, sizeof o->ckpt_dir) != 0 || b < 0 || b >= PATH_BYTES)
         return fputs("tw_faketrain: --logdir is too long\n", stderr), TW_EXIT_USAGE;
     return 0;
 }
@@ -386,8 +363,7 @@ static void fire_faults(int64_t k)
 static void forge(void)
 {
     fputs("tw_faketrain: forge: \x1b[2J\x1b]0;owned\x07 terminal escapes\n", stderr);
-    emit(json_pack("{s:s, s:{s:s}, s:i, s:s}", "status", "failed", "error", "code", "INVALID", "exit",
-                   TW_EXIT_USAGE, "message", "unknown value '\n== forged ==\n\x1b[2J'"));
+    tw_child_failed(&OUT, "INVALID", TW_EXIT_USAGE, "unknown value '\n== forged ==\n\x1b[2J'");
     exit(TW_EXIT_USAGE);
 }
 
@@ -459,8 +435,7 @@ static void events_failed(run *R, const tw_error *e)
 {
     char msg[1200];
     tw_error_format(e, msg, sizeof msg);
-    emit(json_pack("{s:s, s:s, s:I}", "warning", "METRICS_DEGRADED", "message", msg, "step",
-                   (json_int_t)R->step));
+    tw_child_warning(&OUT, TW_CHILD_METRICS_DEGRADED, msg, R->step);
     tw_events_destroy(R->ev);
     R->ev = NULL;
 }
@@ -522,8 +497,7 @@ static tw_status resume(run *R, tw_error *err)
         s = tw_checkpoint_fetch(ck, "w", 1, shape, w, err);
     if (s == TW_OK) {
         R->step = step;
-        emit(json_pack("{s:s, s:I}", "resumed_from", tw_checkpoint_path(ck), "step",
-                       (json_int_t)step));
+        tw_child_resumed(&OUT, tw_checkpoint_path(ck), step);
     }
     tw_checkpoint_free(ck);
     return s == TW_OK ? trim_steps_log(R->o->steps_log, step, err) : s;
@@ -555,9 +529,7 @@ static tw_status step(run *R, tw_error *err)
     fire_faults(k);
     double loss = F.nan_at == k ? NAN : F.inf_at == k ? INFINITY : fake_loss(k);
     if (!isfinite(loss)) {
-        emit(json_pack("{s:s, s:I, s:s}", "error", isnan(loss) ? "LOSS_NAN" : "LOSS_INF", "step",
-                       (json_int_t)k, "message",
-                       "the loss is not finite: stopping without checkpointing this state"));
+        tw_child_diverged(&OUT, loss, k);
         return TW_END;
     }
     tw_error e;
@@ -567,18 +539,17 @@ static tw_status step(run *R, tw_error *err)
     char line[40];
     int n = snprintf(line, sizeof line, "step %lld\n", (long long)k);
     TW_TRY(tw_write_all(R->log_fd, line, (size_t)n, R->o->steps_log, err));
-    emit(json_pack("{s:I, s:f}", "step", (json_int_t)k, "loss", loss));
+    tw_child_step(&OUT, k, loss, NULL);
     int64_t every = R->o->checkpoint_every;
     if ((every > 0 && k % every == 0) || k == R->o->steps)
         TW_TRY(save(R, err));
-    heartbeat(k);
+    tw_child_heartbeat(&OUT, k);
     return TW_OK;
 }
 
 static void final_line(run *R, const char *status)
 {
-    emit(json_pack("{s:s, s:I, s:f}", "status", status, "step", (json_int_t)R->step, "seconds",
-                   now() - R->t_start));
+    tw_child_final(&OUT, status, R->step, now() - R->t_start);
 }
 
 static void finish(run *R)
@@ -598,11 +569,11 @@ static int train(options *o)
     tw_error err;
     tw_error_clear(&err);
     tw_status s = start(&R, &err);
-    R.t_start = last_line = now();
-    const char *status = "completed";
+    R.t_start = OUT.last_write = now();
+    const char *status = TW_CHILD_COMPLETED;
     while (s == TW_OK && R.step < o->steps) {
         if (stop_requested) {
-            status = "cancelled";
+            status = TW_CHILD_CANCELLED;
             s = save(&R, &err);
             break;
         }
@@ -611,7 +582,7 @@ static int train(options *o)
     if (s == TW_OK)
         final_line(&R, status);
     if (s == TW_END)
-        final_line(&R, "diverged");
+        final_line(&R, TW_CHILD_DIVERGED);
     finish(&R);
     if (s == TW_END) {
         fprintf(stderr, "tw_faketrain: the loss is not finite (NaN or Inf): stopped; the last "
@@ -624,6 +595,7 @@ static int train(options *o)
 int main(int argc, char **argv)
 {
     options o = {0};
+    tw_child_init(&OUT, stdout);
     int rc = argc < 2 ? (fputs(USAGE, stderr), TW_EXIT_USAGE) : parse_args(argc - 1, argv + 1, &o);
     if (rc)
         return rc;

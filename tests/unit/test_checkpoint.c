@@ -24,7 +24,7 @@
 #include "testutil.h"
 
 #include "checkpoint.h"
-#include "trainer.h"
+#include "child.h"
 
 enum { W_ROWS = 3, W_COLS = 4 };
 
@@ -206,6 +206,67 @@ static void test_latest_removes_leftover_temporaries(void **state)
     expect_latest(f->dir, 1);
 }
 
+/* The server's listing: steps oldest first, names, sizes, the step `latest` names; nothing touched. */
+static void test_listing_reads_the_folder_and_touches_nothing(void **state)
+{
+    fixture *f = *state;
+    tw_ckpt_listing l;
+    tw_error err;
+    assert_int_equal(tw_checkpoint_list(f->dir, &l, &err), TW_OK); /* no folder: empty */
+    assert_int_equal(l.n, 0);
+    assert_int_equal(l.latest, -1);
+    tw_checkpoint_listing_free(&l);
+    for (int64_t step = 10; step <= 30; step += 10)
+        save_ok(f->dir, step, 3);
+    write_text(f->dir, "ckpt-0000000040.safetensors.tmp.Ab12Cd", "a save in progress");
+    write_text(f->dir, "ckpt-notes.txt", "not ours");
+    assert_int_equal(tw_checkpoint_list(f->dir, &l, &err), TW_OK);
+    assert_int_equal(l.n, 3);
+    for (size_t i = 0; i < l.n; i++) {
+        char want[64], path[1024];
+        struct stat sb;
+        snprintf(want, sizeof want, "ckpt-%010d.safetensors", 10 * (int)(i + 1));
+        assert_int_equal(l.entries[i].step, 10 * (int64_t)(i + 1));
+        assert_string_equal(l.entries[i].file, want);
+        snprintf(path, sizeof path, "%s/%s", f->dir, want);
+        assert_int_equal(stat(path, &sb), 0);
+        assert_int_equal(l.entries[i].bytes, (uint64_t)sb.st_size);
+    }
+    assert_int_equal(l.latest, 30);
+    assert_string_equal(l.latest_file, "ckpt-0000000030.safetensors");
+    tw_checkpoint_listing_free(&l);
+    expect_listing(f->dir, "ckpt-0000000010.safetensors ckpt-0000000020.safetensors "
+                           "ckpt-0000000030.safetensors ckpt-0000000040.safetensors.tmp.Ab12Cd "
+                           "ckpt-notes.txt latest");
+    char name[TW_CKPT_NAME_BYTES];
+    assert_int_equal(tw_checkpoint_latest_name(f->dir, name, &err), TW_OK);
+    assert_string_equal(name, "ckpt-0000000030.safetensors");
+    write_text(f->dir, "latest", "../../etc/passwd\n"); /* a malformed pointer: no latest, no error */
+    assert_int_equal(tw_checkpoint_latest_name(f->dir, name, &err), TW_END);
+    assert_int_equal(tw_checkpoint_list(f->dir, &l, &err), TW_OK);
+    assert_int_equal(l.n, 3);
+    assert_int_equal(l.latest, -1);
+    tw_checkpoint_listing_free(&l);
+}
+
+/* The server's cleanup before a trainer starts: only the temporaries of a save. */
+static void test_remove_temporaries_removes_only_ours(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    assert_int_equal(tw_checkpoint_remove_temporaries(f->dir, &err), TW_OK); /* no folder */
+    save_ok(f->dir, 1, 2);
+    write_text(f->dir, "ckpt-0000000002.safetensors.tmp.Ab12Cd", "half a checkpoint");
+    write_text(f->dir, "latest.tmp.XyZ123", "ckpt-0000000002.safetensors\n");
+    write_text(f->dir, "notes.tmp.1", "not ours");
+    assert_int_equal(tw_checkpoint_remove_temporaries(f->dir, &err), TW_OK);
+    expect_listing(f->dir, "ckpt-0000000001.safetensors latest notes.tmp.1");
+    char dir[32];
+    assert_int_equal(tw_checkpoint_dir_of("run", dir, sizeof dir), 0);
+    assert_string_equal(dir, "run/checkpoints");
+    assert_int_equal(tw_checkpoint_dir_of("a-run-folder-with-a-long-name", dir, sizeof dir), -1);
+}
+
 /* Writes `text` as dir/latest and expects latest() to fail with TW_ERR_CORRUPT about it. */
 static void expect_bad_pointer(const char *dir, const char *text, const char *want)
 {
@@ -357,7 +418,7 @@ static void test_nonfinite_value_writes_nothing(void **state)
         tw_error err;
         assert_int_equal(tw_checkpoint_save(f->dir, 2, 3, t, 2, NULL, 0, &err), TW_ERR_INVALID);
         assert_int_equal(err.errno_value, EDOM);
-        assert_int_equal(tw_train_exit_code(&err), TW_EXIT_DIVERGED);
+        assert_int_equal(tw_child_exit_code(&err), TW_EXIT_DIVERGED);
         if (!strstr(err.message, cases[i].want))
             fail_msg("case %zu: '%s' lacks '%s'", i, err.message, cases[i].want);
         assert_non_null(strstr(err.file, "ckpt-0000000002.safetensors"));
@@ -459,6 +520,8 @@ int main(void)
         TEST(test_no_checkpoint_is_end),
         TEST(test_latest_removes_leftover_temporaries),
         TEST(test_bad_pointer_is_an_error),
+        TEST(test_listing_reads_the_folder_and_touches_nothing),
+        TEST(test_remove_temporaries_removes_only_ours),
         TEST(test_corrupt_checkpoint_is_an_error),
         TEST(test_uncommitted_files_above_the_step_are_pruned),
         TEST(test_steps_past_the_padding_order_by_number),

@@ -1,0 +1,138 @@
+/* child.c — the child protocol's emitter and exit statuses. See child.h. */
+#include "child.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <time.h>
+
+double tw_child_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void tw_child_init(tw_child_out *o, FILE *out)
+{
+    o->out = out;
+    o->last_write = tw_child_now();
+}
+
+/* Writes obj as one line and flushes it at once (the supervisor reads lines as they come); steals obj.
+ * Returns 0, or -1 when obj is NULL or could not be written (a string that is not UTF-8). */
+static int emit(tw_child_out *o, json_t *obj)
+{
+    int rc = obj ? json_dumpf(obj, o->out, JSON_COMPACT | JSON_REAL_PRECISION(7)) : -1;
+    if (rc == 0)
+        fputc('\n', o->out);
+    fflush(o->out);
+    json_decref(obj);
+    o->last_write = tw_child_now();
+    return rc;
+}
+
+void tw_child_backend(tw_child_out *o, const char *kind, const char *const *devices, int n)
+{
+    json_t *names = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(names, json_string(devices[i]));
+    emit(o, json_pack("{s:s, s:o, s:I}", TW_CHILD_BACKEND, kind, TW_CHILD_DEVICES, names,
+                      TW_CHILD_TOWERS, (json_int_t)n));
+}
+
+void tw_child_resumed(tw_child_out *o, const char *path, int64_t step)
+{
+    emit(o, json_pack("{s:s, s:I}", TW_CHILD_RESUMED_FROM, path, TW_CHILD_STEP, (json_int_t)step));
+}
+
+void tw_child_step(tw_child_out *o, int64_t step, double loss, const tw_child_rates *rates)
+{
+    json_t *line = json_pack("{s:I, s:f}", TW_CHILD_STEP, (json_int_t)step, TW_CHILD_LOSS, loss);
+    if (line && rates) {
+        json_object_set_new(line, TW_CHILD_LEARNING_RATE, json_real(rates->learning_rate));
+        json_object_set_new(line, TW_CHILD_EXAMPLES_PER_SEC, json_real(rates->examples_per_sec));
+        json_object_set_new(line, TW_CHILD_SEC_PER_BATCH, json_real(rates->sec_per_batch));
+        json_object_set_new(line, TW_CHILD_ETA, json_real(rates->eta_s));
+    }
+    emit(o, line);
+}
+
+void tw_child_eval_line(tw_child_out *o, const tw_child_eval *e)
+{
+    json_t *line = json_pack("{s:I, s:f, s:I}", TW_CHILD_STEP, (json_int_t)e->step, TW_CHILD_EVAL_LOSS,
+                             e->loss, TW_CHILD_EVAL_EXAMPLES, (json_int_t)e->examples);
+    if (line && e->has_accuracy)
+        json_object_set_new(line, TW_CHILD_EVAL_ACCURACY, json_real(e->accuracy));
+    if (line && e->has_ema)
+        json_object_set_new(line, TW_CHILD_EVAL_LOSS_EMA, json_real(e->loss_ema));
+    if (line && e->has_ema && e->has_accuracy)
+        json_object_set_new(line, TW_CHILD_EVAL_ACCURACY_EMA, json_real(e->accuracy_ema));
+    emit(o, line);
+}
+
+void tw_child_heartbeat(tw_child_out *o, int64_t step)
+{
+    if (tw_child_now() - o->last_write >= TW_CHILD_HEARTBEAT_S)
+        emit(o, json_pack("{s:b, s:I}", TW_CHILD_HEARTBEAT, 1, TW_CHILD_STEP, (json_int_t)step));
+}
+
+void tw_child_warning(tw_child_out *o, const char *code, const char *message, int64_t step)
+{
+    emit(o, json_pack("{s:s, s:s, s:I}", TW_CHILD_WARNING, code, TW_CHILD_MESSAGE, message,
+                      TW_CHILD_STEP, (json_int_t)step));
+}
+
+void tw_child_diverged(tw_child_out *o, double loss, int64_t step)
+{
+    emit(o, json_pack("{s:s, s:I, s:s}", TW_CHILD_ERROR, isnan(loss) ? TW_CHILD_LOSS_NAN : TW_CHILD_LOSS_INF,
+                      TW_CHILD_STEP, (json_int_t)step, TW_CHILD_MESSAGE,
+                      "the loss is not finite: stopping without checkpointing this state"));
+}
+
+void tw_child_final(tw_child_out *o, const char *status, int64_t step, double seconds)
+{
+    emit(o, json_pack("{s:s, s:I, s:f}", TW_CHILD_STATUS, status, TW_CHILD_STEP, (json_int_t)step,
+                      TW_CHILD_SECONDS, seconds));
+}
+
+static json_t *failed_line(const char *code, int exit_code)
+{
+    return json_pack("{s:s, s:{s:s}, s:i}", TW_CHILD_STATUS, TW_CHILD_FAILED, TW_CHILD_ERROR,
+                     TW_CHILD_CODE, code, TW_CHILD_EXIT, exit_code);
+}
+
+int tw_child_failed(tw_child_out *o, const char *code, int exit_code, const char *message)
+{
+    json_t *line = failed_line(code, exit_code);
+    if (line && json_object_set_new(line, TW_CHILD_MESSAGE, json_string(message)) != 0) {
+        json_decref(line); /* a message that is not UTF-8 (a file name): the line without it */
+        line = failed_line(code, exit_code);
+    }
+    emit(o, line);
+    return exit_code;
+}
+
+int tw_child_exit_code(const tw_error *err)
+{
+    static const struct {
+        tw_status status;
+        int code;
+    } BY_STATUS[] = {
+        {TW_ERR_INVALID, TW_EXIT_USAGE},    {TW_ERR_NOMEM, TW_EXIT_OOM},
+        {TW_ERR_CORRUPT, TW_EXIT_BAD_DATA}, {TW_ERR_TRUNCATED, TW_EXIT_BAD_DATA},
+        {TW_ERR_TOO_LARGE, TW_EXIT_BAD_DATA},
+    };
+    if (err->status == TW_ERR_IO && (err->errno_value == ENOSPC || err->errno_value == EDQUOT))
+        return TW_EXIT_STORAGE_FULL;
+    if (err->status == TW_ERR_INTERNAL && err->errno_value == ENOTRECOVERABLE)
+        return TW_EXIT_DEVICE; /* a poisoned CUDA context or an aborted NCCL group (kernels/cuda_backend.h) */
+    if (err->status == TW_ERR_INVALID && err->errno_value == EDOM)
+        return TW_EXIT_DIVERGED; /* a NaN or Inf parameter refused by tw_checkpoint_save: diverged too */
+    if (err->status == TW_ERR_INVALID && err->errno_value == EILSEQ)
+        return TW_EXIT_BAD_DATA; /* a record whose label the data cannot hold (input.c) */
+    for (size_t i = 0; i < sizeof BY_STATUS / sizeof BY_STATUS[0]; i++)
+        if (BY_STATUS[i].status == err->status)
+            return BY_STATUS[i].code;
+    return TW_EXIT_FAILED;
+}

@@ -1,0 +1,422 @@
+/* train_step.c — the training step's mechanics and the bench. See train_step.h.
+ *
+ * One step: the caller puts towers × batch_size examples in the host batch; tower t runs forward and
+ * backward on its slice (on its own thread when there are several); the gradient arenas are averaged
+ * across towers; every tower applies the same fused update (optimizer + L2 + EMA), so the replicas stay
+ * identical. Everything random is a function of (seed, step, tower). tw_train_bench runs the same step
+ * on a synthetic batch, without input or output, and times it and its all-reduce between syncs of every
+ * tower.
+ *
+ * CUDA Graphs (config "cuda_graphs", on a backend with graphs): the first step of a process runs op by
+ * op (it grows the backend's scratch and warms cuBLAS up); from the second on, each tower records its
+ * forward and backward pass as graph GRAPH_TOWER and its update as GRAPH_UPDATE and replays them. The
+ * batch upload and the loss download stay outside the graphs, and so does the all-reduce (NCCL runs
+ * between the two graphs, as in an eager step), so the step keeps its order: the loss is known before
+ * the update is queued. Every capture re-records the step and the backend updates the instantiated
+ * graph with the new kernel arguments (learning rate, EMA decay, Adam alpha, dropout seeds) instead of
+ * reading them from device memory, so a replay computes exactly what the eager step would.
+ *
+ * Host batches come from tw_backend_alloc_host (page-locked on CUDA: uploads run on the backend's copy
+ * stream) and alternate between two buffers from step to step (tw_towers_next_batch), so the input
+ * pipeline fills one while the upload from the other may still be in flight. */
+#include "train_step.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "child.h"
+#include "trainer.h"
+
+static double now(void) { return tw_child_now(); }
+
+/* ================================ schedules ================================ */
+
+float tw_learning_rate(const tw_config *c, int64_t global_step)
+{
+    if (!c->lr_decay)
+        return c->learning_rate;
+    float p = (float)global_step / (float)c->decay_steps;
+    if (c->staircase)
+        p = floorf(p);
+    return c->learning_rate * powf(c->decay_rate, p);
+}
+
+float tw_ema_decay(float decay, int64_t num_updates)
+{
+    float n = (float)num_updates;
+    float warm = (1.0f + n) / (10.0f + n);
+    return warm < decay ? warm : decay;
+}
+
+/* ================================ the towers ================================ */
+
+tw_status tw_towers_model(tw_towers *T, const tw_config *c, tw_error *err)
+{
+    T->c = c;
+    T->n = c->towers;
+    if (T->n < 1 || T->n > TW_MAX_TOWERS)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers must be 1..%d", TW_MAX_TOWERS);
+    TW_TRY(tw_model_create(c, &T->m, err));
+    T->in_size = tw_model_input_size(T->m);
+    T->P = tw_model_param_floats(T->m);
+    T->label_values = c->loss == TW_LOSS_MSE ? (size_t)tw_model_output_size(T->m) : 1;
+    return TW_OK;
+}
+
+/* The memory of the devices the towers will get: the smallest GPU's, or *known = 0. */
+static void gpu_limit(const tw_towers *T, tw_memory_limit *out, int *known)
+{
+    *known = 0;
+    for (int t = 0; t < T->n; t++) {
+        tw_device_info d;
+        tw_error e;
+        if (tw_backend_device_info(t, &d, &e) != TW_OK)
+            return; /* creating the tower's backend will say why */
+        if (!*known || d.memory_bytes < out->bytes) {
+            char b[32];
+            tw_memory_format(d.memory_bytes, b, sizeof b);
+            out->bytes = d.memory_bytes;
+            snprintf(out->what, sizeof out->what, "cuda:%d (%s) has %s", t, d.name, b);
+        }
+        *known = 1;
+    }
+}
+
+tw_status tw_towers_check_memory(const tw_towers *T, const char *kind, const tw_memory_data *data,
+                                 uint64_t memory_limit, tw_error *err)
+{
+    tw_memory need;
+    TW_TRY(tw_memory_estimate(T->c, data, &need, err));
+    int on_gpu = !strcmp(kind, "cuda") || (!strcmp(kind, "auto") && tw_backend_devices("cuda") > 0);
+    tw_memory_limit host, gpu;
+    int gpu_known = 0;
+    if (memory_limit) {
+        tw_memory_limit_given(memory_limit, &host);
+        gpu = host;
+        gpu_known = 1;
+    } else {
+        TW_TRY(tw_memory_host_limit(&host, err));
+        if (on_gpu)
+            gpu_limit(T, &gpu, &gpu_known);
+    }
+    return tw_memory_check(&need, on_gpu, &host, gpu_known ? &gpu : NULL, err);
+}
+
+/* The host batch buffers, from tower 0's backend (page-locked on CUDA); two of them, alternating by
+ * step, except in the bench, which uploads the one batch it filled in every step. */
+static tw_status alloc_batches(tw_towers *T, tw_error *err)
+{
+    size_t rows = (size_t)T->n * (size_t)T->c->batch_size;
+    for (int i = 0; i < (T->bench ? 1 : 2); i++) {
+        void *x;
+        TW_TRY(tw_backend_alloc_host(T->b[0], rows * T->in_size * sizeof(float), &x, err));
+        T->xb[i] = x;
+        TW_TRY(tw_backend_alloc_host(T->b[0], rows * T->label_values * 4, &T->yb[i], err));
+    }
+    T->x = T->xb[0];
+    T->y = T->yb[0];
+    return TW_OK;
+}
+
+tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
+{
+    TW_TRY(tw_backend_plan(backend, T->n, err));
+    for (int t = 0; t < T->n; t++) {
+        TW_TRY(tw_backend_create(backend, t, &T->b[t], err));
+        TW_TRY(tw_backend_set_tf32(T->b[t], T->c->tf32, err));
+        TW_TRY(tw_replica_create(T->m, T->b[t], T->c->batch_size, &T->r[t], err));
+    }
+    T->graphs = T->c->cuda_graphs && tw_backend_has_graphs(T->b[0]);
+    TW_TRY(alloc_batches(T, err));
+    return tw_backend_alloc(T->b[0], sizeof(float), &T->scalar, err);
+}
+
+tw_status tw_towers_upload_all(tw_towers *T, tw_tensor (*arena)(const tw_replica *), const float *v,
+                            tw_error *err)
+{
+    for (int t = 0; t < T->n; t++)
+        TW_TRY(tw_backend_upload(T->b[t], arena(T->r[t]), v, T->P * sizeof(float), err));
+    return TW_OK;
+}
+
+tw_status tw_towers_init_params(tw_towers *T, tw_error *err)
+{
+    float *host = malloc((T->P ? T->P : 1) * sizeof *host);
+    if (!host)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    tw_model_init_params(T->m, T->c->seed, host);
+    tw_status s = tw_towers_upload_all(T, tw_replica_params, host, err);
+    if (s == TW_OK) /* shadows start at the initial values */
+        s = tw_towers_upload_all(T, tw_replica_ema, host, err);
+    free(host);
+    return s;
+}
+
+void tw_towers_destroy(tw_towers *T)
+{
+    for (int t = 0; t < T->n; t++)
+        tw_replica_destroy(T->r[t]);
+    if (T->b[0])
+        tw_backend_free(T->b[0], T->scalar);
+    for (int i = 0; i < 2; i++) { /* before the backend that allocated them goes */
+        tw_backend_free_host(T->b[0], T->xb[i]);
+        tw_backend_free_host(T->b[0], T->yb[i]);
+    }
+    for (int t = 0; t < T->n; t++)
+        tw_backend_destroy(T->b[t]);
+    tw_model_destroy(T->m);
+}
+
+/* ================================ one step ================================ */
+
+/* Work one tower does in a phase of the step; *out is summed over the towers. */
+typedef tw_status (*tower_fn)(tw_towers *T, int t, double *out, tw_error *err);
+
+typedef struct {
+    tw_towers *T;
+    int t;
+    tower_fn fn;
+    double out;
+    tw_status status;
+    tw_error err;
+} tower_job;
+
+static uint64_t dropout_seed(const tw_towers *T, int t)
+{
+    return tw_hash64(T->c->seed ^ 0x64726f706f7574ull, (uint64_t)T->step * TW_MAX_TOWERS + (uint64_t)t);
+}
+
+/* The graphs of a step (module comment). */
+enum { GRAPH_TOWER = 0, GRAPH_UPDATE = 1 };
+
+/* Device work of one tower in a phase of the step: queued only, nothing waited for. */
+typedef tw_status (*device_fn)(tw_towers *T, int t, tw_error *err);
+
+/* fn's work on tower t: queued op by op, or, once graphs are in use (not in a process's first step),
+ * recorded as graph `slot` of tower t and replayed. */
+static tw_status on_device(tw_towers *T, int t, int slot, device_fn fn, tw_error *err)
+{
+    if (!T->graphs || T->steps_run == 0)
+        return fn(T, t, err);
+    TW_TRY(tw_backend_capture_begin(T->b[t], err));
+    tw_status s = fn(T, t, err);
+    tw_error dropped;
+    tw_status e = tw_backend_capture_end(T->b[t], slot, s == TW_OK, s == TW_OK ? err : &dropped);
+    TW_TRY(s);
+    TW_TRY(e);
+    return tw_backend_replay(T->b[t], slot, err);
+}
+
+/* Forward and backward (train mode: dropout) on tower t's uploaded slice. */
+static tw_status tower_compute(tw_towers *T, int t, tw_error *err)
+{
+    int bs = T->c->batch_size;
+    uint64_t seed = dropout_seed(T, t);
+    TW_TRY(tw_replica_forward(T->r[t], bs, 1, 0, seed, err));
+    return tw_replica_backward(T->r[t], bs, seed, err);
+}
+
+/* Forward and backward on tower t's slice of the batch; *loss_sum = its summed loss. */
+static tw_status tower_step(tw_towers *T, int t, double *loss_sum, tw_error *err)
+{
+    int bs = T->c->batch_size;
+    const float *x = T->x + (size_t)t * bs * T->in_size;
+    const char *y = (const char *)T->y + (size_t)t * bs * T->label_values * 4;
+    TW_TRY(tw_replica_upload_batch(T->r[t], bs, x, y, err));
+    TW_TRY(on_device(T, t, GRAPH_TOWER, tower_compute, err));
+    return tw_replica_loss_sum(T->r[t], bs, loss_sum, err);
+}
+
+static tw_status apply_update(tw_towers *T, int t, tw_error *err)
+{
+    tw_replica *r = T->r[t];
+    return tw_update_step(T->b[t], &T->update, tw_replica_params(r), tw_replica_grads(r),
+                          tw_replica_slot1(r), tw_replica_slot2(r), tw_replica_ema(r), T->P, err);
+}
+
+/* The same update on every replica (from the averaged gradients), so they stay identical. */
+static tw_status tower_update(tw_towers *T, int t, double *unused, tw_error *err)
+{
+    *unused = 0;
+    return on_device(T, t, GRAPH_UPDATE, apply_update, err);
+}
+
+static void *tower_main(void *arg)
+{
+    tower_job *j = arg;
+    j->status = j->fn(j->T, j->t, &j->out, &j->err);
+    return NULL;
+}
+
+/* Runs fn on every tower, each on its own thread when there are several; *sum = the outputs' sum. */
+static tw_status for_each_tower(tw_towers *T, tower_fn fn, double *sum, tw_error *err)
+{
+    tower_job jobs[TW_MAX_TOWERS];
+    pthread_t threads[TW_MAX_TOWERS];
+    int started[TW_MAX_TOWERS] = {0};
+    for (int t = 0; t < T->n; t++) {
+        jobs[t] = (tower_job){.T = T, .t = t, .fn = fn};
+        tw_error_clear(&jobs[t].err);
+        if (t > 0)
+            started[t] = pthread_create(&threads[t], NULL, tower_main, &jobs[t]) == 0;
+        if (t > 0 && !started[t])
+            tower_main(&jobs[t]);
+    }
+    tower_main(&jobs[0]);
+    tw_status s = TW_OK;
+    *sum = 0;
+    for (int t = 0; t < T->n; t++) {
+        if (started[t])
+            pthread_join(threads[t], NULL);
+        if (jobs[t].status != TW_OK && s == TW_OK) {
+            s = jobs[t].status;
+            if (err)
+                *err = jobs[t].err;
+        }
+        *sum += jobs[t].out;
+    }
+    return s;
+}
+
+/* Forward and backward on every tower; *loss = the mean loss over the step's examples. */
+static tw_status run_towers(tw_towers *T, double *loss, tw_error *err)
+{
+    double sum;
+    TW_TRY(for_each_tower(T, tower_step, &sum, err));
+    size_t per_example = T->c->loss == TW_LOSS_MSE ? (size_t)tw_model_output_size(T->m) : 1;
+    *loss = sum / ((double)T->n * T->c->batch_size * (double)per_example);
+    return TW_OK;
+}
+
+static tw_update step_update(const tw_towers *T)
+{
+    const tw_config *c = T->c;
+    int64_t t = T->step + 1; /* this update's number, 1-based; global_step before it is T->step */
+    tw_update u = {.kind = c->optimizer, .lr = tw_learning_rate(c, T->step), .momentum = c->momentum,
+                   .beta1 = c->beta1, .beta2 = c->beta2, .epsilon = c->epsilon, .l2 = c->l2,
+                   .l2_count = tw_model_weight_floats(T->m), .ema = c->ema_decay > 0,
+                   .ema_decay = tw_ema_decay(c->ema_decay, t)};
+    double b1t = pow(c->beta1, (double)t), b2t = pow(c->beta2, (double)t);
+    u.adam_alpha = (float)(u.lr * sqrt(1.0 - b2t) / (1.0 - b1t));
+    return u;
+}
+
+/* A phase of the step that the bench times as a whole (the step itself, its all-reduce). */
+typedef tw_status (*phase_fn)(tw_towers *T, double *out, tw_error *err);
+
+/* Waits for every tower's queued work. */
+static tw_status sync_towers(tw_towers *T, tw_error *err)
+{
+    for (int t = 0; t < T->n; t++)
+        TW_TRY(tw_backend_sync(T->b[t], err));
+    return TW_OK;
+}
+
+/* fn between two syncs of every tower, so that the device work it queues lies inside the interval;
+ * *seconds = its wall time. */
+static tw_status synced(tw_towers *T, phase_fn fn, double *out, double *seconds, tw_error *err)
+{
+    TW_TRY(sync_towers(T, err));
+    double t0 = now();
+    TW_TRY(fn(T, out, err));
+    TW_TRY(sync_towers(T, err));
+    *seconds = now() - t0;
+    return TW_OK;
+}
+
+/* Every tower's gradient arena becomes the mean over the towers. */
+static tw_status average_gradients(tw_towers *T, double *unused, tw_error *err)
+{
+    *unused = 0;
+    tw_tensor grads[TW_MAX_TOWERS];
+    for (int t = 0; t < T->n; t++)
+        grads[t] = tw_replica_grads(T->r[t]);
+    return tw_backend_allreduce_avg(T->b, T->n, grads, T->P, err);
+}
+
+void tw_towers_next_batch(tw_towers *T)
+{
+    int k = (int)(T->steps_run & 1); /* the other buffer's upload may still be in flight */
+    T->x = T->xb[k];
+    T->y = T->yb[k];
+}
+
+tw_status tw_towers_step(tw_towers *T, double *loss, tw_error *err)
+{
+    TW_TRY(run_towers(T, loss, err));
+    if (!isfinite(*loss))
+        return TW_OK; /* the caller stops before this state is applied or saved */
+    double unused;
+    if (T->n > 1 && T->bench)
+        TW_TRY(synced(T, average_gradients, &unused, &T->allreduce_time, err));
+    else if (T->n > 1)
+        TW_TRY(average_gradients(T, &unused, err));
+    T->update = step_update(T);
+    TW_TRY(for_each_tower(T, tower_update, &unused, err));
+    T->steps_run++;
+    T->step++;
+    return TW_OK;
+}
+
+/* ================================ the bench ================================ */
+
+/* The bench's one batch, from the seed: inputs uniform in [0, 1); labels uniform over the classes
+ * (int32), or regression targets uniform in [0, 1). */
+static void synthetic_batch(tw_towers *T)
+{
+    size_t rows = (size_t)T->n * (size_t)T->c->batch_size;
+    uint64_t seed = T->c->seed, classes = (uint64_t)tw_model_output_size(T->m);
+    for (size_t i = 0; i < rows * T->in_size; i++)
+        T->x[i] = tw_uniform(seed, i);
+    for (size_t i = 0; i < rows * T->label_values; i++) {
+        if (T->c->loss == TW_LOSS_MSE)
+            ((float *)T->y)[i] = tw_uniform(~seed, i);
+        else
+            ((int32_t *)T->y)[i] = (int32_t)(tw_hash64(~seed, i) % classes);
+    }
+}
+
+static tw_status bench_steps(tw_towers *T, const tw_bench_options *o, tw_error *err)
+{
+    for (int i = 0; i < o->warmup + o->steps; i++) {
+        double loss, seconds;
+        T->allreduce_time = 0;
+        TW_TRY(synced(T, tw_towers_step, &loss, &seconds, err));
+        if (!isfinite(loss))
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the loss on synthetic data is not "
+                                "finite at step %d: lower the config's learning rate", i + 1);
+        if (i >= o->warmup) {
+            o->step_s[i - o->warmup] = seconds;
+            o->allreduce_s[i - o->warmup] = T->allreduce_time;
+        }
+    }
+    return TW_OK;
+}
+
+tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench_info *info,
+                         tw_error *err)
+{
+    if (o->warmup < 0 || o->steps < 1 || !o->step_s || !o->allreduce_s)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "tw_train_bench: warmup must be >= 0, "
+                            "steps >= 1, and step_s and allreduce_s [steps] arrays");
+    tw_towers T = {.bench = 1};
+    tw_status s = tw_towers_model(&T, c, err);
+    if (s == TW_OK)
+        s = tw_towers_check_memory(&T, o->backend, NULL, 0, err);
+    if (s == TW_OK)
+        s = tw_towers_create(&T, o->backend, err);
+    if (s == TW_OK) {
+        synthetic_batch(&T);
+        s = tw_towers_init_params(&T, err);
+    }
+    if (s == TW_OK)
+        s = bench_steps(&T, o, err);
+    if (s == TW_OK) {
+        *info = (tw_bench_info){.allreduce_bytes = T.P * sizeof(float), .graphs = T.graphs};
+        snprintf(info->backend, sizeof info->backend, "%s", tw_backend_kind(T.b[0]));
+    }
+    tw_towers_destroy(&T);
+    return s;
+}

@@ -1,0 +1,76 @@
+/* train_step.h — the training step's mechanics: N towers (a backend instance and a model replica each),
+ * one step on the host batch, and the same step timed on synthetic data (tw_train_bench, trainer.h).
+ *
+ * Owns: the towers (the backend plan, one instance and replica per tower, TF32, the memory check before
+ * anything is allocated), the two alternating host batch buffers, uploading one arena to every tower,
+ * the initial parameters, the step (forward and backward per tower, on a thread each when there are
+ * several, the all-reduce of the gradients, the fused update + EMA on every replica, CUDA Graphs from the
+ * second step of a process), the learning-rate and EMA schedules (trainer.h), and the bench. Does not
+ * own the input pipeline, evaluation, checkpoints, the progress lines or the run's cadence (trainer.c),
+ * nor the math (backends). Used by trainer.c only. */
+#ifndef TW_TRAIN_STEP_H
+#define TW_TRAIN_STEP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "config.h"
+#include "memory.h"
+#include "model.h"
+#include "status.h"
+
+enum { TW_MAX_TOWERS = 64 };
+
+/* The towers of a run. Zero-initialise, set bench when timing, then tw_towers_model. */
+typedef struct {
+    const tw_config *c;             /* borrowed */
+    tw_model *m;                    /* owned */
+    int n;                          /* towers */
+    tw_backend *b[TW_MAX_TOWERS];   /* owned */
+    tw_replica *r[TW_MAX_TOWERS];   /* owned */
+    tw_buffer *scalar;              /* [1] fp32 on tower 0, for sums of squares */
+    size_t in_size, label_values, P; /* floats per example, label values per example, parameter floats */
+    float *x;                       /* [n*batch, in_size] the host batch of this step: xb[0] or xb[1] */
+    void *y;                        /* [n*batch*label_values] int32 or fp32 labels: yb[0] or yb[1] */
+    float *xb[2];                   /* the host batch buffers (tw_backend_alloc_host on b[0]) */
+    void *yb[2];
+    int graphs;                     /* config's cuda_graphs and a backend with graphs */
+    int64_t steps_run;              /* train steps this process ran (the first never as graphs) */
+    int64_t step;                   /* completed updates (global_step) */
+    tw_update update;               /* the update of the step in progress */
+    int bench;                      /* one batch buffer, filled once; the all-reduce timed */
+    double allreduce_time;          /* bench: seconds of this step's all-reduce, between syncs */
+} tw_towers;
+
+/* Creates c's model into T (no device touched): m, n, in_size, P, label_values. Errors: TW_ERR_INVALID
+ * (towers outside 1..TW_MAX_TOWERS), the model's. */
+tw_status tw_towers_model(tw_towers *T, const tw_config *c, tw_error *err);
+
+/* Refuses a run that cannot fit in memory (memory.h) on backend kind, before anything is allocated.
+ * data: the datasets' examples held in memory (NULL: none); memory_limit: bytes per device, 0 = what
+ * the machine has. */
+tw_status tw_towers_check_memory(const tw_towers *T, const char *kind, const tw_memory_data *data,
+                                 uint64_t memory_limit, tw_error *err);
+
+/* Creates the n instances of backend kind, their replicas and the host batch buffers. */
+tw_status tw_towers_create(tw_towers *T, const char *kind, tw_error *err);
+
+/* Frees what T holds (also after a failed create). */
+void tw_towers_destroy(tw_towers *T);
+
+/* Uploads v ([P] fp32) into arena(replica) of every tower. */
+tw_status tw_towers_upload_all(tw_towers *T, tw_tensor (*arena)(const tw_replica *), const float *v,
+                               tw_error *err);
+
+/* The model's initial parameters (from the config's seed) into the params and EMA of every tower. */
+tw_status tw_towers_init_params(tw_towers *T, tw_error *err);
+
+/* Points x and y at the host buffer of the next step (the other one's upload may still be in flight). */
+void tw_towers_next_batch(tw_towers *T);
+
+/* One training step on the batch in x and y: *loss = the mean loss over its examples. When the loss is
+ * not finite nothing is applied (step is unchanged: the caller stops); else step advances by one. */
+tw_status tw_towers_step(tw_towers *T, double *loss, tw_error *err);
+
+#endif

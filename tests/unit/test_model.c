@@ -1,0 +1,213 @@
+/* test_model.c — engine/model.c: shapes and the parameter layout of dense and conv models, a layer
+ * that does not fit named by index, seeded initializers, what a replica holds, and a replica's
+ * gradients against finite differences of its loss on the CPU backend. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "config.h"
+#include "model.h"
+
+static const char MLP[] =
+    "{\"dataset\": {\"train\": \"unused.tfrecord\", \"image_feature\": \"features\", \"shape\": [4]},"
+    " \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 5, \"activation\": \"tanh\"},"
+    "                        {\"type\": \"dense\", \"units\": 3,"
+    "                         \"bias_init\": {\"type\": \"constant\", \"value\": 0.25}}]},"
+    " \"optimizer\": {\"type\": \"adam\", \"learning_rate\": 0.1}, \"batch_size\": 8, \"seed\": 5}";
+
+static const char CNN[] =
+    "{\"dataset\": {\"train\": \"unused.tfrecord\", \"shape\": [28, 28, 1]},"
+    " \"model\": {\"layers\": [{\"type\": \"conv2d\", \"filters\": 8, \"kernel\": 3, \"padding\": \"same\","
+    "                          \"activation\": \"relu\"},"
+    "                         {\"type\": \"max_pool2d\", \"pool\": 2, \"strides\": 2},"
+    "                         {\"type\": \"flatten\"},"
+    "                         {\"type\": \"dense\", \"units\": 10}]},"
+    " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1}, \"batch_size\": 4}";
+
+static tw_model *model_of(const char *json, tw_config *c)
+{
+    tw_error err;
+    if (tw_config_parse(json, strlen(json), NULL, c, &err) != TW_OK)
+        fail_msg("config: %s", err.message);
+    tw_model *m;
+    if (tw_model_create(c, &m, &err) != TW_OK)
+        fail_msg("model: %s", err.message);
+    return m;
+}
+
+static void expect_param(const tw_model *m, size_t i, const char *name, int rank, const int64_t *shape,
+                         size_t offset, int is_weight)
+{
+    const tw_param *p = tw_model_param(m, i);
+    assert_string_equal(p->name, name);
+    assert_int_equal(p->rank, rank);
+    size_t count = 1;
+    for (int d = 0; d < rank; d++) {
+        assert_int_equal(p->shape[d], shape[d]);
+        count *= (size_t)shape[d];
+    }
+    assert_int_equal(p->count, count);
+    assert_int_equal(p->offset, offset);
+    assert_int_equal(p->is_weight, is_weight);
+}
+
+/* Listed by layer (weights, biases); laid out every weight first (the L2 range), then every bias. */
+static void test_dense_layout(void **state)
+{
+    (void)state;
+    static tw_config c;
+    tw_model *m = model_of(MLP, &c);
+    assert_int_equal(tw_model_input_size(m), 4);
+    assert_int_equal(tw_model_output_size(m), 3);
+    assert_int_equal(tw_model_n_params(m), 4);
+    expect_param(m, 0, "layer1/weights", 2, (const int64_t[]){4, 5}, 0, 1);
+    expect_param(m, 1, "layer1/biases", 1, (const int64_t[]){5}, 35, 0);
+    expect_param(m, 2, "layer2/weights", 2, (const int64_t[]){5, 3}, 20, 1);
+    expect_param(m, 3, "layer2/biases", 1, (const int64_t[]){3}, 40, 0);
+    assert_int_equal(tw_model_weight_floats(m), 35);
+    assert_int_equal(tw_model_param_floats(m), 43);
+    tw_model_destroy(m);
+}
+
+/* SAME 3x3 conv keeps 28x28, the pool halves it: the dense layer sees 14*14*8 inputs. */
+static void test_conv_shapes(void **state)
+{
+    (void)state;
+    static tw_config c;
+    tw_model *m = model_of(CNN, &c);
+    assert_int_equal(tw_model_input_size(m), 784);
+    assert_int_equal(tw_model_output_size(m), 10);
+    assert_int_equal(tw_model_n_params(m), 4);
+    const tw_param *conv = tw_model_param(m, 0), *dense = tw_model_param(m, 2);
+    assert_int_equal(conv->rank, 4);
+    assert_int_equal(conv->shape[0], 3);
+    assert_int_equal(conv->shape[1], 3);
+    assert_int_equal(conv->shape[2], 1);
+    assert_int_equal(conv->shape[3], 8);
+    assert_int_equal(dense->shape[0], 14 * 14 * 8);
+    assert_int_equal(dense->shape[1], 10);
+    assert_int_equal(tw_model_param_floats(m), 72 + 1568 * 10 + 8 + 10);
+    tw_replica_size rs;
+    assert_int_equal(tw_replica_size_of(m, 4, &rs, NULL), TW_OK);
+    assert_int_equal(rs.arena, tw_model_param_floats(m) * sizeof(float));
+    assert_int_equal(rs.arenas, 3); /* params, grads, EMA: SGD has no slot */
+    tw_model_destroy(m);
+}
+
+static void test_layer_that_does_not_fit_is_named(void **state)
+{
+    (void)state;
+    static tw_config c;
+    static const char BAD[] =
+        "{\"dataset\": {\"train\": \"unused.tfrecord\", \"shape\": [4, 4, 1]},"
+        " \"model\": {\"layers\": [{\"type\": \"conv2d\", \"filters\": 2, \"kernel\": 5,"
+        "                          \"padding\": \"valid\"}, {\"type\": \"flatten\"},"
+        "                         {\"type\": \"dense\", \"units\": 2}]},"
+        " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1}}";
+    tw_error err;
+    assert_int_equal(tw_config_parse(BAD, strlen(BAD), NULL, &c, &err), TW_OK);
+    tw_model *m = (tw_model *)1;
+    assert_int_not_equal(tw_model_create(&c, &m, &err), TW_OK);
+    if (!strstr(err.message, "model.layers[0]"))
+        fail_msg("message '%s' does not name the layer", err.message);
+}
+
+/* The same seed gives the same arena, another seed other weights; biases take their initializer. */
+static void test_init_is_seeded(void **state)
+{
+    (void)state;
+    static tw_config c;
+    tw_model *m = model_of(MLP, &c);
+    size_t n = tw_model_param_floats(m);
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *d = malloc(n * sizeof *d);
+    tw_model_init_params(m, 5, a);
+    tw_model_init_params(m, 5, b);
+    tw_model_init_params(m, 6, d);
+    assert_memory_equal(a, b, n * sizeof *a);
+    assert_memory_not_equal(a, d, tw_model_weight_floats(m) * sizeof *a);
+    const tw_param *bias2 = tw_model_param(m, 3);
+    for (size_t i = 0; i < bias2->count; i++)
+        assert_true(a[bias2->offset + i] == 0.25f);
+    for (size_t i = 0; i < tw_model_weight_floats(m); i++)
+        assert_true(isfinite(a[i]) && fabsf(a[i]) < 2.0f);
+    free(a);
+    free(b);
+    free(d);
+    tw_model_destroy(m);
+}
+
+/* Mean loss over the batch at the parameters in host (uploaded first). */
+static double loss_at(tw_backend *b, tw_replica *r, const float *host, size_t n, int rows)
+{
+    double sum;
+    assert_int_equal(tw_backend_upload(b, tw_replica_params(r), host, n * sizeof *host, NULL), TW_OK);
+    assert_int_equal(tw_replica_forward(r, rows, 0, 0, 0, NULL), TW_OK);
+    assert_int_equal(tw_replica_loss_sum(r, rows, &sum, NULL), TW_OK);
+    return sum / rows;
+}
+
+/* backward's gradients match central differences of the mean loss, on a weight and a bias of each
+ * layer; the replica holds the Adam slots. */
+static void test_replica_gradients_match_finite_differences(void **state)
+{
+    (void)state;
+    static tw_config c;
+    tw_model *m = model_of(MLP, &c);
+    tw_backend *b;
+    tw_replica *r;
+    enum { ROWS = 8 };
+    assert_int_equal(tw_backend_create("cpu", 0, &b, NULL), TW_OK);
+    assert_int_equal(tw_replica_create(m, b, ROWS, &r, NULL), TW_OK);
+    assert_non_null(tw_replica_slot1(r).buf);
+    assert_non_null(tw_replica_slot2(r).buf);
+    size_t n = tw_model_param_floats(m);
+    float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), x[ROWS * 4];
+    int32_t y[ROWS];
+    for (int i = 0; i < ROWS * 4; i++)
+        x[i] = (float)((i * 37) % 17) / 8.0f - 1.0f;
+    for (int i = 0; i < ROWS; i++)
+        y[i] = i % 3;
+    tw_model_init_params(m, 5, p);
+    assert_int_equal(tw_replica_upload_batch(r, ROWS, x, y, NULL), TW_OK);
+    loss_at(b, r, p, n, ROWS);
+    assert_int_equal(tw_replica_forward(r, ROWS, 1, 0, 1, NULL), TW_OK); /* no dropout layer */
+    assert_int_equal(tw_replica_backward(r, ROWS, 1, NULL), TW_OK);
+    assert_int_equal(tw_backend_download(b, g, tw_replica_grads(r), n * sizeof *g, NULL), TW_OK);
+    const size_t probe[] = {0, 7, 21, 34, 36, 41};
+    for (size_t k = 0; k < sizeof probe / sizeof probe[0]; k++) {
+        size_t i = probe[k];
+        float keep = p[i], h = 1e-2f;
+        p[i] = keep + h;
+        double up = loss_at(b, r, p, n, ROWS);
+        p[i] = keep - h;
+        double down = loss_at(b, r, p, n, ROWS);
+        p[i] = keep;
+        double fd = (up - down) / (2.0 * h);
+        if (fabs(fd - g[i]) > 2e-3 + 2e-2 * fabs(fd))
+            fail_msg("param %zu: backward %g, finite difference %g", i, (double)g[i], fd);
+    }
+    free(p);
+    free(g);
+    tw_replica_destroy(r);
+    tw_backend_destroy(b);
+    tw_model_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_dense_layout),
+        cmocka_unit_test(test_conv_shapes),
+        cmocka_unit_test(test_layer_that_does_not_fit_is_named),
+        cmocka_unit_test(test_init_is_seeded),
+        cmocka_unit_test(test_replica_gradients_match_finite_differences),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
