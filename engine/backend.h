@@ -219,7 +219,7 @@ tw_status tw_maxpool_fwd(tw_backend *b, const tw_window *w, tw_tensor y, tw_tens
 tw_status tw_maxpool_bwd(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy,
                          tw_tensor argmax, tw_error *err);
 
-/* Sparse softmax cross-entropy with the max-shift (FORMATS.md §6.3): loss[rows], probs[rows, classes]
+/* Sparse softmax cross-entropy with the max-shift (docs/formats.md §6.3): loss[rows], probs[rows, classes]
  * from logits[rows, classes] and labels[rows] (int32, each in [0, classes): the caller checks).
  * bwd: dlogits = (probs - onehot(labels)) * scale. */
 tw_status tw_xent_fwd(tw_backend *b, tw_tensor loss, tw_tensor probs, tw_tensor logits,

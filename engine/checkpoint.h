@@ -1,10 +1,10 @@
-/* checkpoint.h — training checkpoints: the folder of safetensors files (FORMATS.md §7.1) and reading
+/* checkpoint.h — training checkpoints: the folder of safetensors files (docs/formats.md §7.1) and reading
  * one back for the trainer.
  *
  * Owns: the checkpoint folder — `ckpt-<step>.safetensors` files (the step zero-padded to 10 digits so
  * names sort; larger steps still work, ordering is always by the parsed number), a `latest` pointer
  * file (one line: the checkpoint's file name) switched atomically only after the checkpoint is durable,
- * pruning to the newest K only after the pointer moved (RELIABILITY.md rule 1, rows P3, P5, P8), and
+ * pruning to the newest K only after the pointer moved (docs/reliability.md rule 1, rows P3, P5), and
  * removing temporaries an interrupted save left (tw_checkpoint_remove_temporaries, which the server
  * also runs before it starts a trainer), a read-only listing for the server (steps, file names, sizes,
  * which one `latest` names), the folder's place in a run's log folder (logdir/checkpoints); and a
@@ -16,7 +16,7 @@
  * committed (a save died between its rename and the pointer switch): it is ignored, and deleted by the
  * next save. A `latest` that is malformed or names a missing file is an error (TW_ERR_CORRUPT), never a
  * silent fallback to an older checkpoint: resuming from an older step without saying so would hide
- * lost data and rewind the run; an operator decides (RELIABILITY.md: "nothing lost, clear error").
+ * lost data and rewind the run; an operator decides (docs/reliability.md: nothing lost, a clear error).
  *
  * Not thread-safe: one writer per folder (one trainer per run). A tw_checkpoint may be read from
  * several threads once opened. */
@@ -40,7 +40,7 @@ int tw_checkpoint_dir_of(const char *logdir, char *buf, size_t size);
 
 /* Removes the temporaries an interrupted save left in dir (ckpt-*.safetensors.tmp.* and latest.tmp.*;
  * nothing else). A missing dir has none. Errors: TW_ERR_IO (dir or a file reached through a symlink under
- * a confined data folder, eventlog/datafs.h: nothing is deleted through it; an unlink that failed). */
+ * a confined data folder, base/datafs.h: nothing is deleted through it; an unlink that failed). */
 tw_status tw_checkpoint_remove_temporaries(const char *dir, tw_error *err);
 
 /* One checkpoint file of a folder. */

@@ -28,8 +28,8 @@ typedef enum {
 } tw_layer_type;
 
 typedef enum {
-    TW_INIT_TRUNCATED_NORMAL = 0, /* mean 0, stddev; redrawn beyond 2 stddev (FORMATS.md §6.6) */
-    TW_INIT_GLOROT_UNIFORM,       /* FORMATS.md §6.7 */
+    TW_INIT_TRUNCATED_NORMAL = 0, /* mean 0, stddev; redrawn beyond 2 stddev (docs/formats.md §6.6) */
+    TW_INIT_GLOROT_UNIFORM,       /* docs/formats.md §6.7 */
     TW_INIT_ZEROS,
     TW_INIT_CONSTANT,
 } tw_init_kind;

@@ -2,7 +2,7 @@
  * kernels (TW_HD is __host__ __device__ under nvcc, empty in C).
  *
  * Owns: activations and their derivatives, the optimizer, L2 and EMA updates and the per-element pieces of
- * the losses with TensorFlow 1's formulas (FORMATS.md §6), and the counter-based random numbers dropout
+ * the losses with TensorFlow 1's formulas (docs/formats.md §6), and the counter-based random numbers dropout
  * uses, so that every backend draws the same mask for the same (seed, step, element). Does not own
  * loops, reductions or memory. */
 #ifndef TW_ELEMENTWISE_H
@@ -79,10 +79,10 @@ static inline TW_HD float tw_ema(float shadow, float value, float decay)
     return shadow - (shadow - value) * (1.0f - decay);
 }
 
-/* tf.contrib.layers.l2_regularizer's gradient folded into g: d/dw (l2 w^2 / 2) = l2 w (FORMATS.md §6.4). */
+/* tf.contrib.layers.l2_regularizer's gradient folded into g: d/dw (l2 w^2 / 2) = l2 w (docs/formats.md §6.4). */
 static inline TW_HD float tw_l2_grad(float g, float w, float l2) { return g + l2 * w; }
 
-/* Sparse softmax cross-entropy (FORMATS.md §6.3), one row with max m and s = sum of tw_xent_exp over it:
+/* Sparse softmax cross-entropy (docs/formats.md §6.3), one row with max m and s = sum of tw_xent_exp over it:
  * exp(x - m); the loss from the label's logit; d(loss)/d(logit) of one class from its probability. A NaN
  * or +inf logit makes the row's sum, and so its loss, NaN, as in TF. */
 static inline TW_HD float tw_xent_exp(float x, float m) { return expf(x - m); }

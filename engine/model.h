@@ -31,7 +31,7 @@ typedef struct {
     size_t count;
     int is_weight;                    /* weights get L2; biases do not */
     tw_init init;
-    int fan_in, fan_out;              /* for glorot_uniform (FORMATS.md §6.7) */
+    int fan_in, fan_out;              /* for glorot_uniform (docs/formats.md §6.7) */
 } tw_param;
 
 typedef struct tw_model tw_model;

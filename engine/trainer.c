@@ -54,7 +54,7 @@ static double now(void) { return tw_child_now(); }
 
 /* ================================ output ================================ */
 
-/* A failed event write never stops training (RELIABILITY.md P9): say so once, stop writing. */
+/* A failed event write never stops training (the METRICS_DEGRADED warning, docs/architecture.md "The child protocol"): say so once, stop writing. */
 static void events_failed(run *R, const tw_error *e)
 {
     char msg[1200];

@@ -273,7 +273,7 @@ struct max_op {
 };
 
 /* One block per row r: probs[r, classes] = softmax(logits[r, classes]) with the max-shift, loss[r] =
- * log(sum exp(x - m)) - (x[label] - m) (FORMATS.md §6.3); max and sum by cub::BlockReduce. A bad label
+ * log(sum exp(x - m)) - (x[label] - m) (docs/formats.md §6.3); max and sum by cub::BlockReduce. A bad label
  * gives a NaN loss and a report in flag. */
 __global__ void __launch_bounds__(ROW_THREADS) k_xent_fwd(float *loss, float *probs,
                                                           const float *logits, const int32_t *labels,

@@ -614,8 +614,9 @@ static int checkpoint_dir(tw_server *S, tw_req *r, char *dir)
     json_decref(row);
     if (!row)
         return -1;
-    tw_run_dir(S, tw_req_param(r, "id"), dir, PATH_MAX);
-    strcat(dir, "/checkpoints");
+    char run[PATH_MAX];
+    tw_run_dir(S, tw_req_param(r, "id"), run, sizeof run);
+    tw_checkpoint_dir_of(run, dir, PATH_MAX + 16); /* the engine names its folder */
     return 0;
 }
 

@@ -5,7 +5,7 @@
  * kernel's parent-death signal is tied to the forking thread). The mutex guards the child table against
  * the HTTP threads (cancel, devices, rates).
  *
- * A run is its process group, not its first process (RELIABILITY: a run is over only when its whole group
+ * A run is its process group, not its first process (docs/reliability.md rule 4: a run is over only when its whole group
  * is gone). The child is a group leader; the server is a child subreaper (PR_SET_CHILD_SUBREAPER), so a
  * group member orphaned by its parent's death, however deeply forked, becomes the server's child. When
  * the leader exits, SIGKILL goes to the rest of its group at once (while the leader's zombie still holds
@@ -255,7 +255,7 @@ static ssize_t drain(child *c, int which, double now)
 
 /* ================================ spawning ================================ */
 
-/* Removes temporary files a killed child left in its checkpoint folder (RELIABILITY P3), through the
+/* Removes temporary files a killed child left in its checkpoint folder (docs/reliability.md row P3), through the
  * engine, which owns the folder's layout (engine/checkpoint.h). A missing folder has none; one reached
  * through a symlink is an error (nothing outside the data folder is deleted). */
 static tw_status remove_temporaries(const char *logdir, tw_error *err)
@@ -545,7 +545,7 @@ typedef struct {
     const char *code;
 } outcome;
 
-/* What an exit means (RELIABILITY: deterministic failures fail fast, infrastructure ones retry). */
+/* What an exit means (docs/reliability.md rule 3: deterministic failures fail fast, infrastructure ones retry). */
 static outcome classify(const child *c)
 {
     if (c->cancel)

@@ -91,7 +91,7 @@ double tw_now_wall(void);
 /* ---- the data folder's layout: every path under DATA is made by these (nowhere else) ----
  *   DATA/tower.db  DATA/tower.lock  (serve_main.c)
  *   DATA/datasets/<id>/upload/<field>, upload/params.json, train.tfrecord, test.tfrecord, meta.json
- *   DATA/runs/<id>/config.json, log, checkpoints/, the event files (engine)
+ *   DATA/runs/<id>/config.json, log; its checkpoints/ and event files are the engine's (tw_checkpoint_dir_of)
  * Each returns 0, or -1 when the path does not fit in size (buf is then ""). */
 #define TW_DATA_DB "tower.db"
 #define TW_DATA_LOCK "tower.lock"
@@ -104,7 +104,6 @@ double tw_now_wall(void);
 #define TW_DATASET_META "meta.json"
 #define TW_RUN_CONFIG "config.json"
 #define TW_RUN_LOG "log"
-#define TW_RUN_CHECKPOINTS "checkpoints"
 
 /* DATA/<name> ("tower.db", "runs", ...). */
 int tw_data_path(const tw_server *S, const char *name, char *buf, size_t size);

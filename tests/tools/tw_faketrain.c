@@ -5,7 +5,7 @@
  *   tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B] [--data-root D]
  *
  * The same arguments as `tower train` (the first is ignored; --towers and --backend are checked and
- * ignored; --data-root confines it as it does the trainer: eventlog/datafs.h). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
+ * ignored; --data-root confines it as it does the trainer: base/datafs.h). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
  * (default 1000) and "checkpoint_every" (default 1000, 0 = only at the end), as engine/config.c does.
  * What it writes, through the real modules:
  *   - DIR/events.out.tfevents.*: a scalar "loss" per step (eventlog/events.h); a resumed run writes a new

@@ -45,31 +45,11 @@ static int setup(void **state)
     return 0;
 }
 
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    char path[1024];
-    struct stat sb;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-            remove_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int teardown(void **state)
 {
     fixture *f = *state;
     chmod(f->dir, 0755);
-    remove_tree(f->root);
+    tw_test_rmdir(f->root);
     free(f);
     return 0;
 }

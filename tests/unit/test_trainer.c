@@ -73,30 +73,10 @@ static int setup(void **state)
     return s == TW_OK ? 0 : -1;
 }
 
-static void remove_tree(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d)
-        return;
-    char path[2048];
-    struct stat sb;
-    for (struct dirent *e; (e = readdir(d));) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-            remove_tree(path);
-        else
-            unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 static int teardown(void **state)
 {
     fixture *f = *state;
-    remove_tree(f->root);
+    tw_test_rmdir(f->root);
     free(f);
     return 0;
 }

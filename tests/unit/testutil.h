@@ -29,19 +29,23 @@ static inline int tw_test_mkdtemp(char *out, size_t size, const char *prefix)
     return mkdtemp(out) ? 0 : -1;
 }
 
-/* Removes dir and the files directly in it. Returns 0, or -1 with errno set. */
+/* Removes dir and everything in it (symlinks are removed, not followed). Returns 0, or -1 with errno
+ * set. */
 static inline int tw_test_rmdir(const char *dir)
 {
     DIR *d = opendir(dir);
     if (!d)
         return -1;
     char path[4096];
+    struct stat sb;
     int rc = 0;
     for (struct dirent *e; (e = readdir(d));) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        rc |= unlink(path);
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path)
+            rc = -1;
+        else
+            rc |= lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? tw_test_rmdir(path) : unlink(path);
     }
     closedir(d);
     return rc | rmdir(dir);

@@ -1,0 +1,51 @@
+"""The structure rules of docs/architecture.md that a tool can check: no two source files use each other,
+directly or around a circle, and no source file points outside the repository for its documentation."""
+import re
+import subprocess
+import sys
+
+from conftest import BUILD, ROOT
+
+SOURCES = ("base", "eventlog", "engine", "kernels", "server", "static", "tests", "scripts", "docker", "cmake",
+           "docs", "examples")
+
+
+def test_no_circle_between_source_files():
+    """An arrow is a function or global defined in one .c/.cu and named in another (from nm)."""
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "tools" / "check_circles.py"), str(BUILD)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    files = int(re.search(r"(\d+) files", r.stdout).group(1))
+    assert files >= 40, r.stdout  # the build's objects were found, not an empty graph
+
+
+def test_check_circles_finds_a_circle(tmp_path):
+    """The checker itself: two objects that call each other are a circle."""
+    lib = tmp_path / "server" / "CMakeFiles" / "tw_server.dir"
+    lib.mkdir(parents=True)
+    (tmp_path / "a.c").write_text("int b(void); int a(void) { return b(); }\n")
+    (tmp_path / "b.c").write_text("int a(void); int b(void) { return a() + 1; }\n")
+    for name in ("a", "b"):
+        subprocess.run(["cc", "-c", str(tmp_path / f"{name}.c"), "-o", str(lib / f"{name}.c.o")], check=True)
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "tools" / "check_circles.py"), str(tmp_path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "server/a.c" in r.stdout and "server/b.c" in r.stdout, r.stdout
+
+
+def test_no_source_points_outside_the_repository():
+    outside = re.compile(r"\.\./shared|shared/(DESIGN|FORMATS|RELIABILITY)|\b(DESIGN|FORMATS|RELIABILITY)\.md")
+    hits = []
+    for folder in SOURCES:
+        for path in (ROOT / folder).rglob("*"):
+            if path.is_file() and path.suffix in (".c", ".h", ".cu", ".py", ".md", ".sh", ".js", ".html",
+                                                  ".cmake", ".txt", ".yaml", ".json", ""):
+                try:
+                    text = path.read_text()
+                except UnicodeDecodeError:
+                    continue
+                hits += [f"{path.relative_to(ROOT)}:{i + 1}: {line.strip()}"
+                         for i, line in enumerate(text.splitlines()) if outside.search(line)]
+    for path in ROOT.glob("*.md"):
+        hits += [f"{path.name}:{i + 1}" for i, line in enumerate(path.read_text().splitlines())
+                 if outside.search(line)]
+    assert hits == [], "\n".join(hits)
