@@ -540,7 +540,7 @@ static void save_progress(tw_scheduler *s, child *c, double now)
 }
 
 typedef struct {
-    const char *status; /* final state, or NULL: retriable */
+    tw_run_state state; /* the final state, or TW_RUN_QUEUED: retriable (requeued while restarts remain) */
     const char *reason;
     const char *code;
 } outcome;
@@ -549,25 +549,25 @@ typedef struct {
 static outcome classify(const child *c)
 {
     if (c->cancel)
-        return (outcome){"cancelled", NULL, NULL};
+        return (outcome){TW_RUN_CANCELLED, NULL, NULL};
     if (c->kill_reason && !strcmp(c->kill_reason, "deadline"))
-        return (outcome){"failed", "deadline", "DEADLINE_EXCEEDED"};
+        return (outcome){TW_RUN_FAILED, "deadline", "DEADLINE_EXCEEDED"};
     if (c->kill_reason)
-        return (outcome){NULL, "timeout", "HEARTBEAT_TIMEOUT"};
+        return (outcome){TW_RUN_QUEUED, "timeout", "HEARTBEAT_TIMEOUT"};
     if (WIFSIGNALED(c->wstatus))
-        return (outcome){NULL, "crashed", "CRASHED"};
+        return (outcome){TW_RUN_QUEUED, "crashed", "CRASHED"};
     switch (WEXITSTATUS(c->wstatus)) {
     case 0:
         if (!strcmp(c->final_status, TW_CHILD_COMPLETED))
-            return (outcome){"succeeded", NULL, NULL};
-        return (outcome){NULL, "interrupted", "INTERRUPTED"}; /* stopped by someone else's SIGTERM */
-    case TW_EXIT_USAGE: return (outcome){"failed", "bad_config", "BAD_CONFIG"};
-    case TW_EXIT_DIVERGED: return (outcome){"failed", "diverged", "DIVERGED"};
-    case TW_EXIT_OOM: return (outcome){"failed", "out_of_memory", "OUT_OF_MEMORY"};
-    case TW_EXIT_DEVICE: return (outcome){NULL, "device_error", "DEVICE_ERROR"};
-    case TW_EXIT_STORAGE_FULL: return (outcome){NULL, "storage_full", "STORAGE_FULL"};
-    case TW_EXIT_BAD_DATA: return (outcome){"failed", "bad_dataset", "BAD_DATASET"};
-    default: return (outcome){NULL, "crashed", "CRASHED"};
+            return (outcome){TW_RUN_SUCCEEDED, NULL, NULL};
+        return (outcome){TW_RUN_QUEUED, "interrupted", "INTERRUPTED"}; /* stopped by someone else's SIGTERM */
+    case TW_EXIT_USAGE: return (outcome){TW_RUN_FAILED, "bad_config", "BAD_CONFIG"};
+    case TW_EXIT_DIVERGED: return (outcome){TW_RUN_FAILED, "diverged", "DIVERGED"};
+    case TW_EXIT_OOM: return (outcome){TW_RUN_FAILED, "out_of_memory", "OUT_OF_MEMORY"};
+    case TW_EXIT_DEVICE: return (outcome){TW_RUN_QUEUED, "device_error", "DEVICE_ERROR"};
+    case TW_EXIT_STORAGE_FULL: return (outcome){TW_RUN_QUEUED, "storage_full", "STORAGE_FULL"};
+    case TW_EXIT_BAD_DATA: return (outcome){TW_RUN_FAILED, "bad_dataset", "BAD_DATASET"};
+    default: return (outcome){TW_RUN_QUEUED, "crashed", "CRASHED"};
     }
 }
 
@@ -594,18 +594,18 @@ static void finish(tw_scheduler *s, child *c)
     tw_error err;
     tw_status st = TW_OK;
     char *e = o.code ? error_text(o.code, msg) : NULL;
-    if (!o.status && c->restarts < c->max_restarts) {
+    if (o.state == TW_RUN_QUEUED && c->restarts < c->max_restarts) {
         double delay = fmin(S->opt.backoff_cap, S->opt.backoff_base * pow(2.0, c->restarts));
         st = tw_store_run_requeue(S->store, c->id, o.reason, e, tw_now_wall() + delay, &err);
     } else {
-        if (!o.status && c->max_restarts > 0) {
+        if (o.state == TW_RUN_QUEUED && c->max_restarts > 0) {
             char gave_up[1000];
             snprintf(gave_up, sizeof gave_up, "gave up after %d restarts: %s", c->restarts, msg);
             free(e);
             e = error_text(o.code, gave_up);
         }
-        st = tw_store_run_finished(S->store, c->id, o.status ? tw_run_state_named(o.status) : TW_RUN_FAILED,
-                                   o.reason, e, tw_now_wall(), &err);
+        st = tw_store_run_finished(S->store, c->id, o.state == TW_RUN_QUEUED ? TW_RUN_FAILED : o.state, o.reason,
+                                   e, tw_now_wall(), &err);
     }
     if (st != TW_OK)
         log_store_error(&err);
