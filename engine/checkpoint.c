@@ -296,7 +296,7 @@ tw_status tw_checkpoint_list(const char *dir, tw_ckpt_listing *out, tw_error *er
     if (s == TW_OK && n)
         s = (out->entries = calloc(n, sizeof *out->entries)) ? TW_OK
             : tw_error_set(err, TW_ERR_NOMEM, dir, -1, "out of memory");
-    if (s == TW_OK)
+    if (s == TW_OK && n) /* steps is NULL when there are none */
         qsort(steps, n, sizeof *steps, oldest_first);
     for (size_t i = 0; s == TW_OK && i < n; i++) {
         tw_ckpt_entry *e = &out->entries[out->n];
