@@ -1,4 +1,5 @@
-/* api_runs.c — /api/v1/runs: submit, list, show, cancel, delete, metrics, events, log, checkpoints. */
+/* api_runs.c — /api/v1/runs: submit, list, show, cancel, resume, priority, delete, metrics, events, log,
+ * checkpoints. */
 #define _GNU_SOURCE
 #include "runs.h"
 
@@ -25,7 +26,7 @@
 #include "scheduler.h"
 #include "store.h"
 
-enum { LOG_TAIL_BYTES = 256 * 1024, MAX_POINTS = 2000, MAX_IDEM_KEY = 255 };
+enum { LOG_TAIL_BYTES = 256 * 1024, MAX_POINTS = 2000, MAX_IDEM_KEY = 255, MAX_PRIORITY = 1000 };
 
 /* ================================ submission ================================ */
 
@@ -33,6 +34,7 @@ typedef struct {
     const char *name;
     int max_restarts;
     double deadline_s;
+    int priority;
     json_t *dataset_row; /* owned */
 } server_keys;
 
@@ -40,6 +42,15 @@ static tw_status bad(tw_api_code *code, tw_api_code c, tw_error *err, const char
 {
     *code = c;
     return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: %s", key, msg);
+}
+
+/* A queue priority: an integer from -MAX_PRIORITY to MAX_PRIORITY. */
+static tw_status priority_of(const json_t *v, int *priority, tw_api_code *code, tw_error *err)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < -MAX_PRIORITY || json_integer_value(v) > MAX_PRIORITY)
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "priority", "must be an integer from -1000 to 1000");
+    *priority = (int)json_integer_value(v);
+    return TW_OK;
 }
 
 /* Reads and removes the server's own keys from cfg (a copy). */
@@ -69,6 +80,8 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
             return bad(code, TW_API_INVALID_ARGUMENT, err, "deadline_s", "must be a number of seconds >= 0");
         k->deadline_s = json_number_value(v);
     }
+    if ((v = json_object_get(cfg, "priority")))
+        TW_TRY(priority_of(v, &k->priority, code, err));
     json_t *ds = json_object_get(cfg, "dataset");
     json_t *ref = json_is_object(ds) ? json_object_get(ds, "name") : ds;
     if (!json_is_string(ref))
@@ -95,6 +108,7 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
     json_object_del(cfg, "name");
     json_object_del(cfg, "max_restarts");
     json_object_del(cfg, "deadline_s");
+    json_object_del(cfg, "priority");
     return TW_OK;
 }
 
@@ -202,7 +216,8 @@ static tw_status submit_new(tw_server *S, const json_t *body, const char *idem_k
     if (s == TW_OK) {
         tw_run_new n = {.id = id, .name = k.name, .dataset_id = json_string_value(json_object_get(k.dataset_row, "id")),
                         .config = sub_text, .idem_key = idem_key, .idem_body = idem_body, .towers = c.towers,
-                        .steps = c.steps, .max_restarts = k.max_restarts, .deadline_s = k.deadline_s};
+                        .steps = c.steps, .max_restarts = k.max_restarts, .deadline_s = k.deadline_s,
+                        .priority = k.priority};
         s = tw_store_run_insert(S->store, &n, err);
         if (s != TW_OK) {
             char dir[PATH_MAX];
@@ -298,6 +313,8 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
         json_object_set_new(r, "devices", json_array());
     if (!json_is_object(json_object_get(r, "metrics")))
         json_object_set_new(r, "metrics", json_object());
+    if (tw_store_run_state(row) == TW_RUN_RUNNING && tw_scheduler_cancelling(S->sched, id))
+        json_object_set_new(r, "status", json_string("cancelling")); /* shown, never stored (runs.h) */
     return r;
 }
 
@@ -666,4 +683,140 @@ void tw_api_run_checkpoint_latest(tw_server *S, tw_req *r)
         return;
     }
     tw_reply_file(r, fd, (uint64_t)st.st_size, "application/octet-stream", latest);
+}
+
+/* Replies to a change of run row (202, presented) or its failure: TW_END 404, TW_ERR_INVALID `code`
+ * (400 for a bad body, 409 for a state that refuses), otherwise the error's own code. */
+static void reply_changed(tw_server *S, tw_req *r, tw_status s, const json_t *row, tw_api_code code,
+                          const tw_error *err)
+{
+    if (s == TW_OK) {
+        tw_server_changed(S);
+        tw_reply_json(r, 202, tw_run_present(S, row));
+    } else if (s == TW_END) {
+        tw_reply_error(r, TW_API_NOT_FOUND, "no run '%s'", tw_req_param(r, "id"));
+    } else if (s == TW_ERR_INVALID) {
+        tw_reply_error(r, code, "%s", err->message);
+    } else {
+        tw_reply_status(r, err);
+    }
+}
+
+/* GET /runs/{id}/checkpoints/{step}: a kept checkpoint, found in the engine's listing. */
+void tw_api_run_checkpoint_step(tw_server *S, tw_req *r)
+{
+    char dir[PATH_MAX + 16], path[PATH_MAX + 300], *end;
+    const char *arg = tw_req_param(r, "step");
+    errno = 0;
+    long long step = strtoll(arg, &end, 10);
+    if (*end || end == arg || errno || step < 0) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "step: '%s' is not a step number (or 'latest')", arg);
+        return;
+    }
+    if (checkpoint_dir(S, r, dir) != 0)
+        return;
+    tw_ckpt_listing l;
+    tw_error err;
+    if (tw_checkpoint_list(dir, &l, &err) != TW_OK) {
+        tw_api_reply_logged(r, &err);
+        return;
+    }
+    int fd = -1;
+    struct stat st;
+    for (size_t i = 0; i < l.n; i++)
+        if (l.entries[i].step == step) {
+            snprintf(path, sizeof path, "%s/%s", dir, l.entries[i].file);
+            fd = tw_fs_open(path, O_RDONLY, 0);
+        }
+    tw_checkpoint_listing_free(&l);
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            close(fd);
+        tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' keeps no checkpoint of step %lld", tw_req_param(r, "id"), step);
+        return;
+    }
+    tw_reply_file(r, fd, (uint64_t)st.st_size, "application/octet-stream", strrchr(path, '/') + 1);
+}
+
+/* POST /runs/{id}/priority {"priority": N}: moves a queued run in the queue. */
+void tw_api_run_priority(tw_server *S, tw_req *r)
+{
+    json_t *body = tw_req_json(r), *row = NULL;
+    const char *key;
+    json_t *v;
+    int priority = 0;
+    tw_api_code code = TW_API_INVALID_ARGUMENT;
+    tw_error err;
+    json_object_foreach(body, key, v) if (strcmp(key, "priority")) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "%s: unknown key (the body is {\"priority\": N})", key);
+        return;
+    }
+    tw_status s = priority_of(json_object_get(body, "priority"), &priority, &code, &err);
+    const char *id = tw_req_param(r, "id");
+    if (s == TW_OK) {
+        code = TW_API_CONFLICT; /* from here a refusal is the run's state */
+        s = tw_store_run_set_priority(S->store, id, priority, &err);
+    }
+    if (s == TW_OK)
+        s = tw_store_run_get(S->store, id, &row, &err);
+    reply_changed(S, r, s, row, code, &err);
+    json_decref(row);
+}
+
+/* The run's config.json with steps changed, written durably (the trainer reads it at its next start). */
+static tw_status rewrite_steps(tw_server *S, const char *id, int64_t steps, tw_error *err)
+{
+    char path[PATH_MAX];
+    tw_run_path(S, id, TW_RUN_CONFIG, path, sizeof path);
+    json_error_t je;
+    int fd = tw_fs_open(path, O_RDONLY, 0);
+    json_t *cfg = fd >= 0 ? json_loadfd(fd, 0, &je) : NULL;
+    if (fd >= 0)
+        close(fd);
+    if (!cfg)
+        return tw_error_set(err, TW_ERR_IO, path, -1, "cannot read the run's config");
+    json_object_set_new(cfg, "steps", json_integer(steps));
+    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
+    tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
+                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    free(text);
+    json_decref(cfg);
+    return s;
+}
+
+/* POST /runs/{id}/resume {} or {"steps": N}: a stopped run continues from its latest checkpoint. */
+void tw_api_run_resume(tw_server *S, tw_req *r)
+{
+    json_t *body = tw_req_json(r), *row = run_or_404(S, r), *v;
+    const char *key, *id = tw_req_param(r, "id");
+    tw_api_code code = TW_API_INVALID_ARGUMENT;
+    tw_error err;
+    tw_status s = TW_OK;
+    if (!row)
+        return;
+    json_object_foreach(body, key, v) if (strcmp(key, "steps"))
+        s = bad(&code, TW_API_INVALID_ARGUMENT, &err, key, "unknown key (the body is {} or {\"steps\": N})");
+    json_int_t steps = json_integer_value(json_object_get(row, "steps"));
+    if ((v = json_object_get(body, "steps")) && s == TW_OK) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (json_int_t)1 << 40)
+            s = bad(&code, TW_API_INVALID_ARGUMENT, &err, "steps", "must be a positive integer");
+        steps = json_integer_value(v);
+    }
+    tw_run_state state = tw_store_run_state(row);
+    int stopped = tw_run_state_final(state) &&
+                  steps >= json_integer_value(json_object_get(row, "steps")) + (state == TW_RUN_SUCCEEDED);
+    if (s == TW_OK)
+        code = TW_API_CONFLICT; /* from here a refusal is the run's state */
+    if (s == TW_OK && stopped)
+        s = rewrite_steps(S, id, steps, &err);
+    if (s == TW_OK) /* the store decides (and says why not) */
+        s = tw_store_run_resume(S->store, id, steps, &err);
+    json_decref(row);
+    row = NULL;
+    if (s == TW_OK)
+        s = tw_store_run_get(S->store, id, &row, &err);
+    if (s == TW_OK)
+        tw_scheduler_wake(S->sched);
+    reply_changed(S, r, s, row, code, &err);
+    json_decref(row);
 }

@@ -33,5 +33,8 @@ void tw_api_run_events(tw_server *S, tw_req *r);
 void tw_api_run_log(tw_server *S, tw_req *r);
 void tw_api_run_checkpoints(tw_server *S, tw_req *r);
 void tw_api_run_checkpoint_latest(tw_server *S, tw_req *r);
+void tw_api_run_checkpoint_step(tw_server *S, tw_req *r);
+void tw_api_run_priority(tw_server *S, tw_req *r);
+void tw_api_run_resume(tw_server *S, tw_req *r);
 
 #endif
