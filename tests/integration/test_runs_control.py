@@ -1,0 +1,208 @@
+"""Driving runs through the API (issue 11, "The API"): resume of a stopped run (bit-exact against an
+uninterrupted run, through the event files), queue priority (highest first, FIFO within one, with the fake
+trainer on the one CPU device), "cancelling" until the child is gone, any kept checkpoint by step, and
+`tower train --logdir` creating missing parent folders."""
+import json
+import os
+import signal
+import subprocess
+
+import numpy as np
+import pytest
+import requests
+
+from helpers import poll
+from test_server import child_pids, submit, wait_dataset, wait_run
+
+CSV = "a,b,label\n" + "".join(f"{i % 7}.5,{i % 3}.25,{i % 2}\n" for i in range(64))
+
+
+def upload_csv(server, name="tab"):
+    r = requests.post(server.api(f"/datasets?name={name}&label_column=label"), data=CSV,
+                      headers={"Content-Type": "text/csv", **server.headers()}, timeout=30)
+    assert r.status_code in (201, 202), r.text
+    assert wait_dataset(server, r.json()["id"])["status"] == "ready"
+
+
+def config(**over):
+    c = {"dataset": "tab",
+         "model": {"layers": [{"type": "dense", "units": 4, "activation": "relu"}, {"type": "dense", "units": 2}]},
+         "optimizer": {"type": "momentum", "learning_rate": 0.05, "momentum": 0.9}, "batch_size": 16,
+         "steps": 20, "seed": 5, "summary_every": 1, "eval_every": 0, "checkpoint_every": 5,
+         "keep_checkpoints": 3}
+    c.update(over)
+    return c
+
+
+def post(server, path, body=None):
+    return requests.post(server.api(path), json=body if body is not None else {}, timeout=30)
+
+
+def error(r, status, code):
+    assert r.status_code == status, r.text
+    err = r.json()["error"]
+    assert err["code"] == code, err
+    return err["message"]
+
+
+def the_child(server):
+    return poll("the run's child", lambda: (child_pids(server.proc.pid) or [None])[0])
+
+
+@pytest.fixture
+def fake_server(serve, tool):
+    server = serve("--trainer", tool("tw_faketrain"), env={"TW_FAKE": "step_ms=5"})
+    upload_csv(server)
+    return server
+
+
+# ---- resume ----
+
+def losses(server, run_id):
+    """{tag: {step: value}} of the run's loss scalars, from its event files (a point redone after a
+    resume replaces the earlier one, as TensorBoard does)."""
+    scalars = requests.get(server.api(f"/runs/{run_id}/metrics"), timeout=30).json()["scalars"]
+    return {tag: {s: v for s, v, _ in points} for tag, points in scalars.items()
+            if "loss" in tag or "entropy" in tag}
+
+
+def test_a_cancelled_run_resumed_gives_the_losses_of_an_uninterrupted_run(serve):
+    server = serve()  # the real trainer
+    upload_csv(server)
+    big = {"layers": [{"type": "dense", "units": 1024, "activation": "relu"},
+                      {"type": "dense", "units": 1024, "activation": "relu"}, {"type": "dense", "units": 2}]}
+    cfg = config(model=big, steps=120, checkpoint_every=50)
+    first = submit(server, {**cfg, "name": "cut"}).json()["id"]
+    child = the_child(server)
+    poll("progress", lambda: requests.get(server.api(f"/runs/{first}"), timeout=10).json()["step"] or None)
+    os.kill(child, signal.SIGSTOP)  # frozen mid-way: the cancel below finds it running
+    run = requests.get(server.api(f"/runs/{first}"), timeout=10).json()
+    assert run["status"] == "running" and 0 < run["step"] < 120, run
+    error(post(server, f"/runs/{first}/resume"), 409, "CONFLICT")  # still running: nothing to resume
+    r = post(server, f"/runs/{first}/cancel")
+    assert r.status_code == 202 and r.json()["status"] == "cancelling", r.text
+    os.kill(child, signal.SIGCONT)
+    cut = wait_run(server, first)
+    assert cut["status"] == "cancelled" and cut["step"] < 120, cut
+    assert "unknown key" in error(post(server, f"/runs/{first}/resume", {"step": 5}), 400, "INVALID_ARGUMENT")
+    r = post(server, f"/runs/{first}/resume")
+    assert r.status_code == 202 and r.json()["status"] == "queued", r.text
+    assert wait_run(server, first)["status"] == "succeeded"
+    whole = submit(server, {**cfg, "name": "whole"}).json()["id"]
+    assert wait_run(server, whole)["status"] == "succeeded"
+    resumed, uninterrupted = losses(server, first), losses(server, whole)
+    assert uninterrupted and all(sorted(v) == list(range(1, 121)) for v in uninterrupted.values()), uninterrupted
+    assert resumed == uninterrupted  # bit-exact: the same float32 values step for step
+    events = [f for f in os.listdir(server.data / "runs" / first) if f.startswith("events.out.tfevents")]
+    assert len(events) == 2  # the run's own folder: a second file that starts at the resumed step
+
+
+def test_resume_refusals_and_more_steps_for_a_succeeded_run(fake_server):
+    server = fake_server
+    run_id = submit(server, config(steps=10)).json()["id"]
+    assert wait_run(server, run_id)["status"] == "succeeded"
+    assert "more steps" in error(post(server, f"/runs/{run_id}/resume"), 409, "CONFLICT")
+    error(post(server, f"/runs/{run_id}/resume", {"steps": 10}), 409, "CONFLICT")
+    error(post(server, f"/runs/{run_id}/resume", {"steps": "20"}), 400, "INVALID_ARGUMENT")
+    error(post(server, "/runs/r0123456789abcde/resume"), 404, "NOT_FOUND")
+    r = post(server, f"/runs/{run_id}/resume", {"steps": 25})
+    assert r.status_code == 202 and r.json()["steps"] == 25, r.text
+    done = wait_run(server, run_id)
+    assert done["status"] == "succeeded" and done["step"] == 25, done
+    steps = (server.data / "runs" / run_id / "steps.log").read_text().split()[1::2]
+    assert steps == [str(k) for k in range(1, 26)]  # continued from step 10's checkpoint, nothing redone
+    assert json.loads((server.data / "runs" / run_id / "config.json").read_text())["steps"] == 25
+
+
+# ---- queue priority ----
+
+def test_the_queue_takes_the_highest_priority_first_fifo_within_one(serve, tool):
+    server = serve("--trainer", tool("tw_faketrain"), env={"TW_FAKE": "step_ms=5"})
+    upload_csv(server)
+    blocker = submit(server, config(steps=10 ** 6, name="blocker")).json()["id"]
+    wait_run(server, blocker, ("running",))
+    names = [("low", None), ("mid1", 5), ("plain", 0), ("mid2", 5), ("moved", 0)]
+    ids = {}
+    for name, priority in names:
+        cfg = config(steps=3, name=name, **({} if priority is None else {"priority": priority}))
+        r = submit(server, cfg)
+        assert r.status_code == 201, r.text
+        ids[name] = r.json()["id"]
+    assert requests.get(server.api(f"/runs/{ids['mid1']}"), timeout=10).json()["priority"] == 5
+    r = post(server, f"/runs/{ids['moved']}/priority", {"priority": 9})
+    assert r.status_code == 202 and r.json()["priority"] == 9, r.text
+    assert "priority" in error(post(server, f"/runs/{ids['low']}/priority", {"priority": 10 ** 6}), 400,
+                               "INVALID_ARGUMENT")
+    error(post(server, f"/runs/{ids['low']}/priority", {"priority": 1, "x": 1}), 400, "INVALID_ARGUMENT")
+    assert "queued" in error(post(server, f"/runs/{blocker}/priority", {"priority": 1}), 409, "CONFLICT")
+    error(submit(server, config(priority=1.5)), 400, "INVALID_ARGUMENT")
+    post(server, f"/runs/{blocker}/cancel")
+    runs = [wait_run(server, ids[name]) for name, _ in names]
+    assert all(r["status"] == "succeeded" for r in runs), runs
+    order = [r["name"] for r in sorted(runs, key=lambda r: r["first_started"])]
+    assert order == ["moved", "mid1", "mid2", "low", "plain"]
+
+
+# ---- cancel ----
+
+def test_cancel_says_cancelling_until_the_child_is_gone(fake_server):
+    server = fake_server
+    run_id = submit(server, config(steps=10 ** 6)).json()["id"]
+    wait_run(server, run_id, ("running",))
+    child = the_child(server)
+    os.kill(child, signal.SIGSTOP)  # it cannot stop before the checks below
+    r = post(server, f"/runs/{run_id}/cancel")
+    assert r.status_code == 202 and r.json()["status"] == "cancelling", r.text
+    assert requests.get(server.api(f"/runs/{run_id}"), timeout=10).json()["status"] == "cancelling"
+    listed = requests.get(server.api("/runs"), timeout=10).json()["runs"]
+    assert [x["status"] for x in listed if x["id"] == run_id] == ["cancelling"]
+    os.kill(child, signal.SIGCONT)
+    assert wait_run(server, run_id)["status"] == "cancelled"
+    queued = submit(server, config(steps=10 ** 6)).json()["id"]
+    other = submit(server, config(steps=10 ** 6)).json()["id"]
+    r = post(server, f"/runs/{other}/cancel")  # queued behind `queued`: cancelled at once
+    assert r.status_code == 202 and r.json()["status"] == "cancelled", r.text
+    post(server, f"/runs/{queued}/cancel")
+    assert wait_run(server, queued)["status"] == "cancelled"
+
+
+# ---- checkpoints by step ----
+
+def test_download_any_kept_checkpoint_by_step(fake_server):
+    server = fake_server
+    run_id = submit(server, config(steps=20, checkpoint_every=5)).json()["id"]
+    assert wait_run(server, run_id)["status"] == "succeeded"
+    listing = requests.get(server.api(f"/runs/{run_id}/checkpoints"), timeout=10).json()
+    kept = [c["step"] for c in listing["checkpoints"]]
+    assert kept == [10, 15, 20], listing
+    for c in listing["checkpoints"]:
+        r = requests.get(server.api(f"/runs/{run_id}/checkpoints/{c['step']}"), timeout=10)
+        assert r.status_code == 200, r.text
+        path = server.data / "runs" / run_id / "checkpoints" / c["file"]
+        assert r.content == path.read_bytes() and len(r.content) == c["bytes"]
+        assert c["file"] in r.headers.get("Content-Disposition", "")
+    latest = requests.get(server.api(f"/runs/{run_id}/checkpoints/latest"), timeout=10)
+    assert latest.status_code == 200
+    assert "step 5" in error(requests.get(server.api(f"/runs/{run_id}/checkpoints/5"), timeout=10), 404,
+                             "NOT_FOUND")
+    error(requests.get(server.api(f"/runs/{run_id}/checkpoints/x1"), timeout=10), 400, "INVALID_ARGUMENT")
+    error(requests.get(server.api("/runs/r0123456789abcde/checkpoints/5"), timeout=10), 404, "NOT_FOUND")
+
+
+# ---- tower train --logdir ----
+
+def test_train_creates_missing_parent_folders_of_the_logdir(tmp_path, tower_bin):
+    np.save(tmp_path / "x.npy", np.arange(64 * 4, dtype=np.uint8).reshape(64, 2, 2, 1))
+    np.save(tmp_path / "y.npy", np.arange(64, dtype=np.int64) % 2)
+    rec = tmp_path / "train.tfrecord"
+    conv = subprocess.run([str(tower_bin), "convert", "--npy-features", str(tmp_path / "x.npy"), "--npy-labels",
+                           str(tmp_path / "y.npy"), "-o", str(rec)], capture_output=True, text=True, timeout=60)
+    assert conv.returncode == 0, conv.stderr
+    layers = [{"type": "flatten"}, {"type": "dense", "units": 2}]
+    cfg = config(steps=3, dataset={"train": str(rec), "shape": [2, 2, 1]}, model={"layers": layers})
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    logdir = tmp_path / "a" / "b" / "c"
+    res = subprocess.run([str(tower_bin), "train", str(tmp_path / "c.json"), "--logdir", str(logdir)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(logdir))
