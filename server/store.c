@@ -617,12 +617,18 @@ static tw_status resolve(tw_store *st, const char *sql, const char *kind, const 
     json_t *row0 = json_array_get(rows, 0);
     if (json_array_size(rows) > 1 && strcmp(json_string_value(json_object_get(row0, "id")), ref)) {
         json_t *ids = json_array(), *row;
-        size_t i;
-        json_array_foreach(rows, i, row) json_array_append(ids, json_object_get(row, "id"));
+        char list[400] = "";
+        size_t i, used = 0;
+        json_array_foreach(rows, i, row) {
+            const char *id = json_string_value(json_object_get(row, "id"));
+            json_array_append(ids, json_object_get(row, "id"));
+            if (used < sizeof list)
+                used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", id);
+        }
         json_decref(rows);
         *out = ids;
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%zu %ss are named '%s': use an id",
-                            json_array_size(ids), kind, ref);
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%zu %ss are named '%s' (%s): use an id",
+                            json_array_size(ids), kind, ref, list);
     }
     return first(TW_OK, rows, out);
 }

@@ -206,3 +206,29 @@ def test_train_creates_missing_parent_folders_of_the_logdir(tmp_path, tower_bin)
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert any(f.startswith("events.out.tfevents") for f in os.listdir(logdir))
+
+
+# ---- names ----
+
+def test_names_work_wherever_ids_do_and_a_shared_name_is_409(fake_server):
+    server = fake_server
+    solo = submit(server, config(steps=3, name="solo")).json()["id"]
+    dups = [submit(server, config(steps=3, name="dup")).json()["id"] for _ in range(2)]
+    assert wait_run(server, "solo")["id"] == solo  # GET /runs/{name}
+    for d in dups:
+        wait_run(server, d)
+    assert requests.get(server.api("/runs/solo/checkpoints"), timeout=10).json()["latest"] == 3
+    assert requests.get(server.api("/runs/solo/checkpoints/3"), timeout=10).status_code == 200
+    r = post(server, "/runs/solo/resume", {"steps": 6})
+    assert r.status_code == 202 and r.json()["id"] == solo, r.text
+    assert wait_run(server, solo)["step"] == 6
+    message = error(requests.get(server.api("/runs/dup"), timeout=10), 409, "CONFLICT")
+    assert all(d in message for d in dups), message
+    error(requests.delete(server.api("/runs/dup"), timeout=10), 409, "CONFLICT")
+    error(requests.get(server.api("/runs/nobody"), timeout=10), 404, "NOT_FOUND")
+    assert requests.get(server.api(f"/runs/{dups[0]}"), timeout=10).json()["name"] == "dup"  # ids still work
+    assert requests.delete(server.api("/runs/solo"), timeout=10).status_code == 204
+    assert requests.get(server.api("/datasets/tab"), timeout=10).json()["name"] == "tab"
+    upload_csv(server)  # a second dataset named "tab"
+    message = error(requests.get(server.api("/datasets/tab/samples"), timeout=10), 409, "CONFLICT")
+    assert "2 datasets" in message, message
