@@ -25,7 +25,9 @@ typedef struct tw_store tw_store;
 enum { TW_ID_BYTES = 17 }; /* "r" or "d" + 15 hex digits + NUL */
 
 /* The states of a run and of a dataset. The store keeps each as its name (the tables in store.c, the
- * one spelling: the API shows the same names, and a database written before the enums reads the same). */
+ * one spelling: the API shows the same names, and a database written before the enums reads the same).
+ * The API also shows "cancelling" for a running run whose cancel was asked (api_runs.c, from the
+ * scheduler's child table): a presented state, never stored, so it has no enum value here. */
 typedef enum {
     TW_RUN_QUEUED,
     TW_RUN_RUNNING,
