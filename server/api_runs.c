@@ -21,10 +21,12 @@
 #include "events_read.h"
 #include "logtext.h"
 #include "memory.h"
+#include "model.h"
 #include "names.h"
 #include "reply.h"
 #include "scheduler.h"
 #include "store.h"
+#include "trainer.h"
 
 enum { LOG_TAIL_BYTES = 256 * 1024, MAX_POINTS = 2000, MAX_IDEM_KEY = 255, MAX_PRIORITY = 1000 };
 
@@ -53,15 +55,89 @@ static tw_status priority_of(const json_t *v, int *priority, tw_api_code *code, 
     return TW_OK;
 }
 
+/* The kept checkpoint of run `ref` (an id or name) at `at` (a step, "latest" or NULL: latest) into
+ * path[PATH_MAX + 300] (the checkpoint folder's listing is the engine's: checkpoint.h). */
+static tw_status parent_checkpoint(tw_server *S, const char *ref, const json_t *at, char *path, tw_api_code *code,
+                                   tw_error *err)
+{
+    json_t *row;
+    char msg[600], run[PATH_MAX], dir[PATH_MAX + 16];
+    tw_status s = tw_store_run_resolve(S->store, ref, &row, err);
+    if (s == TW_ERR_INVALID) /* a name several runs share: err lists them */
+        snprintf(msg, sizeof msg, "%s", err->message);
+    if (s == TW_END || s == TW_ERR_INVALID) {
+        json_decref(row);
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.run", s == TW_END ? "no run has that id or name" : msg);
+    }
+    TW_TRY(s);
+    tw_run_dir(S, json_string_value(json_object_get(row, "id")), run, sizeof run);
+    json_decref(row);
+    tw_checkpoint_dir_of(run, dir, sizeof dir);
+    tw_ckpt_listing l;
+    if ((s = tw_checkpoint_list(dir, &l, err)) == TW_OK) {
+        int64_t want = json_is_integer(at) ? json_integer_value(at) : l.latest;
+        s = bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.checkpoint",
+                "that run keeps no such checkpoint (GET /api/v1/runs/{id}/checkpoints lists them)");
+        for (size_t i = 0; i < l.n; i++)
+            if (l.entries[i].step == want && want >= 0) {
+                snprintf(path, PATH_MAX + 300, "%s/%s", dir, l.entries[i].file);
+                tw_error_clear(err);
+                s = TW_OK;
+            }
+    }
+    tw_checkpoint_listing_free(&l);
+    return s;
+}
+
+/* "init_from": {"run": ID_OR_NAME, "checkpoint": STEP | "latest", "weights": W} (from, borrowed) becomes
+ * the engine's {"checkpoint": PATH, "weights": W} in cfg: the path of that run's kept checkpoint. */
+static tw_status take_init_from(tw_server *S, json_t *cfg, const json_t *from, tw_api_code *code, tw_error *err)
+{
+    const char *key;
+    json_t *v, *at = json_object_get(from, "checkpoint");
+    json_object_foreach((json_t *)from, key, v) if (strcmp(key, "run") && strcmp(key, "checkpoint") &&
+                                                    strcmp(key, "weights"))
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "init_from",
+                   "unknown key (the keys are \"run\", \"checkpoint\" and \"weights\")");
+    if (!json_is_string(json_object_get(from, "run")))
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.run", "must be a run's id or name");
+    if (at && !(json_is_integer(at) || (json_is_string(at) && !strcmp(json_string_value(at), "latest"))))
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.checkpoint", "must be a step or \"latest\"");
+    char path[PATH_MAX + 300];
+    TW_TRY(parent_checkpoint(S, json_string_value(json_object_get(from, "run")), at, path, code, err));
+    json_t *weights = json_object_get(from, "weights");
+    json_object_set_new(cfg, "init_from", json_pack("{s:s, s:O}", "checkpoint", path, "weights",
+                                                    weights ? weights : json_null()));
+    return TW_OK;
+}
+
+/* Refuses a file path anywhere in cfg, except the run that init_from names (then resolved to its
+ * checkpoint's path). */
+static tw_status check_paths(tw_server *S, json_t *cfg, tw_api_code *code, tw_error *err)
+{
+    char path_key[128];
+    json_t *from = json_incref(json_object_get(cfg, "init_from"));
+    int by_run = json_is_object(from) && json_object_get(from, "run");
+    if (by_run)
+        json_object_del(cfg, "init_from");
+    tw_status s = TW_OK;
+    if (tw_config_find_path_key(cfg, path_key, sizeof path_key))
+        s = bad(code, TW_API_INVALID_ARGUMENT, err, path_key,
+                "a file path cannot be given over the API: a run reads the uploaded dataset that \"dataset\" "
+                "names (POST /api/v1/datasets uploads one), and starts from a run's checkpoint with "
+                "\"init_from\": {\"run\": ...}");
+    if (s == TW_OK && by_run)
+        s = take_init_from(S, cfg, from, code, err);
+    json_decref(from);
+    return s;
+}
+
 /* Reads and removes the server's own keys from cfg (a copy). */
 static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_api_code *code, tw_error *err)
 {
-    char why[200], path_key[128];
+    char why[200];
     json_t *v;
-    if (tw_config_find_path_key(cfg, path_key, sizeof path_key))
-        return bad(code, TW_API_INVALID_ARGUMENT, err, path_key,
-                   "a file path cannot be given over the API: a run reads the uploaded dataset that \"dataset\" "
-                   "names (POST /api/v1/datasets uploads one)");
+    TW_TRY(check_paths(S, cfg, code, err));
     k->max_restarts = S->opt.max_restarts;
     if ((v = json_object_get(cfg, "name"))) {
         if (!json_is_string(v))
@@ -132,12 +208,25 @@ static tw_status check_memory(tw_server *S, const tw_config *c, const json_t *da
     return tw_memory_check(&need, gpu, &limit, gpu && S->opt.memory_limit ? &limit : NULL, err);
 }
 
+/* The init_from checkpoint holds every variable of c's model with its shape (read at submit, so a
+ * mismatch is a 400 now, not a failed run later). */
+static tw_status check_init_from(const tw_config *c, tw_error *err)
+{
+    tw_model *m;
+    TW_TRY(tw_model_create(c, &m, err));
+    tw_status s = tw_train_init_from(c, m, NULL, err);
+    tw_model_destroy(m);
+    return s;
+}
+
 /* Validates cfg with the engine's parser and the memory estimate; fills *c. */
 static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset_row, tw_config *c,
                           tw_api_code *code, tw_error *err)
 {
     tw_status s = tw_config_decode(cfg, NULL, c, err);
     *code = TW_API_INVALID_ARGUMENT;
+    if (s == TW_OK && c->init_weights != TW_INIT_FROM_NONE)
+        s = check_init_from(c, err);
     if (s == TW_OK && tw_scheduler_gpu_count(S->sched) > 0 && c->towers > tw_scheduler_gpu_count(S->sched))
         s = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers: %d asked, this server has %d GPUs", c->towers,
                          tw_scheduler_gpu_count(S->sched));

@@ -15,6 +15,7 @@ from helpers import poll
 from test_server import child_pids, submit, wait_dataset, wait_run
 
 CSV = "a,b,label\n" + "".join(f"{i % 7}.5,{i % 3}.25,{i % 2}\n" for i in range(64))
+BIG_CSV = "a,b,label\n" + "".join(f"{i % 7}.5,{i % 5}.25,{int(i % 7 + i % 5 > 5)}\n" for i in range(400))
 
 
 def upload_csv(server, name="tab"):
@@ -232,3 +233,49 @@ def test_names_work_wherever_ids_do_and_a_shared_name_is_409(fake_server):
     upload_csv(server)  # a second dataset named "tab"
     message = error(requests.get(server.api("/datasets/tab/samples"), timeout=10), 409, "CONFLICT")
     assert "2 datasets" in message, message
+
+
+# ---- init_from ----
+
+def first_of(server, run_id, word):
+    """(step, value) of the first point of the run's eval tag ending in `word` (eval/accuracy)."""
+    scalars = requests.get(server.api(f"/runs/{run_id}/metrics"), timeout=30).json()["scalars"]
+    tags = [t for t in scalars if t.startswith("eval") and t.endswith(word)]
+    assert len(tags) == 1, list(scalars)
+    return scalars[tags[0]]
+
+
+def test_a_fine_tune_starts_from_the_parents_weights(serve):
+    server = serve()  # the real trainer
+    r = requests.post(server.api("/datasets?name=split"),
+                      files={"csv": ("d.csv", BIG_CSV), "label_column": (None, "label"),
+                             "test_fraction": (None, "0.25")}, timeout=30)
+    assert r.status_code in (201, 202), r.text
+    wait_dataset(server, r.json()["id"])
+    cfg = config(dataset="split", steps=200, eval_every=100, ema_decay=0.9)
+    parent = submit(server, {**cfg, "name": "parent"}).json()["id"]
+    assert wait_run(server, parent)["status"] == "succeeded"
+    finals = {w: first_of(server, parent, tag)[-1] for w, tag in (("raw", "accuracy"), ("ema", "accuracy_ema"))}
+    assert finals["raw"][0] == finals["ema"][0] == 200
+    for weights, final in finals.items():  # the child's raw evaluation at step 0 against the parent's last
+        child = submit(server, {**cfg, "steps": 1, "name": f"tuned-{weights}",
+                                "init_from": {"run": "parent", "checkpoint": "latest", "weights": weights}})
+        assert child.status_code == 201, child.text
+        assert wait_run(server, child.json()["id"])["status"] == "succeeded"
+        step0 = first_of(server, child.json()["id"], "accuracy")[0]
+        assert step0[0] == 0 and abs(step0[1] - final[1]) <= 0.005, (weights, step0, final)
+    narrow = config(dataset="split", model={"layers": [{"type": "dense", "units": 3}, {"type": "dense", "units": 2}]},
+                    init_from={"run": parent, "checkpoint": 200, "weights": "raw"})
+    message = error(submit(server, narrow), 400, "INVALID_ARGUMENT")
+    assert "init_from" in message and "layer1/weights" in message and "shape" in message, message
+    renamed = config(dataset="split", init_from={"run": parent, "weights": "raw"})
+    renamed["model"]["layers"][0]["name"] = "other"
+    assert "no tensor 'other/weights'" in error(submit(server, renamed), 400, "INVALID_ARGUMENT")
+    for bad, key in [({"run": "nobody", "weights": "raw"}, "init_from.run"),
+                     ({"run": parent, "checkpoint": 7, "weights": "raw"}, "init_from.checkpoint"),
+                     ({"run": parent, "checkpoint": "first", "weights": "raw"}, "init_from.checkpoint"),
+                     ({"run": parent, "weights": "raw", "extra": 1}, "init_from"),
+                     ({"run": parent, "weights": "best"}, "init_from.weights"),
+                     ({"checkpoint": "/etc/passwd", "weights": "raw"}, "init_from.checkpoint")]:
+        message = error(submit(server, config(dataset="split", init_from=bad)), 400, "INVALID_ARGUMENT")
+        assert message.startswith(key), (bad, message)
