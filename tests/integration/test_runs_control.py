@@ -1,7 +1,8 @@
 """Driving runs through the API (issue 11, "The API"): resume of a stopped run (bit-exact against an
 uninterrupted run, through the event files), queue priority (highest first, FIFO within one, with the fake
-trainer on the one CPU device), "cancelling" until the child is gone, any kept checkpoint by step, and
-`tower train --logdir` creating missing parent folders."""
+trainer on the one CPU device), "cancelling" until the child is gone, any kept checkpoint by step, names for
+ids, init_from (a fine-tune's step-0 evaluation is its parent's last; mismatches are 400s naming the variable;
+`tower train` with a checkpoint path), and `tower train --logdir` creating missing parent folders."""
 import json
 import os
 import signal
@@ -279,3 +280,31 @@ def test_a_fine_tune_starts_from_the_parents_weights(serve):
                      ({"checkpoint": "/etc/passwd", "weights": "raw"}, "init_from.checkpoint")]:
         message = error(submit(server, config(dataset="split", init_from=bad)), 400, "INVALID_ARGUMENT")
         assert message.startswith(key), (bad, message)
+
+
+def test_tower_train_starts_from_a_checkpoint_path(tmp_path, tower_bin):
+    np.save(tmp_path / "x.npy", (np.arange(64 * 4) % 251).astype(np.uint8).reshape(64, 2, 2, 1))
+    np.save(tmp_path / "y.npy", np.arange(64, dtype=np.int64) % 2)
+    conv = subprocess.run([str(tower_bin), "convert", "--npy-features", str(tmp_path / "x.npy"), "--npy-labels",
+                           str(tmp_path / "y.npy"), "-o", str(tmp_path / "t.tfrecord")], capture_output=True,
+                          text=True, timeout=60)
+    assert conv.returncode == 0, conv.stderr
+    base = config(dataset={"train": "t.tfrecord", "test": "t.tfrecord", "shape": [2, 2, 1]}, steps=40,
+                  eval_every=20, checkpoint_every=20, model={"layers": [{"type": "flatten"}, {"type": "dense", "units": 2}]})
+
+    def train(name, cfg):
+        (tmp_path / f"{name}.json").write_text(json.dumps(cfg))
+        res = subprocess.run([str(tower_bin), "train", str(tmp_path / f"{name}.json"), "--logdir",
+                              str(tmp_path / name)], capture_output=True, text=True, timeout=120)
+        evals = [e for e in map(json.loads, res.stdout.splitlines()) if "eval_loss" in e]
+        return res, evals
+    res, parent = train("parent", base)
+    assert res.returncode == 0, res.stderr
+    ckpt = "parent/checkpoints/ckpt-0000000040.safetensors"  # relative to the config's folder
+    res, child = train("child", {**base, "steps": 1, "init_from": {"checkpoint": ckpt, "weights": "raw"}})
+    assert res.returncode == 0, res.stderr
+    assert child[0]["step"] == 0 and child[0]["eval_loss"] == parent[-1]["eval_loss"], (child, parent)
+    wide = {**base, "model": {"layers": [{"type": "flatten"}, {"type": "dense", "units": 3}]},
+            "init_from": {"checkpoint": ckpt, "weights": "ema"}}
+    res, _ = train("wide", wide)
+    assert res.returncode == 2 and "init_from" in res.stderr and "shape" in res.stderr, res.stderr
