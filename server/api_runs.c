@@ -887,8 +887,8 @@ void tw_api_run_resume(tw_server *S, tw_req *r)
         s = bad(&code, TW_API_INVALID_ARGUMENT, &err, key, "unknown key (the body is {} or {\"steps\": N})");
     json_int_t steps = json_integer_value(json_object_get(row, "steps"));
     if ((v = json_object_get(body, "steps")) && s == TW_OK) {
-        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > (json_int_t)1 << 40)
-            s = bad(&code, TW_API_INVALID_ARGUMENT, &err, "steps", "must be a positive integer");
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000000)
+            s = bad(&code, TW_API_INVALID_ARGUMENT, &err, "steps", "must be an integer from 1 to 1000000000");
         steps = json_integer_value(v);
     }
     tw_run_state state = tw_store_run_state(row);

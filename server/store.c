@@ -676,11 +676,13 @@ tw_status tw_store_run_resume(tw_store *st, const char *id, int64_t steps, tw_er
                 "UPDATE runs SET status = 'queued', steps = ?2, config = json_set(config, '$.steps', ?2), "
                 "reason = NULL, error = NULL, finished = NULL, eta_s = NULL, devices = NULL, not_before = 0, "
                 "restarts = 0 WHERE id = ?1 AND ((status IN ('cancelled', 'failed') AND ?2 >= steps) OR "
-                "(status = 'succeeded' AND ?2 > steps))",
+                "(status = 'succeeded' AND ?2 > steps)) AND EXISTS "
+                "(SELECT 1 FROM datasets WHERE id = runs.dataset_id AND status = 'ready')",
                 "si", id, steps));
     return changed ? TW_OK
                    : unchanged(st, id,
                                "a cancelled or failed run resumes (with steps >= its steps); a succeeded run "
-                               "only with more steps; a queued or running run is not stopped",
+                               "only with more steps; a queued or running run is not stopped; and its dataset "
+                               "must still exist",
                                err);
 }

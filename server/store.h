@@ -144,7 +144,8 @@ tw_status tw_store_dataset_resolve_unique(tw_store *st, const char *ref, json_t 
 tw_status tw_store_run_set_priority(tw_store *st, const char *id, int priority, tw_error *err);
 /* Back to queued, to continue from its latest checkpoint up to `steps` (the row's steps and its config's
  * "steps" both change): a cancelled or failed run with steps >= its steps, a succeeded one with more.
- * Restarts start again from 0. TW_ERR_INVALID when the run is in no such state (err says why), TW_END
+ * Restarts start again from 0; its dataset must still be ready (the check and the update are one
+ * statement). TW_ERR_INVALID when the run is in no such state or its dataset is gone (err says why), TW_END
  * when there is no such run. */
 tw_status tw_store_run_resume(tw_store *st, const char *id, int64_t steps, tw_error *err);
 

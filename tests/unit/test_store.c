@@ -662,6 +662,10 @@ static void test_run_resume_rules(void **state)
     assert_true(json_is_null(json_object_get(r, "reason")));
     json_decref(r);
     assert_int_equal(tw_store_run_resume(f->st, "rnone", 15, &err), TW_END);
+    assert_int_equal(tw_store_run_cancel_queued(f->st, "rq", 6.0, &err), 1); /* its dataset deleted: no resume */
+    assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_OK);
+    assert_int_equal(tw_store_run_resume(f->st, "rq", 15, &err), TW_ERR_INVALID);
+    assert_non_null(strstr(err.message, "dataset"));
 }
 
 static void test_resolve_names_and_ids(void **state)
