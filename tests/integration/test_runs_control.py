@@ -5,6 +5,7 @@ ids, init_from (a fine-tune's step-0 evaluation is its parent's last; mismatches
 `tower train` with a checkpoint path), and `tower train --logdir` creating missing parent folders."""
 import json
 import os
+import re
 import signal
 import subprocess
 
@@ -95,8 +96,17 @@ def test_a_cancelled_run_resumed_gives_the_losses_of_an_uninterrupted_run(serve)
     resumed, uninterrupted = losses(server, first), losses(server, whole)
     assert uninterrupted and all(sorted(v) == list(range(1, 121)) for v in uninterrupted.values()), uninterrupted
     assert resumed == uninterrupted  # bit-exact: the same float32 values step for step
-    events = [f for f in os.listdir(server.data / "runs" / first) if f.startswith("events.out.tfevents")]
+    folder = server.data / "runs" / first
+    events = sorted(f for f in os.listdir(folder) if f.startswith("events.out.tfevents"))
     assert len(events) == 2  # the run's own folder: a second file that starts at the resumed step
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+    from tensorboard.compat.proto.event_pb2 import SessionLog
+    later = max(events, key=lambda f: (folder / f).stat().st_mtime)
+    starts = [e.step for e in EventFileLoader(str(folder / later)).Load()
+              if e.HasField("session_log") and e.session_log.status == SessionLog.START]
+    log = requests.get(server.api(f"/runs/{first}/log?tail=100000"), timeout=10).text
+    resumed_at = [int(m) for m in re.findall(r'"resumed_from":\s*"[^"]*",\s*"step":\s*(\d+)', log)]
+    assert len(resumed_at) == 1 and starts == [resumed_at[0] + 1], (starts, resumed_at)  # SessionLog START
 
 
 def test_resume_refusals_and_more_steps_for_a_succeeded_run(fake_server):
