@@ -90,6 +90,7 @@ struct schema {
 #define SCHEMA(a) {(a), (int)(sizeof(a) / sizeof *(a))}
 
 _Static_assert(sizeof(tw_layer_type) == sizeof(int) && sizeof(tw_activation) == sizeof(int) &&
+                   sizeof(tw_init_weights) == sizeof(int) &&
                    sizeof(tw_init_kind) == sizeof(int) && sizeof(tw_loss_kind) == sizeof(int) &&
                    sizeof(tw_optimizer_kind) == sizeof(int),
                "enums are stored as int");
@@ -105,6 +106,7 @@ static const char *const PADDINGS[] = {"valid", "same"};
 static const char *const LOSSES[] = {"softmax_cross_entropy", "mean_squared_error"};
 static const char *const OPTIMIZERS[] = {"sgd", "momentum", "adam"};
 static const char *const DECAYS[] = {NULL, "exponential"}; /* 0: no decay, written as null */
+static const char *const INIT_WEIGHTS[] = {NULL, "raw", "ema"}; /* 0: no init_from, written as null */
 
 const char *tw_layer_type_name(tw_layer_type t)
 {
@@ -204,6 +206,13 @@ static const field DECAY_FIELDS[] = {
 };
 static const schema DECAY_SCHEMA = SCHEMA(DECAY_FIELDS);
 
+static const field INIT_FROM_FIELDS[] = {
+    {.key = "weights", .kind = K_ENUM, .offset = AT(init_weights), .flags = F_VARIANT | F_REQUIRED,
+     NAMES(INIT_WEIGHTS)},
+    {.key = "checkpoint", .kind = K_PATH, .offset = AT(init_checkpoint), .flags = F_REQUIRED},
+};
+static const schema INIT_FROM_SCHEMA = SCHEMA(INIT_FROM_FIELDS);
+
 static const field CONFIG_FIELDS[] = {
     {.key = "dataset", .kind = K_OBJECT, .flags = F_REQUIRED, .sub = &DATASET_SCHEMA},
     {.key = "model", .kind = K_OBJECT, .flags = F_REQUIRED, .sub = &MODEL_SCHEMA},
@@ -225,6 +234,7 @@ static const field CONFIG_FIELDS[] = {
     {.key = "keep_checkpoints", .kind = K_INT, .offset = AT(keep_checkpoints), IRANGE(1, 1000)},
     {.key = "cuda_graphs", .kind = K_BOOL, .offset = AT(cuda_graphs)},
     {.key = "tf32", .kind = K_BOOL, .offset = AT(tf32)},
+    {.key = "init_from", .kind = K_OBJECT, .flags = F_NULLABLE, .sub = &INIT_FROM_SCHEMA},
 };
 static const schema CONFIG_SCHEMA = SCHEMA(CONFIG_FIELDS);
 

@@ -42,6 +42,9 @@ typedef struct {
 
 typedef enum { TW_LOSS_SOFTMAX_XENT = 0, TW_LOSS_MSE = 1 } tw_loss_kind;
 
+/* Which weights of another checkpoint a run starts from (config "init_from"). */
+typedef enum { TW_INIT_FROM_NONE = 0, TW_INIT_FROM_RAW = 1, TW_INIT_FROM_EMA = 2 } tw_init_weights;
+
 /* One layer. JSON: {"type": "dense", "units": 500, "activation": "relu", "name": "layer1",
  * "weight_init": {"type": "truncated_normal", "stddev": 0.1}, "bias_init": {"type": "constant",
  * "value": 0.1}}; conv: "filters", "kernel" (an int or a list of 2 or 3), "strides", "padding"
@@ -94,6 +97,11 @@ typedef struct {
                                         CUDA Graphs (trainer.c); 0: op by op */
     int tf32;                        /* 1: GEMMs on TF32 tensor cores (~1e-3 relative error per
                                         product, kernels/README.md); 0 (default): full FP32 */
+    /* start from another run's weights: JSON "init_from": {"checkpoint": PATH, "weights": "raw" | "ema"}
+       (null or absent: none). Only the parameters are read, by name and shape (trainer.h:
+       tw_train_init_from); a run resuming from its own checkpoint ignores it. */
+    tw_init_weights init_weights;
+    char init_checkpoint[TW_PATH_BYTES];
 } tw_config;
 
 /* The config's spelling of a layer type ("dense", "max_pool3d", ...). */

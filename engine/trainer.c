@@ -9,8 +9,10 @@
 #include "trainer.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -391,15 +393,48 @@ static tw_status start_events(run *R, int resumed, tw_error *err)
     return TW_OK;
 }
 
+tw_status tw_train_init_from(const tw_config *c, const tw_model *m, float *dst, tw_error *err)
+{
+    tw_checkpoint *ck;
+    TW_TRY(tw_checkpoint_read(c->init_checkpoint, &ck, err));
+    tw_status s = TW_OK;
+    for (size_t i = 0; i < tw_model_n_params(m) && s == TW_OK; i++) {
+        const tw_param *p = tw_model_param(m, i);
+        char name[TW_PARAM_NAME_BYTES + 32];
+        snprintf(name, sizeof name, "%s%s", p->name, c->init_weights == TW_INIT_FROM_EMA ? arena_suffix(c, 1) : "");
+        float *to = dst ? dst + p->offset : malloc((p->count ? p->count : 1) * sizeof(float));
+        tw_error e;
+        s = to ? tw_checkpoint_fetch(ck, name, p->rank, p->shape, to, &e)
+               : tw_error_set(&e, TW_ERR_NOMEM, NULL, -1, "out of memory");
+        if (s != TW_OK) /* the file is fine; the two models differ: the config's mistake */
+            s = tw_error_set(err, s == TW_ERR_CORRUPT ? TW_ERR_INVALID : s, c->init_checkpoint, -1,
+                             "init_from: %s (variables are matched by name and shape)", e.message);
+        if (!dst)
+            free(to);
+    }
+    tw_checkpoint_free(ck);
+    return s;
+}
+
+/* A new run's parameters: from the seed, or from the init_from checkpoint (params and EMA shadows). */
+static tw_status init_params(run *R, tw_error *err)
+{
+    if (R->c->init_weights == TW_INIT_FROM_NONE)
+        return tw_towers_init_params(&R->T, err);
+    TW_TRY(tw_train_init_from(R->c, R->T.m, R->host[0], err));
+    TW_TRY(tw_towers_upload_all(&R->T, tw_replica_params, R->host[0], err));
+    return tw_towers_upload_all(&R->T, tw_replica_ema, R->host[0], err); /* shadows start at them */
+}
+
 static tw_status maybe_resume(run *R, int *resumed, tw_error *err)
 {
     *resumed = 0;
     if (!R->o->resume)
-        return tw_towers_init_params(&R->T, err);
+        return init_params(R, err);
     tw_checkpoint *ck;
     tw_status s = tw_checkpoint_open_latest(R->ckpt_dir, &ck, err);
     if (s == TW_END)
-        return tw_towers_init_params(&R->T, err);
+        return init_params(R, err);
     TW_TRY(s);
     s = load_checkpoint(R, ck, err);
     if (s == TW_OK)
@@ -493,6 +528,24 @@ static void final_line(run *R, tw_train_outcome outcome)
     tw_child_final(&R->out, names[outcome], R->T.step, now() - R->t_start);
 }
 
+/* Creates the log folder and any missing folder above it, as TensorFlow's summary writers do. */
+static tw_status make_logdir(const char *logdir, tw_error *err)
+{
+    char path[PATH_MAX];
+    if (snprintf(path, sizeof path, "%s", logdir) >= (int)sizeof path)
+        return tw_error_set(err, TW_ERR_INVALID, logdir, -1, "the log folder's path is too long");
+    for (char *p = path + 1;; p++) { /* each prefix ending before a '/', then the whole path */
+        if (*p && *p != '/')
+            continue;
+        char end = *p;
+        *p = '\0';
+        if (tw_fs_mkdir(path, 0755) != 0 && errno != EEXIST)
+            return tw_fs_error(err, path, "cannot create the log folder");
+        if (!(*p = end))
+            return TW_OK;
+    }
+}
+
 tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outcome *outcome,
                    tw_error *err)
 {
@@ -503,8 +556,8 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
     tw_status s = setup(&R, err); /* everything is checked before anything is written */
     if (s == TW_OK)
         announce(&R);
-    if (s == TW_OK && tw_fs_mkdir(o->logdir, 0755) != 0 && errno != EEXIST)
-        s = tw_fs_error(err, o->logdir, "cannot create the log folder");
+    if (s == TW_OK)
+        s = make_logdir(o->logdir, err);
     if (s == TW_OK)
         s = maybe_resume(&R, &resumed, err);
     if (s == TW_OK)

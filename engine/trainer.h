@@ -36,6 +36,14 @@ typedef enum {
 } tw_train_outcome;
 
 /* Runs c to c->steps (or until stopped). Errors: any module's (data, backend, I/O). */
+/* The parameters of model m (built from c) from c's init_from checkpoint — its raw weights or their EMA
+ * shadows, each found by the variable's name and checked against its shape — into dst[P] (the params
+ * arena's layout; NULL: only check). Not the optimizer state. Errors: TW_ERR_INVALID "init_from: ..."
+ * naming the variable the checkpoint lacks or has with another shape; the checkpoint reader's errors
+ * (a missing or damaged file). */
+struct tw_model;
+tw_status tw_train_init_from(const tw_config *c, const struct tw_model *m, float *dst, tw_error *err);
+
 tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outcome *outcome,
                    tw_error *err);
 

@@ -1,4 +1,5 @@
-/* api_runs.c — /api/v1/runs: submit, list, show, cancel, delete, metrics, events, log, checkpoints. */
+/* api_runs.c — /api/v1/runs: submit, list, show, cancel, resume, priority, delete, metrics, events, log,
+ * checkpoints. */
 #define _GNU_SOURCE
 #include "runs.h"
 
@@ -20,12 +21,14 @@
 #include "events_read.h"
 #include "logtext.h"
 #include "memory.h"
+#include "model.h"
 #include "names.h"
 #include "reply.h"
 #include "scheduler.h"
 #include "store.h"
+#include "trainer.h"
 
-enum { LOG_TAIL_BYTES = 256 * 1024, MAX_POINTS = 2000, MAX_IDEM_KEY = 255 };
+enum { LOG_TAIL_BYTES = 256 * 1024, MAX_POINTS = 2000, MAX_IDEM_KEY = 255, MAX_PRIORITY = 1000 };
 
 /* ================================ submission ================================ */
 
@@ -33,6 +36,7 @@ typedef struct {
     const char *name;
     int max_restarts;
     double deadline_s;
+    int priority;
     json_t *dataset_row; /* owned */
 } server_keys;
 
@@ -42,15 +46,98 @@ static tw_status bad(tw_api_code *code, tw_api_code c, tw_error *err, const char
     return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: %s", key, msg);
 }
 
+/* A queue priority: an integer from -MAX_PRIORITY to MAX_PRIORITY. */
+static tw_status priority_of(const json_t *v, int *priority, tw_api_code *code, tw_error *err)
+{
+    if (!json_is_integer(v) || json_integer_value(v) < -MAX_PRIORITY || json_integer_value(v) > MAX_PRIORITY)
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "priority", "must be an integer from -1000 to 1000");
+    *priority = (int)json_integer_value(v);
+    return TW_OK;
+}
+
+/* The kept checkpoint of run `ref` (an id or name) at `at` (a step, "latest" or NULL: latest) into
+ * path[PATH_MAX + 300] (the checkpoint folder's listing is the engine's: checkpoint.h). */
+static tw_status parent_checkpoint(tw_server *S, const char *ref, const json_t *at, char *path, tw_api_code *code,
+                                   tw_error *err)
+{
+    json_t *row;
+    char msg[600], run[PATH_MAX], dir[PATH_MAX + 16];
+    tw_status s = tw_store_run_resolve(S->store, ref, &row, err);
+    if (s == TW_ERR_INVALID) /* a name several runs share: err lists them */
+        snprintf(msg, sizeof msg, "%s", err->message);
+    if (s == TW_END || s == TW_ERR_INVALID) {
+        json_decref(row);
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.run", s == TW_END ? "no run has that id or name" : msg);
+    }
+    TW_TRY(s);
+    tw_run_dir(S, json_string_value(json_object_get(row, "id")), run, sizeof run);
+    json_decref(row);
+    tw_checkpoint_dir_of(run, dir, sizeof dir);
+    tw_ckpt_listing l;
+    if ((s = tw_checkpoint_list(dir, &l, err)) == TW_OK) {
+        int64_t want = json_is_integer(at) ? json_integer_value(at) : l.latest;
+        s = bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.checkpoint",
+                "that run keeps no such checkpoint (GET /api/v1/runs/{id}/checkpoints lists them)");
+        for (size_t i = 0; i < l.n; i++)
+            if (l.entries[i].step == want && want >= 0) {
+                snprintf(path, PATH_MAX + 300, "%s/%s", dir, l.entries[i].file);
+                tw_error_clear(err);
+                s = TW_OK;
+            }
+    }
+    tw_checkpoint_listing_free(&l);
+    return s;
+}
+
+/* "init_from": {"run": ID_OR_NAME, "checkpoint": STEP | "latest", "weights": W} (from, borrowed) becomes
+ * the engine's {"checkpoint": PATH, "weights": W} in cfg: the path of that run's kept checkpoint. */
+static tw_status take_init_from(tw_server *S, json_t *cfg, const json_t *from, tw_api_code *code, tw_error *err)
+{
+    const char *key;
+    json_t *v, *at = json_object_get(from, "checkpoint");
+    json_object_foreach((json_t *)from, key, v) if (strcmp(key, "run") && strcmp(key, "checkpoint") &&
+                                                    strcmp(key, "weights"))
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "init_from",
+                   "unknown key (the keys are \"run\", \"checkpoint\" and \"weights\")");
+    if (!json_is_string(json_object_get(from, "run")))
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.run", "must be a run's id or name");
+    if (at && !(json_is_integer(at) || (json_is_string(at) && !strcmp(json_string_value(at), "latest"))))
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.checkpoint", "must be a step or \"latest\"");
+    char path[PATH_MAX + 300];
+    TW_TRY(parent_checkpoint(S, json_string_value(json_object_get(from, "run")), at, path, code, err));
+    json_t *weights = json_object_get(from, "weights");
+    json_object_set_new(cfg, "init_from", json_pack("{s:s, s:O}", "checkpoint", path, "weights",
+                                                    weights ? weights : json_null()));
+    return TW_OK;
+}
+
+/* Refuses a file path anywhere in cfg, except the run that init_from names (then resolved to its
+ * checkpoint's path). */
+static tw_status check_paths(tw_server *S, json_t *cfg, tw_api_code *code, tw_error *err)
+{
+    char path_key[128];
+    json_t *from = json_incref(json_object_get(cfg, "init_from"));
+    int by_run = json_is_object(from) && json_object_get(from, "run");
+    if (by_run)
+        json_object_del(cfg, "init_from");
+    tw_status s = TW_OK;
+    if (tw_config_find_path_key(cfg, path_key, sizeof path_key))
+        s = bad(code, TW_API_INVALID_ARGUMENT, err, path_key,
+                "a file path cannot be given over the API: a run reads the uploaded dataset that \"dataset\" "
+                "names (POST /api/v1/datasets uploads one), and starts from a run's checkpoint with "
+                "\"init_from\": {\"run\": ...}");
+    if (s == TW_OK && by_run)
+        s = take_init_from(S, cfg, from, code, err);
+    json_decref(from);
+    return s;
+}
+
 /* Reads and removes the server's own keys from cfg (a copy). */
 static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_api_code *code, tw_error *err)
 {
-    char why[200], path_key[128];
+    char why[200];
     json_t *v;
-    if (tw_config_find_path_key(cfg, path_key, sizeof path_key))
-        return bad(code, TW_API_INVALID_ARGUMENT, err, path_key,
-                   "a file path cannot be given over the API: a run reads the uploaded dataset that \"dataset\" "
-                   "names (POST /api/v1/datasets uploads one)");
+    TW_TRY(check_paths(S, cfg, code, err));
     k->max_restarts = S->opt.max_restarts;
     if ((v = json_object_get(cfg, "name"))) {
         if (!json_is_string(v))
@@ -69,6 +156,8 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
             return bad(code, TW_API_INVALID_ARGUMENT, err, "deadline_s", "must be a number of seconds >= 0");
         k->deadline_s = json_number_value(v);
     }
+    if ((v = json_object_get(cfg, "priority")))
+        TW_TRY(priority_of(v, &k->priority, code, err));
     json_t *ds = json_object_get(cfg, "dataset");
     json_t *ref = json_is_object(ds) ? json_object_get(ds, "name") : ds;
     if (!json_is_string(ref))
@@ -95,6 +184,7 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
     json_object_del(cfg, "name");
     json_object_del(cfg, "max_restarts");
     json_object_del(cfg, "deadline_s");
+    json_object_del(cfg, "priority");
     return TW_OK;
 }
 
@@ -118,12 +208,25 @@ static tw_status check_memory(tw_server *S, const tw_config *c, const json_t *da
     return tw_memory_check(&need, gpu, &limit, gpu && S->opt.memory_limit ? &limit : NULL, err);
 }
 
+/* The init_from checkpoint holds every variable of c's model with its shape (read at submit, so a
+ * mismatch is a 400 now, not a failed run later). */
+static tw_status check_init_from(const tw_config *c, tw_error *err)
+{
+    tw_model *m;
+    TW_TRY(tw_model_create(c, &m, err));
+    tw_status s = tw_train_init_from(c, m, NULL, err);
+    tw_model_destroy(m);
+    return s;
+}
+
 /* Validates cfg with the engine's parser and the memory estimate; fills *c. */
 static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset_row, tw_config *c,
                           tw_api_code *code, tw_error *err)
 {
     tw_status s = tw_config_decode(cfg, NULL, c, err);
     *code = TW_API_INVALID_ARGUMENT;
+    if (s == TW_OK && c->init_weights != TW_INIT_FROM_NONE)
+        s = check_init_from(c, err);
     if (s == TW_OK && tw_scheduler_gpu_count(S->sched) > 0 && c->towers > tw_scheduler_gpu_count(S->sched))
         s = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers: %d asked, this server has %d GPUs", c->towers,
                          tw_scheduler_gpu_count(S->sched));
@@ -202,7 +305,8 @@ static tw_status submit_new(tw_server *S, const json_t *body, const char *idem_k
     if (s == TW_OK) {
         tw_run_new n = {.id = id, .name = k.name, .dataset_id = json_string_value(json_object_get(k.dataset_row, "id")),
                         .config = sub_text, .idem_key = idem_key, .idem_body = idem_body, .towers = c.towers,
-                        .steps = c.steps, .max_restarts = k.max_restarts, .deadline_s = k.deadline_s};
+                        .steps = c.steps, .max_restarts = k.max_restarts, .deadline_s = k.deadline_s,
+                        .priority = k.priority};
         s = tw_store_run_insert(S->store, &n, err);
         if (s != TW_OK) {
             char dir[PATH_MAX];
@@ -298,6 +402,8 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
         json_object_set_new(r, "devices", json_array());
     if (!json_is_object(json_object_get(r, "metrics")))
         json_object_set_new(r, "metrics", json_object());
+    if (tw_store_run_state(row) == TW_RUN_RUNNING && tw_scheduler_cancelling(S->sched, id))
+        json_object_set_new(r, "status", json_string("cancelling")); /* shown, never stored (runs.h) */
     return r;
 }
 
@@ -666,4 +772,140 @@ void tw_api_run_checkpoint_latest(tw_server *S, tw_req *r)
         return;
     }
     tw_reply_file(r, fd, (uint64_t)st.st_size, "application/octet-stream", latest);
+}
+
+/* Replies to a change of run row (202, presented) or its failure: TW_END 404, TW_ERR_INVALID `code`
+ * (400 for a bad body, 409 for a state that refuses), otherwise the error's own code. */
+static void reply_changed(tw_server *S, tw_req *r, tw_status s, const json_t *row, tw_api_code code,
+                          const tw_error *err)
+{
+    if (s == TW_OK) {
+        tw_server_changed(S);
+        tw_reply_json(r, 202, tw_run_present(S, row));
+    } else if (s == TW_END) {
+        tw_reply_error(r, TW_API_NOT_FOUND, "no run '%s'", tw_req_param(r, "id"));
+    } else if (s == TW_ERR_INVALID) {
+        tw_reply_error(r, code, "%s", err->message);
+    } else {
+        tw_reply_status(r, err);
+    }
+}
+
+/* GET /runs/{id}/checkpoints/{step}: a kept checkpoint, found in the engine's listing. */
+void tw_api_run_checkpoint_step(tw_server *S, tw_req *r)
+{
+    char dir[PATH_MAX + 16], path[PATH_MAX + 300], *end;
+    const char *arg = tw_req_param(r, "step");
+    errno = 0;
+    long long step = strtoll(arg, &end, 10);
+    if (*end || end == arg || errno || step < 0) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "step: '%s' is not a step number (or 'latest')", arg);
+        return;
+    }
+    if (checkpoint_dir(S, r, dir) != 0)
+        return;
+    tw_ckpt_listing l;
+    tw_error err;
+    if (tw_checkpoint_list(dir, &l, &err) != TW_OK) {
+        tw_api_reply_logged(r, &err);
+        return;
+    }
+    int fd = -1;
+    struct stat st;
+    for (size_t i = 0; i < l.n; i++)
+        if (l.entries[i].step == step) {
+            snprintf(path, sizeof path, "%s/%s", dir, l.entries[i].file);
+            fd = tw_fs_open(path, O_RDONLY, 0);
+        }
+    tw_checkpoint_listing_free(&l);
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        if (fd >= 0)
+            close(fd);
+        tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' keeps no checkpoint of step %lld", tw_req_param(r, "id"), step);
+        return;
+    }
+    tw_reply_file(r, fd, (uint64_t)st.st_size, "application/octet-stream", strrchr(path, '/') + 1);
+}
+
+/* POST /runs/{id}/priority {"priority": N}: moves a queued run in the queue. */
+void tw_api_run_priority(tw_server *S, tw_req *r)
+{
+    json_t *body = tw_req_json(r), *row = NULL;
+    const char *key;
+    json_t *v;
+    int priority = 0;
+    tw_api_code code = TW_API_INVALID_ARGUMENT;
+    tw_error err;
+    json_object_foreach(body, key, v) if (strcmp(key, "priority")) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "%s: unknown key (the body is {\"priority\": N})", key);
+        return;
+    }
+    tw_status s = priority_of(json_object_get(body, "priority"), &priority, &code, &err);
+    const char *id = tw_req_param(r, "id");
+    if (s == TW_OK) {
+        code = TW_API_CONFLICT; /* from here a refusal is the run's state */
+        s = tw_store_run_set_priority(S->store, id, priority, &err);
+    }
+    if (s == TW_OK)
+        s = tw_store_run_get(S->store, id, &row, &err);
+    reply_changed(S, r, s, row, code, &err);
+    json_decref(row);
+}
+
+/* The run's config.json with steps changed, written durably (the trainer reads it at its next start). */
+static tw_status rewrite_steps(tw_server *S, const char *id, int64_t steps, tw_error *err)
+{
+    char path[PATH_MAX];
+    tw_run_path(S, id, TW_RUN_CONFIG, path, sizeof path);
+    json_error_t je;
+    int fd = tw_fs_open(path, O_RDONLY, 0);
+    json_t *cfg = fd >= 0 ? json_loadfd(fd, 0, &je) : NULL;
+    if (fd >= 0)
+        close(fd);
+    if (!cfg)
+        return tw_error_set(err, TW_ERR_IO, path, -1, "cannot read the run's config");
+    json_object_set_new(cfg, "steps", json_integer(steps));
+    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
+    tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
+                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    free(text);
+    json_decref(cfg);
+    return s;
+}
+
+/* POST /runs/{id}/resume {} or {"steps": N}: a stopped run continues from its latest checkpoint. */
+void tw_api_run_resume(tw_server *S, tw_req *r)
+{
+    json_t *body = tw_req_json(r), *row = run_or_404(S, r), *v;
+    const char *key, *id = tw_req_param(r, "id");
+    tw_api_code code = TW_API_INVALID_ARGUMENT;
+    tw_error err;
+    tw_status s = TW_OK;
+    if (!row)
+        return;
+    json_object_foreach(body, key, v) if (strcmp(key, "steps"))
+        s = bad(&code, TW_API_INVALID_ARGUMENT, &err, key, "unknown key (the body is {} or {\"steps\": N})");
+    json_int_t steps = json_integer_value(json_object_get(row, "steps"));
+    if ((v = json_object_get(body, "steps")) && s == TW_OK) {
+        if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1000000000)
+            s = bad(&code, TW_API_INVALID_ARGUMENT, &err, "steps", "must be an integer from 1 to 1000000000");
+        steps = json_integer_value(v);
+    }
+    tw_run_state state = tw_store_run_state(row);
+    int stopped = tw_run_state_final(state) &&
+                  steps >= json_integer_value(json_object_get(row, "steps")) + (state == TW_RUN_SUCCEEDED);
+    if (s == TW_OK)
+        code = TW_API_CONFLICT; /* from here a refusal is the run's state */
+    if (s == TW_OK && stopped)
+        s = rewrite_steps(S, id, steps, &err);
+    if (s == TW_OK) /* the store decides (and says why not) */
+        s = tw_store_run_resume(S->store, id, steps, &err);
+    json_decref(row);
+    row = NULL;
+    if (s == TW_OK)
+        s = tw_store_run_get(S->store, id, &row, &err);
+    if (s == TW_OK)
+        tw_scheduler_wake(S->sched);
+    reply_changed(S, r, s, row, code, &err);
+    json_decref(row);
 }

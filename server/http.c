@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "logtext.h"
+#include "resolve.h"
 
 enum {
     JSON_BODY_CAP = 1 << 20, /* bytes of a JSON request body */
@@ -797,8 +798,27 @@ static enum MHD_Result first_call(tw_req *r, const char *url)
     return r->response ? queue(r) : MHD_YES;
 }
 
+/* Names work wherever ids do: a route's {id} becomes the id of the run or dataset it names (resolve.h);
+ * a name several rows share is answered 409 with their ids. */
+static void resolve_id(tw_req *r)
+{
+    for (int i = 0; i < r->n_params; i++) {
+        char id[TW_ID_BYTES];
+        tw_error err;
+        if (strcmp(r->params[i][0], "id"))
+            continue;
+        tw_status s = tw_api_resolve_id(r->S, r->route->pattern, r->params[i][1], id, &err);
+        if (s == TW_OK)
+            snprintf(r->params[i][1], PARAM_BYTES, "%s", id);
+        else if (s == TW_ERR_INVALID)
+            tw_reply_error(r, TW_API_CONFLICT, "%s", err.message);
+    }
+}
+
 static enum MHD_Result last_call(tw_req *r)
 {
+    if (!r->response)
+        resolve_id(r);
     if (!r->response && (r->route->flags & TW_ROUTE_JSON_BODY) && decode_json(r) != 0)
         return queue(r);
     if (!r->response)

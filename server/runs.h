@@ -20,7 +20,7 @@ tw_status tw_runs_submit(tw_server *S, const json_t *body, const char *idem_key,
  * second step, after tw_datasets_demo registered it: serve_main.c). */
 tw_status tw_runs_submit_demo(tw_server *S, tw_error *err);
 
-/* A run row as the API shows it (new JSON). */
+/* A run row as the API shows it (new JSON): a running run whose cancel was asked shows "cancelling". */
 json_t *tw_run_present(tw_server *S, const json_t *row);
 
 void tw_api_runs_list(tw_server *S, tw_req *r);
@@ -33,5 +33,8 @@ void tw_api_run_events(tw_server *S, tw_req *r);
 void tw_api_run_log(tw_server *S, tw_req *r);
 void tw_api_run_checkpoints(tw_server *S, tw_req *r);
 void tw_api_run_checkpoint_latest(tw_server *S, tw_req *r);
+void tw_api_run_checkpoint_step(tw_server *S, tw_req *r);
+void tw_api_run_priority(tw_server *S, tw_req *r);
+void tw_api_run_resume(tw_server *S, tw_req *r);
 
 #endif

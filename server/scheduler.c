@@ -824,6 +824,15 @@ tw_status tw_scheduler_cancel(tw_scheduler *s, const char *id, tw_error *err)
     return st;
 }
 
+int tw_scheduler_cancelling(tw_scheduler *s, const char *id)
+{
+    pthread_mutex_lock(&s->mu);
+    child *c = find(s, id);
+    int cancelling = c && c->cancel;
+    pthread_mutex_unlock(&s->mu);
+    return cancelling;
+}
+
 json_t *tw_scheduler_devices(tw_scheduler *s)
 {
     json_t *arr = json_array();

@@ -30,6 +30,9 @@ void tw_scheduler_wake(tw_scheduler *s);
  * grace period. Errors: TW_END no such run, TW_ERR_INVALID already finished. */
 tw_status tw_scheduler_cancel(tw_scheduler *s, const char *id, tw_error *err);
 
+/* 1 while run id's cancel was asked and its child has not stopped yet (the API shows it "cancelling"). */
+int tw_scheduler_cancelling(tw_scheduler *s, const char *id);
+
 /* [{"id", "kind", "name", "run"}] (new). */
 json_t *tw_scheduler_devices(tw_scheduler *s);
 

@@ -3,7 +3,7 @@
  * Every statement is prepared once (keyed by its text's address: they are literals) and bound with a
  * small format string ("s" text, "S" text or NULL, "i" int64, "d" double). Rows become JSON objects
  * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. The schema's version is
- * PRAGMA user_version (2), and an older database is migrated at open. */
+ * PRAGMA user_version (3), and an older database is migrated at open. */
 #define _GNU_SOURCE
 #include "store.h"
 
@@ -48,6 +48,11 @@ static const char SCHEMA[] =
 static const char MIGRATE_2[] =
     "ALTER TABLE runs ADD COLUMN idempotency_body TEXT;"
     "PRAGMA user_version = 2;";
+
+/* Version 3 gives each run a queue priority (tw_store_run_next takes the highest first). */
+static const char MIGRATE_3[] =
+    "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
+    "PRAGMA user_version = 3;";
 
 static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices"};
 
@@ -287,6 +292,8 @@ static int migrate(sqlite3 *db)
         rc = SQLITE_ERROR;
     if (rc == SQLITE_OK && version < 2)
         rc = sqlite3_exec(db, MIGRATE_2, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && version < 3)
+        rc = sqlite3_exec(db, MIGRATE_3, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
@@ -421,7 +428,7 @@ tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)
 #define RUN_COLUMNS                                                                                \
     "id, name, dataset_id, status, reason, error, config, towers, steps, step, metrics, devices,"  \
     " eta_s, created, started, first_started, finished, restarts, max_restarts, deadline_s,"       \
-    " not_before"
+    " not_before, priority"
 
 tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
 {
@@ -430,12 +437,12 @@ tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
     int changed = 0, ext = 0;
     tw_status s = exec_ext(st, &changed, &ext, err,
                            "INSERT INTO runs(id, name, dataset_id, status, config, towers, steps, created, "
-                           "max_restarts, deadline_s, idempotency_key, idempotency_body) "
-                           "SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 WHERE EXISTS "
+                           "max_restarts, deadline_s, idempotency_key, idempotency_body, priority) "
+                           "SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12 WHERE EXISTS "
                            "(SELECT 1 FROM datasets WHERE id = ?3 AND status = 'ready')",
-                           "sSssiididSS", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
+                           "sSssiididSSi", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
                            ts.tv_sec + ts.tv_nsec * 1e-9, (int64_t)r->max_restarts, r->deadline_s, r->idem_key,
-                           r->idem_body);
+                           r->idem_body, (int64_t)r->priority);
     if (s != TW_OK && r->idem_key && ext == SQLITE_CONSTRAINT_UNIQUE && strstr(err->message, "idempotency_key")) {
         tw_error_clear(err);
         return TW_END;
@@ -520,7 +527,7 @@ tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *er
     json_t *rows;
     tw_status s = query(st, &rows, err,
                         "SELECT " RUN_COLUMNS " FROM runs WHERE status = 'queued' AND not_before <= ? "
-                        "ORDER BY seq LIMIT 1",
+                        "ORDER BY priority DESC, seq LIMIT 1",
                         "d", now);
     return first(s, rows, out);
 }
@@ -596,4 +603,86 @@ tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err)
     json_decref(r);
     return s == TW_OK ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has not finished: cancel it first", id)
                       : s;
+}
+
+/* The one row of `table` whose id is ref, else the rows named ref (sql selects them, newest first):
+ * TW_OK with the row, TW_END for none, TW_ERR_INVALID with *out the array of candidate ids when more
+ * than one row has that name. */
+static tw_status resolve(tw_store *st, const char *sql, const char *kind, const char *ref, json_t **out,
+                         tw_error *err)
+{
+    json_t *rows;
+    *out = NULL;
+    TW_TRY(query(st, &rows, err, sql, "s", ref));
+    json_t *row0 = json_array_get(rows, 0);
+    if (json_array_size(rows) > 1 && strcmp(json_string_value(json_object_get(row0, "id")), ref)) {
+        json_t *ids = json_array(), *row;
+        char list[400] = "";
+        size_t i, used = 0;
+        json_array_foreach(rows, i, row) {
+            const char *id = json_string_value(json_object_get(row, "id"));
+            json_array_append(ids, json_object_get(row, "id"));
+            if (used < sizeof list)
+                used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "", id);
+        }
+        json_decref(rows);
+        *out = ids;
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%zu %ss are named '%s' (%s): use an id",
+                            json_array_size(ids), kind, ref, list);
+    }
+    return first(TW_OK, rows, out);
+}
+
+tw_status tw_store_run_resolve(tw_store *st, const char *ref, json_t **out, tw_error *err)
+{
+    return resolve(st,
+                   "SELECT " RUN_COLUMNS " FROM runs WHERE id = ?1 OR name = ?1 ORDER BY id = ?1 DESC, seq DESC",
+                   "run", ref, out, err);
+}
+
+tw_status tw_store_dataset_resolve_unique(tw_store *st, const char *ref, json_t **out, tw_error *err)
+{
+    return resolve(st,
+                   "SELECT " DATASET_COLUMNS " FROM datasets WHERE id = ?1 OR name = ?1 "
+                   "ORDER BY id = ?1 DESC, created DESC",
+                   "dataset", ref, out, err);
+}
+
+/* Why a conditional update of run id changed nothing: TW_END (no such run) or TW_ERR_INVALID naming
+ * its state and `why`. */
+static tw_status unchanged(tw_store *st, const char *id, const char *why, tw_error *err)
+{
+    json_t *r;
+    tw_status s = tw_store_run_get(st, id, &r, err);
+    if (s == TW_OK)
+        s = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s is %s: %s", id,
+                         json_string_value(json_object_get(r, "status")), why);
+    json_decref(r);
+    return s;
+}
+
+tw_status tw_store_run_set_priority(tw_store *st, const char *id, int priority, tw_error *err)
+{
+    int changed = 0;
+    TW_TRY(exec(st, &changed, err, "UPDATE runs SET priority = ? WHERE id = ? AND status = 'queued'", "is",
+                (int64_t)priority, id));
+    return changed ? TW_OK : unchanged(st, id, "only a queued run can be moved in the queue", err);
+}
+
+tw_status tw_store_run_resume(tw_store *st, const char *id, int64_t steps, tw_error *err)
+{
+    int changed = 0;
+    TW_TRY(exec(st, &changed, err,
+                "UPDATE runs SET status = 'queued', steps = ?2, config = json_set(config, '$.steps', ?2), "
+                "reason = NULL, error = NULL, finished = NULL, eta_s = NULL, devices = NULL, not_before = 0, "
+                "restarts = 0 WHERE id = ?1 AND ((status IN ('cancelled', 'failed') AND ?2 >= steps) OR "
+                "(status = 'succeeded' AND ?2 > steps)) AND EXISTS "
+                "(SELECT 1 FROM datasets WHERE id = runs.dataset_id AND status = 'ready')",
+                "si", id, steps));
+    return changed ? TW_OK
+                   : unchanged(st, id,
+                               "a cancelled or failed run resumes (with steps >= its steps); a succeeded run "
+                               "only with more steps; a queued or running run is not stopped; and its dataset "
+                               "must still exist",
+                               err);
 }

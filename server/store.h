@@ -25,7 +25,9 @@ typedef struct tw_store tw_store;
 enum { TW_ID_BYTES = 17 }; /* "r" or "d" + 15 hex digits + NUL */
 
 /* The states of a run and of a dataset. The store keeps each as its name (the tables in store.c, the
- * one spelling: the API shows the same names, and a database written before the enums reads the same). */
+ * one spelling: the API shows the same names, and a database written before the enums reads the same).
+ * The API also shows "cancelling" for a running run whose cancel was asked (api_runs.c, from the
+ * scheduler's child table): a presented state, never stored, so it has no enum value here. */
 typedef enum {
     TW_RUN_QUEUED,
     TW_RUN_RUNNING,
@@ -90,6 +92,7 @@ typedef struct {
     int64_t steps;
     int max_restarts;
     double deadline_s; /* 0 = none */
+    int priority;      /* higher runs first (tw_store_run_next) */
 } tw_run_new;
 
 /* Inserts a queued run in one statement that commits only while its dataset exists and is "ready" (the
@@ -108,7 +111,8 @@ tw_status tw_store_run_list(tw_store *st, const tw_run_state *state, long limit,
                             tw_error *err);
 /* Counts by state name, every state present: {"queued": n, ...}. */
 tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err);
-/* The oldest queued run (by submission) whose back-off has passed (not_before <= now); TW_END if none. */
+/* The queued run of the highest priority, the oldest (by submission) among equals, whose back-off has
+ * passed (not_before <= now); TW_END if none. */
 tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *err);
 /* Every run in `state` (array of run objects). */
 tw_status tw_store_runs_in(tw_store *st, tw_run_state state, json_t **out, tw_error *err);
@@ -130,5 +134,19 @@ int tw_store_runs_recover(tw_store *st, tw_error *err);
 int tw_store_run_cancel_queued(tw_store *st, const char *id, double now, tw_error *err);
 /* Deletes a finished run: TW_ERR_INVALID when it is not finished, TW_END when there is no such run. */
 tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err);
+
+/* The run or dataset whose id is ref, else the one named ref: TW_OK with the row; TW_END: none;
+ * TW_ERR_INVALID: several have that name (err says so; *out is the array of their ids, newest first). */
+tw_status tw_store_run_resolve(tw_store *st, const char *ref, json_t **out, tw_error *err);
+tw_status tw_store_dataset_resolve_unique(tw_store *st, const char *ref, json_t **out, tw_error *err);
+/* Moves a queued run in the queue: TW_ERR_INVALID when it is not queued (err names its state), TW_END
+ * when there is no such run. */
+tw_status tw_store_run_set_priority(tw_store *st, const char *id, int priority, tw_error *err);
+/* Back to queued, to continue from its latest checkpoint up to `steps` (the row's steps and its config's
+ * "steps" both change): a cancelled or failed run with steps >= its steps, a succeeded one with more.
+ * Restarts start again from 0; its dataset must still be ready (the check and the update are one
+ * statement). TW_ERR_INVALID when the run is in no such state or its dataset is gone (err says why), TW_END
+ * when there is no such run. */
+tw_status tw_store_run_resume(tw_store *st, const char *id, int64_t steps, tw_error *err);
 
 #endif

@@ -634,6 +634,8 @@ static void test_round_trip(void **state)
         NULL);
     assert_round_trip(OPT("'type':'momentum','momentum':0.5,'learning_rate':0.3"), NULL);
     assert_round_trip(TOP("'lr_decay':null"), NULL);
+    assert_round_trip(TOP("'init_from':{'checkpoint':'/runs/a/ckpt.safetensors','weights':'ema'}"), NULL);
+    assert_round_trip(TOP("'init_from':null"), NULL);
 
     tw_config c;
     tw_error err;
@@ -644,7 +646,7 @@ static void test_round_trip(void **state)
         "{\"batch_size\":32,\"checkpoint_every\":1000,\"cuda_graphs\":true,\"dataset\":"
         "{\"image_feature\":\"image_raw\","
         "\"label_feature\":\"label\",\"scale\":0.003921569,\"shape\":[784],\"shuffle_buffer\":"
-        "10000,\"test\":null,\"train\":\"t\"},\"ema_decay\":0.0,\"eval_every\":1000,"
+        "10000,\"test\":null,\"train\":\"t\"},\"ema_decay\":0.0,\"eval_every\":1000,\"init_from\":null,"
         "\"keep_checkpoints\":5,\"l2\":0.0,\"loss\":\"softmax_cross_entropy\",\"lr_decay\":null,"
         "\"model\":{\"layers\":[{\"activation\":\"linear\",\"bias_init\":{\"type\":\"zeros\"},"
         "\"name\":\"layer1\",\"type\":\"dense\",\"units\":10,\"weight_init\":{\"stddev\":0.1,"
@@ -652,6 +654,35 @@ static void test_round_trip(void **state)
         "\"seed\":1,\"steps\":5,\"summary_every\":100,\"tf32\":false,\"towers\":1}";
     assert_string_equal(json, expected);
     free(json);
+}
+
+/* "init_from": a checkpoint path (a path key: the server refuses it) and which weights, both required. */
+static void test_init_from(void **state)
+{
+    (void)state;
+    tw_config c;
+    tw_error err;
+    assert_int_equal(parse_text(TOP("'init_from':{'checkpoint':'p.safetensors','weights':'raw'}"), "/base", &c, &err),
+                     TW_OK);
+    assert_int_equal(c.init_weights, TW_INIT_FROM_RAW);
+    assert_string_equal(c.init_checkpoint, "/base/p.safetensors");
+    assert_int_equal(parse_text(TOP("'steps':5"), NULL, &c, &err), TW_OK);
+    assert_int_equal(c.init_weights, TW_INIT_FROM_NONE);
+    char *text = json_of(TOP("'init_from':{'checkpoint':'x','weights':'best'}"));
+    assert_true(refused_as(text, strlen(text), "init_from.weights", NULL));
+    free(text);
+    text = json_of(TOP("'init_from':{'weights':'ema'}"));
+    assert_true(refused_as(text, strlen(text), "init_from.checkpoint", NULL));
+    free(text);
+    text = json_of(TOP("'init_from':{'checkpoint':'x','weights':'ema','run':'r1'}"));
+    assert_true(refused_as(text, strlen(text), "init_from.run", NULL));
+    json_t *doc = json_loads(text, 0, NULL);
+    char key[64];
+    json_object_del(json_object_get(doc, "dataset"), "train");
+    assert_int_equal(tw_config_find_path_key(doc, key, sizeof key), 1);
+    assert_string_equal(key, "init_from.checkpoint");
+    json_decref(doc);
+    free(text);
 }
 
 static void test_relative_paths(void **state)
@@ -848,6 +879,7 @@ int main(void)
         cmocka_unit_test(test_load),             cmocka_unit_test(test_size_cap),
         cmocka_unit_test(test_override_towers),  cmocka_unit_test(test_examples_parse),
         cmocka_unit_test(test_seed_example),     cmocka_unit_test(test_decode_document),
+        cmocka_unit_test(test_init_from),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* test_store.c — the SQLite store (store.h) against a fresh folder per test: the schema and its journal
  * mode as a second connection sees them, the migration of a version-1 database, durability across
  * close/reopen, datasets (insert, finish, get, list, resolve, delete while in use), runs (insert, lookups,
+ * names resolved (unique, or the candidates), priority order and moves, resume rules,
  * paging, idempotency keys and bodies, the insert refused once its dataset is gone, the scheduler's queue
  * order and back-off, every state transition and the ones refused), JSON columns decoded, ids; every read
  * telling "not found" (TW_END) from "could not read" (TW_ERR_IO, tables dropped under it by a second
@@ -198,7 +199,7 @@ static void test_open_creates_schema_in_wal_mode(void **state)
 {
     fixture *f = *state;
     expect_peek(f->db, "PRAGMA journal_mode", "wal");
-    expect_peek(f->db, "PRAGMA user_version", "2");
+    expect_peek(f->db, "PRAGMA user_version", "3");
     expect_peek(f->db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'idempotency_body'", "1");
     expect_peek(f->db,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
@@ -601,6 +602,106 @@ static void test_run_next_order_and_back_off(void **state)
     expect_next(f->st, 1e12, NULL);
 }
 
+static void add_run_priority(tw_store *st, const char *id, int priority)
+{
+    tw_error err;
+    tw_run_new r = {.id = id, .dataset_id = "d1", .config = "{\"steps\": 10}", .towers = 1, .steps = 10,
+                    .max_restarts = 3, .priority = priority};
+    assert_int_equal(tw_store_run_insert(st, &r, &err), TW_OK);
+}
+
+static void test_run_next_highest_priority_first_fifo_within(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    add_run(f->st, "r0", "d1"); /* priority 0 */
+    add_run_priority(f->st, "r5a", 5);
+    add_run_priority(f->st, "rneg", -3);
+    add_run_priority(f->st, "r5b", 5);
+    expect_next(f->st, 1000.0, "r5a");
+    assert_int_equal(tw_store_run_set_priority(f->st, "r0", 9, &err), TW_OK);
+    expect_next(f->st, 1000.0, "r0");
+    const char *order[] = {"r0", "r5a", "r5b", "rneg"};
+    for (size_t i = 0; i < 4; i++) {
+        expect_next(f->st, 1000.0, order[i]);
+        assert_int_equal(tw_store_run_started(f->st, order[i], "[0]", 1000.0, &err), TW_OK);
+    }
+    /* only a queued run moves; a missing one is TW_END */
+    assert_int_equal(tw_store_run_set_priority(f->st, "r0", 1, &err), TW_ERR_INVALID);
+    assert_non_null(strstr(err.message, "running"));
+    assert_int_equal(tw_store_run_set_priority(f->st, "rnone", 1, &err), TW_END);
+}
+
+static void test_run_resume_rules(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    add_run(f->st, "rq", "d1");
+    assert_int_equal(tw_store_run_resume(f->st, "rq", 10, &err), TW_ERR_INVALID); /* queued */
+    assert_non_null(strstr(err.message, "queued"));
+    assert_int_equal(tw_store_run_started(f->st, "rq", "[0]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_resume(f->st, "rq", 10, &err), TW_ERR_INVALID); /* running */
+    assert_int_equal(tw_store_run_finished(f->st, "rq", TW_RUN_SUCCEEDED, NULL, NULL, 2.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_resume(f->st, "rq", 10, &err), TW_ERR_INVALID); /* succeeded, no more steps */
+    assert_non_null(strstr(err.message, "more steps"));
+    assert_int_equal(tw_store_run_resume(f->st, "rq", 15, &err), TW_OK);
+    json_t *r = run_row(f->st, "rq");
+    assert_string_equal(str(r, "status"), "queued");
+    assert_int_equal(json_integer_value(json_object_get(r, "steps")), 15);
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(r, "config"), "steps")), 15);
+    assert_true(json_is_null(json_object_get(r, "finished")));
+    json_decref(r);
+    assert_int_equal(tw_store_run_started(f->st, "rq", "[0]", 3.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_requeue(f->st, "rq", "crashed", NULL, 0, &err), TW_OK);
+    assert_int_equal(tw_store_run_started(f->st, "rq", "[0]", 4.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "rq", TW_RUN_FAILED, "crashed", "{}", 5.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_resume(f->st, "rq", 14, &err), TW_ERR_INVALID); /* fewer steps */
+    assert_int_equal(tw_store_run_resume(f->st, "rq", 15, &err), TW_OK);          /* failed: same steps */
+    r = run_row(f->st, "rq");
+    assert_int_equal(json_integer_value(json_object_get(r, "restarts")), 0);
+    assert_true(json_is_null(json_object_get(r, "reason")));
+    json_decref(r);
+    assert_int_equal(tw_store_run_resume(f->st, "rnone", 15, &err), TW_END);
+    assert_int_equal(tw_store_run_cancel_queued(f->st, "rq", 6.0, &err), 1); /* its dataset deleted: no resume */
+    assert_int_equal(tw_store_dataset_delete(f->st, "d1", &err), TW_OK);
+    assert_int_equal(tw_store_run_resume(f->st, "rq", 15, &err), TW_ERR_INVALID);
+    assert_non_null(strstr(err.message, "dataset"));
+}
+
+static void test_resolve_names_and_ids(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    json_t *out;
+    add_dataset(f->st, "d1", "alpha", "ready");
+    tw_run_new r = {.dataset_id = "d1", .config = "{}", .towers = 1, .steps = 1, .max_restarts = 0};
+    const char *ids[] = {"ra", "rb", "rc"}, *names[] = {"solo", "dup", "dup"};
+    for (int i = 0; i < 3; i++) {
+        r.id = ids[i];
+        r.name = names[i];
+        assert_int_equal(tw_store_run_insert(f->st, &r, &err), TW_OK);
+    }
+    assert_int_equal(tw_store_run_resolve(f->st, "solo", &out, &err), TW_OK);
+    assert_string_equal(str(out, "id"), "ra");
+    json_decref(out);
+    assert_int_equal(tw_store_run_resolve(f->st, "rb", &out, &err), TW_OK); /* an id */
+    assert_string_equal(str(out, "id"), "rb");
+    json_decref(out);
+    assert_int_equal(tw_store_run_resolve(f->st, "dup", &out, &err), TW_ERR_INVALID);
+    assert_int_equal(json_array_size(out), 2);
+    assert_string_equal(json_string_value(json_array_get(out, 0)), "rc"); /* newest first */
+    assert_non_null(strstr(err.message, "rb"));
+    json_decref(out);
+    assert_int_equal(tw_store_run_resolve(f->st, "nobody", &out, &err), TW_END);
+    assert_null(out);
+    assert_int_equal(tw_store_dataset_resolve_unique(f->st, "alpha", &out, &err), TW_OK);
+    assert_string_equal(str(out, "id"), "d1");
+    json_decref(out);
+    add_dataset(f->st, "d2", "alpha", "ready");
+    assert_int_equal(tw_store_dataset_resolve_unique(f->st, "alpha", &out, &err), TW_ERR_INVALID);
+    json_decref(out);
+}
+
 static void test_run_lifecycle(void **state)
 {
     fixture *f = *state;
@@ -843,14 +944,15 @@ static void test_migrates_version_1(void **state)
     sqlite3_close(c);
     tw_error err;
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "2");
+    expect_peek(path, "PRAGMA user_version", "3");
+    expect_peek(path, "SELECT priority FROM runs WHERE id = 'rold'", "0");
     json_t *r = NULL;
     assert_int_equal(tw_store_run_by_key(f->st, "old-key", "{\"any\":1}", &r, &err), TW_OK);
     assert_string_equal(str(r, "id"), "rold");
     json_decref(r);
-    tw_store_close(f->st); /* and opening a version-2 database again changes nothing */
+    tw_store_close(f->st); /* and opening a version-3 database again changes nothing */
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "2");
+    expect_peek(path, "PRAGMA user_version", "3");
 }
 
 /* Drops the store's tables through a second connection: every later read of them fails for real. */
@@ -1071,6 +1173,9 @@ int main(void)
         T(test_debris_removal_needs_a_successful_read),
         T(test_run_list_filter_and_paging),
         T(test_run_next_order_and_back_off),
+        T(test_run_next_highest_priority_first_fifo_within),
+        T(test_run_resume_rules),
+        T(test_resolve_names_and_ids),
         T(test_run_lifecycle),
         T(test_runs_recover),
         T(test_cancel_queued_only),
