@@ -27,6 +27,7 @@ typedef struct {
     const char *backend;  /* "auto", "cpu" or "cuda" */
     FILE *progress;       /* the child protocol's lines (child.h); borrowed */
     uint64_t memory_limit; /* bytes each device may use (memory.h's check); 0: what the machine has */
+    const char *monitor_url; /* the run's status page, for TensorBoard's HParams link; NULL = none */
 } tw_train_options;
 
 typedef enum {
