@@ -3,9 +3,9 @@
  * Owns: the fixed, short hyperparameter list a run shows in the HPARAMS tab (optimizer, learning_rate,
  * lr_decay, batch_size, towers, l2, ema_decay, steps, model as a layer string, dataset, seed), its group
  * name (a hash of the canonical config without the seed, so runs that differ only in seed form one
- * row), the model link (the checkpoint folder), and the config as readable markdown (indented JSON in a code block). Does not own the summaries'
- * bytes (eventlog/hparams.h), the config's canonical JSON (config.h) or when they are written
- * (trainer.c). */
+ * row), the model link (the checkpoint folder), and the config as readable markdown (indented JSON in a
+ * code block). Does not own the summaries' bytes (eventlog/hparams.h), the config's canonical JSON
+ * (config.h) or when they are written (trainer.c). */
 #ifndef TW_RUN_HPARAMS_H
 #define TW_RUN_HPARAMS_H
 

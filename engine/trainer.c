@@ -402,7 +402,8 @@ static int final_here(tw_status s, tw_train_outcome outcome, const tw_error *err
     }
     int code = tw_child_exit_code(err);
     *st = TW_HPARAMS_FAILURE;
-    return code == TW_EXIT_USAGE || code == TW_EXIT_DIVERGED || code == TW_EXIT_OOM || code == TW_EXIT_BAD_DATA;
+    return code == TW_EXIT_USAGE || code == TW_EXIT_DIVERGED || code == TW_EXIT_OOM ||
+           code == TW_EXIT_BAD_DATA;
 }
 
 /* `_hparams_/session_end_info`, once, at a state the trainer knows to be terminal (final_here). */
@@ -410,7 +411,8 @@ static void session_end(run *R, tw_status s, tw_train_outcome outcome, const tw_
 {
     tw_hparams_status st;
     tw_error e;
-    if (R->ev && final_here(s, outcome, err, &st) && tw_hparams_add_session_end(R->ev, st, wall_now(), &e) != TW_OK)
+    if (R->ev && final_here(s, outcome, err, &st) &&
+        tw_hparams_add_session_end(R->ev, st, wall_now(), &e) != TW_OK)
         events_failed(R, &e);
 }
 

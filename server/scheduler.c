@@ -334,7 +334,8 @@ static tw_status spawn(tw_scheduler *s, child *c, const char *visible, int gpu, 
     char monitor[PATH_MAX];
     char *argv[] = {(char *)(S->opt.trainer ? S->opt.trainer : S->self), "train", config, "--logdir",
                     logdir, "--resume", "--backend", gpu ? "cuda" : "cpu", "--data-root", S->data,
-                    monitor_url(S, c->id, monitor, sizeof monitor) == 0 ? "--monitor-url" : NULL, monitor, NULL};
+                    monitor_url(S, c->id, monitor, sizeof monitor) == 0 ? "--monitor-url" : NULL, monitor,
+                    NULL};
     c->log_fd = tw_fs_open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (c->log_fd < 0)
         return tw_fs_error(why, logpath, "cannot open the run's log");
@@ -601,7 +602,8 @@ static void describe_exit(const child *c, double heartbeat_timeout, char *buf, s
  * the first end it reads), nor does a retry. */
 static void hparams_end(tw_server *S, const child *c, outcome o)
 {
-    if (o.state == TW_RUN_CANCELLED || (o.state != TW_RUN_QUEUED && (!o.reason || strcmp(o.reason, "deadline"))))
+    int gave_up = o.state == TW_RUN_QUEUED, deadline = o.reason && !strcmp(o.reason, "deadline");
+    if (!gave_up && !deadline)
         return;
     char logdir[PATH_MAX];
     tw_error err;
