@@ -1,5 +1,6 @@
 /* train_main.c — `tower train CONFIG.json --logdir DIR [--resume] [--towers N]
- * [--backend auto|cpu|cuda] [--data-root DIR] [--memory-limit BYTES]`: the command line around tw_train.
+ * [--backend auto|cpu|cuda] [--data-root DIR] [--memory-limit BYTES] [--monitor-url URL]`: the command
+ * line around tw_train.
  *
  * Exit status (child.h's table; the supervisor maps it to a run state and a retry decision):
  *    0  completed, or cancelled (SIGTERM/SIGINT: checkpoint, flush, stop)
@@ -31,7 +32,7 @@
 
 static const char USAGE[] =
     "usage: tower train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend auto|cpu|cuda]\n"
-    "                   [--data-root DIR] [--memory-limit BYTES]\n"
+    "                   [--data-root DIR] [--memory-limit BYTES] [--monitor-url URL]\n"
     "\n"
     "Trains the model CONFIG.json describes. Event files go to DIR (tensorboard --logdir DIR shows\n"
     "them), checkpoints to DIR/checkpoints. One JSON object per line on stdout reports progress.\n"
@@ -44,6 +45,8 @@ static const char USAGE[] =
     "                     capped by its cgroup limit); a config whose estimate is larger exits 2\n"
     "  --data-root DIR    no file under DIR is reached through a symlink (tower serve passes its data\n"
     "                     folder); a symlink met there is an error\n"
+    "  --monitor-url URL  the run's status page, linked from TensorBoard's HPARAMS tab (tower serve\n"
+    "                     passes it)\n"
     "\n"
     "Exit status: 0 completed or cancelled (SIGTERM/SIGINT checkpoints first), 1 other runtime\n"
     "failure, 2 usage or config error, 10 NaN/Inf loss, 11 out of memory, 12 sticky device error,\n"
@@ -72,7 +75,8 @@ static int parse_args(int argc, char **argv, options *o)
         {"logdir", required_argument, 0, 'l'}, {"resume", no_argument, 0, 'r'},
         {"towers", required_argument, 0, 't'}, {"backend", required_argument, 0, 'b'},
         {"data-root", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
-        {"memory-limit", required_argument, 0, 'm'}, {0, 0, 0, 0}};
+        {"memory-limit", required_argument, 0, 'm'}, {"monitor-url", required_argument, 0, 'u'},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->train.backend = "auto";
     o->train.progress = stdout;
@@ -84,6 +88,7 @@ static int parse_args(int argc, char **argv, options *o)
         case 'l': o->train.logdir = optarg; break;
         case 'r': o->train.resume = 1; break;
         case 'd': o->data_root = optarg; break;
+        case 'u': o->train.monitor_url = optarg; break;
         case 't':
             o->towers = (int)strtol(optarg, &end, 10);
             if (*end || o->towers < 1 || o->towers > 64)

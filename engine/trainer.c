@@ -16,15 +16,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "backend.h"
 #include "checkpoint.h"
 #include "child.h"
 #include "datafs.h"
 #include "events.h"
+#include "hparams.h"
 #include "input.h"
 #include "memory.h"
 #include "model.h"
+#include "run_hparams.h"
 #include "train_step.h"
 
 enum { CKPT_ARENAS = 4 };
@@ -53,6 +56,13 @@ typedef struct {
 } run;
 
 static double now(void) { return tw_child_now(); }
+
+/* Wall-clock seconds, for the HParams start and end times. */
+static double wall_now(void)
+{
+    struct timespec ts;
+    return clock_gettime(CLOCK_REALTIME, &ts) == 0 ? (double)ts.tv_sec + ts.tv_nsec * 1e-9 : 0.0;
+}
 
 /* ================================ output ================================ */
 
@@ -368,6 +378,46 @@ static tw_status report(run *R, tw_error *err)
 
 /* ================================ the run ================================ */
 
+/* `_hparams_/session_start_info` (run_hparams.h's list): once, when the run first starts; a resume
+ * writes none (TensorBoard keeps the first one: the hparams never change). */
+static tw_status session_start(run *R, tw_error *e)
+{
+    tw_run_hparams h;
+    char model_uri[TW_PATH_BYTES + 16];
+    if (tw_run_hparams_of(R->c, &h) != 0)
+        return tw_error_set(e, TW_ERR_NOMEM, "_hparams_", -1, "out of memory");
+    tw_run_model_uri(R->o->logdir, model_uri, sizeof model_uri);
+    tw_hparams_session s = {.hparams = h.list, .n = TW_RUN_HPARAMS, .group_name = h.group,
+                            .model_uri = model_uri, .monitor_url = R->o->monitor_url,
+                            .start_secs = wall_now()};
+    return tw_hparams_add_session_start(R->ev, &s, e);
+}
+
+/* 1 when the run ends for good here: completed, diverged, or an error the supervisor never retries
+ * (docs/reliability.md rule 3: the exit statuses 2, 10, 11 and 14 are deterministic failures). A stop
+ * (cancel or shutdown) and a retriable error are not: only the server knows what follows them. */
+static int final_here(tw_status s, tw_train_outcome outcome, const tw_error *err, tw_hparams_status *st)
+{
+    if (s == TW_OK) {
+        *st = outcome == TW_TRAIN_COMPLETED ? TW_HPARAMS_SUCCESS : TW_HPARAMS_FAILURE;
+        return outcome != TW_TRAIN_CANCELLED;
+    }
+    int code = tw_child_exit_code(err);
+    *st = TW_HPARAMS_FAILURE;
+    return code == TW_EXIT_USAGE || code == TW_EXIT_DIVERGED || code == TW_EXIT_OOM ||
+           code == TW_EXIT_BAD_DATA;
+}
+
+/* `_hparams_/session_end_info`, once, at a state the trainer knows to be terminal (final_here). */
+static void session_end(run *R, tw_status s, tw_train_outcome outcome, const tw_error *err)
+{
+    tw_hparams_status st;
+    tw_error e;
+    if (R->ev && final_here(s, outcome, err, &st) &&
+        tw_hparams_add_session_end(R->ev, st, wall_now(), &e) != TW_OK)
+        events_failed(R, &e);
+}
+
 static tw_status start_events(run *R, int resumed, tw_error *err)
 {
     tw_events_options eo;
@@ -380,9 +430,11 @@ static tw_status start_events(run *R, int resumed, tw_error *err)
     } else {
         uint8_t *graph = NULL;
         size_t len = 0;
-        char *config = tw_config_to_json(R->c);
+        char *config = tw_run_config_markdown(R->c);
         TW_TRY(tw_model_graph(R->T.m, &graph, &len, err));
-        s = tw_events_add_graph(R->ev, graph, len, &e);
+        s = session_start(R, &e);
+        if (s == TW_OK)
+            s = tw_events_add_graph(R->ev, graph, len, &e);
         if (s == TW_OK && config)
             s = tw_events_add_text(R->ev, "config", 0, config, &e);
         free(graph);
@@ -570,6 +622,7 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
         s = loop(&R, outcome, err);
     if (s == TW_OK)
         final_line(&R, *outcome);
+    session_end(&R, s, *outcome, err);
     teardown(&R);
     return s;
 }

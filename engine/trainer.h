@@ -6,7 +6,8 @@
  * Owns: one run from a validated tw_config: N towers (one backend instance and replica each, a thread
  * each when N > 1), the learning-rate schedule (tf.train.exponential_decay), the EMA decay schedule
  * (num_updates = step), the per-step loop, evaluation with raw and EMA weights, the scalars, histograms,
- * graph and config text of the event file, checkpoints every checkpoint_every steps and at the end,
+ * graph, config text and HParams session start and final end (run_hparams.h) of the event file,
+ * checkpoints every checkpoint_every steps and at the end,
  * bit-exact resume from the latest checkpoint, the memory check before the towers allocate (memory.h:
  * estimate against the devices' memory or tw_train_options.memory_limit), and when to write each
  * progress line; and the same step timed on synthetic data for `tower bench`. Does not own the progress
@@ -27,6 +28,7 @@ typedef struct {
     const char *backend;  /* "auto", "cpu" or "cuda" */
     FILE *progress;       /* the child protocol's lines (child.h); borrowed */
     uint64_t memory_limit; /* bytes each device may use (memory.h's check); 0: what the machine has */
+    const char *monitor_url; /* the run's status page, for TensorBoard's HParams link; NULL = none */
 } tw_train_options;
 
 typedef enum {

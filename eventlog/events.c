@@ -424,6 +424,35 @@ tw_status tw_events_add_text(tw_events_writer *w, const char *tag, int64_t step,
     return add_value(w, tag, step, &v, err);
 }
 
+tw_status tw_events_add_plugin_tensor(tw_events_writer *w, const char *tag, int64_t step,
+                                     const char *plugin_name, const uint8_t *content, size_t len,
+                                     tw_error *err)
+{
+    TW_TRY(check_tag(w, tag, err));
+    if (!plugin_name || !*plugin_name || (!content && len))
+        return tw_error_set(err, TW_ERR_INVALID, w->path, -1, "'%s': no plugin name or content", tag);
+    Twpb__TensorShapeProto__Dim zero = TWPB__TENSOR_SHAPE_PROTO__DIM__INIT;
+    Twpb__TensorShapeProto__Dim *dims = &zero;
+    Twpb__TensorShapeProto shape = TWPB__TENSOR_SHAPE_PROTO__INIT;
+    shape.n_dim = 1;
+    shape.dim = &dims;
+    Twpb__TensorProto tensor = TWPB__TENSOR_PROTO__INIT; /* DT_FLOAT [0]: the loaders' null tensor */
+    tensor.dtype = TWPB__DATA_TYPE__DT_FLOAT;
+    tensor.tensor_shape = &shape;
+    Twpb__SummaryMetadata__PluginData plugin = TWPB__SUMMARY_METADATA__PLUGIN_DATA__INIT;
+    plugin.plugin_name = (char *)plugin_name;
+    plugin.content.len = len;
+    plugin.content.data = (uint8_t *)content;
+    Twpb__SummaryMetadata meta = TWPB__SUMMARY_METADATA__INIT;
+    meta.plugin_data = &plugin;
+    meta.data_class = TWPB__DATA_CLASS__DATA_CLASS_TENSOR;
+    Twpb__Summary__Value v = TWPB__SUMMARY__VALUE__INIT;
+    v.metadata = &meta;
+    v.value_case = TWPB__SUMMARY__VALUE__VALUE_TENSOR;
+    v.tensor = &tensor;
+    return add_value(w, tag, step, &v, err);
+}
+
 tw_status tw_events_add_graph(tw_events_writer *w, const uint8_t *graphdef, size_t len,
                               tw_error *err)
 {

@@ -5,7 +5,7 @@
  * first record Event{wall_time, file_version = "brain.Event:2"} (docs/formats.md §3.2), the Event
  * messages for scalars (Summary.Value.simple_value), histograms (HistogramProto with TF's default
  * buckets, histogram.h), the graph (Event.graph_def), text (a DT_STRING rank-0 tensor with "text"
- * plugin metadata) and SessionLog START, and when bytes reach the disk: by count (max_queue
+ * plugin metadata), other plugins' null-tensor summaries and SessionLog START, and when bytes reach the disk: by count (max_queue
  * events), by time (a background flusher every flush_secs), on tw_events_flush and at close.
  * Does not own: the TFRecord framing (tfrecord.h, always uncompressed here: TensorBoard reads no
  * compressed event files), the GraphDef contents (graph.h) or reading event files back.
@@ -69,6 +69,14 @@ tw_status tw_events_add_graph(tw_events_writer *w, const uint8_t *graphdef, size
  * DATA_CLASS_TENSOR. */
 tw_status tw_events_add_text(tw_events_writer *w, const char *tag, int64_t step, const char *text,
                              tw_error *err);
+
+/* Appends a plugin's summary: Summary.Value{tag, tensor = DT_FLOAT of shape [0] (the null tensor
+ * TensorBoard's loaders add themselves), metadata = {plugin_data = {plugin_name, content[len]},
+ * data_class = DATA_CLASS_TENSOR}}, as the hparams plugin reads (hparams.h). Strings and content are
+ * borrowed during the call. TensorBoard keeps the metadata of a (run, tag)'s first value only. */
+tw_status tw_events_add_plugin_tensor(tw_events_writer *w, const char *tag, int64_t step,
+                                     const char *plugin_name, const uint8_t *content, size_t len,
+                                     tw_error *err);
 
 /* Appends SessionLog{status = START} at step. Write it first when resuming from a checkpoint at
  * step: TensorBoard then drops the points at steps >= step left by the interrupted run. */

@@ -31,6 +31,7 @@
 
 #include "datafs.h"
 #include "devices.h"
+#include "hparams.h"
 #include "logtext.h"
 #include "store.h"
 #include "checkpoint.h"
@@ -308,6 +309,17 @@ static void exec_child(char **argv, char **env, int out_w, int err_w, pid_t pare
     _exit(127);
 }
 
+/* The run's status page (static/app.js routes #/runs/ID), for TensorBoard's HParams link: 0, or -1
+ * before the server listens. */
+static int monitor_url(tw_server *S, const char *id, char *buf, size_t size)
+{
+    char base[PATH_MAX];
+    if (tw_server_url(S, base, sizeof base) != 0)
+        return -1;
+    int n = snprintf(buf, size, "%s/#/runs/%s", base, id);
+    return n > 0 && (size_t)n < size ? 0 : -1;
+}
+
 /* Forks the trainer for run id, confined to the data folder (--data-root). Returns TW_OK, or an error in
  * *why naming the file (a symlink met under the data folder: the run's `log` is never written through). */
 static tw_status spawn(tw_scheduler *s, child *c, const char *visible, int gpu, tw_error *why)
@@ -319,8 +331,11 @@ static tw_status spawn(tw_scheduler *s, child *c, const char *visible, int gpu, 
         tw_run_path(S, c->id, TW_RUN_LOG, logpath, sizeof logpath) != 0)
         return tw_error_set(why, TW_ERR_INVALID, c->id, -1, "the run folder's path is too long");
     TW_TRY(remove_temporaries(logdir, why));
+    char monitor[PATH_MAX];
     char *argv[] = {(char *)(S->opt.trainer ? S->opt.trainer : S->self), "train", config, "--logdir",
-                    logdir, "--resume", "--backend", gpu ? "cuda" : "cpu", "--data-root", S->data, NULL};
+                    logdir, "--resume", "--backend", gpu ? "cuda" : "cpu", "--data-root", S->data,
+                    monitor_url(S, c->id, monitor, sizeof monitor) == 0 ? "--monitor-url" : NULL, monitor,
+                    NULL};
     c->log_fd = tw_fs_open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (c->log_fd < 0)
         return tw_fs_error(why, logpath, "cannot open the run's log");
@@ -581,6 +596,22 @@ static void describe_exit(const child *c, double heartbeat_timeout, char *buf, s
         snprintf(buf, size, "exit status %d", WEXITSTATUS(c->wstatus));
 }
 
+/* TensorBoard's session end for the terminal states only the server knows: a deadline, or giving up
+ * after restarts (FAILURE). The trainer writes the others (completed, diverged, bad data, bad config,
+ * out of memory: engine/trainer.c); a cancelled run gets none (it may be resumed, and TensorBoard keeps
+ * the first end it reads), nor does a retry. */
+static void hparams_end(tw_server *S, const child *c, outcome o)
+{
+    int gave_up = o.state == TW_RUN_QUEUED, deadline = o.reason && !strcmp(o.reason, "deadline");
+    if (!gave_up && !deadline)
+        return;
+    char logdir[PATH_MAX];
+    tw_error err;
+    if (tw_run_dir(S, c->id, logdir, sizeof logdir) == 0 &&
+        tw_hparams_append_session_end(logdir, TW_HPARAMS_FAILURE, tw_now_wall(), &err) != TW_OK)
+        log_store_error(&err);
+}
+
 static void finish(tw_scheduler *s, child *c)
 {
     tw_server *S = s->S;
@@ -606,6 +637,7 @@ static void finish(tw_scheduler *s, child *c)
         }
         st = tw_store_run_finished(S->store, c->id, o.state == TW_RUN_QUEUED ? TW_RUN_FAILED : o.state, o.reason,
                                    e, tw_now_wall(), &err);
+        hparams_end(S, c, o);
     }
     if (st != TW_OK)
         log_store_error(&err);

@@ -332,8 +332,10 @@ int tw_serve_main(int argc, char **argv)
         stop(&S);
         return err.status == TW_ERR_INVALID || err.status == TW_ERR_UNSUPPORTED ? 2 : 1;
     }
-    const char *host = strncmp(S.opt.listen, "0.0.0.0:", 8) ? S.opt.listen : "127.0.0.1:";
-    printf("{\"listening\": \"http://%.*s:%d\"}\n", (int)(strrchr(host, ':') - host), host, port);
+    atomic_store(&S.port, port);
+    char url[PATH_MAX];
+    tw_server_url(&S, url, sizeof url);
+    printf("{\"listening\": \"%s\"}\n", url);
     fflush(stdout);
     tw_log("tower serve: listening on %s (port %d), data in %s", S.opt.listen, port, S.data);
     rc = wait_for_stop(&S, &stop_signals);

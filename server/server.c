@@ -137,3 +137,17 @@ void tw_remove_tree(const char *path)
         tw_log("tower serve: %s", msg);
     }
 }
+
+int tw_server_url(tw_server *S, char *buf, size_t size)
+{
+    int port = atomic_load(&S->port);
+    const char *host = strncmp(S->opt.listen, "0.0.0.0:", 8) ? S->opt.listen : "127.0.0.1:";
+    const char *colon = strrchr(host, ':');
+    int n = port && colon ? snprintf(buf, size, "http://%.*s:%d", (int)(colon - host), host, port) : -1;
+    if (n < 0 || (size_t)n >= size) {
+        if (size)
+            buf[0] = 0;
+        return -1;
+    }
+    return 0;
+}

@@ -68,6 +68,7 @@ typedef struct tw_server {
     pthread_mutex_t change_mu;
     pthread_cond_t change_cv;
     uint64_t change;               /* bumped on every run or dataset change (guarded by change_mu) */
+    atomic_int port;               /* the bound port once listening (serve_main.c); 0 before */
 } tw_server;
 
 /* Signals that runs or datasets changed: wakes every SSE stream. Thread-safe. */
@@ -83,6 +84,10 @@ int tw_server_wait_change(tw_server *S, uint64_t *seen, double seconds);
 /* Records that state can no longer be persisted (a SQLite I/O error, a failed fsync): the process stops
  * with a non-zero status and is expected to be restarted by its supervisor (docs/reliability.md rule 2). */
 void tw_server_fatal(tw_server *S, const tw_error *err);
+
+/* The server's base URL, "http://HOST:PORT" (0.0.0.0 listens as 127.0.0.1), into buf[size]. Returns 0,
+ * or -1 before the port is bound or when it does not fit (buf is then ""). Thread-safe. */
+int tw_server_url(tw_server *S, char *buf, size_t size);
 
 /* Monotonic and wall-clock seconds. */
 double tw_now_mono(void);

@@ -3,9 +3,10 @@
  * and fails on request. Not a test itself.
  *
  *   tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B] [--data-root D]
+ *                [--monitor-url URL]
  *
  * The same arguments as `tower train` (the first is ignored; --towers and --backend are checked and
- * ignored; --data-root confines it as it does the trainer: base/datafs.h). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
+ * ignored, --monitor-url is ignored; --data-root confines it as it does the trainer: base/datafs.h). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
  * (default 1000) and "checkpoint_every" (default 1000, 0 = only at the end), as engine/config.c does.
  * What it writes, through the real modules:
  *   - DIR/events.out.tfevents.*: a scalar "loss" per step (eventlog/events.h); a resumed run writes a new
@@ -88,7 +89,7 @@ enum { KEEP_CHECKPOINTS = 3, W_VALUES = 4, PATH_BYTES = 4096 };
 
 static const char USAGE[] =
     "usage: tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B]\n"
-    "                    [--data-root DIR]\n"
+    "                    [--data-root DIR] [--monitor-url URL]\n"
     "fault switches in $TW_FAKE: step_ms=N,startup_ms=N,ckpt_ms=N,nan_at=K,inf_at=K,hang_at=K,\n"
     "crash_at=K,exit_at=K:CODE,once,helper=stdout|ignore_term|orphan,forge (see the comment at the top\n"
     "of tw_faketrain.c)\n";
@@ -251,7 +252,8 @@ static int parse_args(int argc, char **argv, options *o)
     static const struct option longs[] = {
         {"logdir", required_argument, 0, 'l'}, {"resume", no_argument, 0, 'r'},
         {"towers", required_argument, 0, 't'}, {"backend", required_argument, 0, 'b'},
-        {"data-root", required_argument, 0, 'd'}, {0, 0, 0, 0}};
+        {"data-root", required_argument, 0, 'd'}, {"monitor-url", required_argument, 0, 'u'},
+        {0, 0, 0, 0}};
     int c;
     int64_t towers;
     optind = 1;
@@ -260,6 +262,7 @@ static int parse_args(int argc, char **argv, options *o)
         case 'l': o->logdir = optarg; break;
         case 'r': o->resume = 1; break;
         case 'd': o->data_root = optarg; break;
+        case 'u': break;
         case 't':
             if (!parse_i64(optarg, 1, &towers) || towers > 64)
                 return fputs(USAGE, stderr), TW_EXIT_USAGE;
