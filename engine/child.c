@@ -113,6 +113,23 @@ int tw_child_failed(tw_child_out *o, const char *code, int exit_code, const char
     return exit_code;
 }
 
+const tw_child_failure *tw_child_failure_of(int exit_status)
+{
+    static const tw_child_failure TABLE[] = {
+        {TW_EXIT_USAGE, "bad_config", "BAD_CONFIG", 1},
+        {TW_EXIT_DIVERGED, "diverged", "DIVERGED", 1},
+        {TW_EXIT_OOM, "out_of_memory", "OUT_OF_MEMORY", 1},
+        {TW_EXIT_DEVICE, "device_error", "DEVICE_ERROR", 0},
+        {TW_EXIT_STORAGE_FULL, "storage_full", "STORAGE_FULL", 0},
+        {TW_EXIT_BAD_DATA, "bad_dataset", "BAD_DATASET", 1},
+    };
+    static const tw_child_failure CRASH = {TW_EXIT_FAILED, "crashed", "CRASHED", 0};
+    for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++)
+        if (TABLE[i].exit == exit_status)
+            return &TABLE[i];
+    return &CRASH;
+}
+
 int tw_child_exit_code(const tw_error *err)
 {
     static const struct {

@@ -85,6 +85,18 @@ enum {
 /* The exit status for a run that failed with err. */
 int tw_child_exit_code(const tw_error *err);
 
+/* What a failing exit status means to the supervisor: the run's failure reason and error code, and whether
+ * the failure is final (deterministic: never retried) or retried on a fresh process. Any status outside
+ * the table (1, a signal's) reads as a crash, retried. Never NULL; for 0 the caller looks at the final line. */
+typedef struct {
+    int exit;
+    const char *reason; /* "bad_config", "diverged", ... */
+    const char *code;   /* "BAD_CONFIG", "DIVERGED", ... */
+    int final;
+} tw_child_failure;
+
+const tw_child_failure *tw_child_failure_of(int exit_status);
+
 /* ---- the emitter ---- */
 
 /* Where the lines go, and when the last one went. */

@@ -394,18 +394,16 @@ static tw_status session_start(run *R, tw_error *e)
 }
 
 /* 1 when the run ends for good here: completed, diverged, or an error the supervisor never retries
- * (docs/reliability.md rule 3: the exit statuses 2, 10, 11 and 14 are deterministic failures). A stop
- * (cancel or shutdown) and a retriable error are not: only the server knows what follows them. */
+ * (tw_child_failure_of: docs/reliability.md rule 3). A stop (cancel or shutdown) and a retriable error are
+ * not: only the server knows what follows them. */
 static int final_here(tw_status s, tw_train_outcome outcome, const tw_error *err, tw_hparams_status *st)
 {
     if (s == TW_OK) {
         *st = outcome == TW_TRAIN_COMPLETED ? TW_HPARAMS_SUCCESS : TW_HPARAMS_FAILURE;
         return outcome != TW_TRAIN_CANCELLED;
     }
-    int code = tw_child_exit_code(err);
     *st = TW_HPARAMS_FAILURE;
-    return code == TW_EXIT_USAGE || code == TW_EXIT_DIVERGED || code == TW_EXIT_OOM ||
-           code == TW_EXIT_BAD_DATA;
+    return tw_child_failure_of(tw_child_exit_code(err))->final;
 }
 
 /* `_hparams_/session_end_info`, once, at a state the trainer knows to be terminal (final_here). */

@@ -569,21 +569,13 @@ static outcome classify(const child *c)
         return (outcome){TW_RUN_FAILED, "deadline", "DEADLINE_EXCEEDED"};
     if (c->kill_reason)
         return (outcome){TW_RUN_QUEUED, "timeout", "HEARTBEAT_TIMEOUT"};
-    if (WIFSIGNALED(c->wstatus))
-        return (outcome){TW_RUN_QUEUED, "crashed", "CRASHED"};
-    switch (WEXITSTATUS(c->wstatus)) {
-    case 0:
+    if (!WIFSIGNALED(c->wstatus) && WEXITSTATUS(c->wstatus) == 0) {
         if (!strcmp(c->final_status, TW_CHILD_COMPLETED))
             return (outcome){TW_RUN_SUCCEEDED, NULL, NULL};
         return (outcome){TW_RUN_QUEUED, "interrupted", "INTERRUPTED"}; /* stopped by someone else's SIGTERM */
-    case TW_EXIT_USAGE: return (outcome){TW_RUN_FAILED, "bad_config", "BAD_CONFIG"};
-    case TW_EXIT_DIVERGED: return (outcome){TW_RUN_FAILED, "diverged", "DIVERGED"};
-    case TW_EXIT_OOM: return (outcome){TW_RUN_FAILED, "out_of_memory", "OUT_OF_MEMORY"};
-    case TW_EXIT_DEVICE: return (outcome){TW_RUN_QUEUED, "device_error", "DEVICE_ERROR"};
-    case TW_EXIT_STORAGE_FULL: return (outcome){TW_RUN_QUEUED, "storage_full", "STORAGE_FULL"};
-    case TW_EXIT_BAD_DATA: return (outcome){TW_RUN_FAILED, "bad_dataset", "BAD_DATASET"};
-    default: return (outcome){TW_RUN_QUEUED, "crashed", "CRASHED"};
     }
+    const tw_child_failure *f = tw_child_failure_of(WIFSIGNALED(c->wstatus) ? -1 : WEXITSTATUS(c->wstatus));
+    return (outcome){f->final ? TW_RUN_FAILED : TW_RUN_QUEUED, f->reason, f->code}; /* a signal: a crash */
 }
 
 static void describe_exit(const child *c, double heartbeat_timeout, char *buf, size_t size)
