@@ -526,25 +526,37 @@ static int ends_with(const char *s, const char *tail)
     return n >= t && !strcmp(s + n - t, tail);
 }
 
+static const char *base_name(const char *path)
+{
+    return strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+}
+
 /* The test split's files say so in their base name ("t10k-...", "...test..."). */
 static int is_test_file(const char *path)
 {
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    const char *base = base_name(path);
     return !strncmp(base, "t10k", 4) || strstr(base, "test") != NULL;
 }
 
-/* The form field of an upload's file, by its kind (server/API.md "Uploads"), or NULL. npy_seen counts
- * the .npy files before it: the first is the features, the second the labels (unless named "label"). */
-static const char *upload_field(const char *path, int npy_seen)
+/* Whether a .npy file is named as the labels ("...label..."). */
+static int npy_labels(const char *path)
+{
+    return ends_with(path, ".npy") && strstr(base_name(path), "label");
+}
+
+/* The form field of an upload's file, by its kind (server/API.md "Uploads"), or NULL. Of two .npy files
+ * the one named "...label..." is the labels (labelled: one is), else the second one (npy_seen: how many
+ * came before it). */
+static const char *upload_field(const char *path, int npy_seen, int labelled)
 {
     int test = is_test_file(path);
-    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    const char *base = base_name(path);
     if (strstr(base, "idx3-ubyte"))
         return test ? "test_images" : "images";
     if (strstr(base, "idx1-ubyte"))
         return test ? "test_labels" : "labels";
     if (ends_with(base, ".npy"))
-        return strstr(base, "label") || npy_seen == 1 ? "labels" : "features";
+        return (labelled ? npy_labels(base) : npy_seen == 1) ? "labels" : "features";
     if (ends_with(base, ".csv"))
         return "csv";
     if (strstr(base, ".tfrecord"))
@@ -580,9 +592,11 @@ static int wait_dataset(const tw_rest *c, const command *cmd, const char *id)
 static int cmd_upload(const tw_rest *c, const command *cmd, const args *a)
 {
     tw_rest_part parts[MAX_POS];
-    int n = 0, npy = 0;
+    int n = 0, npy = 0, labelled = 0;
+    for (int i = 1; i < a->npos; i++)
+        labelled |= npy_labels(a->pos[i]);
     for (int i = 1; i < a->npos; i++) {
-        const char *field = upload_field(a->pos[i], npy);
+        const char *field = upload_field(a->pos[i], npy, labelled);
         if (!field)
             return usage_error(cmd, "not an IDX, .npy, .csv or .tfrecord file:", a->pos[i]);
         npy += ends_with(a->pos[i], ".npy");
