@@ -467,7 +467,7 @@ static int cmd_resume(const tw_rest *c, const command *cmd, const args *a)
     long long steps = a->steps ? strtoll(a->steps, &end, 10) : 0;
     if (a->steps && (*end || steps <= 0))
         return usage_error(cmd, "--steps needs a positive integer, got", a->steps);
-    json_t *body = a->steps ? json_pack("{s:I}", "steps", (json_int_t)steps) : NULL;
+    json_t *body = a->steps ? json_pack("{s:I}", "steps", (json_int_t)steps) : json_object();
     int rc = run_action(c, cmd, a->pos[0], "/resume", body);
     json_decref(body);
     if (rc == EXIT_OK && a->follow)
