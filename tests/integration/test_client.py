@@ -309,3 +309,17 @@ def test_train_on_a_terminal_vs_a_pipe(real, tower_bin, tmp_path):
     lines = [json.loads(line) for line in piped.stdout.splitlines()]
     assert "\r" not in piped.stdout and lines[0]["backend"] == "cpu"
     assert lines[-1]["status"] == "completed" and any("eval_accuracy" in line for line in lines)
+
+
+def test_convert_on_a_terminal_vs_a_pipe(tower_bin, tmp_path):
+    args = ["convert", "--images", FASHION / IDX[2], "--labels", FASHION / IDX[3]]
+    status, out = in_pty([str(tower_bin), *map(str, args), "-o", str(tmp_path / "tty.tfrecord")])
+    text = out.decode()
+    assert status == 0, text
+    assert "\r\x1b[Kconverted 8192 examples  " in text and " ex/s" in text
+    assert text.endswith("\r\x1b[Ktower convert: wrote 10000 examples to " + str(tmp_path / "tty.tfrecord")
+                         + " (idx, compression none); meta: " + str(tmp_path / "tty.meta.json") + "\r\n")
+    piped = subprocess.run([str(tower_bin), *map(str, args), "-o", tmp_path / "pipe.tfrecord", "--json"],
+                           capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and "\r" not in piped.stdout
+    assert json.loads(piped.stdout)["train"]["count"] == 10000
