@@ -381,6 +381,8 @@ static int cmd_submit(const tw_rest *c, const command *cmd, const args *a)
 
 /* ================================ logs ================================ */
 
+/* Following a log: the route returns the last lines of a file that only grows, so what is new is what
+ * lies past the bytes already printed (while the log is under the route's 100000-line tail cap). */
 typedef struct {
     const tw_rest *c;
     const command *cmd;

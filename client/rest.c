@@ -147,6 +147,12 @@ tw_status tw_rest_call(const tw_rest *c, const char *method, const char *path, c
 tw_status tw_rest_upload(const tw_rest *c, const char *path, const tw_rest_part *parts, int n,
                          tw_rest_reply *reply, tw_error *err)
 {
+    for (int i = 0; i < n; i++) { /* curl opens them only while sending: name a missing file now */
+        FILE *f = fopen(parts[i].path, "rb");
+        if (!f)
+            return tw_error_errno(err, parts[i].path, "cannot read the file");
+        fclose(f);
+    }
     CURL *h = curl_easy_init();
     curl_mime *mime = h ? curl_mime_init(h) : NULL;
     for (int i = 0; mime && i < n; i++) {
@@ -155,7 +161,7 @@ tw_status tw_rest_upload(const tw_rest *c, const char *path, const tw_rest_part 
         if (curl_mime_filedata(part, parts[i].path) != CURLE_OK) {
             curl_mime_free(mime);
             curl_easy_cleanup(h);
-            return tw_error_errno(err, parts[i].path, "cannot read the file");
+            return tw_error_set(err, TW_ERR_IO, parts[i].path, -1, "cannot attach the file");
         }
     }
     if (mime)

@@ -232,10 +232,13 @@ def test_usage_errors_exit_2(tower_bin, tmp_path):
     assert h.returncode == 0 and "exit status: 0" in h.stdout and "2 a usage error" in h.stdout
 
 
-def test_unreachable_server_exits_1(tower_bin):
+def test_unreachable_server_and_missing_file_exit_1(tower_bin):
     r = subprocess.run([str(tower_bin), "runs", "--server", "http://127.0.0.1:9"], capture_output=True,
                        text=True, timeout=30)
     assert r.returncode == 1 and "cannot reach the server at http://127.0.0.1:9" in r.stderr
+    r = subprocess.run([str(tower_bin), "upload", "x", "/nonexistent/d.csv", "--server", "http://127.0.0.1:9"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 1 and "/nonexistent/d.csv: cannot read the file" in r.stderr
 
 
 @pytest.fixture
