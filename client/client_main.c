@@ -175,16 +175,13 @@ static int run_path(char *buf, size_t size, const char *id, const char *suffix)
 
 /* ================================ runs ================================ */
 
-/* A number of a JSON object with printf format fmt into buf, or NULL when it is absent. */
+/* A number of a JSON object with printf format fmt (one double) into buf, or NULL when it is absent. */
 static const char *num(const json_t *obj, const char *key, const char *fmt, char *buf, size_t size)
 {
     const json_t *v = json_object_get(obj, key);
     if (!json_is_number(v))
         return NULL;
-    if (json_is_integer(v) && !strcmp(fmt, "%g"))
-        snprintf(buf, size, "%lld", (long long)json_integer_value(v));
-    else
-        snprintf(buf, size, fmt, json_number_value(v));
+    snprintf(buf, size, fmt, json_number_value(v));
     return buf;
 }
 
