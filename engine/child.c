@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <string.h>
 #include <time.h>
 
 double tw_child_now(void)
@@ -13,18 +14,111 @@ double tw_child_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The stream tw_child_use_terminal named, and its run's steps. */
+static FILE *terminal_out;
+static int64_t terminal_steps;
+
 void tw_child_init(tw_child_out *o, FILE *out)
 {
     o->out = out;
     o->last_write = tw_child_now();
+    o->terminal = out && out == terminal_out;
+    o->total_steps = o->terminal ? terminal_steps : 0;
 }
 
-/* Writes obj as one line and flushes it at once (the supervisor reads lines as they come); steals obj.
+void tw_child_use_terminal(FILE *out, int64_t total_steps)
+{
+    terminal_out = out;
+    terminal_steps = total_steps;
+}
+
+/* "1h02m", "3m05s", "42s" into buf. */
+static void format_duration(double s, char *buf, size_t size)
+{
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(buf, size, "%ldh%02ldm", t / 3600, t / 60 % 60);
+    else if (t >= 60)
+        snprintf(buf, size, "%ldm%02lds", t / 60, t % 60);
+    else
+        snprintf(buf, size, "%lds", t);
+}
+
+void tw_child_progress_clear(FILE *out)
+{
+    fputs("\r\033[K", out);
+}
+
+void tw_child_progress(FILE *out, int64_t step, int64_t total, double eps, double loss, double eta_s)
+{
+    tw_child_progress_clear(out);
+    fprintf(out, "step %lld", (long long)step);
+    if (total > 0)
+        fprintf(out, "/%lld", (long long)total);
+    if (eps > 0)
+        fprintf(out, "  %.0f ex/s", eps);
+    fprintf(out, "  loss %.4f", loss);
+    char eta[32];
+    format_duration(eta_s, eta, sizeof eta);
+    if (eta_s > 0)
+        fprintf(out, "  ETA %s", eta);
+    fflush(out);
+}
+
+/* One value as a person reads it: a string bare, a number with %g, anything else as compact JSON. */
+static void print_value(FILE *out, const json_t *v)
+{
+    if (json_is_string(v)) {
+        fputs(json_string_value(v), out);
+    } else if (json_is_number(v)) {
+        fprintf(out, "%g", json_number_value(v));
+    } else {
+        json_dumpf(v, out, JSON_COMPACT);
+    }
+}
+
+/* The terminal rendering of one line (see child.h); borrows line. */
+static void render(tw_child_out *o, const json_t *line)
+{
+    const json_t *step = json_object_get(line, TW_CHILD_STEP);
+    if (json_object_get(line, TW_CHILD_HEARTBEAT))
+        return;
+    if (step && json_object_get(line, TW_CHILD_LOSS)) {
+        const json_t *eps = json_object_get(line, TW_CHILD_EXAMPLES_PER_SEC);
+        const json_t *eta = json_object_get(line, TW_CHILD_ETA);
+        tw_child_progress(o->out, json_integer_value(step), o->total_steps,
+                          eps ? json_number_value(eps) : 0.0,
+                          json_number_value(json_object_get(line, TW_CHILD_LOSS)),
+                          eta ? json_number_value(eta) : 0.0);
+        return;
+    }
+    tw_child_progress_clear(o->out);
+    int eval = json_object_get(line, TW_CHILD_EVAL_LOSS) != NULL;
+    size_t prefix = strlen(TW_CHILD_EVAL_PREFIX);
+    if (eval)
+        fprintf(o->out, "eval at step %lld:", (long long)json_integer_value(step));
+    const char *key;
+    const json_t *v;
+    const char *sep = "";
+    json_object_foreach((json_t *)line, key, v) {
+        if (eval && strncmp(key, TW_CHILD_EVAL_PREFIX, prefix))
+            continue;
+        fprintf(o->out, "%s%s ", eval ? " " : sep, eval ? key + prefix : key);
+        print_value(o->out, v);
+        sep = ", ";
+    }
+    fputc('\n', o->out);
+}
+
+/* Writes obj as one line (rendered instead on a terminal) and flushes it at once (the supervisor reads
+ * lines as they come); steals obj.
  * Returns 0, or -1 when obj is NULL or could not be written (a string that is not UTF-8). */
 static int emit(tw_child_out *o, json_t *obj)
 {
-    int rc = obj ? json_dumpf(obj, o->out, JSON_COMPACT | JSON_REAL_PRECISION(7)) : -1;
-    if (rc == 0)
+    int rc = obj ? 0 : -1;
+    if (obj && o->terminal)
+        render(o, obj);
+    else if (obj && (rc = json_dumpf(obj, o->out, JSON_COMPACT | JSON_REAL_PRECISION(7))) == 0)
         fputc('\n', o->out);
     fflush(o->out);
     json_decref(obj);

@@ -101,8 +101,10 @@ const tw_child_failure *tw_child_failure_of(int exit_status);
 
 /* Where the lines go, and when the last one went. */
 typedef struct {
-    FILE *out;         /* borrowed */
-    double last_write; /* CLOCK_MONOTONIC seconds of the last line (tw_child_now) */
+    FILE *out;           /* borrowed */
+    double last_write;   /* CLOCK_MONOTONIC seconds of the last line (tw_child_now) */
+    int terminal;        /* render the lines for a person (tw_child_use_terminal) instead of JSON */
+    int64_t total_steps; /* the run's steps, for the terminal's progress line */
 } tw_child_out;
 
 typedef struct {
@@ -123,6 +125,19 @@ typedef struct {
 double tw_child_now(void);
 
 void tw_child_init(tw_child_out *o, FILE *out);
+
+/* ---- the terminal rendering: for a person, never for the supervisor ----
+ * After tw_child_use_terminal(out, steps) (`tower train` calls it when its stdout is a terminal), every
+ * emitter later initialised on out renders its lines instead of writing JSON: a step line updates one
+ * `\r`-rewritten progress line (tw_child_progress), an eval line prints its "eval_" values under their
+ * names less the prefix, a heartbeat prints nothing, any other line prints its keys and values. A pipe
+ * (the server's supervisor, scripts) never calls it and keeps the JSON lines unchanged. */
+void tw_child_use_terminal(FILE *out, int64_t total_steps);
+/* The progress line "\rstep K/N  E ex/s  loss X  ETA T" (clearing the rest of the line; total 0: no
+ * "/N"; eps or eta_s <= 0: left out), flushed. `tower submit --follow` draws the same line from a run. */
+void tw_child_progress(FILE *out, int64_t step, int64_t total, double eps, double loss, double eta_s);
+/* Ends a progress line before other text: "\r" and clear to the end of the line. */
+void tw_child_progress_clear(FILE *out);
 /* devices: [n] names, borrowed. */
 void tw_child_backend(tw_child_out *o, const char *kind, const char *const *devices, int n);
 void tw_child_resumed(tw_child_out *o, const char *path, int64_t step);

@@ -13,7 +13,8 @@
  *   13  storage full (an I/O error with errno ENOSPC or EDQUOT)
  *   14  a damaged or wrong input file (TW_ERR_CORRUPT, TW_ERR_TRUNCATED or TW_ERR_TOO_LARGE: the dataset,
  *       or the checkpoint being resumed; a label outside the classes; the message names the file)
- * Progress is the child protocol's lines on stdout (child.h), each flushed as written. A failure ends
+ * Progress is the child protocol's lines on stdout (child.h), each flushed as written; on a terminal
+ * (isatty) the same emitter renders them as a live progress line instead. A failure ends
  * with its failed line; the message also goes to stderr as one line naming the key or file. */
 #include "train_main.h"
 
@@ -23,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "child.h"
 #include "config.h"
@@ -35,7 +37,8 @@ static const char USAGE[] =
     "                   [--data-root DIR] [--memory-limit BYTES] [--monitor-url URL]\n"
     "\n"
     "Trains the model CONFIG.json describes. Event files go to DIR (tensorboard --logdir DIR shows\n"
-    "them), checkpoints to DIR/checkpoints. One JSON object per line on stdout reports progress.\n"
+    "them), checkpoints to DIR/checkpoints. One JSON object per line on stdout reports progress\n"
+    "(on a terminal: a live progress line instead).\n"
     "\n"
     "  --logdir DIR       where the run writes (required)\n"
     "  --resume           continue from DIR/checkpoints/latest, bit-exactly, if there is one\n"
@@ -151,6 +154,8 @@ int tw_train_main(int argc, char **argv)
         tw_config_load(o.config, &c, &err) != TW_OK ||
         (o.towers && tw_config_override_towers(&c, o.towers, &err) != TW_OK))
         return fail(&err, TW_EXIT_USAGE);
+    if (isatty(fileno(stdout)))
+        tw_child_use_terminal(stdout, c.steps); /* a person reads it; a pipe keeps the JSON lines */
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);

@@ -294,6 +294,9 @@ static tw_status write_source(conversion *c, tw_convert_src *src, split *to, sam
             TW_TRY(tw_example_serialize(c->builder, &data, &len, err));
         split *dest = smp && sampler_pick(smp) ? &c->test : to;
         TW_TRY(split_write(dest, src, data, len, &label, err));
+        uint64_t done = c->train.count + c->test.count;
+        if (c->o->progress && done % TW_CONVERT_PROGRESS_EVERY == 0)
+            c->o->progress(done, c->o->progress_ctx);
     }
 }
 

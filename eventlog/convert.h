@@ -72,7 +72,13 @@ typedef struct {
     uint64_t max_record_bytes;             /* cap on one TFRecord input record; default 64 MiB */
     int allow_nonfinite;                   /* 1: float features may be NaN / Inf; default 0 (see
                                               "Non-finite features" above) */
+    /* Called with the examples written so far, every TW_CONVERT_PROGRESS_EVERY of them (NULL: never;
+     * `tower convert` draws its terminal progress line from it). */
+    void (*progress)(uint64_t examples, void *ctx);
+    void *progress_ctx;
 } tw_convert_options;
+
+#define TW_CONVERT_PROGRESS_EVERY 4096
 
 typedef struct {
     tw_convert_source source;

@@ -3,7 +3,7 @@
  * Owns: the option table (one row per option: spelling, value kind, where it goes, help text — the
  * --help page is printed from it, so every option is documented), strict parsing of option values
  * (unknown, repeated or malformed options are usage errors, exit 2), the one-line error message, and the
- * summary (a line, or JSON with --json). Does not own: what a conversion does (convert.c) or exiting
+ * summary (a line, or JSON with --json), and on a terminal the live progress line before it. Does not own: what a conversion does (convert.c) or exiting
  * (server/main.c). */
 #include <errno.h>
 #include <stdarg.h>
@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -240,6 +242,29 @@ static int parse_args(cli *c, int argc, char **argv)
 
 /* ================================ reporting ================================ */
 
+/* The terminal's progress line: when the conversion started (CLOCK_MONOTONIC seconds). */
+typedef struct {
+    double start;
+} progress_line;
+
+static double monotonic_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* tw_convert_options.progress on a terminal: "\rconverted N examples  E ex/s", rewritten in place. */
+static void draw_progress(uint64_t examples, void *ctx)
+{
+    const progress_line *p = ctx;
+    double s = monotonic_s() - p->start;
+    printf("\r\033[Kconverted %llu examples", (unsigned long long)examples);
+    if (s > 0)
+        printf("  %.0f ex/s", (double)examples / s);
+    fflush(stdout);
+}
+
 static void report_error(const cli *c, const tw_error *err)
 {
     char msg[1200];
@@ -306,8 +331,17 @@ int tw_convert_main(int argc, char **argv)
     tw_convert_source source;
     if (tw_convert_check(&c.o, &source, &err) != TW_OK)
         return usage_error("%s", err.message);
+    progress_line line = {monotonic_s()};
+    int terminal = !c.json && isatty(fileno(stdout)); /* --json and pipes keep their one summary line */
+    if (terminal) {
+        c.o.progress = draw_progress;
+        c.o.progress_ctx = &line;
+    }
     tw_convert_result res;
-    if (tw_convert(&c.o, &res, &err) != TW_OK) {
+    tw_status s = tw_convert(&c.o, &res, &err);
+    if (terminal)
+        fputs("\r\033[K", stdout); /* the summary replaces the progress line */
+    if (s != TW_OK) {
         report_error(&c, &err);
         return EXIT_FAILED;
     }

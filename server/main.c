@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "bench_main.h"
+#include "client_main.h"
 #include "convert.h"
 #include "devices.h"
 #include "inspect.h"
@@ -26,6 +27,14 @@ static const command COMMANDS[] = {
     {"serve", tw_serve_main, "run the training service: REST API, job queue, status page"},
     {"devices", tw_devices_main, "list the devices runs are scheduled on"},
     {"bench", tw_bench_main, "time the training step per model and tower count on synthetic data"},
+    {"runs", tw_client_main, "client: list a server's runs (--server URL, default $TOWER_URL)"},
+    {"submit", tw_client_main, "client: submit a run config [--dataset NAME] [--follow]"},
+    {"logs", tw_client_main, "client: print a run's log [-f]"},
+    {"cancel", tw_client_main, "client: cancel a run"},
+    {"resume", tw_client_main, "client: resume a cancelled or failed run"},
+    {"download", tw_client_main, "client: download a run's checkpoint [--step S] [-o FILE]"},
+    {"upload", tw_client_main, "client: upload a dataset (IDX, .npy, CSV or TFRecord files)"},
+    {"compare", tw_client_main, "client: the differing hparams and final metrics of runs"},
 };
 
 static void usage(FILE *out)

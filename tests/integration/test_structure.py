@@ -6,7 +6,7 @@ import sys
 
 from conftest import BUILD, ROOT
 
-SOURCES = ("base", "eventlog", "engine", "kernels", "server", "static", "tests", "scripts", "docker", "cmake",
+SOURCES = ("base", "eventlog", "engine", "kernels", "client", "server", "static", "tests", "scripts", "docker", "cmake",
            "docs", "examples")
 
 

@@ -2,7 +2,7 @@
 """No two source files of Tower use each other, directly or around a circle.
 
 An arrow A -> B means: a function or global defined in B (a .c or .cu of eventlog/, engine/, kernels/,
-server/) is named in A. The arrows come from the compiler, not from reading text: `nm` lists, for every
+client/, server/) is named in A. The arrows come from the compiler, not from reading text: `nm` lists, for every
 object file of the build, the global symbols it defines and the ones it leaves undefined, so an inline
 function in a header or a static one is not an arrow, and a call through a function pointer from a table is
 (the table names the function). Generated protobuf-c code is left out (it is a library's output).
@@ -18,7 +18,7 @@ import re
 import subprocess
 import sys
 
-LIBRARIES = ("tw_eventlog", "tw_engine", "tw_kernels", "tw_server", "tower")
+LIBRARIES = ("tw_eventlog", "tw_engine", "tw_kernels", "tw_client", "tw_server", "tower")
 
 
 def objects(build):

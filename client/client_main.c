@@ -1,0 +1,712 @@
+/* client_main.c — the `tower` client commands: their options, what each asks the server and what it
+ * prints.
+ *
+ * Owns: the option parsing of the client commands (--server everywhere; unknown or missing options are
+ * usage errors, exit 2), their --help pages and exit statuses, the runs table, `submit --dataset` (a
+ * config's file paths replaced by a registered dataset), following a run over its event stream, the
+ * upload's form fields by file kind, and the compare view. Does not own: HTTP (rest.h), the progress
+ * line (engine/child.h, the trainer's renderer), the routes (server/API.md), nor exiting (server/main.c). */
+#include "client_main.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "atomic_file.h"
+#include "child.h"
+#include "compare.h"
+#include "rest.h"
+#include "table.h"
+
+enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
+
+#define MAX_POS 64
+
+/* The parsed command line of one client command. */
+typedef struct {
+    const char *server, *dataset, *name, *step, *output, *label_column, *steps;
+    int follow, wait;
+    int npos;
+    const char *pos[MAX_POS];
+} args;
+
+typedef struct command command;
+struct command {
+    const char *name;
+    const char *synopsis; /* after "tower NAME " */
+    const char *help;     /* what it does and its own options */
+    const char *options;  /* the options it takes: letters of OPTIONS below */
+    int min_pos, max_pos;
+    int (*run)(const tw_rest *c, const command *cmd, const args *a);
+};
+
+/* Every option of the client commands: letter (in command.options), spellings, takes a value. */
+static const struct {
+    char letter;
+    const char *lng, *shrt;
+    int value;
+} OPTIONS[] = {
+    {'d', "--dataset", NULL, 1}, {'n', "--name", NULL, 1},    {'F', "--follow", NULL, 0},
+    {'f', "--follow", "-f", 0},  {'s', "--step", NULL, 1},    {'o', "--output", "-o", 1},
+    {'l', "--label-column", NULL, 1}, {'w', "--wait", NULL, 0}, {'S', "--steps", NULL, 1},
+};
+
+static const char EXIT_HELP[] =
+    "\n  --server URL   the tower serve to talk to (default $TOWER_URL, else " TW_REST_DEFAULT_URL ");\n"
+    "                 $TOWER_TOKEN is sent as 'Authorization: Bearer TOKEN'\n"
+    "\nexit status: 0 done; 1 the server refused (its error message is printed), could not be reached,\n"
+    "or a followed run did not succeed; 2 a usage error.\n";
+
+static void usage(const command *cmd, FILE *out)
+{
+    fprintf(out, "usage: tower %s %s [--server URL]\n\n%s%s", cmd->name, cmd->synopsis, cmd->help,
+            EXIT_HELP);
+}
+
+static int usage_error(const command *cmd, const char *what, const char *arg)
+{
+    fprintf(stderr, "tower %s: %s%s%s\n(see 'tower %s --help')\n", cmd->name, what, arg ? " " : "",
+            arg ? arg : "", cmd->name);
+    return EXIT_USAGE;
+}
+
+/* Stores the value of option letter into a. */
+static void set_option(args *a, char letter, const char *value)
+{
+    switch (letter) {
+    case 'd': a->dataset = value; break;
+    case 'n': a->name = value; break;
+    case 'F': case 'f': a->follow = 1; break;
+    case 's': a->step = value; break;
+    case 'o': a->output = value; break;
+    case 'l': a->label_column = value; break;
+    case 'w': a->wait = 1; break;
+    case 'S': a->steps = value; break;
+    }
+}
+
+/* Returns 0, -1 for --help, or EXIT_USAGE (reported). */
+static int parse_args(const command *cmd, int argc, char **argv, args *a)
+{
+    memset(a, 0, sizeof *a);
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h"))
+            return -1;
+        if (!strcmp(arg, "--server")) {
+            if (++i == argc)
+                return usage_error(cmd, "--server needs a URL", NULL);
+            a->server = argv[i];
+            continue;
+        }
+        if (arg[0] != '-' || !strcmp(arg, "-")) {
+            if (a->npos == MAX_POS)
+                return usage_error(cmd, "too many arguments", NULL);
+            a->pos[a->npos++] = arg;
+            continue;
+        }
+        size_t k = 0, n = sizeof OPTIONS / sizeof OPTIONS[0];
+        while (k < n && !(strchr(cmd->options, OPTIONS[k].letter) &&
+                          (!strcmp(arg, OPTIONS[k].lng) || (OPTIONS[k].shrt && !strcmp(arg, OPTIONS[k].shrt)))))
+            k++;
+        if (k == n)
+            return usage_error(cmd, "unknown option", arg);
+        if (OPTIONS[k].value && ++i == argc)
+            return usage_error(cmd, "a value is missing after", arg);
+        set_option(a, OPTIONS[k].letter, OPTIONS[k].value ? argv[i] : NULL);
+    }
+    if (a->npos < cmd->min_pos || a->npos > cmd->max_pos)
+        return usage_error(cmd, a->npos < cmd->min_pos ? "missing arguments" : "too many arguments", NULL);
+    return 0;
+}
+
+/* ================================ talking to the server ================================ */
+
+/* Reports err (the transport) and returns EXIT_FAILED. */
+static int failed(const command *cmd, const tw_error *err)
+{
+    char msg[1200];
+    tw_error_format(err, msg, sizeof msg);
+    fprintf(stderr, "tower %s: %s\n", cmd->name, msg);
+    return EXIT_FAILED;
+}
+
+/* Reports a non-2xx reply's error envelope and returns EXIT_FAILED. */
+static int refused(const command *cmd, const tw_rest_reply *reply)
+{
+    char msg[1200];
+    tw_rest_error_text(reply, msg, sizeof msg);
+    fprintf(stderr, "tower %s: %s\n", cmd->name, msg);
+    return EXIT_FAILED;
+}
+
+/* method path [body] → the reply's JSON (new reference), or NULL with the failure reported in *rc. */
+static json_t *call(const tw_rest *c, const command *cmd, const char *method, const char *path,
+                    const json_t *body, int *rc)
+{
+    tw_rest_reply reply;
+    tw_error err;
+    tw_error_clear(&err);
+    json_t *j = NULL;
+    if (tw_rest_call(c, method, path, body, &reply, &err) != TW_OK)
+        *rc = failed(cmd, &err);
+    else if (!tw_rest_ok(&reply))
+        *rc = refused(cmd, &reply);
+    else if (!(j = tw_rest_json(&reply, path, &err)))
+        *rc = failed(cmd, &err);
+    tw_rest_reply_free(&reply);
+    return j;
+}
+
+/* "/api/v1/runs/ID/SUFFIX" into buf with ID escaped for a URL; -1 when it does not fit. */
+static int run_path(char *buf, size_t size, const char *id, const char *suffix)
+{
+    char *esc = tw_rest_escape(id);
+    int n = esc ? snprintf(buf, size, "/api/v1/runs/%s%s", esc, suffix) : -1;
+    free(esc);
+    return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+/* ================================ runs ================================ */
+
+/* A number of a JSON object with printf format fmt (one double) into buf, or NULL when it is absent. */
+static const char *num(const json_t *obj, const char *key, const char *fmt, char *buf, size_t size)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_number(v))
+        return NULL;
+    snprintf(buf, size, fmt, json_number_value(v));
+    return buf;
+}
+
+static const char *created_text(const json_t *run, char *buf, size_t size)
+{
+    const json_t *v = json_object_get(run, "created");
+    time_t t = (time_t)json_number_value(v);
+    struct tm tm;
+    if (!json_is_number(v) || !localtime_r(&t, &tm) || !strftime(buf, size, "%Y-%m-%d %H:%M:%S", &tm))
+        return NULL;
+    return buf;
+}
+
+static int add_run_row(tw_table *t, const json_t *run)
+{
+    char step[64], loss[32], acc[32], created[32];
+    const json_t *metrics = json_object_get(run, "metrics");
+    snprintf(step, sizeof step, "%lld/%lld", (long long)json_integer_value(json_object_get(run, "step")),
+             (long long)json_integer_value(json_object_get(run, "steps")));
+    const char *cells[] = {
+        json_string_value(json_object_get(run, "id")),
+        json_string_value(json_object_get(run, "name")),
+        json_string_value(json_object_get(run, "status")),
+        step,
+        num(metrics, "loss", "%.4f", loss, sizeof loss),
+        num(metrics, "eval_accuracy", "%.4f", acc, sizeof acc),
+        json_string_value(json_object_get(json_object_get(run, "dataset"), "name")),
+        created_text(run, created, sizeof created),
+    };
+    return tw_table_add(t, cells);
+}
+
+static int cmd_runs(const tw_rest *c, const command *cmd, const args *a)
+{
+    (void)a;
+    int rc = EXIT_OK;
+    json_t *list = call(c, cmd, "GET", "/api/v1/runs?limit=1000", NULL, &rc);
+    if (!list)
+        return rc;
+    static const char *const HEADER[] = {"ID", "NAME", "STATUS", "STEP", "LOSS", "EVAL_ACCURACY",
+                                         "DATASET", "CREATED"};
+    tw_table t;
+    int bad = tw_table_init(&t, 8, HEADER);
+    size_t i;
+    json_t *run;
+    json_array_foreach(json_object_get(list, "runs"), i, run)
+        bad |= add_run_row(&t, run);
+    if (!bad)
+        tw_table_print(&t, stdout);
+    tw_table_free(&t);
+    json_decref(list);
+    if (bad)
+        fprintf(stderr, "tower %s: out of memory\n", cmd->name);
+    return bad ? EXIT_FAILED : EXIT_OK;
+}
+
+/* ================================ follow ================================ */
+
+/* What following a run's event stream has seen. */
+typedef struct {
+    int terminal;  /* render a progress line (stdout is a terminal) instead of JSON lines */
+    int data;      /* the current event is a "run" event */
+    json_t *last;  /* the latest run object (owned) */
+    int64_t shown; /* the last step rendered, -1 none */
+} follower;
+
+static void render_run(follower *f, const json_t *run)
+{
+    const json_t *m = json_object_get(run, "metrics");
+    int64_t step = json_integer_value(json_object_get(run, "step"));
+    if (!f->terminal) {
+        json_dumpf(run, stdout, JSON_COMPACT);
+        fputc('\n', stdout);
+        fflush(stdout);
+    } else if (json_is_number(json_object_get(m, "loss")) && step != f->shown) {
+        tw_child_progress(stdout, step, json_integer_value(json_object_get(run, "steps")),
+                          json_number_value(json_object_get(m, "examples_per_sec")),
+                          json_number_value(json_object_get(m, "loss")),
+                          json_number_value(json_object_get(run, "eta_s")));
+        f->shown = step;
+    }
+}
+
+/* One line of the event stream: "event: NAME", "data: JSON" or a blank line. */
+static int on_event_line(const char *line, void *ctx)
+{
+    follower *f = ctx;
+    if (!strncmp(line, "event:", 6)) {
+        f->data = !strcmp(line + 6 + strspn(line + 6, " "), "run");
+        return 0;
+    }
+    if (strncmp(line, "data:", 5) || !f->data)
+        return 0;
+    json_t *run = json_loads(line + 5, 0, NULL);
+    if (run) {
+        json_decref(f->last);
+        f->last = run;
+        render_run(f, run);
+    }
+    return 0;
+}
+
+/* The closing line on a terminal: "RUN STATUS at step K: eval accuracy A, loss X". */
+static void print_outcome(const json_t *run)
+{
+    const json_t *m = json_object_get(run, "metrics");
+    char acc[32], loss[32];
+    tw_child_progress_clear(stdout);
+    printf("%s %s at step %lld", json_string_value(json_object_get(run, "id")),
+           json_string_value(json_object_get(run, "status")),
+           (long long)json_integer_value(json_object_get(run, "step")));
+    if (num(m, "eval_accuracy", "%.4f", acc, sizeof acc))
+        printf(": eval accuracy %s", acc);
+    if (num(m, "loss", "%.4f", loss, sizeof loss))
+        printf(", loss %s", loss);
+    const json_t *reason = json_object_get(run, "reason");
+    if (json_is_string(reason))
+        printf(" (%s)", json_string_value(reason));
+    printf("\n");
+}
+
+/* Follows run id until its event stream ends; 0 when it succeeded. */
+static int follow_run(const tw_rest *c, const command *cmd, const char *id)
+{
+    char path[512];
+    if (run_path(path, sizeof path, id, "/events"))
+        return usage_error(cmd, "run id too long:", id);
+    follower f = {.terminal = isatty(fileno(stdout)), .shown = -1};
+    tw_rest_reply reply;
+    tw_error err;
+    tw_error_clear(&err);
+    int rc = EXIT_OK;
+    if (tw_rest_stream(c, path, on_event_line, &f, &reply, &err) != TW_OK)
+        rc = failed(cmd, &err);
+    else if (!tw_rest_ok(&reply))
+        rc = refused(cmd, &reply);
+    tw_rest_reply_free(&reply);
+    if (rc == EXIT_OK && f.terminal && f.last)
+        print_outcome(f.last);
+    const char *status = json_string_value(json_object_get(f.last, "status"));
+    if (rc == EXIT_OK && (!status || strcmp(status, "succeeded")))
+        rc = EXIT_FAILED;
+    json_decref(f.last);
+    return rc;
+}
+
+/* ================================ submit ================================ */
+
+/* The dataset keys that name files: `tower train` reads them, the API refuses them (and "shape", which
+ * describes those files: a registered dataset knows its own). */
+static const char *const PATH_KEYS[] = {"train", "test", "shape"};
+
+/* Replaces cfg's "dataset" with {"name": name, ...its other keys as overrides}. */
+static int use_dataset(json_t *cfg, const char *name)
+{
+    json_t *old = json_object_get(cfg, "dataset");
+    json_t *ds = json_is_object(old) ? json_deep_copy(old) : json_object();
+    for (size_t i = 0; ds && i < sizeof PATH_KEYS / sizeof PATH_KEYS[0]; i++)
+        json_object_del(ds, PATH_KEYS[i]);
+    return ds && !json_object_set_new(ds, "name", json_string(name)) &&
+                   !json_object_set_new(cfg, "dataset", ds)
+               ? 0
+               : -1;
+}
+
+static int cmd_submit(const tw_rest *c, const command *cmd, const args *a)
+{
+    json_error_t je;
+    json_t *cfg = json_load_file(a->pos[0], JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(cfg)) {
+        json_decref(cfg);
+        fprintf(stderr, "tower %s: %s:%d: %s\n", cmd->name, a->pos[0], je.line,
+                cfg ? "not a JSON object" : je.text);
+        return EXIT_USAGE;
+    }
+    int rc = EXIT_OK;
+    if ((a->dataset && use_dataset(cfg, a->dataset)) ||
+        (a->name && json_object_set_new(cfg, "name", json_string(a->name)))) {
+        json_decref(cfg);
+        return usage_error(cmd, "cannot use --dataset or --name (out of memory or not UTF-8)", NULL);
+    }
+    json_t *created = call(c, cmd, "POST", "/api/v1/runs", cfg, &rc);
+    json_decref(cfg);
+    if (!created)
+        return rc;
+    const char *id = json_string_value(json_object_get(created, "id"));
+    printf("%s\n", id ? id : "?");
+    fflush(stdout);
+    if (a->follow && id)
+        rc = follow_run(c, cmd, id);
+    json_decref(created);
+    return rc;
+}
+
+/* ================================ logs ================================ */
+
+/* Following a log: the route returns the last lines of a file that only grows, so what is new is what
+ * lies past the bytes already printed (while the log is under the route's 100000-line tail cap). */
+typedef struct {
+    const tw_rest *c;
+    const command *cmd;
+    char path[512];
+    size_t printed; /* bytes of the log already printed */
+    int rc;
+} log_follower;
+
+/* Prints what the log holds past what was printed. */
+static int print_log(log_follower *l)
+{
+    tw_rest_reply reply;
+    tw_error err;
+    tw_error_clear(&err);
+    if (tw_rest_call(l->c, "GET", l->path, NULL, &reply, &err) != TW_OK)
+        l->rc = failed(l->cmd, &err);
+    else if (!tw_rest_ok(&reply))
+        l->rc = refused(l->cmd, &reply);
+    else if (reply.len > l->printed) {
+        fwrite(reply.body + l->printed, 1, reply.len - l->printed, stdout);
+        fflush(stdout);
+        l->printed = reply.len;
+    }
+    tw_rest_reply_free(&reply);
+    return l->rc != EXIT_OK;
+}
+
+/* Each event of the run's stream: print the log's new lines (stop when that fails). */
+static int on_log_event(const char *line, void *ctx)
+{
+    return strncmp(line, "data:", 5) ? 0 : print_log(ctx);
+}
+
+static int cmd_logs(const tw_rest *c, const command *cmd, const args *a)
+{
+    log_follower l = {.c = c, .cmd = cmd, .rc = EXIT_OK};
+    char events[512];
+    if (run_path(l.path, sizeof l.path, a->pos[0], "/log?tail=100000") ||
+        run_path(events, sizeof events, a->pos[0], "/events"))
+        return usage_error(cmd, "run id too long:", a->pos[0]);
+    if (print_log(&l) || !a->follow)
+        return l.rc;
+    tw_rest_reply reply;
+    tw_error err;
+    tw_error_clear(&err);
+    if (tw_rest_stream(c, events, on_log_event, &l, &reply, &err) != TW_OK)
+        l.rc = failed(cmd, &err);
+    else if (!tw_rest_ok(&reply))
+        l.rc = refused(cmd, &reply);
+    tw_rest_reply_free(&reply);
+    if (l.rc == EXIT_OK)
+        print_log(&l); /* the lines written after the last event */
+    return l.rc;
+}
+
+/* ================================ cancel, resume ================================ */
+
+/* POST /runs/RUN/ACTION [body]; prints "RUN STATUS". */
+static int run_action(const tw_rest *c, const command *cmd, const char *id, const char *action,
+                      const json_t *body)
+{
+    char path[512];
+    if (run_path(path, sizeof path, id, action))
+        return usage_error(cmd, "run id too long:", id);
+    int rc = EXIT_OK;
+    json_t *run = call(c, cmd, "POST", path, body, &rc);
+    if (!run)
+        return rc;
+    const char *rid = json_string_value(json_object_get(run, "id"));
+    const char *status = json_string_value(json_object_get(run, "status"));
+    printf("%s %s\n", rid ? rid : id, status ? status : "?");
+    json_decref(run);
+    return rc;
+}
+
+static int cmd_cancel(const tw_rest *c, const command *cmd, const args *a)
+{
+    return run_action(c, cmd, a->pos[0], "/cancel", NULL);
+}
+
+static int cmd_resume(const tw_rest *c, const command *cmd, const args *a)
+{
+    char *end;
+    long long steps = a->steps ? strtoll(a->steps, &end, 10) : 0;
+    if (a->steps && (*end || steps <= 0))
+        return usage_error(cmd, "--steps needs a positive integer, got", a->steps);
+    json_t *body = a->steps ? json_pack("{s:I}", "steps", (json_int_t)steps) : json_object();
+    int rc = run_action(c, cmd, a->pos[0], "/resume", body);
+    json_decref(body);
+    if (rc == EXIT_OK && a->follow)
+        rc = follow_run(c, cmd, a->pos[0]);
+    return rc;
+}
+
+/* ================================ download ================================ */
+
+static int cmd_download(const tw_rest *c, const command *cmd, const args *a)
+{
+    const char *id = a->pos[0];
+    char *end, suffix[64], path[512], out_name[600];
+    long long step = a->step ? strtoll(a->step, &end, 10) : 0;
+    if (a->step && (*end || step < 0))
+        return usage_error(cmd, "--step needs a step number, got", a->step);
+    if (a->step)
+        snprintf(suffix, sizeof suffix, "/checkpoints/%lld", step);
+    else
+        snprintf(suffix, sizeof suffix, "/checkpoints/latest");
+    if (run_path(path, sizeof path, id, suffix))
+        return usage_error(cmd, "run id too long:", id);
+    snprintf(out_name, sizeof out_name, "%s-%s.safetensors", id, a->step ? a->step : "latest");
+    const char *out_path = a->output ? a->output : out_name;
+    tw_error err;
+    tw_error_clear(&err);
+    tw_atomic_file *f = NULL;
+    if (tw_atomic_file_create(out_path, &f, &err) != TW_OK)
+        return failed(cmd, &err);
+    int fd = dup(tw_atomic_file_fd(f));
+    FILE *out = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    tw_rest_reply reply = {0};
+    int rc = EXIT_OK;
+    if (!out)
+        rc = failed(cmd, (tw_error_errno(&err, out_path, "cannot open"), &err));
+    else if (tw_rest_download(c, path, out, &reply, &err) != TW_OK)
+        rc = failed(cmd, &err);
+    else if (!tw_rest_ok(&reply))
+        rc = refused(cmd, &reply);
+    if (out && fclose(out) && rc == EXIT_OK)
+        rc = failed(cmd, (tw_error_errno(&err, out_path, "cannot write"), &err));
+    if (rc == EXIT_OK && tw_atomic_file_commit(f, &err) != TW_OK)
+        rc = failed(cmd, &err);
+    tw_atomic_file_destroy(f); /* not committed: the temporary file goes */
+    tw_rest_reply_free(&reply);
+    if (rc == EXIT_OK)
+        printf("%s\n", out_path);
+    return rc;
+}
+
+/* ================================ upload ================================ */
+
+static int ends_with(const char *s, const char *tail)
+{
+    size_t n = strlen(s), t = strlen(tail);
+    return n >= t && !strcmp(s + n - t, tail);
+}
+
+static const char *base_name(const char *path)
+{
+    return strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+}
+
+/* The test split's files say so in their base name ("t10k-...", "...test..."). */
+static int is_test_file(const char *path)
+{
+    const char *base = base_name(path);
+    return !strncmp(base, "t10k", 4) || strstr(base, "test") != NULL;
+}
+
+/* Whether a .npy file is named as the labels ("...label..."). */
+static int npy_labels(const char *path)
+{
+    return ends_with(path, ".npy") && strstr(base_name(path), "label");
+}
+
+/* The form field of an upload's file, by its kind (server/API.md "Uploads"), or NULL. Of two .npy files
+ * the one named "...label..." is the labels (labelled: one is), else the second one (npy_seen: how many
+ * came before it). */
+static const char *upload_field(const char *path, int npy_seen, int labelled)
+{
+    int test = is_test_file(path);
+    const char *base = base_name(path);
+    if (strstr(base, "idx3-ubyte"))
+        return test ? "test_images" : "images";
+    if (strstr(base, "idx1-ubyte"))
+        return test ? "test_labels" : "labels";
+    if (ends_with(base, ".npy"))
+        return (labelled ? npy_labels(base) : npy_seen == 1) ? "labels" : "features";
+    if (ends_with(base, ".csv"))
+        return "csv";
+    if (strstr(base, ".tfrecord"))
+        return test ? "test_tfrecord" : "tfrecord";
+    return NULL;
+}
+
+/* Polls the dataset until it is no longer converting; 0 when it is ready. */
+static int wait_dataset(const tw_rest *c, const command *cmd, const char *id)
+{
+    char *esc = tw_rest_escape(id), path[512];
+    snprintf(path, sizeof path, "/api/v1/datasets/%s", esc ? esc : "");
+    free(esc);
+    for (;;) {
+        int rc = EXIT_OK;
+        json_t *d = call(c, cmd, "GET", path, NULL, &rc);
+        if (!d)
+            return rc;
+        const char *status = json_string_value(json_object_get(d, "status"));
+        int converting = status && !strcmp(status, "converting");
+        if (!converting) {
+            const char *msg = json_string_value(json_object_get(json_object_get(d, "error"), "message"));
+            printf("%s %s%s%s\n", id, status ? status : "?", msg ? ": " : "", msg ? msg : "");
+            rc = status && !strcmp(status, "ready") ? EXIT_OK : EXIT_FAILED;
+        }
+        json_decref(d);
+        if (!converting)
+            return rc;
+        nanosleep(&(struct timespec){.tv_nsec = 200 * 1000 * 1000}, NULL); /* a client's poll interval */
+    }
+}
+
+static int cmd_upload(const tw_rest *c, const command *cmd, const args *a)
+{
+    tw_rest_part parts[MAX_POS];
+    int n = 0, npy = 0, labelled = 0;
+    for (int i = 1; i < a->npos; i++)
+        labelled |= npy_labels(a->pos[i]);
+    for (int i = 1; i < a->npos; i++) {
+        const char *field = upload_field(a->pos[i], npy, labelled);
+        if (!field)
+            return usage_error(cmd, "not an IDX, .npy, .csv or .tfrecord file:", a->pos[i]);
+        npy += ends_with(a->pos[i], ".npy");
+        parts[n++] = (tw_rest_part){field, a->pos[i]};
+    }
+    char *name = tw_rest_escape(a->pos[0]);
+    char *column = a->label_column ? tw_rest_escape(a->label_column) : NULL;
+    char path[1024];
+    snprintf(path, sizeof path, "/api/v1/datasets?name=%s%s%s", name ? name : "",
+             column ? "&label_column=" : "", column ? column : "");
+    free(name);
+    free(column);
+    tw_rest_reply reply;
+    tw_error err;
+    tw_error_clear(&err);
+    int rc = EXIT_OK;
+    json_t *d = NULL;
+    if (tw_rest_upload(c, path, parts, n, &reply, &err) != TW_OK)
+        rc = failed(cmd, &err);
+    else if (!tw_rest_ok(&reply))
+        rc = refused(cmd, &reply);
+    else if (!(d = tw_rest_json(&reply, path, &err)))
+        rc = failed(cmd, &err);
+    tw_rest_reply_free(&reply);
+    const char *id = json_string_value(json_object_get(d, "id"));
+    if (d && !a->wait)
+        printf("%s %s\n", id ? id : "?", json_string_value(json_object_get(d, "status")));
+    else if (d && id)
+        rc = wait_dataset(c, cmd, id);
+    json_decref(d);
+    return rc;
+}
+
+/* ================================ compare ================================ */
+
+static int cmd_compare(const tw_rest *c, const command *cmd, const args *a)
+{
+    json_t *runs[MAX_POS] = {0};
+    int n = 0, rc = EXIT_OK;
+    for (; n < a->npos; n++) {
+        char path[512];
+        if (run_path(path, sizeof path, a->pos[n], "")) {
+            rc = usage_error(cmd, "run id too long:", a->pos[n]);
+            break;
+        }
+        if (!(runs[n] = call(c, cmd, "GET", path, NULL, &rc)))
+            break;
+    }
+    if (rc == EXIT_OK && tw_compare_print(runs, n, stdout)) {
+        fprintf(stderr, "tower %s: out of memory\n", cmd->name);
+        rc = EXIT_FAILED;
+    }
+    for (int r = 0; r < n; r++)
+        json_decref(runs[r]);
+    return rc;
+}
+
+/* ================================ the commands ================================ */
+
+static const command COMMANDS[] = {
+    {"runs", "", "Lists the server's runs, newest first: id, name, status, step/steps, loss, eval accuracy,\n"
+     "dataset and created time.\n", "", 0, 0, cmd_runs},
+    {"submit", "CONFIG.json [--dataset NAME] [--name N] [--follow]",
+     "Submits the run CONFIG.json describes and prints its id.\n\n"
+     "  --dataset NAME  train on the registered dataset NAME (id or name): replaces the config's\n"
+     "                  \"dataset\" file paths (train, test, shape), keeping its other keys (scale,\n"
+     "                  shuffle_buffer, ...) as overrides, so examples/*.json submit as they are\n"
+     "  --name N        the run's name\n"
+     "  --follow        then follow the run to its end: a live progress line on a terminal, else one\n"
+     "                  JSON run object per change; exit 1 unless it succeeded\n", "dnF", 1, 1, cmd_submit},
+    {"logs", "RUN [-f]", "Prints the run's log (the trainer's output).\n\n"
+     "  -f, --follow    keep printing new lines until the run ends\n", "f", 1, 1, cmd_logs},
+    {"cancel", "RUN", "Cancels a queued or running run.\n", "", 1, 1, cmd_cancel},
+    {"resume", "RUN [--steps N] [--follow]", "Resumes a cancelled or failed run from its latest checkpoint.\n\n"
+     "  --steps N       train to N steps in all (more than the config said)\n"
+     "  --follow        then follow it to its end, as submit --follow\n", "SF", 1, 1, cmd_resume},
+    {"download", "RUN [--step S] [-o FILE]", "Downloads a checkpoint of the run (safetensors).\n\n"
+     "  --step S        the checkpoint of step S (default: the latest)\n"
+     "  -o, --output F  where to write it (default RUN-latest.safetensors or RUN-S.safetensors)\n",
+     "so", 1, 1, cmd_download},
+    {"upload", "NAME FILE... [--label-column C] [--wait]",
+     "Uploads a dataset named NAME. The files say what they are: IDX pairs (*idx3-ubyte[.gz] images,\n"
+     "*idx1-ubyte[.gz] labels; names starting with t10k or holding \"test\" are the test split), two .npy\n"
+     "files (features, then labels, or the one named *label*), a .csv, or .tfrecord files (one holding\n"
+     "\"test\" is the test split).\n\n"
+     "  --label-column C  the CSV's label column\n"
+     "  --wait            wait for the conversion; exit 1 unless the dataset is ready\n",
+     "lw", 2, MAX_POS, cmd_upload},
+    {"compare", "RUN RUN...", "Shows the runs side by side: the config keys that differ between them and\n"
+     "their final metrics.\n", "", 2, MAX_POS, cmd_compare},
+};
+
+int tw_client_main(int argc, char **argv)
+{
+    const command *cmd = NULL;
+    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
+        if (!strcmp(argv[0], COMMANDS[i].name))
+            cmd = &COMMANDS[i];
+    if (!cmd)
+        return EXIT_USAGE;
+    args a;
+    int rc = parse_args(cmd, argc, argv, &a);
+    if (rc) {
+        if (rc < 0)
+            usage(cmd, stdout);
+        return rc < 0 ? EXIT_OK : rc;
+    }
+    tw_rest c;
+    tw_error err;
+    tw_error_clear(&err);
+    if (tw_rest_init(&c, a.server, &err) != TW_OK)
+        return usage_error(cmd, err.message, NULL);
+    return cmd->run(&c, cmd, &a);
+}
