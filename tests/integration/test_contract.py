@@ -1,0 +1,129 @@
+"""The API contract, checked by tools no one here wrote (issue 11): openapi-spec-validator validates the
+OpenAPI document `tower serve` generates, and schemathesis runs its coverage, fuzzing and stateful phases
+with every check against a live server that has a registered dataset and a finished run, so the `{id}`
+routes are reached. Runs train with the fake trainer (tests/tools/tw_faketrain.c): nothing trains for real.
+"""
+import json
+import subprocess
+import sys
+
+import pytest
+import requests
+from openapi_spec_validator import validate
+
+from test_server import wait_run
+from test_server_hardening import csv_config, csv_dataset
+
+# The operations a check does not apply to, each with why. Everything else runs every check.
+NOT_APPLICABLE = """
+# POST /api/v1/runs: a schema-valid config may still be refused with 400, for what no JSON Schema can say:
+# "dataset" must name a dataset that exists and is ready, layer names must be unique, and the run must fit
+# the server's memory (the estimate of engine/memory.c).
+[[operations]]
+include-method = "POST"
+include-path = "/api/v1/runs"
+checks.positive_data_acceptance.enabled = false
+
+# POST /api/v1/datasets: the body is a file whose content decides (a TFRecord with a bad CRC is 422, a part
+# the converter does not know is 400); a schema cannot describe a valid IDX, NumPy, CSV or TFRecord file.
+[[operations]]
+include-method = "POST"
+include-path = "/api/v1/datasets"
+checks.positive_data_acceptance.enabled = false
+"""
+
+
+def schemathesis_config(run_id, dataset_id):
+    """The project config: bounded examples, every check, and the ids of the registered run and dataset
+    for the `{id}` routes (the stateful phase also reaches them through the documents' links)."""
+    return f"""
+[generation]
+max-examples = 12
+database = "none"
+
+[checks]
+enabled = true
+
+{NOT_APPLICABLE}
+
+[[operations]]
+include-path-regex = "^/api/v1/runs/[{{]id[}}]"
+parameters = {{ "path.id" = "{run_id}" }}
+
+[[operations]]
+include-path-regex = "^/api/v1/datasets/[{{]id[}}]"
+parameters = {{ "path.id" = "{dataset_id}" }}
+"""
+
+
+@pytest.fixture
+def contract_server(serve, tool):
+    """A server running the fake trainer, with a ready CSV dataset and a run that finished."""
+    server = serve("--trainer", tool("tw_faketrain"), env={"TW_FAKE": "step_ms=1"})
+    dataset = csv_dataset(server)
+    r = requests.post(server.api("/runs"), json=csv_config(steps=5, checkpoint_every=0), timeout=30)
+    assert r.status_code == 201, r.text
+    run = wait_run(server, r.json()["id"])
+    assert run["status"] == "succeeded", run
+    return server, dataset, run
+
+
+def openapi(server):
+    r = requests.get(server.api("/openapi.json"), timeout=10)
+    assert r.status_code == 200
+    return r.json()
+
+
+def test_the_document_is_valid_openapi(serve):
+    server = serve()
+    doc = openapi(server)
+    validate(doc)  # raises on any violation of the OpenAPI 3.1 schema, a dangling $ref included
+    schemas = doc["components"]["schemas"]
+    # the config's schema comes from the engine's tables: a variant's keys, ranges and enums
+    config = schemas["RunConfig"]
+    layer = config["properties"]["model"]["properties"]["layers"]["items"]
+    dense = next(b for b in layer["oneOf"] if b["properties"]["type"] == {"const": "dense"})
+    assert dense["properties"]["units"]["maximum"] == 65536 and "units" in dense["required"]
+    assert "train" not in json.dumps(config["properties"]["dataset"])  # a run reads only uploaded datasets
+    assert {"name", "max_restarts", "deadline_s"} <= set(config["properties"])
+    # the envelope's codes are http.c's table; no token, no security requirement
+    assert "METHOD_NOT_ALLOWED" in schemas["ErrorBody"]["properties"]["code"]["enum"]
+    assert "securitySchemes" not in doc["components"]
+    assert not any("security" in op for ops in doc["paths"].values() for op in ops.values())
+    # a 201 links to the resource it created
+    created = doc["paths"]["/api/v1/runs"]["post"]["responses"]["201"]
+    assert created["links"]["get_api_v1_runs_id"] == {"operationId": "get_api_v1_runs_id",
+                                                      "parameters": {"id": "$response.body#/id"}}
+
+
+def test_bearer_security_only_with_a_token(serve):
+    server = serve(token="s3cret")
+    doc = openapi(server)
+    validate(doc)
+    assert doc["components"]["securitySchemes"] == {"bearer": {"type": "http", "scheme": "bearer"}}
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            assert ("security" in op) == (method != "get"), (method, path)
+
+
+def test_405_lists_the_allowed_methods(serve):
+    server = serve()
+    r = requests.put(server.api("/runs"), timeout=10)
+    assert r.status_code == 405 and r.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+    assert r.headers["Allow"] == "GET, HEAD, POST"
+    r = requests.post(server.api("/runs/r0000000000000000"), timeout=10)
+    assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD, DELETE"
+
+
+def test_schemathesis_finds_no_failure(contract_server, tmp_path):
+    server, dataset, run = contract_server
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(schemathesis_config(run["id"], dataset["id"]))
+    cmd = [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "run",
+           server.api("/openapi.json"), "--phases", "coverage,fuzzing,stateful",
+           "--workers", "1", "--seed", "1", "--request-timeout", "10", "--no-color",
+           "--report", "junit", "--report-dir", str(tmp_path / "report")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
+    tail = (out.stdout + out.stderr)[-12000:]
+    assert out.returncode == 0, tail
+    assert "Stateful" in tail and "Coverage" in tail and "Fuzzing" in tail, tail
