@@ -137,6 +137,23 @@ def test_405_lists_the_allowed_methods(serve):
     assert r.status_code == 405 and r.headers["Allow"] == "GET, HEAD, DELETE"
 
 
+def test_an_error_quoting_a_cut_character_keeps_its_message(serve):
+    """Found by schemathesis: a query key of 4-byte characters, cut at 64 bytes inside one in the message,
+    left the envelope empty ({}), as jansson refuses a string that is not UTF-8."""
+    server = serve()
+    r = requests.get(server.api("/runs?" + "\U0001d47b" * 20 + "=1"), timeout=10)
+    assert r.status_code == 400
+    assert r.json()["error"]["code"] == "INVALID_ARGUMENT" and "unknown query parameter" in r.json()["error"]["message"]
+
+
+def test_a_run_whose_dataset_was_deleted_names_it_null(contract_server):
+    """Found by schemathesis: the run's "dataset" lost its "name" key instead of showing null."""
+    server, dataset, run = contract_server
+    assert requests.delete(server.api(f"/datasets/{dataset['id']}"), timeout=10).status_code == 204
+    shown = requests.get(server.api(f"/runs/{run['id']}"), timeout=10).json()
+    assert shown["dataset"] == {"id": dataset["id"], "name": None}
+
+
 def test_schemathesis_finds_no_failure(contract_server, tmp_path):
     server, dataset, run = contract_server
     config = tmp_path / "schemathesis.toml"
