@@ -4,7 +4,8 @@
  * encoder. The schema is one table per JSON object: each row is a key, its kind, where its value
  * lives in tw_config, its range, whether it is required, and which variants (values of the object's
  * "type" key) accept it. The decoder and the encoder both walk these tables, so a key cannot be read
- * and then forgotten by tw_config_to_json, and the ranges live in one place. Decoding is strict
+ * and then forgotten by tw_config_to_json, and the ranges live in one place; so does the JSON Schema
+ * export (tw_config_json_schema, at the end), which the server's OpenAPI document carries. Decoding is strict
  * (docs/architecture.md, "House style" rule 10): an unknown key, a key the object's type does not use, a duplicate, a wrong
  * type, a number out of range or a path too long is TW_ERR_INVALID with one message that starts with
  * the key path ("model.layers[2].units: must be in [1, 65536], got 0"); "config" names the document.

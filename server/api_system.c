@@ -44,7 +44,8 @@ void tw_api_devices(tw_server *S, tw_req *r)
  * below, keyed by method + pattern and by parameter name: a new route gets its schemas by a row here,
  * and one without a row is still listed (with its description only). */
 
-/* The 2xx reply of a route. */
+/* The 2xx reply of a route. A row whose route is not in the table is unused: resume and checkpoints/{step}
+ * are the routes issue 11 adds, declared here so that they are typed once they exist. */
 static const struct {
     const char *method, *pattern;
     const char *type;   /* the 2xx reply's media type */
