@@ -44,34 +44,35 @@ void tw_api_devices(tw_server *S, tw_req *r)
  * below, keyed by method + pattern and by parameter name: a new route gets its schemas by a row here,
  * and one without a row is still listed (with its description only). */
 
-/* The 2xx reply of a route. A row whose route is not in the table is unused: resume and checkpoints/{step}
+/* The 2xx reply and the JSON body of a route. A row whose route is not in the table is unused: resume and checkpoints/{step}
  * are the routes issue 11 adds, declared here so that they are typed once they exist. */
 static const struct {
     const char *method, *pattern;
     const char *type;   /* the 2xx reply's media type */
     const char *schema; /* its schema, a name in components/schemas; NULL: none */
     int also;           /* another 2xx the route answers with the same reply (0: none) */
+    const char *body;   /* a JSON route's body, a name in components/schemas; NULL: any object */
 } REPLIES[] = {
-    {"GET", "/api/v1/health", "application/json", "Health", 0},
-    {"GET", "/api/v1/devices", "application/json", "Devices", 0},
-    {"GET", "/api/v1/openapi.json", "application/json", "OpenApi", 0},
-    {"GET", "/api/v1/datasets", "application/json", "DatasetList", 0},
-    {"POST", "/api/v1/datasets", "application/json", "Dataset", 201}, /* 201: a TFRecord, ready at once */
-    {"GET", "/api/v1/datasets/{id}", "application/json", "Dataset", 0},
-    {"GET", "/api/v1/datasets/{id}/samples", "application/json", "Samples", 0},
-    {"GET", "/api/v1/runs", "application/json", "RunList", 0},
-    {"POST", "/api/v1/runs", "application/json", "RunCreated", 0},
-    {"GET", "/api/v1/runs/{id}", "application/json", "Run", 0},
-    {"POST", "/api/v1/runs/{id}/cancel", "application/json", "Run", 0},
-    {"POST", "/api/v1/runs/{id}/resume", "application/json", "Run", 0},
-    {"GET", "/api/v1/runs/{id}/metrics", "application/json", "Metrics", 0},
-    {"GET", "/api/v1/runs/{id}/events", "text/event-stream", NULL, 0},
-    {"GET", "/api/v1/runs/{id}/log", "text/plain", NULL, 0},
-    {"GET", "/api/v1/runs/{id}/checkpoints", "application/json", "Checkpoints", 0},
-    {"GET", "/api/v1/runs/{id}/checkpoints/latest", "application/octet-stream", NULL, 0},
-    {"GET", "/api/v1/runs/{id}/checkpoints/{step}", "application/octet-stream", NULL, 0},
-    {"GET", "/metrics", "text/plain", NULL, 0},
-    {"GET", "/", "text/html", NULL, 0},
+    {"GET", "/api/v1/health", "application/json", "Health", 0, NULL},
+    {"GET", "/api/v1/devices", "application/json", "Devices", 0, NULL},
+    {"GET", "/api/v1/openapi.json", "application/json", "OpenApi", 0, NULL},
+    {"GET", "/api/v1/datasets", "application/json", "DatasetList", 0, NULL},
+    {"POST", "/api/v1/datasets", "application/json", "Dataset", 201, NULL}, /* 201: a TFRecord, ready at once */
+    {"GET", "/api/v1/datasets/{id}", "application/json", "Dataset", 0, NULL},
+    {"GET", "/api/v1/datasets/{id}/samples", "application/json", "Samples", 0, NULL},
+    {"GET", "/api/v1/runs", "application/json", "RunList", 0, NULL},
+    {"POST", "/api/v1/runs", "application/json", "RunCreated", 0, "RunConfig"},
+    {"GET", "/api/v1/runs/{id}", "application/json", "Run", 0, NULL},
+    {"POST", "/api/v1/runs/{id}/cancel", "application/json", "Run", 0, NULL},
+    {"POST", "/api/v1/runs/{id}/resume", "application/json", "Run", 0, NULL},
+    {"GET", "/api/v1/runs/{id}/metrics", "application/json", "Metrics", 0, NULL},
+    {"GET", "/api/v1/runs/{id}/events", "text/event-stream", NULL, 0, NULL},
+    {"GET", "/api/v1/runs/{id}/log", "text/plain", NULL, 0, NULL},
+    {"GET", "/api/v1/runs/{id}/checkpoints", "application/json", "Checkpoints", 0, NULL},
+    {"GET", "/api/v1/runs/{id}/checkpoints/latest", "application/octet-stream", NULL, 0, NULL},
+    {"GET", "/api/v1/runs/{id}/checkpoints/{step}", "application/octet-stream", NULL, 0, NULL},
+    {"GET", "/metrics", "text/plain", NULL, 0, NULL},
+    {"GET", "/", "text/html", NULL, 0, NULL},
 };
 
 /* The schema of each query parameter, by name (the route table names them; http.c refuses others). */
@@ -310,12 +311,18 @@ static json_t *responses(const tw_route *routes, const tw_route *rt)
     return out;
 }
 
-/* The body a route takes: the run config for a JSON route, the upload's forms for an upload. */
+/* The body a route takes: a JSON route's from its row (any object without one), the upload's forms. */
 static json_t *request_body(const tw_route *rt)
 {
+    int row = reply_row(rt);
+    if ((rt->flags & TW_ROUTE_JSON_BODY) && row >= 0 && REPLIES[row].body) {
+        char ref[96];
+        snprintf(ref, sizeof ref, "#/components/schemas/%s", REPLIES[row].body);
+        return json_pack("{s:b, s:{s:{s:{s:s}}}}", "required", 1, "content", "application/json", "schema", "$ref", ref);
+    }
     if (rt->flags & TW_ROUTE_JSON_BODY)
-        return json_pack("{s:b, s:{s:{s:{s:s}}}}", "required", 1, "content", "application/json", "schema", "$ref",
-                         "#/components/schemas/RunConfig");
+        return json_pack("{s:b, s:{s:{s:{s:s}}}}", "required", 1, "content", "application/json", "schema", "type",
+                         "object");
     return json_pack("{s:s, s:b, s:{s:{s:{s:s}}, s:{}, s:{}}}", "description",
                      "multipart: the files as parts (images, labels, test_images, test_labels; features, labels; "
                      "csv; tfrecord, test_tfrecord) and the values label_column, test_fraction; or the raw bytes of "
