@@ -1159,8 +1159,8 @@ tw_status tw_config_override_towers(tw_config *c, int towers, tw_error *err)
 /* The JSON Schema the tables above describe. Each kind maps to the schema that accepts exactly what its
  * decoder accepts, as far as JSON Schema can say it: a float's open end becomes the nearest float inside
  * it (what rounds into the range), a variant object ("type") one branch per variant with only its keys.
- * Not expressible, so left to the decoder: unique layer names, and a string's 63 bytes (maxLength counts
- * characters). Every builder returns a new reference or NULL; json_pack's "o" steals and passes NULL on. */
+ * Not expressible, so left to the decoder (and said in the schema's description): unique layer names, a
+ * string's 63 bytes (maxLength counts characters), an integer written as a real (100.0) refused. Every builder returns a new reference or NULL; json_pack's "o" steals and passes NULL on. */
 
 static json_t *schema_of_object(const schema *s, const char *defaults, int paths);
 
@@ -1292,5 +1292,10 @@ json_t *tw_config_json_schema(int paths)
     json_t *s = schema_of_object(&CONFIG_SCHEMA, (const char *)&defaults, paths);
     if (s)
         json_object_set_new(s, "$schema", json_string("https://json-schema.org/draft/2020-12/schema"));
+    if (s)
+        json_object_set_new(s, "description",
+                            json_string("A Tower run config. Beyond this schema the decoder refuses an integer "
+                                        "written as a real (100.0; JSON Schema counts it an integer), a string "
+                                        "over 63 bytes of UTF-8, and two layers of one name."));
     return s;
 }

@@ -21,8 +21,9 @@ from test_server_hardening import csv_config, csv_dataset
 # section: schemathesis ORs the include-* filters of a section, so each names "METHOD PATH".)
 NOT_APPLICABLE = """
 # POST /api/v1/runs: a schema-valid config may still be refused with 400, for what no JSON Schema can say:
-# "dataset" must name a dataset that exists and is ready, layer names must be unique, and the run must fit
-# the server's memory (the estimate of engine/memory.c).
+# "dataset" must name a dataset that exists and is ready, the model must fit its shape (no convolution on
+# flat CSV rows), layer names must be unique, an integer must not be written as a real (100.0: JSON Schema's
+# "integer" takes it, the decoder does not), and the run must fit the server's memory (engine/memory.c).
 # Its "dataset" is the registered one, so that accepted configs create runs the stateful phase follows.
 [[operations]]
 include-name = "POST /api/v1/runs"
