@@ -40,7 +40,7 @@ void tw_api_devices(tw_server *S, tw_req *r)
  * The document is generated: the paths, methods, path and query parameters from the route table
  * (routes.c); the run config's schema from the engine's tables (tw_config_json_schema) plus the server's
  * own keys; the envelope's code enum from http.c's table and the states from store.c's. What the table
- * does not hold (the schema of each reply and body, each query parameter's type) is in the lookup tables
+ * does not hold (the schema of each reply and body, each parameter's type) is in the lookup tables
  * below, keyed by method + pattern and by parameter name: a new route gets its schemas by a row here,
  * and one without a row is still listed (with its description only). */
 
@@ -75,10 +75,12 @@ static const struct {
     {"GET", "/", "text/html", NULL, 0, NULL},
 };
 
-/* The schema of each query parameter, by name (the route table names them; http.c refuses others). */
+/* The schema of each path and query parameter, by name (the route table names them; http.c refuses other
+ * query parameters); one not listed is a non-empty string. */
 static const struct {
     const char *name, *schema; /* JSON text */
-} QUERY_SCHEMAS[] = {
+} PARAM_SCHEMAS[] = {
+    {"step", "{\"type\": \"integer\", \"minimum\": 0}"},
     {"limit", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000, \"default\": 50}"},
     {"offset", "{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 1099511627776, \"default\": 0}"},
     {"tail", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 100000, \"default\": 200}"},
@@ -249,12 +251,12 @@ static json_t *links(const tw_route *routes, const tw_route *rt)
     return out;
 }
 
-static json_t *query_schema(const char *name)
+static json_t *param_schema(const char *name)
 {
-    for (size_t i = 0; i < sizeof QUERY_SCHEMAS / sizeof *QUERY_SCHEMAS; i++)
-        if (!strcmp(QUERY_SCHEMAS[i].name, name))
-            return json_loads(QUERY_SCHEMAS[i].schema, 0, NULL);
-    return json_pack("{s:s}", "type", "string");
+    for (size_t i = 0; i < sizeof PARAM_SCHEMAS / sizeof *PARAM_SCHEMAS; i++)
+        if (!strcmp(PARAM_SCHEMAS[i].name, name))
+            return json_loads(PARAM_SCHEMAS[i].schema, 0, NULL);
+    return json_pack("{s:s, s:i}", "type", "string", "minLength", 1);
 }
 
 static json_t *parameters(const tw_route *rt)
@@ -264,8 +266,8 @@ static json_t *parameters(const tw_route *rt)
         const char *end = strchr(p, '}');
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(end - p - 1), p + 1);
-        json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:{s:s, s:i}}", "name", name, "in", "path", "required",
-                                                1, "schema", "type", "string", "minLength", 1));
+        json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:o}", "name", name, "in", "path", "required", 1,
+                                                "schema", param_schema(name)));
     }
     for (const char *w = rt->query; w && *w;) { /* "!name label_column": '!' marks a required one */
         int required = *w == '!';
@@ -274,7 +276,7 @@ static json_t *parameters(const tw_route *rt)
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)len, w);
         json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:o}", "name", name, "in", "query", "required",
-                                                required, "schema", query_schema(name)));
+                                                required, "schema", param_schema(name)));
         w += len;
         w += *w == ' ';
     }
