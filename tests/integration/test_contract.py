@@ -163,7 +163,7 @@ def test_schemathesis_finds_no_failure(contract_server, tmp_path):
            server.api("/openapi.json"), "--phases", "coverage,fuzzing,stateful",
            "--workers", "1", "--seed", "1", "--request-timeout", "10", "--no-color",
            "--report", "junit", "--report-dir", str(tmp_path / "report")]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=150)
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=150, cwd=tmp_path)  # its cache: not the repo
     tail = (out.stdout + out.stderr)[-12000:]
     print(tail)  # the summary, shown with -rP
     assert out.returncode == 0, tail
