@@ -4,7 +4,8 @@
  * encoder. The schema is one table per JSON object: each row is a key, its kind, where its value
  * lives in tw_config, its range, whether it is required, and which variants (values of the object's
  * "type" key) accept it. The decoder and the encoder both walk these tables, so a key cannot be read
- * and then forgotten by tw_config_to_json, and the ranges live in one place. Decoding is strict
+ * and then forgotten by tw_config_to_json, and the ranges live in one place; so does the JSON Schema
+ * export (tw_config_json_schema, at the end), which the server's OpenAPI document carries. Decoding is strict
  * (docs/architecture.md, "House style" rule 10): an unknown key, a key the object's type does not use, a duplicate, a wrong
  * type, a number out of range or a path too long is TW_ERR_INVALID with one message that starts with
  * the key path ("model.layers[2].units: must be in [1, 65536], got 0"); "config" names the document.
@@ -1161,4 +1162,150 @@ tw_status tw_config_override_towers(tw_config *c, int towers, tw_error *err)
     if (st == TW_OK)
         *c = checked;
     return st;
+}
+
+/* ---- the JSON Schema ----------------------------------------------------------------------------- */
+
+/* The JSON Schema the tables above describe. Each kind maps to the schema that accepts exactly what its
+ * decoder accepts, as far as JSON Schema can say it: a float's open end becomes the nearest float inside
+ * it (what rounds into the range), a variant object ("type") one branch per variant with only its keys.
+ * Not expressible, so left to the decoder (and said in the schema's description): unique layer names, a
+ * string's 63 bytes (maxLength counts characters), an integer written as a real (100.0) refused. Every builder returns a new reference or NULL; json_pack's "o" steals and passes NULL on. */
+
+static json_t *schema_of_object(const schema *s, const char *defaults, int paths);
+
+static json_t *integer_schema(int64_t lo, int64_t hi)
+{
+    return json_pack("{s:s, s:I, s:I}", "type", "integer", "minimum", (json_int_t)lo, "maximum", (json_int_t)hi);
+}
+
+static json_t *float_schema(const field *f)
+{
+    float lo = (float)f->flo, hi = (float)f->fhi;
+    json_t *s = json_pack("{s:s, s:f, s:f}", "type", "number", "minimum",
+                          (double)((f->flags & F_LO_OPEN) ? nextafterf(lo, FLT_MAX) : lo), "maximum",
+                          (double)((f->flags & F_HI_OPEN) ? nextafterf(hi, -FLT_MAX) : hi));
+    if (s && (f->flags & F_LO_OPEN))
+        json_object_set_new(s, "exclusiveMinimum", json_real(f->flo));
+    if (s && (f->flags & F_HI_OPEN))
+        json_object_set_new(s, "exclusiveMaximum", json_real(f->fhi));
+    return s;
+}
+
+static json_t *string_schema(const field *f)
+{
+    static const char ident[] = "^[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)*$";
+    return json_pack("{s:s, s:i, s:i, s:s}", "type", "string", "minLength", 1, "maxLength", TW_NAME_BYTES - 1,
+                     "pattern", (f->flags & F_IDENT) ? ident : "^[^\\x00-\\x1f\\x7f]*$");
+}
+
+static json_t *enum_schema(const field *f)
+{
+    json_t *names = json_array();
+    for (int i = 0; names && i < f->n_names; i++)
+        if (f->names[i] && json_array_append_new(names, json_string(f->names[i])) != 0) {
+            json_decref(names);
+            names = NULL;
+        }
+    return json_pack("{s:s, s:o}", "type", "string", "enum", names);
+}
+
+static json_t *array_schema(json_t *items, int lo, int hi)
+{
+    return json_pack("{s:s, s:o, s:i, s:i}", "type", "array", "items", items, "minItems", lo, "maxItems", hi);
+}
+
+/* The schema of f's value in an object of the given variant; defaults: the struct f's offset is in. */
+static json_t *schema_of_value(const field *f, int variant, const char *defaults, int paths)
+{
+    int dims = is_3d(variant) ? 3 : 2;
+    switch (f->kind) {
+    case K_INT:
+    case K_INT64:
+    case K_UINT64: return integer_schema(f->ilo, f->ihi);
+    case K_FLOAT: return float_schema(f);
+    case K_BOOL: return json_pack("{s:s}", "type", "boolean");
+    case K_ENUM: return enum_schema(f);
+    case K_STRING: return string_schema(f);
+    case K_PATH: return json_pack("{s:s, s:i, s:i}", "type", "string", "minLength", 1, "maxLength", TW_PATH_BYTES - 1);
+    case K_SHAPE: return array_schema(integer_schema(f->ilo, f->ihi), 1, 4);
+    case K_WINDOW:
+        return json_pack("{s:[o, o]}", "anyOf", integer_schema(f->ilo, f->ihi),
+                         array_schema(integer_schema(f->ilo, f->ihi), dims, dims));
+    case K_OBJECT: return schema_of_object(f->sub, defaults + f->offset, paths);
+    case K_LAYERS: return array_schema(schema_of_object(&LAYER_SCHEMA, defaults + f->offset, paths), 1, TW_MAX_LAYERS);
+    }
+    return NULL;
+}
+
+/* A key's schema with its default (scalars the decoder fills in when the key is absent). */
+static json_t *schema_of_member(const field *f, int variant, const char *defaults, int paths)
+{
+    json_t *s = schema_of_value(f, variant, defaults, paths);
+    int scalar = f->kind == K_INT || f->kind == K_INT64 || f->kind == K_UINT64 || f->kind == K_FLOAT ||
+                 f->kind == K_BOOL || f->kind == K_ENUM || f->kind == K_STRING;
+    json_t *def = s && scalar && !(f->flags & F_REQUIRED) ? encode_value(f, defaults, variant) : NULL;
+    if (def && !(json_is_string(def) && !json_string_length(def)))
+        json_object_set(s, "default", def);
+    json_decref(def);
+    return s && (f->flags & F_NULLABLE) ? json_pack("{s:[{s:s}, o]}", "anyOf", "type", "null", s) : s;
+}
+
+/* The object of schema s for one variant (vf: its "type" key, or NULL): only the keys that variant takes;
+ * "type" is required unless the variant is the default one (def). */
+static json_t *schema_of_variant(const schema *s, const field *vf, int variant, int def, const char *defaults,
+                                 int paths)
+{
+    json_t *props = json_object(), *required = json_array();
+    int ok = props && required;
+    for (int i = 0; ok && i < s->n; i++) {
+        const field *f = &s->fields[i];
+        if (!applies(f, variant) || (f->kind == K_PATH && !paths))
+            continue;
+        json_t *v = f == vf ? json_pack("{s:s}", "const", enum_name(vf, variant))
+                            : schema_of_member(f, variant, defaults, paths);
+        ok = json_object_set_new(props, f->key, v) == 0;
+        if (ok && ((f->flags & F_REQUIRED) || (f == vf && variant != def)))
+            ok = json_array_append_new(required, json_string(f->key)) == 0;
+    }
+    if (!ok) {
+        json_decref(props);
+        json_decref(required);
+        return NULL;
+    }
+    return json_pack("{s:s, s:o, s:o, s:b}", "type", "object", "properties", props, "required", required,
+                     "additionalProperties", 0);
+}
+
+/* defaults: tw_config_defaults' struct of this object (its "type" default picks the branch that may omit
+ * "type", and its values are the keys' defaults). */
+static json_t *schema_of_object(const schema *s, const char *defaults, int paths)
+{
+    const field *vf = variant_field(s);
+    if (!vf)
+        return schema_of_variant(s, NULL, 0, 0, defaults, paths);
+    json_t *branches = json_array();
+    int def = load_int(defaults, vf->offset);
+    for (int v = 0; branches && v < vf->n_names; v++)
+        if (enum_name(vf, v) &&
+            json_array_append_new(branches, schema_of_variant(s, vf, v, def, defaults, paths)) != 0) {
+            json_decref(branches);
+            branches = NULL;
+        }
+    return json_pack("{s:s, s:o}", "type", "object", "oneOf", branches);
+}
+
+json_t *tw_config_json_schema(int paths)
+{
+    static __thread tw_config defaults; /* large: off the stack */
+    tw_config_defaults(&defaults);
+    json_t *s = schema_of_object(&CONFIG_SCHEMA, (const char *)&defaults, paths);
+    if (s)
+        json_object_set_new(s, "$schema", json_string("https://json-schema.org/draft/2020-12/schema"));
+    if (s)
+        json_object_set_new(s, "description",
+                            json_string("A Tower run config. Beyond this schema the decoder refuses an integer "
+                                        "written as a real (100.0; JSON Schema counts it an integer), a string "
+                                        "over 63 bytes of UTF-8, and two layers of one name."));
+    return s;
 }

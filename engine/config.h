@@ -134,6 +134,15 @@ char *tw_config_to_json(const tw_config *c);
  * the API reads only registered datasets. */
 int tw_config_find_path_key(const struct json_t *doc, char *key, size_t size);
 
+/* The JSON Schema (draft 2020-12) of the config document, generated from the tables the decoder walks
+ * (one owner: no second copy of a key, range or enum): types, ranges, enums, required keys, defaults,
+ * and per "type" variant (layers, initialisers, optimizer, lr_decay) the keys it takes, as oneOf. paths
+ * = 0 leaves the file-path keys out (the server's document refuses them). What JSON Schema cannot say
+ * stays with the decoder: unique layer names, a string's limit in bytes (maxLength counts characters),
+ * 100.0 refused where an integer is due (JSON Schema's "integer" takes it).
+ * New reference (caller owns); NULL when out of memory. Thread-safe. */
+struct json_t *tw_config_json_schema(int paths);
+
 /* Applies the `tower train` overrides (--towers N when > 0) and re-validates. */
 tw_status tw_config_override_towers(tw_config *c, int towers, tw_error *err);
 

@@ -388,8 +388,9 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
     json_t *ds; /* its name is only shown: not found or unreadable, it shows null */
     tw_error ignored;
     tw_store_dataset_get(S->store, json_string_value(json_object_get(row, "dataset_id")), &ds, &ignored);
-    json_object_set_new(r, "dataset", json_pack("{s:O, s:O*}", "id", json_object_get(row, "dataset_id"), "name",
-                                                json_object_get(ds, "name")));
+    json_t *name = json_object_get(ds, "name");
+    json_object_set_new(r, "dataset", json_pack("{s:O, s:O}", "id", json_object_get(row, "dataset_id"), "name",
+                                                name ? name : json_null()));
     json_decref(ds);
     json_object_del(r, "dataset_id");
     char dir[PATH_MAX], runs[PATH_MAX], tb[PATH_MAX + 32];

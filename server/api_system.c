@@ -1,4 +1,6 @@
-/* api_system.c — health, devices, the OpenAPI document, Prometheus metrics and the static files. */
+/* api_system.c — health, devices, the OpenAPI document, Prometheus metrics and the static files.
+ * The OpenAPI document (3.1) is generated from the route table and the tables that own each shape (see
+ * "OpenAPI" below); the security scheme is declared only when the server has a token. */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,6 +11,7 @@
 
 #include "api.h"
 #include "assets.h"
+#include "config.h"
 #include "scheduler.h"
 #include "store.h"
 
@@ -32,17 +35,239 @@ void tw_api_devices(tw_server *S, tw_req *r)
     tw_reply_json(r, 200, json_pack("{s:o}", "devices", tw_scheduler_devices(S->sched)));
 }
 
-/* ---- OpenAPI ---- */
+/* ---- OpenAPI ----
+ *
+ * The document is generated: the paths, methods, path and query parameters from the route table
+ * (routes.c); the run config's schema from the engine's tables (tw_config_json_schema) plus the server's
+ * own keys; the envelope's code enum from http.c's table and the states from store.c's. What the table
+ * does not hold (the schema of each reply and body, each parameter's type) is in the lookup tables
+ * below, keyed by method + pattern and by parameter name: a new route gets its schemas by a row here,
+ * and one without a row is still listed (with its description only). */
 
-static json_t *operation(const tw_route *rt)
+/* The 2xx reply and the JSON body of a route. A row whose route is not in the table is unused: resume and checkpoints/{step}
+ * are the routes issue 11 adds, declared here so that they are typed once they exist. */
+static const struct {
+    const char *method, *pattern;
+    const char *type;   /* the 2xx reply's media type */
+    const char *schema; /* its schema, a name in components/schemas; NULL: none */
+    int also;           /* another 2xx the route answers with the same reply (0: none) */
+    const char *body;   /* a JSON route's body, a name in components/schemas; NULL: any object */
+} REPLIES[] = {
+    {"GET", "/api/v1/health", "application/json", "Health", 0, NULL},
+    {"GET", "/api/v1/devices", "application/json", "Devices", 0, NULL},
+    {"GET", "/api/v1/openapi.json", "application/json", "OpenApi", 0, NULL},
+    {"GET", "/api/v1/datasets", "application/json", "DatasetList", 0, NULL},
+    {"POST", "/api/v1/datasets", "application/json", "Dataset", 201, NULL}, /* 201: a TFRecord, ready at once */
+    {"GET", "/api/v1/datasets/{id}", "application/json", "Dataset", 0, NULL},
+    {"GET", "/api/v1/datasets/{id}/samples", "application/json", "Samples", 0, NULL},
+    {"GET", "/api/v1/runs", "application/json", "RunList", 0, NULL},
+    {"POST", "/api/v1/runs", "application/json", "RunCreated", 0, "RunConfig"},
+    {"GET", "/api/v1/runs/{id}", "application/json", "Run", 0, NULL},
+    {"POST", "/api/v1/runs/{id}/cancel", "application/json", "Run", 0, NULL},
+    {"POST", "/api/v1/runs/{id}/resume", "application/json", "Run", 0, NULL},
+    {"GET", "/api/v1/runs/{id}/metrics", "application/json", "Metrics", 0, NULL},
+    {"GET", "/api/v1/runs/{id}/events", "text/event-stream", NULL, 0, NULL},
+    {"GET", "/api/v1/runs/{id}/log", "text/plain", NULL, 0, NULL},
+    {"GET", "/api/v1/runs/{id}/checkpoints", "application/json", "Checkpoints", 0, NULL},
+    {"GET", "/api/v1/runs/{id}/checkpoints/latest", "application/octet-stream", NULL, 0, NULL},
+    {"GET", "/api/v1/runs/{id}/checkpoints/{step}", "application/octet-stream", NULL, 0, NULL},
+    {"GET", "/metrics", "text/plain", NULL, 0, NULL},
+    {"GET", "/", "text/html", NULL, 0, NULL},
+};
+
+/* The schema of each path and query parameter, by name (the route table names them; http.c refuses other
+ * query parameters); one not listed is a non-empty string. */
+static const struct {
+    const char *name, *schema; /* JSON text */
+} PARAM_SCHEMAS[] = {
+    {"step", "{\"type\": \"integer\", \"minimum\": 0}"},
+    {"limit", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000, \"default\": 50}"},
+    {"offset", "{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 1099511627776, \"default\": 0}"},
+    {"tail", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 100000, \"default\": 200}"},
+    {"n", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 64, \"default\": 16}"},
+    {"name", "{\"$ref\": \"#/components/schemas/Name\"}"},
+    {"label_column", "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 1024}"},
+    {"status", "{\"$ref\": \"#/components/schemas/RunState\"}"},
+};
+
+/* names.c's rule (tw_name_valid) as a pattern: what a run or dataset name and a dataset reference are. */
+#define NAME_PATTERN "^(?!.*[.][.])[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+/* The reply schemas, as JSON text; Run, Dataset, RunConfig and the enums are built in components(). */
+static const char *const REPLY_SCHEMAS[][2] = {
+    {"Name", "{\"type\": \"string\", \"pattern\": \"" NAME_PATTERN "\"}"},
+    {"Health", "{\"type\": \"object\", \"required\": [\"status\", \"version\", \"uptime_s\", \"queued\", \"running\"],"
+               " \"properties\": {\"status\": {\"type\": \"string\"}, \"version\": {\"type\": \"string\"},"
+               " \"uptime_s\": {\"type\": \"number\"}, \"queued\": {\"type\": \"integer\"},"
+               " \"running\": {\"type\": \"integer\"}}}"},
+    {"Devices", "{\"type\": \"object\", \"required\": [\"devices\"], \"properties\": {\"devices\": {\"type\": \"array\","
+                " \"items\": {\"type\": \"object\", \"required\": [\"id\", \"kind\", \"name\", \"run\"], \"properties\":"
+                " {\"id\": {\"type\": \"string\"}, \"kind\": {\"type\": \"string\"}, \"name\": {\"type\": \"string\"},"
+                " \"run\": {\"type\": [\"string\", \"null\"]}}}}}}"},
+    {"OpenApi", "{\"type\": \"object\", \"required\": [\"openapi\", \"paths\"]}"},
+    {"DatasetList", "{\"type\": \"object\", \"required\": [\"datasets\", \"total\"], \"properties\": {\"datasets\":"
+                    " {\"type\": \"array\", \"items\": {\"$ref\": \"#/components/schemas/Dataset\"}},"
+                    " \"total\": {\"type\": \"integer\", \"minimum\": 0}}}"},
+    {"Samples", "{\"type\": \"object\", \"required\": [\"shape\", \"samples\"], \"properties\": {\"shape\":"
+                " {\"type\": [\"array\", \"null\"], \"items\": {\"type\": \"integer\"}}, \"samples\": {\"type\": \"array\","
+                " \"items\": {\"type\": \"object\", \"required\": [\"label\"], \"properties\": {\"pixels\": {\"type\":"
+                " \"array\", \"items\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 255}}, \"features\":"
+                " {\"type\": \"array\", \"items\": {\"type\": \"number\"}}}}}}}"},
+    {"RunList", "{\"type\": \"object\", \"required\": [\"runs\", \"total\", \"limit\", \"offset\"], \"properties\":"
+                " {\"runs\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/components/schemas/Run\"}}, \"total\":"
+                " {\"type\": \"integer\"}, \"limit\": {\"type\": \"integer\"}, \"offset\": {\"type\": \"integer\"}}}"},
+    {"RunCreated", "{\"type\": \"object\", \"required\": [\"id\", \"status\", \"logdir\"], \"properties\": {\"id\":"
+                   " {\"$ref\": \"#/components/schemas/RunId\"}, \"status\": {\"$ref\": \"#/components/schemas/RunState\"},"
+                   " \"logdir\": {\"type\": \"string\"}}}"},
+    {"RunId", "{\"type\": \"string\", \"pattern\": \"^r[0-9a-f]{15}$\"}"},
+    {"DatasetId", "{\"type\": \"string\", \"pattern\": \"^d[0-9a-f]{15}$\"}"},
+    {"Metrics", "{\"type\": \"object\", \"required\": [\"scalars\"], \"properties\": {\"scalars\": {\"type\": \"object\","
+                " \"additionalProperties\": {\"type\": \"array\", \"items\": {\"type\": \"array\", \"items\":"
+                " {\"type\": \"number\"}, \"minItems\": 3, \"maxItems\": 3}}}}}"},
+    {"Checkpoints", "{\"type\": \"object\", \"required\": [\"checkpoints\", \"latest\"], \"properties\": {\"checkpoints\":"
+                    " {\"type\": \"array\", \"items\": {\"type\": \"object\", \"required\": [\"step\", \"file\", \"bytes\"],"
+                    " \"properties\": {\"step\": {\"type\": \"integer\"}, \"file\": {\"type\": \"string\"}, \"bytes\":"
+                    " {\"type\": \"integer\"}}}}, \"latest\": {\"type\": [\"integer\", \"null\"]}}}"},
+    {"Dataset", "{\"type\": \"object\", \"required\": [\"id\", \"name\", \"status\", \"error\", \"created\", \"bytes\"],"
+                " \"properties\": {\"id\": {\"$ref\": \"#/components/schemas/DatasetId\"}, \"name\": {\"type\": \"string\"},"
+                " \"status\": {\"$ref\": \"#/components/schemas/DatasetState\"}, \"error\": {\"anyOf\": [{\"type\": \"null\"},"
+                " {\"$ref\": \"#/components/schemas/ErrorBody\"}]}, \"source\": {\"type\": [\"string\", \"null\"]},"
+                " \"created\": {\"type\": \"number\"}, \"bytes\": {\"type\": \"integer\", \"minimum\": 0},"
+                " \"train_examples\": {\"type\": [\"integer\", \"null\"]}, \"test_examples\": {\"type\": [\"integer\", \"null\"]},"
+                " \"shape\": {\"type\": [\"array\", \"null\"], \"items\": {\"type\": \"integer\"}}, \"dtype\": {\"type\":"
+                " [\"string\", \"null\"]}, \"features\": {\"type\": [\"object\", \"null\"], \"additionalProperties\": {\"type\":"
+                " \"string\"}}, \"label_histogram\": {\"type\": [\"object\", \"null\"]}}}"},
+    {"Run", "{\"type\": \"object\", \"required\": [\"id\", \"name\", \"dataset\", \"status\", \"reason\", \"error\","
+            " \"step\", \"steps\", \"towers\", \"devices\", \"metrics\", \"created\", \"started\", \"finished\", \"restarts\","
+            " \"max_restarts\", \"deadline_s\", \"logdir\", \"tensorboard\", \"config\"], \"properties\": {"
+            "\"id\": {\"$ref\": \"#/components/schemas/RunId\"}, \"name\": {\"type\": [\"string\", \"null\"]},"
+            " \"dataset\": {\"type\": \"object\", \"required\": [\"id\", \"name\"], \"properties\": {\"id\": {\"type\":"
+            " \"string\"}, \"name\": {\"type\": [\"string\", \"null\"]}}}, \"status\": {\"$ref\":"
+            " \"#/components/schemas/RunState\"}, \"reason\": {\"type\": [\"string\", \"null\"]},"
+            " \"error\": {\"description\": \"the child's last error line (null while there is none)\"},"
+            " \"step\": {\"type\": \"integer\", \"minimum\": 0}, \"steps\": {\"type\": \"integer\", \"minimum\": 1},"
+            " \"towers\": {\"type\": \"integer\", \"minimum\": 1}, \"devices\": {\"type\": \"array\", \"items\": {\"type\":"
+            " \"string\"}}, \"metrics\": {\"type\": \"object\"}, \"created\": {\"type\": \"number\"}, \"started\":"
+            " {\"type\": [\"number\", \"null\"]}, \"first_started\": {\"type\": [\"number\", \"null\"]}, \"finished\":"
+            " {\"type\": [\"number\", \"null\"]}, \"eta_s\": {\"type\": [\"number\", \"null\"]}, \"not_before\": {\"type\":"
+            " \"number\"}, \"restarts\": {\"type\": \"integer\", \"minimum\": 0}, \"max_restarts\": {\"type\": \"integer\","
+            " \"minimum\": 0}, \"deadline_s\": {\"type\": \"number\", \"minimum\": 0}, \"logdir\": {\"type\": \"string\"},"
+            " \"tensorboard\": {\"type\": \"string\"}, \"config\": {\"type\": \"object\", \"description\": \"the run config"
+            " as submitted\"}}}"},
+};
+
+/* The run config a POST /api/v1/runs takes: the engine's schema without the file paths, with "dataset"
+ * naming an uploaded dataset (a name or id, or an object with "name" and the engine's dataset keys as
+ * overrides) and the server's keys name, max_restarts, deadline_s (api_runs.c, take_server_keys). */
+static json_t *run_config_schema(void)
+{
+    json_t *s = tw_config_json_schema(0);
+    json_t *props = json_object_get(s, "properties");
+    json_t *ds = json_object_get(props, "dataset"); /* borrowed: becomes the override object */
+    if (!ds)
+        return s;
+    json_object_set_new(ds, "required", json_pack("[s]", "name"));
+    json_object_set_new(json_object_get(ds, "properties"), "name", json_pack("{s:s}", "$ref", "#/components/schemas/Name"));
+    json_object_set_new(props, "dataset", json_pack("{s:[{s:s}, O]}", "anyOf", "$ref", "#/components/schemas/Name", ds));
+    json_object_set_new(props, "name", json_pack("{s:s}", "$ref", "#/components/schemas/Name"));
+    json_object_set_new(props, "max_restarts", json_pack("{s:s, s:i, s:i}", "type", "integer", "minimum", 0, "maximum", 100));
+    json_object_set_new(props, "deadline_s", json_pack("{s:s, s:i, s:f}", "type", "number", "minimum", 0, "maximum", 1e8));
+    json_object_del(s, "$schema");
+    return s;
+}
+
+/* {"type": "string", "enum": [name(0), ..., name(n - 1)]} */
+static json_t *name_enum(const char *(*name)(int), int n)
+{
+    json_t *names = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(names, json_string(name(i)));
+    return json_pack("{s:s, s:o}", "type", "string", "enum", names);
+}
+
+static const char *code_name(int i) { return tw_api_code_name((tw_api_code)i); }
+static const char *run_state(int i) { return tw_run_state_name((tw_run_state)i); }
+static const char *dataset_state(int i) { return tw_dataset_state_name((tw_dataset_state)i); }
+
+static json_t *components(const tw_server *S)
+{
+    json_t *schemas = json_object();
+    for (size_t i = 0; i < sizeof REPLY_SCHEMAS / sizeof *REPLY_SCHEMAS; i++)
+        json_object_set_new(schemas, REPLY_SCHEMAS[i][0], json_loads(REPLY_SCHEMAS[i][1], 0, NULL));
+    json_object_set_new(schemas, "RunConfig", run_config_schema());
+    json_object_set_new(schemas, "RunState", name_enum(run_state, TW_RUN_STATES));
+    json_object_set_new(schemas, "DatasetState", name_enum(dataset_state, TW_DATASET_STATES));
+    json_object_set_new(schemas, "ErrorBody",
+                        json_pack("{s:s, s:[s, s], s:{s:o, s:{s:s}}}", "type", "object", "required", "code", "message",
+                                  "properties", "code", name_enum(code_name, TW_API_CODES), "message", "type", "string"));
+    json_object_set_new(schemas, "Error", json_pack("{s:s, s:[s], s:{s:{s:s}}}", "type", "object", "required", "error",
+                                                    "properties", "error", "$ref", "#/components/schemas/ErrorBody"));
+    json_t *c = json_pack("{s:o}", "schemas", schemas);
+    if (S->opt.token) /* declared only when the server asks for it */
+        json_object_set_new(c, "securitySchemes", json_pack("{s:{s:s, s:s}}", "bearer", "type", "http", "scheme", "bearer"));
+    return c;
+}
+
+/* The index of the route's row in REPLIES, or -1. */
+static int reply_row(const tw_route *rt)
+{
+    for (size_t i = 0; i < sizeof REPLIES / sizeof *REPLIES; i++)
+        if (!strcmp(REPLIES[i].method, rt->method) && !strcmp(REPLIES[i].pattern, rt->pattern))
+            return (int)i;
+    return -1;
+}
+
+/* "get_api_v1_runs_id" for GET /api/v1/runs/{id}: the operationId links name. */
+static void operation_id(const tw_route *rt, char *out, size_t size)
+{
+    size_t n = 0;
+    for (const char *p = rt->method; *p && n + 1 < size; p++)
+        out[n++] = (char)(*p | 0x20);
+    for (const char *p = rt->pattern; *p && n + 1 < size; p++)
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9'))
+            out[n++] = *p;
+        else if (out[n - 1] != '_')
+            out[n++] = '_';
+    while (n > 0 && out[n - 1] == '_')
+        n--;
+    out[n] = 0;
+}
+
+/* The links of a POST to P that creates a resource (its reply holds the new "id"): every route of the
+ * table under P/{id}, with that id. Empty for any other route. */
+static json_t *links(const tw_route *routes, const tw_route *rt)
+{
+    json_t *out = json_object();
+    size_t n = strlen(rt->pattern);
+    for (const tw_route *to = routes; to->method; to++) {
+        if (strncmp(to->pattern, rt->pattern, n) || strncmp(to->pattern + n, "/{id}", 5) ||
+            (to->pattern[n + 5] && to->pattern[n + 5] != '/'))
+            continue;
+        char id[128];
+        operation_id(to, id, sizeof id);
+        json_object_set_new(out, id, json_pack("{s:s, s:{s:s}}", "operationId", id, "parameters", "id",
+                                               "$response.body#/id"));
+    }
+    return out;
+}
+
+static json_t *param_schema(const char *name)
+{
+    for (size_t i = 0; i < sizeof PARAM_SCHEMAS / sizeof *PARAM_SCHEMAS; i++)
+        if (!strcmp(PARAM_SCHEMAS[i].name, name))
+            return json_loads(PARAM_SCHEMAS[i].schema, 0, NULL);
+    return json_pack("{s:s, s:i}", "type", "string", "minLength", 1);
+}
+
+static json_t *parameters(const tw_route *rt)
 {
     json_t *params = json_array();
     for (const char *p = strchr(rt->pattern, '{'); p; p = strchr(p + 1, '{')) {
         const char *end = strchr(p, '}');
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)(end - p - 1), p + 1);
-        json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:{s:s}}", "name", name, "in", "path", "required", 1,
-                                                "schema", "type", "string"));
+        json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:o}", "name", name, "in", "path", "required", 1,
+                                                "schema", param_schema(name)));
     }
     for (const char *w = rt->query; w && *w;) { /* "!name label_column": '!' marks a required one */
         int required = *w == '!';
@@ -50,32 +275,82 @@ static json_t *operation(const tw_route *rt)
         size_t len = strcspn(w, " ");
         char name[64];
         snprintf(name, sizeof name, "%.*s", (int)len, w);
-        json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:{s:s}}", "name", name, "in", "query", "required",
-                                                required, "schema", "type", "string"));
+        json_array_append_new(params, json_pack("{s:s, s:s, s:b, s:o}", "name", name, "in", "query", "required",
+                                                required, "schema", param_schema(name)));
         w += len;
         w += *w == ' ';
     }
+    return params;
+}
+
+/* The route's 2xx replies (with the links of a created resource). */
+static json_t *responses(const tw_route *routes, const tw_route *rt)
+{
+    int row = reply_row(rt);
     json_t *ok = json_pack("{s:s}", "description", rt->reply);
+    if (row >= 0 && rt->status != 204) {
+        char ref[96];
+        snprintf(ref, sizeof ref, "#/components/schemas/%s", REPLIES[row].schema ? REPLIES[row].schema : "");
+        json_t *media = REPLIES[row].schema ? json_pack("{s:{s:s}}", "schema", "$ref", ref) : json_object();
+        json_object_set_new(ok, "content", json_pack("{s:o}", REPLIES[row].type, media));
+    }
+    json_t *created = links(routes, rt);
+    if (!strcmp(rt->method, "POST") && json_object_size(created))
+        json_object_set(ok, "links", created);
+    json_decref(created);
+    json_t *out = json_object();
     char code[8];
     snprintf(code, sizeof code, "%d", rt->status);
-    json_t *op = json_pack("{s:s, s:o, s:{s:o, s:{s:s, s:{s:{s:{s:s}}}}}}", "summary", rt->summary, "parameters",
-                           params, "responses", code, ok, "default", "description",
-                           "error envelope {\"error\": {\"code\", \"message\"}}", "content", "application/json",
-                           "schema", "$ref", "#/components/schemas/Error");
+    json_object_set(out, code, ok);
+    if (row >= 0 && REPLIES[row].also) {
+        snprintf(code, sizeof code, "%d", REPLIES[row].also);
+        json_object_set(out, code, ok);
+    }
+    json_decref(ok);
+    json_object_set_new(out, "default",
+                        json_pack("{s:s, s:{s:{s:{s:s}}}}", "description", "the error envelope", "content",
+                                  "application/json", "schema", "$ref", "#/components/schemas/Error"));
+    return out;
+}
+
+/* The body a route takes: a JSON route's from its row (any object without one), the upload's forms. */
+static json_t *request_body(const tw_route *rt)
+{
+    int row = reply_row(rt);
+    if ((rt->flags & TW_ROUTE_JSON_BODY) && row >= 0 && REPLIES[row].body) {
+        char ref[96];
+        snprintf(ref, sizeof ref, "#/components/schemas/%s", REPLIES[row].body);
+        return json_pack("{s:b, s:{s:{s:{s:s}}}}", "required", 1, "content", "application/json", "schema", "$ref", ref);
+    }
+    if (rt->flags & TW_ROUTE_JSON_BODY)
+        return json_pack("{s:b, s:{s:{s:{s:s}}}}", "required", 1, "content", "application/json", "schema", "type",
+                         "object");
+    return json_pack("{s:s, s:b, s:{s:{s:{s:s}}, s:{}, s:{}}}", "description",
+                     "multipart: the files as parts (images, labels, test_images, test_labels; features, labels; "
+                     "csv; tfrecord, test_tfrecord) and the values label_column, test_fraction; or the raw bytes of "
+                     "one CSV or TFRecord file (any bytes: the converter judges them)",
+                     "required", 1, "content", "multipart/form-data", "schema", "type", "object", "text/csv",
+                     "application/x-tfrecord");
+}
+
+static json_t *operation(const tw_server *S, const tw_route *rt)
+{
+    char id[128];
+    operation_id(rt, id, sizeof id);
+    json_t *op = json_pack("{s:s, s:s, s:o, s:o}", "operationId", id, "summary", rt->summary, "parameters",
+                           parameters(rt), "responses", responses(S->routes, rt));
     if (rt->flags & (TW_ROUTE_JSON_BODY | TW_ROUTE_UPLOAD))
-        json_object_set_new(op, "requestBody",
-                            json_pack("{s:b, s:{s:{}}}", "required", 1, "content",
-                                      rt->flags & TW_ROUTE_UPLOAD ? "multipart/form-data" : "application/json"));
-    if (strcmp(rt->method, "GET"))
+        json_object_set_new(op, "requestBody", request_body(rt));
+    if (S->opt.token && strcmp(rt->method, "GET"))
         json_object_set_new(op, "security", json_pack("[{s:[]}]", "bearer"));
     return op;
 }
 
-/* The OpenAPI 3.0 document of the route table served (new JSON). */
-static json_t *openapi(const tw_route *routes)
+/* The OpenAPI 3.1 document of the route table served (new JSON). */
+static json_t *openapi(const tw_server *S)
 {
     json_t *paths = json_object();
-    for (const tw_route *rt = routes; rt->method; rt++) {
+    for (const tw_route *rt = S->routes; rt->method; rt++) {
         json_t *item = json_object_get(paths, rt->pattern);
         if (!item)
             json_object_set_new(paths, rt->pattern, item = json_object());
@@ -84,19 +359,15 @@ static json_t *openapi(const tw_route *routes)
         for (; rt->method[i] && i < sizeof method - 1; i++)
             method[i] = (char)(rt->method[i] | 0x20);
         method[i] = 0;
-        json_object_set_new(item, method, operation(rt));
+        json_object_set_new(item, method, operation(S, rt));
     }
-    return json_pack(
-        "{s:s, s:{s:s, s:s}, s:o, s:{s:{s:{s:s, s:{s:{s:s, s:{s:{s:s}, s:{s:s}}}}}}, s:{s:{s:s, s:s}}}}",
-        "openapi", "3.0.3", "info", "title", "Tower", "version", TW_VERSION, "paths", paths, "components",
-        "schemas", "Error", "type", "object", "properties", "error", "type", "object", "properties", "code",
-        "type", "string", "message", "type", "string", "securitySchemes", "bearer", "type", "http", "scheme",
-        "bearer");
+    return json_pack("{s:s, s:{s:s, s:s}, s:o, s:o}", "openapi", "3.1.0", "info", "title", "Tower", "version",
+                     TW_VERSION, "paths", paths, "components", components(S));
 }
 
 void tw_api_openapi(tw_server *S, tw_req *r)
 {
-    tw_reply_json(r, 200, openapi(S->routes));
+    tw_reply_json(r, 200, openapi(S));
 }
 
 /* ---- Prometheus ---- */

@@ -180,6 +180,34 @@ void tw_reply_error_json(tw_req *r, tw_api_code code, json_t *error)
     tw_reply_json(r, API_CODES[code].http, json_pack("{s:o*}", "error", error));
 }
 
+/* The bytes of the UTF-8 sequence at s (1 to 4), or 0 when it is not one (RFC 3629: no overlong form, no
+ * surrogate, nothing past U+10FFFF), as jansson checks. */
+static int utf8_sequence(const unsigned char *s)
+{
+    int n = s[0] < 0x80 ? 1 : s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3
+          : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+    unsigned char lo = s[0] == 0xe0 ? 0xa0 : s[0] == 0xf0 ? 0x90 : 0x80;
+    unsigned char hi = s[0] == 0xed ? 0x9f : s[0] == 0xf4 ? 0x8f : 0xbf;
+    for (int i = 1; i < n; i++)
+        if (s[i] < (i == 1 ? lo : 0x80) || s[i] > (i == 1 ? hi : 0xbf))
+            return 0;
+    return n;
+}
+
+/* {"message": msg} with every byte that is not UTF-8 in msg made '?' (new): a message quotes what the
+ * client sent (a query key, a file's bytes) and may cut it inside a character, and jansson refuses a
+ * string that is not UTF-8, which left the envelope empty ({}). */
+static json_t *message_json(char *msg)
+{
+    for (unsigned char *p = (unsigned char *)msg; *p;) {
+        int n = utf8_sequence(p);
+        if (!n)
+            *p = '?';
+        p += n ? n : 1;
+    }
+    return json_pack("{s:s}", "message", msg);
+}
+
 void tw_reply_error(tw_req *r, tw_api_code code, const char *fmt, ...)
 {
     char msg[1400];
@@ -187,7 +215,7 @@ void tw_reply_error(tw_req *r, tw_api_code code, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    tw_reply_error_json(r, code, json_pack("{s:s}", "message", msg));
+    tw_reply_error_json(r, code, message_json(msg));
 }
 
 void tw_reply_empty(tw_req *r, int status)
@@ -326,7 +354,7 @@ void tw_reply_status(tw_req *r, const tw_error *err)
 {
     char msg[1200];
     tw_error_format(err, msg, sizeof msg);
-    json_t *e = json_pack("{s:s}", "message", msg);
+    json_t *e = message_json(msg);
     if (err->offset >= 0)
         json_object_set_new(e, "offset", json_integer(err->offset));
     tw_reply_error_json(r, tw_api_code_for(err), e);
@@ -422,21 +450,34 @@ static int match(const char *pattern, const char *url, tw_req *r)
     return 1;
 }
 
-/* Finds the route for method + url; replies 404/405 when there is none. */
+/* Appends ", NAME" (or "NAME" first) to the Allow list in allow[size]. */
+static void allow_add(char *allow, size_t size, const char *name)
+{
+    size_t n = strlen(allow);
+    snprintf(allow + n, size - n, "%s%s", n ? ", " : "", name);
+}
+
+/* Finds the route for method + url; replies 404/405 when there is none. A 405 carries the Allow header
+ * RFC 9110 §15.5.6 requires: the methods the table has for that path (GET brings HEAD). */
 static const tw_route *route_for(tw_req *r, const char *method, const char *url)
 {
-    int path_known = 0;
+    char allow[128] = "";
     for (const tw_route *rt = r->S->routes; rt->method; rt++) {
         if (!match(rt->pattern, url, r))
             continue;
         if (!strcmp(rt->method, method) || (!strcmp(method, "HEAD") && !strcmp(rt->method, "GET")))
             return rt;
-        path_known = 1;
+        allow_add(allow, sizeof allow, rt->method);
+        if (!strcmp(rt->method, "GET"))
+            allow_add(allow, sizeof allow, "HEAD");
     }
-    if (path_known)
-        tw_reply_error(r, TW_API_METHOD_NOT_ALLOWED, "%s is not allowed on %s", method, url);
-    else
+    if (!allow[0]) {
         tw_reply_error(r, TW_API_NOT_FOUND, "no route %s %s", method, url);
+        return NULL;
+    }
+    tw_reply_error(r, TW_API_METHOD_NOT_ALLOWED, "%s is not allowed on %s (allowed: %s)", method, url, allow);
+    if (r->response)
+        MHD_add_response_header(r->response, "Allow", allow);
     return NULL;
 }
 
