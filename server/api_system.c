@@ -44,8 +44,7 @@ void tw_api_devices(tw_server *S, tw_req *r)
  * below, keyed by method + pattern and by parameter name: a new route gets its schemas by a row here,
  * and one without a row is still listed (with its description only). */
 
-/* The 2xx reply and the JSON body of a route. A row whose route is not in the table is unused: resume and checkpoints/{step}
- * are the routes issue 11 adds, declared here so that they are typed once they exist. */
+/* The 2xx reply and the JSON body of a route (a row whose route is not in the table is unused). */
 static const struct {
     const char *method, *pattern;
     const char *type;   /* the 2xx reply's media type */
@@ -64,7 +63,8 @@ static const struct {
     {"POST", "/api/v1/runs", "application/json", "RunCreated", 0, "RunConfig"},
     {"GET", "/api/v1/runs/{id}", "application/json", "Run", 0, NULL},
     {"POST", "/api/v1/runs/{id}/cancel", "application/json", "Run", 0, NULL},
-    {"POST", "/api/v1/runs/{id}/resume", "application/json", "Run", 0, NULL},
+    {"POST", "/api/v1/runs/{id}/resume", "application/json", "Run", 0, "Resume"},
+    {"POST", "/api/v1/runs/{id}/priority", "application/json", "Run", 0, "Priority"},
     {"GET", "/api/v1/runs/{id}/metrics", "application/json", "Metrics", 0, NULL},
     {"GET", "/api/v1/runs/{id}/events", "text/event-stream", NULL, 0, NULL},
     {"GET", "/api/v1/runs/{id}/log", "text/plain", NULL, 0, NULL},
@@ -120,6 +120,18 @@ static const char *const REPLY_SCHEMAS[][2] = {
                    " {\"$ref\": \"#/components/schemas/RunId\"}, \"status\": {\"$ref\": \"#/components/schemas/RunState\"},"
                    " \"logdir\": {\"type\": \"string\"}}}"},
     {"RunId", "{\"type\": \"string\", \"pattern\": \"^r[0-9a-f]{15}$\"}"},
+    {"Resume", "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {\"steps\": {\"type\": "
+     "\"integer\", \"minimum\": 1, \"maximum\": 1000000000, \"description\": \"more steps than the run"
+     " had (needed to extend a succeeded run)\"}}}"},
+    {"Priority", "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"priority\"], \"properti"
+     "es\": {\"priority\": {\"$ref\": \"#/components/schemas/RunPriority\"}}}"},
+    {"RunPriority", "{\"type\": \"integer\", \"minimum\": -1000, \"maximum\": 1000, \"default\": 0, \"description\": "
+     "\"higher runs first; FIFO within one priority\"}"},
+    {"InitFrom", "{\"type\": \"object\", \"additionalProperties\": false, \"required\": [\"run\", \"weights\"], \""
+     "properties\": {\"run\": {\"type\": \"string\", \"minLength\": 1, \"description\": \"the id or na"
+     "me of the run whose weights start this one\"}, \"checkpoint\": {\"anyOf\": [{\"type\": \"integer"
+     "\", \"minimum\": 0}, {\"const\": \"latest\"}], \"default\": \"latest\"}, \"weights\": {\"enum\":"
+     " [\"raw\", \"ema\"]}}}"},
     {"DatasetId", "{\"type\": \"string\", \"pattern\": \"^d[0-9a-f]{15}$\"}"},
     {"Metrics", "{\"type\": \"object\", \"required\": [\"scalars\"], \"properties\": {\"scalars\": {\"type\": \"object\","
                 " \"additionalProperties\": {\"type\": \"array\", \"items\": {\"type\": \"array\", \"items\":"
@@ -142,8 +154,8 @@ static const char *const REPLY_SCHEMAS[][2] = {
             " \"max_restarts\", \"deadline_s\", \"logdir\", \"tensorboard\", \"config\"], \"properties\": {"
             "\"id\": {\"$ref\": \"#/components/schemas/RunId\"}, \"name\": {\"type\": [\"string\", \"null\"]},"
             " \"dataset\": {\"type\": \"object\", \"required\": [\"id\", \"name\"], \"properties\": {\"id\": {\"type\":"
-            " \"string\"}, \"name\": {\"type\": [\"string\", \"null\"]}}}, \"status\": {\"$ref\":"
-            " \"#/components/schemas/RunState\"}, \"reason\": {\"type\": [\"string\", \"null\"]},"
+            " \"string\"}, \"name\": {\"type\": [\"string\", \"null\"]}}}, \"status\": {\"anyOf\": [{\"$ref\":"
+            " \"#/components/schemas/RunState\"}, {\"const\": \"cancelling\", \"description\": \"running, its cancel asked: shown until the child is gone\"}]}, \"priority\": {\"$ref\": \"#/components/schemas/RunPriority\"}, \"reason\": {\"type\": [\"string\", \"null\"]},"
             " \"error\": {\"description\": \"the child's last error line (null while there is none)\"},"
             " \"step\": {\"type\": \"integer\", \"minimum\": 0}, \"steps\": {\"type\": \"integer\", \"minimum\": 1},"
             " \"towers\": {\"type\": \"integer\", \"minimum\": 1}, \"devices\": {\"type\": \"array\", \"items\": {\"type\":"
@@ -158,7 +170,8 @@ static const char *const REPLY_SCHEMAS[][2] = {
 
 /* The run config a POST /api/v1/runs takes: the engine's schema without the file paths, with "dataset"
  * naming an uploaded dataset (a name or id, or an object with "name" and the engine's dataset keys as
- * overrides) and the server's keys name, max_restarts, deadline_s (api_runs.c, take_server_keys). */
+ * overrides), the server's keys name, max_restarts, deadline_s, priority (api_runs.c, take_server_keys)
+ * and "init_from" naming a run, not a file (api_runs.c, take_init_from). */
 static json_t *run_config_schema(void)
 {
     json_t *s = tw_config_json_schema(0);
@@ -172,6 +185,9 @@ static json_t *run_config_schema(void)
     json_object_set_new(props, "name", json_pack("{s:s}", "$ref", "#/components/schemas/Name"));
     json_object_set_new(props, "max_restarts", json_pack("{s:s, s:i, s:i}", "type", "integer", "minimum", 0, "maximum", 100));
     json_object_set_new(props, "deadline_s", json_pack("{s:s, s:i, s:f}", "type", "number", "minimum", 0, "maximum", 1e8));
+    json_object_set_new(props, "priority", json_pack("{s:s}", "$ref", "#/components/schemas/RunPriority"));
+    json_object_set_new(props, "init_from", json_pack("{s:[{s:s}, {s:s}]}", "anyOf", "$ref", "#/components/schemas/InitFrom",
+                                                      "type", "null"));
     json_object_del(s, "$schema");
     return s;
 }
