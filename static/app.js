@@ -1,10 +1,10 @@
-/* Tower status page: runs, one run's live charts, datasets, upload, submit and devices, on the REST API of
+/* Tower status page: runs (sortable, filtered, ticked for comparing), a compare view, one run's live charts, datasets, upload, submit and devices, on the REST API of
  * server/API.md. Plain ES2017, no framework, no build step; the server embeds this file and serves it at
  * /static/app.js. Chart.js (Debian's libjs-chart.js, global `Chart`, served at /static/chart.js) draws the
  * run charts; without it the page shows the same metrics as a table.
  *
- * Routing is on the location hash (#/, #/runs/ID, #/datasets, #/datasets/ID, #/submit, #/upload,
- * #/devices). Each view gets a context whose timers, event sources and charts are torn down when the hash
+ * Routing is on the location hash (#/, #/runs/ID, #/compare/ID,ID..., #/datasets, #/datasets/ID, #/submit,
+ * #/upload, #/devices). Each view gets a context whose timers, event sources and charts are torn down when the hash
  * changes. Every element a test drives has a stable id. DOM is built with h() (text nodes, never innerHTML),
  * so names and error messages from the server cannot inject markup. URLs are relative, so the page also
  * works behind a reverse proxy that mounts Tower under a path. */
@@ -729,7 +729,8 @@
           x: {type: 'linear', min: 0, title: {display: true, text: 'step'}, ticks: {maxTicksLimit: 8}},
           y: {type: 'linear', ticks: {maxTicksLimit: 6}}
         },
-        plugins: {legend: {display: spec.series.length > 1}, title: {display: false}}
+        plugins: {legend: {display: spec.series.length > 1, labels: {sort: (x, y) => x.datasetIndex - y.datasetIndex}},
+          title: {display: false}}
       }
     });
   }
