@@ -1,7 +1,7 @@
-/* Tower status page: runs (sortable, filtered, ticked for comparing), a compare view, one run's live charts, datasets, upload, submit and devices, on the REST API of
- * server/API.md. Plain ES2017, no framework, no build step; the server embeds this file and serves it at
- * /static/app.js. Chart.js (Debian's libjs-chart.js, global `Chart`, served at /static/chart.js) draws the
- * run charts; without it the page shows the same metrics as a table.
+/* Tower status page: runs (sortable, filtered, ticked for comparing), a compare view, one run's live charts,
+ * datasets, upload, submit and devices, on the REST API of server/API.md. Plain ES2017, no framework, no build
+ * step; the server embeds this file and serves it at /static/app.js. Chart.js (Debian's libjs-chart.js, global
+ * `Chart`, served at /static/chart.js) draws the run charts; without it the page shows the same metrics as a table.
  *
  * Routing is on the location hash (#/, #/runs/ID, #/compare/ID,ID..., #/datasets, #/datasets/ID, #/submit,
  * #/upload, #/devices). Each view gets a context whose timers, event sources and charts are torn down when the hash
