@@ -389,7 +389,7 @@
 
   /* ============================== runs list ============================== */
 
-  /* The HParams list (FORMATS.md part 2 §2), each derived from a run's config: [key, label, value(config, run)]. */
+  /* The HParams list (docs/formats.md §3.9), each derived from a run's config: [key, label, value(config, run)]. */
   const HPARAMS = [
     ['optimizer', 'optimizer', (c) => (c.optimizer || {}).type],
     ['learning_rate', 'learning rate', (c) => (c.optimizer || {}).learning_rate],
