@@ -347,6 +347,11 @@ def submit_run(server, config):
     return reply.json()["id"]
 
 
+def test_tensorboard_url_must_be_http(run_tower, tmp_path):
+    result = run_tower("serve", "--data", tmp_path / "data", "--no-demo", "--tensorboard-url", "tb.example:6006")
+    assert result.returncode == 2 and "--tensorboard-url needs an http://" in result.stderr, result.stderr
+
+
 def test_compare_sort_filter_resume_and_finetune(serve, browser):
     tb_url = "http://tensorboard.example:6006/"
     server = serve("--tensorboard-url", tb_url, token=TOKEN)
