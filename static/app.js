@@ -565,6 +565,10 @@
       shown = reply.runs;
       const seen = new Set(shown.map((run) => run.id));
       for (const id of rows.keys()) if (!seen.has(id)) rows.delete(id);
+      if (!filter.value && reply.total <= shown.length) { /* the whole list: forget ticked runs that are gone */
+        for (const id of picked) if (!seen.has(id)) picked.delete(id);
+        showPicked();
+      }
       render();
       empty.hidden = reply.runs.length > 0;
       total.textContent = reply.total > reply.runs.length ? `${reply.runs.length} of ${reply.total}` : `${reply.total} total`;
