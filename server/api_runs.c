@@ -399,6 +399,7 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
     snprintf(tb, sizeof tb, "tensorboard --logdir %s", runs);
     json_object_set_new(r, "logdir", json_string(dir));
     json_object_set_new(r, "tensorboard", json_string(tb));
+    json_object_set_new(r, "tensorboard_url", S->opt.tensorboard_url ? json_string(S->opt.tensorboard_url) : json_null());
     if (!json_is_array(json_object_get(r, "devices")))
         json_object_set_new(r, "devices", json_array());
     if (!json_is_object(json_object_get(r, "metrics")))

@@ -58,6 +58,7 @@ static const char USAGE[] =
     "                            a quarter of it, 16)\n"
     "  --origin URL              another origin whose pages may change things (e.g. a proxy's https://\n"
     "                            address); the server's own origin always may, other origins never\n"
+    "  --tensorboard-url URL     a TensorBoard serving DIR/runs: each run links to it (http[s]://...)\n"
     "  --heartbeat-timeout S     seconds without a progress line before a run is killed (default 300)\n"
     "  --grace S                 seconds between SIGTERM and SIGKILL of a run (default 30)\n"
     "  --backoff S               first retry delay, doubled per restart (default 10)\n"
@@ -69,7 +70,7 @@ static const char USAGE[] =
 
 enum {
     O_LISTEN = 256, O_DATA, O_TOKEN, O_INSECURE, O_NO_DEMO, O_MAX_UPLOAD, O_MAX_DATASET, O_MIN_FREE, O_CONN_LIMIT,
-    O_PER_IP, O_CONN_TIMEOUT, O_HEADER_TIMEOUT, O_SSE_LIMIT, O_ORIGIN, O_HEARTBEAT, O_GRACE, O_BACKOFF, O_BACKOFF_CAP, O_MAX_RESTARTS, O_TRAINER,
+    O_PER_IP, O_CONN_TIMEOUT, O_HEADER_TIMEOUT, O_SSE_LIMIT, O_ORIGIN, O_TB_URL, O_HEARTBEAT, O_GRACE, O_BACKOFF, O_BACKOFF_CAP, O_MAX_RESTARTS, O_TRAINER,
     O_MEMORY_LIMIT, O_HELP
 };
 
@@ -103,7 +104,7 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
         {"conn-limit", required_argument, 0, O_CONN_LIMIT}, {"per-ip-limit", required_argument, 0, O_PER_IP},
         {"conn-timeout", required_argument, 0, O_CONN_TIMEOUT},
         {"header-timeout", required_argument, 0, O_HEADER_TIMEOUT}, {"sse-limit", required_argument, 0, O_SSE_LIMIT},
-        {"origin", required_argument, 0, O_ORIGIN},
+        {"origin", required_argument, 0, O_ORIGIN}, {"tensorboard-url", required_argument, 0, O_TB_URL},
         {"heartbeat-timeout", required_argument, 0, O_HEARTBEAT}, {"grace", required_argument, 0, O_GRACE},
         {"backoff", required_argument, 0, O_BACKOFF}, {"backoff-cap", required_argument, 0, O_BACKOFF_CAP},
         {"max-restarts", required_argument, 0, O_MAX_RESTARTS}, {"trainer", required_argument, 0, O_TRAINER},
@@ -135,6 +136,7 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
         case O_HEADER_TIMEOUT: bad = number(name, optarg, 1, 3600, &v); o->header_timeout = (unsigned)v; break;
         case O_SSE_LIMIT: bad = number(name, optarg, 1, 10000, &v); o->sse_limit = (unsigned)v; break;
         case O_ORIGIN: o->origin = optarg; break;
+        case O_TB_URL: o->tensorboard_url = optarg; break;
         case O_HEARTBEAT: bad = number(name, optarg, 0.1, 1e6, &o->heartbeat_timeout); break;
         case O_GRACE: bad = number(name, optarg, 0, 3600, &o->grace); break;
         case O_BACKOFF: bad = number(name, optarg, 0, 86400, &o->backoff_base); break;
@@ -158,6 +160,10 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
     }
     if (o->origin && !valid_origin(o->origin)) {
         tw_log("tower serve: --origin needs http://HOST[:PORT] or https://HOST[:PORT], got '%s'", o->origin);
+        return 2;
+    }
+    if (o->tensorboard_url && strncmp(o->tensorboard_url, "http://", 7) && strncmp(o->tensorboard_url, "https://", 8)) {
+        tw_log("tower serve: --tensorboard-url needs an http:// or https:// URL, got '%s'", o->tensorboard_url);
         return 2;
     }
     if (!o->sse_limit) /* not given: a quarter of the per-address limit */

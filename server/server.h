@@ -37,6 +37,7 @@ typedef struct {
     unsigned header_timeout;   /* seconds for a request's headers to arrive (from connect or the last reply) */
     unsigned sse_limit;        /* open event streams per client address (0: a quarter of per_ip_limit) */
     const char *origin;        /* another origin allowed to drive the API (a proxy's https://...); NULL: none */
+    const char *tensorboard_url; /* a TensorBoard serving DATA/runs, linked from the page; NULL: none */
     double heartbeat_timeout;  /* seconds without a line from a child before it is killed */
     double grace;              /* seconds between SIGTERM and SIGKILL */
     double backoff_base;       /* first retry delay (seconds); doubles per restart */

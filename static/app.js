@@ -1,10 +1,10 @@
-/* Tower status page: runs, one run's live charts, datasets, upload, submit and devices, on the REST API of
- * server/API.md. Plain ES2017, no framework, no build step; the server embeds this file and serves it at
- * /static/app.js. Chart.js (Debian's libjs-chart.js, global `Chart`, served at /static/chart.js) draws the
- * run charts; without it the page shows the same metrics as a table.
+/* Tower status page: runs (sortable, filtered, ticked for comparing), a compare view, one run's live charts,
+ * datasets, upload, submit and devices, on the REST API of server/API.md. Plain ES2017, no framework, no build
+ * step; the server embeds this file and serves it at /static/app.js. Chart.js (Debian's libjs-chart.js, global
+ * `Chart`, served at /static/chart.js) draws the run charts; without it the page shows the same metrics as a table.
  *
- * Routing is on the location hash (#/, #/runs/ID, #/datasets, #/datasets/ID, #/submit, #/upload,
- * #/devices). Each view gets a context whose timers, event sources and charts are torn down when the hash
+ * Routing is on the location hash (#/, #/runs/ID, #/compare/ID,ID..., #/datasets, #/datasets/ID, #/submit,
+ * #/upload, #/devices). Each view gets a context whose timers, event sources and charts are torn down when the hash
  * changes. Every element a test drives has a stable id. DOM is built with h() (text nodes, never innerHTML),
  * so names and error messages from the server cannot inject markup. URLs are relative, so the page also
  * works behind a reverse proxy that mounts Tower under a path. */
@@ -358,6 +358,7 @@
     [/^#?\/?$/, 'runs', viewRuns],
     [/^#\/runs\/?$/, 'runs', viewRuns],
     [/^#\/runs\/([A-Za-z0-9]+)$/, 'runs', viewRun],
+    [/^#\/compare\/([A-Za-z0-9._,-]+)$/, 'runs', viewCompare],
     [/^#\/datasets\/?$/, 'datasets', viewDatasets],
     [/^#\/datasets\/([A-Za-z0-9]+)$/, 'datasets', viewDatasets],
     [/^#\/submit$/, 'submit', viewSubmit],
@@ -388,23 +389,112 @@
 
   /* ============================== runs list ============================== */
 
+  /* The HParams list (docs/formats.md §3.9), each derived from a run's config: [key, label, value(config, run)]. */
+  const HPARAMS = [
+    ['optimizer', 'optimizer', (c) => (c.optimizer || {}).type],
+    ['learning_rate', 'learning rate', (c) => (c.optimizer || {}).learning_rate],
+    ['lr_decay', 'lr decay', (c) => decayText(c.lr_decay)],
+    ['batch_size', 'batch', (c) => c.batch_size],
+    ['towers', 'towers', (c) => c.towers],
+    ['l2', 'l2', (c) => c.l2],
+    ['ema_decay', 'EMA decay', (c) => c.ema_decay],
+    ['steps', 'steps', (c) => c.steps],
+    ['model', 'model', (c) => modelText(c.model)],
+    ['dataset', 'dataset', (c, r) => (r.dataset && r.dataset.name) || datasetOf(c)],
+    ['seed', 'seed', (c) => c.seed]
+  ];
+  const hparam = (run, key) => {
+    const spec = HPARAMS.find((x) => x[0] === key);
+    const v = spec[2](run.config || {}, run);
+    return v === undefined ? null : v;
+  };
+  const datasetOf = (cfg) => (cfg && typeof cfg.dataset === 'object' && cfg.dataset ? cfg.dataset.name : cfg && cfg.dataset);
+
+  function decayText(d) {
+    if (!d || !d.type || d.type === 'none') return 'none';
+    return [d.type, d.decay_rate, d.decay_steps].filter((x) => x !== undefined).join(' ') + (d.staircase ? ' stair' : '');
+  }
+
+  /* "flatten>dense500relu>dense10": each layer's type with its size and activation. */
+  function modelText(model) {
+    const layers = (model && model.layers) || [];
+    return layers.map((l) => [l.type, l.units || l.filters || '', l.kernel_size ? 'k' + [].concat(l.kernel_size).join('x') : '',
+      l.activation && l.activation !== 'linear' ? l.activation : ''].join('')).join('>') || null;
+  }
+
+  /* Compares two cell values for sorting: numbers as numbers, missing last, the rest as text. */
+  function compareValues(a, b) {
+    if (a === null || a === undefined) return b === null || b === undefined ? 0 : 1;
+    if (b === null || b === undefined) return -1;
+    if (isNum(a) && isNum(b)) return a - b;
+    return String(a).localeCompare(String(b), 'en', {numeric: true});
+  }
+
+  /* A header cell that sorts by `key` on click; state = {key, dir} is shared by the table's headers. */
+  function sortHeader(label, key, state, onSort, id) {
+    const th = h('th', {class: 'sortable', id, 'data-sort': key, tabindex: '0', title: 'sort',
+      onclick: () => {
+        state.dir = state.key === key ? -state.dir : 1;
+        state.key = key;
+        onSort();
+      }}, label);
+    th.classList.toggle('sorted-asc', state.key === key && state.dir > 0);
+    th.classList.toggle('sorted-desc', state.key === key && state.dir < 0);
+    return th;
+  }
+
+  function markSorted(thead, state) {
+    for (const th of thead.querySelectorAll('th[data-sort]')) {
+      th.classList.toggle('sorted-asc', th.dataset.sort === state.key && state.dir > 0);
+      th.classList.toggle('sorted-desc', th.dataset.sort === state.key && state.dir < 0);
+    }
+  }
+
+  /* The runs table's columns: [key, header, sort value(run)]. */
+  const RUN_COLUMNS = [
+    ['name', 'Run', (r) => r.name || r.id],
+    ['status', 'Status', (r) => r.status],
+    ['dataset', 'Dataset', (r) => hparam(r, 'dataset')],
+    ['optimizer', 'Optimizer', (r) => hparam(r, 'optimizer')],
+    ['lr', 'LR', (r) => hparam(r, 'learning_rate')],
+    ['batch', 'Batch', (r) => hparam(r, 'batch_size')],
+    ['devices', 'Devices', (r) => (r.devices || []).join(',')],
+    ['progress', 'Progress', (r) => (r.steps ? r.step / r.steps : null)],
+    ['rate', 'Step/s', (r) => stepsPerSec(r)],
+    ['loss', 'Loss', (r) => (r.metrics || {}).loss],
+    ['acc', 'EMA accuracy', (r) => (r.metrics || {}).eval_accuracy_ema],
+    ['created', 'Created', (r) => r.created],
+    ['time', 'Elapsed / ETA', (r) => elapsed(r)]
+  ];
+
+  const picked = new Set(); /* runs ticked for the compare view; kept across visits of the runs table */
+
   function viewRuns(ctx, main) {
     const filter = h('select', {id: 'runs-filter', 'aria-label': 'status filter'},
       h('option', {value: '', text: 'all'}), STATUSES.map((s) => h('option', {value: s, text: s})));
+    const search = h('input', {id: 'runs-search', type: 'search', placeholder: 'name, status or dataset',
+      'aria-label': 'filter runs', autocomplete: 'off'});
+    const compare = h('button', {type: 'button', id: 'runs-compare', text: 'Compare',
+      onclick: () => { location.hash = '#/compare/' + Array.from(picked).join(','); }});
     const total = h('span', {id: 'runs-total', class: 'muted'});
     const body = h('tbody', {id: 'runs-body'});
     const empty = h('p', {id: 'runs-empty', class: 'muted', hidden: true}, 'No runs yet. ',
       h('a', {href: '#/submit', text: 'Submit one.'}));
+    const sort = {key: 'created', dir: -1};
+    const thead = h('thead', {}, h('tr', {}, h('th', {class: 'col-pick'}),
+      RUN_COLUMNS.map(([k, t]) => sortHeader(t, k, sort, () => render(), `runs-sort-${k}`)), h('th')));
     append(main,
-      h('div', {class: 'title-row'}, h('h2', {text: 'Runs'}), h('label', {}, 'Status ', filter), total,
+      h('div', {class: 'title-row'}, h('h2', {text: 'Runs'}), h('label', {}, 'Status ', filter), search, compare, total,
         h('a', {href: '#/submit', class: 'button', id: 'runs-new', text: 'New run'})),
-      h('div', {class: 'table-wrap'},
-        h('table', {id: 'runs-table', class: 'grid'},
-          h('thead', {}, h('tr', {}, ['Run', 'Status', 'Dataset', 'Devices', 'Progress', 'Step/s', 'Loss',
-            'EMA accuracy', 'Elapsed / ETA', ''].map((t) => h('th', {text: t})))),
-          body)),
+      h('div', {class: 'table-wrap'}, h('table', {id: 'runs-table', class: 'grid'}, thead, body)),
       empty);
     const rows = new Map();
+    let shown = [];
+
+    function showPicked() {
+      compare.disabled = picked.size < 1;
+      compare.textContent = picked.size ? `Compare (${picked.size})` : 'Compare';
+    }
 
     function row(run) {
       let r = rows.get(run.id);
@@ -413,9 +503,12 @@
           onclick: () => cancelRun(run.id, refresh)});
         const del = h('button', {type: 'button', id: `delete-${run.id}`, class: 'small', text: 'Delete',
           onclick: () => deleteRun(run.id, refresh)});
+        const pick = h('input', {type: 'checkbox', id: `pick-${run.id}`, 'aria-label': `compare ${run.id}`,
+          checked: picked.has(run.id),
+          onchange: () => { if (pick.checked) picked.add(run.id); else picked.delete(run.id); showPicked(); }});
         const cells = {};
-        const tr = h('tr', {id: `run-row-${run.id}`},
-          ['name', 'status', 'dataset', 'devices', 'progress', 'rate', 'loss', 'acc', 'time'].map((k) => {
+        const tr = h('tr', {id: `run-row-${run.id}`}, h('td', {class: 'col-pick'}, pick),
+          RUN_COLUMNS.map(([k]) => {
             cells[k] = h('td', {class: `col-${k}`});
             return cells[k];
           }),
@@ -429,6 +522,9 @@
         h('div', {class: 'id', text: run.id}));
       set(c.status, statusBadge(run.status, run.reason));
       set(c.dataset, run.dataset ? h('a', {href: `#/datasets/${run.dataset.id}`, text: run.dataset.name || run.dataset.id}) : '—');
+      set(c.optimizer, hparam(run, 'optimizer') || '—');
+      set(c.lr, fmtNum(hparam(run, 'learning_rate'), 6));
+      set(c.batch, fmtInt(hparam(run, 'batch_size')));
       set(c.devices, (run.devices || []).join(', ') || '—');
       set(c.progress, progressBar(run.step, run.steps));
       /* steps/s from examples/s and the batch; else from the step count between two polls */
@@ -441,38 +537,152 @@
       set(c.rate, fmtNum(rate, 0));
       set(c.loss, fmtNum(m.loss));
       set(c.acc, fmtPct(m.eval_accuracy_ema));
+      set(c.created, fmtTime(run.created));
       set(c.time, elapsedEta(run));
       const done = TERMINAL.includes(run.status);
-      r.cancel.hidden = done;
+      r.cancel.hidden = done || run.status === 'cancelling';
       r.del.hidden = !done;
       return r.tr;
+    }
+
+    /* Lays out the last reply: filtered by the search box, sorted by the chosen column. */
+    function render() {
+      const q = search.value.trim().toLowerCase();
+      const match = (run) => !q || [run.name, run.id, run.status, hparam(run, 'dataset')]
+        .some((v) => v && String(v).toLowerCase().includes(q));
+      const value = RUN_COLUMNS.find((x) => x[0] === sort.key)[2];
+      const order = shown.filter(match).sort((a, b) => sort.dir * compareValues(value(a), value(b)));
+      const visible = new Set(order.map((run) => run.id));
+      for (const run of order) body.appendChild(row(run));
+      for (const [id, r] of rows) if (!visible.has(id)) r.tr.remove();
+      markSorted(thead, sort);
     }
 
     async function refresh() {
       const q = filter.value ? `&status=${encodeURIComponent(filter.value)}` : '';
       const reply = await api(`/runs?limit=50${q}`);
       if (!ctx.alive) return;
-      const seen = new Set();
-      for (const run of reply.runs) {
-        seen.add(run.id);
-        body.appendChild(row(run));
+      shown = reply.runs;
+      const seen = new Set(shown.map((run) => run.id));
+      for (const id of rows.keys()) if (!seen.has(id)) rows.delete(id);
+      if (!filter.value && reply.total <= shown.length) { /* the whole list: forget ticked runs that are gone */
+        for (const id of picked) if (!seen.has(id)) picked.delete(id);
+        showPicked();
       }
-      for (const [id, r] of rows) {
-        if (!seen.has(id)) {
-          r.tr.remove();
-          rows.delete(id);
-        }
-      }
+      render();
       empty.hidden = reply.runs.length > 0;
       total.textContent = reply.total > reply.runs.length ? `${reply.runs.length} of ${reply.total}` : `${reply.total} total`;
     }
     filter.addEventListener('change', () => refresh().catch((e) => showError(e)));
+    search.addEventListener('input', render);
+    showPicked();
     ctx.poll(2000, refresh, 'runs');
+  }
+
+  /* ============================== compare ============================== */
+
+  /* The compare charts: one per metric, one dataset per run; each metric's candidate tags, the first found. */
+  const COMPARE_CHARTS = [
+    {key: 'loss', title: 'Loss', tags: ['loss', 'train/loss']},
+    {key: 'accuracy', title: 'Eval accuracy (raw)', tags: ['eval/accuracy']},
+    {key: 'accuracy_ema', title: 'Eval accuracy (EMA)', tags: ['eval/accuracy_ema', 'eval_ema/accuracy']},
+    {key: 'eval_loss', title: 'Eval loss', tags: ['eval/loss']}
+  ];
+  const lastValue = (scalars, tags) => {
+    for (const t of tags) {
+      const s = scalars[t];
+      if (s && s.length) return s[s.length - 1][1];
+    }
+    return null;
+  };
+  const firstSeries = (scalars, tags) => seriesOf(scalars, tags.find((t) => scalars[t]) || tags[0]);
+
+  function viewCompare(ctx, main, ids) {
+    const list = ids.split(',').filter(Boolean);
+    const differs = h('input', {type: 'checkbox', id: 'compare-differs', checked: true});
+    const table = h('table', {id: 'compare-table', class: 'grid'});
+    const charts = h('div', {id: 'compare-charts', class: 'charts'});
+    append(main,
+      h('p', {class: 'crumbs'}, h('a', {href: '#/', text: 'Runs'}), ' / compare'),
+      h('h2', {text: `Compare ${list.length} runs`}),
+      h('div', {class: 'title-row'}, h('label', {}, differs, ' only what differs')),
+      h('div', {class: 'table-wrap'}, table),
+      h('h3', {text: 'Metrics'}), charts);
+    const chartOf = {};
+    if (hasChart) {
+      for (const spec of COMPARE_CHARTS) {
+        const canvas = h('canvas', {id: `compare-chart-${spec.key}`, 'aria-label': spec.title, role: 'img'});
+        charts.appendChild(h('figure', {class: 'chart'}, h('figcaption', {text: spec.title}),
+          h('div', {class: 'chart-box'}, canvas)));
+        chartOf[spec.key] = makeChart(canvas, {series: list.map((id) => [id, id])});
+      }
+      window.towerCharts = chartOf;
+      ctx.cleanups.push(() => { for (const c of Object.values(chartOf)) c.destroy(); });
+    } else {
+      charts.appendChild(h('p', {class: 'muted', text: 'Chart.js is not available: final metrics in the table above.'}));
+    }
+    const sort = {key: 'name', dir: 1};
+    let runs = [], settled = false; /* settled: every run finished, nothing more to fetch */
+
+    function render() {
+      const cols = HPARAMS.filter(([k]) => !differs.checked || runs.length < 2 ||
+        new Set(runs.map((x) => JSON.stringify(hparam(x.run, k)))).size > 1)
+        .map(([k, label]) => [k, label, (x) => hparam(x.run, k), (v) => (isNum(v) ? String(v) : v || '—')]);
+      const metricCols = COMPARE_CHARTS.map((spec) => [`final_${spec.key}`, `final ${spec.title.toLowerCase()}`,
+        (x) => lastValue(x.scalars, spec.tags), (v) => (spec.key.startsWith('accuracy') ? fmtPct(v) : fmtNum(v))]);
+      const all = [['name', 'run', (x) => x.run.name || x.run.id, (v) => v], ['status', 'status', (x) => x.run.status, (v) => v],
+        ['step', 'step', (x) => x.run.step, fmtInt]].concat(cols, metricCols);
+      const spec = all.find((c) => c[0] === sort.key) || all[0];
+      const sorted = runs.slice().sort((a, b) => sort.dir * compareValues(spec[2](a), spec[2](b)));
+      set(table, h('thead', {}, h('tr', {}, all.map(([k, label]) => sortHeader(label, k, sort, render, `compare-sort-${k}`)))),
+        h('tbody', {}, sorted.map((x) => h('tr', {id: `compare-row-${x.run.id}`}, all.map(([k, , v, f]) =>
+          h('td', {class: `col-${k}`}, k === 'name' ? h('a', {href: `#/runs/${x.run.id}`, text: f(v(x))}) : f(v(x))))))));
+    }
+
+    async function load() {
+      if (settled) return;
+      runs = await Promise.all(list.map(async (id) => {
+        const [run, m] = await Promise.all([api(`/runs/${encodeURIComponent(id)}`), api(`/runs/${encodeURIComponent(id)}/metrics`)]);
+        return {run, scalars: (m && m.scalars) || {}};
+      }));
+      if (!ctx.alive) return;
+      render();
+      if (hasChart) {
+        for (const spec of COMPARE_CHARTS) {
+          const chart = chartOf[spec.key];
+          runs.forEach((x, i) => {
+            chart.data.datasets[i].label = x.run.name || x.run.id;
+            chart.data.datasets[i].data = thin(firstSeries(x.scalars, spec.tags));
+          });
+          chart.update('none');
+        }
+      }
+      settled = runs.every((x) => TERMINAL.includes(x.run.status));
+    }
+    differs.addEventListener('change', render);
+    ctx.poll(5000, load, 'compare');
   }
 
   async function cancelRun(id, after) {
     try {
       await api(`/runs/${id}/cancel`, {method: 'POST'});
+      clearError('action');
+    } catch (e) {
+      showError(e);
+    }
+    if (after) await after().catch(() => {});
+  }
+
+  /* Resumes a stopped run; a succeeded one asks for its new total of steps. */
+  async function resumeRun(run, after) {
+    let body = {};
+    if (run.status === 'succeeded') {
+      const answer = window.prompt(`Train ${run.name || run.id} up to how many steps in all?`, String(2 * (run.steps || 0)));
+      if (answer === null) return;
+      body = {steps: Number(answer)};
+    }
+    try {
+      await api(`/runs/${run.id}/resume`, {method: 'POST', json: body});
       clearError('action');
     } catch (e) {
       showError(e);
@@ -495,7 +705,9 @@
 
   const CHARTS = [
     {key: 'loss', title: 'Loss', series: [['loss', 'loss']]},
-    {key: 'accuracy', title: 'Eval accuracy (raw vs EMA)', series: [['eval/accuracy', 'raw'], ['eval/accuracy_ema', 'EMA']]},
+    {key: 'accuracy', title: 'Eval accuracy (raw vs EMA)', dashed: true,
+      series: [['eval/accuracy', 'raw'], ['eval/accuracy_ema', 'EMA']]},
+    {key: 'eval_loss', title: 'Eval loss (raw vs EMA)', dashed: true, series: [['eval/loss', 'raw'], ['eval/loss_ema', 'EMA']]},
     {key: 'lr', title: 'Learning rate', series: [['learning_rate', 'learning rate']]},
     {key: 'throughput', title: 'Examples / s', series: [['examples_per_sec', 'examples/s']]}
   ];
@@ -505,7 +717,8 @@
       type: 'line',
       data: {
         datasets: spec.series.map(([, label], i) => ({
-          label, data: [], borderColor: COLORS[i], backgroundColor: COLORS[i], borderWidth: 1.5,
+          label, data: [], borderColor: COLORS[i % COLORS.length], backgroundColor: COLORS[i % COLORS.length],
+          borderWidth: 1.5, borderDash: spec.dashed && i ? [6, 3] : undefined, order: -i,
           pointRadius: (c) => (c.dataset.data.length < 60 ? 2 : 0), tension: 0, spanGaps: true
         }))
       },
@@ -520,7 +733,8 @@
           x: {type: 'linear', min: 0, title: {display: true, text: 'step'}, ticks: {maxTicksLimit: 8}},
           y: {type: 'linear', ticks: {maxTicksLimit: 6}}
         },
-        plugins: {legend: {display: spec.series.length > 1}, title: {display: false}}
+        plugins: {legend: {display: spec.series.length > 1, labels: {sort: (x, y) => x.datasetIndex - y.datasetIndex}},
+          title: {display: false}}
       }
     });
   }
@@ -541,7 +755,7 @@
 
   function metricsTable(scalars, tableBody) {
     const cols = [['loss', fmtNum], ['learning_rate', (x) => fmtNum(x, 6)], ['examples_per_sec', (x) => fmtNum(x, 0)],
-      ['eval/accuracy', fmtPct], ['eval/accuracy_ema', fmtPct]];
+      ['eval/accuracy', fmtPct], ['eval/accuracy_ema', fmtPct], ['eval/loss', fmtNum]];
     const bySteps = new Map();
     cols.forEach(([tag], i) => {
       for (const p of scalars[tag] || []) {
@@ -566,7 +780,15 @@
         mk('cancel', 'button', {type: 'button', id: 'run-cancel', class: 'danger', text: 'Cancel', hidden: true,
           onclick: () => cancelRun(id, loadRun)}),
         mk('del', 'button', {type: 'button', id: 'run-delete', text: 'Delete', hidden: true,
-          onclick: () => deleteRun(id, async () => { location.hash = '#/'; })})),
+          onclick: () => deleteRun(id, async () => { location.hash = '#/'; })}),
+        mk('resume', 'button', {type: 'button', id: 'run-resume', text: 'Resume', hidden: true,
+          onclick: () => resumeRun(run, loadRun)}),
+        mk('clone', 'button', {type: 'button', id: 'run-clone', text: 'Clone', hidden: true,
+          onclick: () => openSubmit(run, 'clone', () => {})}),
+        mk('finetune', 'button', {type: 'button', id: 'run-finetune', text: 'Fine-tune from this run', hidden: true,
+          onclick: () => openSubmit(run, 'ft', (cfg) => {
+            cfg.init_from = {run: run.id, checkpoint: 'latest', weights: 'ema'};
+          })})),
       mk('progress', 'div', {id: 'run-progress-wrap'}),
       mk('error', 'p', {id: 'run-error', class: 'banner error', hidden: true}),
       mk('facts', 'dl', {id: 'run-facts', class: 'facts'}),
@@ -576,6 +798,7 @@
       h('div', {class: 'two-col'},
         h('section', {},
           h('h3', {text: 'TensorBoard'}),
+          mk('tbLink', 'p', {id: 'run-tensorboard-link-wrap', hidden: true}),
           h('div', {class: 'copy-row'}, mk('tb', 'pre', {id: 'run-tensorboard', class: 'cmd'}),
             h('button', {type: 'button', id: 'run-tensorboard-copy', class: 'small', text: 'Copy',
               onclick: () => copyText(el.tb.textContent)})),
@@ -587,7 +810,7 @@
           h('h3', {}, 'Log ', h('span', {class: 'muted small-text', text: '(last 100 lines)'})),
           mk('log', 'pre', {id: 'run-log', class: 'log'}))));
 
-    let run = null, es = null, lastEvent = 0;
+    let run = null, es = null, lastEvent = 0, started = false; /* started: the first load is done */
     const charts = {};
 
     if (hasChart) {
@@ -603,7 +826,7 @@
       el.metricsBody = h('tbody', {id: 'metrics-body'});
       el.charts.appendChild(h('div', {class: 'table-wrap'}, h('table', {id: 'metrics-table', class: 'grid numeric'},
         h('thead', {}, h('tr', {}, ['step', 'loss', 'learning rate', 'examples/s', 'eval accuracy',
-          'eval accuracy (EMA)'].map((t) => h('th', {text: t})))), el.metricsBody)));
+          'eval accuracy (EMA)', 'eval loss'].map((t) => h('th', {text: t})))), el.metricsBody)));
     }
 
     function showRun(r) {
@@ -616,8 +839,12 @@
           `step ${fmtInt(r.step)} of ${fmtInt(r.steps)} · ${fmtNum(stepsPerSec(r), 0)} steps/s · elapsed ${fmtDuration(elapsed(r))}`,
           r.status === 'running' ? ` · eta ${fmtDuration(r.eta_s)}` : ''));
       const done = TERMINAL.includes(r.status);
-      el.cancel.hidden = done;
+      el.cancel.hidden = done || r.status === 'cancelling';
       el.del.hidden = !done;
+      el.resume.hidden = !done;
+      el.resume.textContent = r.status === 'succeeded' ? 'Train more steps' : 'Resume';
+      el.clone.hidden = !r.config;
+      el.finetune.hidden = !r.config || !isNum(r.step) || r.step <= 0;
       const err = r.error ? (typeof r.error === 'string' ? r.error : r.error.message || JSON.stringify(r.error)) : '';
       el.error.hidden = !(r.reason || err);
       el.error.textContent = [r.reason, err].filter(Boolean).join(': ');
@@ -636,6 +863,11 @@
         fact('restarts', `${r.restarts || 0} of ${isNum(r.max_restarts) ? r.max_restarts : '—'}`),
         fact('logdir', h('code', {text: r.logdir || '—'})));
       el.tb.textContent = r.tensorboard || (r.logdir ? `tensorboard --logdir ${r.logdir}` : '—');
+      el.tbLink.hidden = !r.tensorboard_url;
+      if (r.tensorboard_url && !el.tbLink.firstChild) {
+        append(el.tbLink, h('a', {id: 'run-tensorboard-link', href: r.tensorboard_url, target: '_blank', rel: 'noopener',
+          text: 'Open TensorBoard'}), ` (run ${r.name || r.id})`);
+      }
       if (r.config && !el.config.textContent) el.config.textContent = pretty(r.config);
     }
 
@@ -699,6 +931,8 @@
       if (TERMINAL.includes(r.status) && es) {
         es.close();
         es = null;
+      } else if (!TERMINAL.includes(r.status) && !es && started) {
+        openEvents(); /* resumed: follow it again */
       }
     }
 
@@ -709,7 +943,7 @@
 
     function openEvents() {
       if (!window.EventSource || TERMINAL.includes(run.status)) return;
-      es = new EventSource(`${API}/runs/${id}/events`);
+      const stream = es = new EventSource(`${API}/runs/${id}/events`);
       es.addEventListener('run', (ev) => {
         lastEvent = Date.now();
         try {
@@ -718,7 +952,7 @@
           showError(e, 'events');
         }
       });
-      ctx.cleanups.push(() => { if (es) es.close(); });
+      ctx.cleanups.push(() => stream.close());
     }
 
     (async () => {
@@ -731,6 +965,7 @@
         return;
       }
       if (!ctx.alive) return;
+      started = true;
       openEvents();
       /* A safety net under SSE: while the run is unfinished and no event came for 4 s (a proxy that buffers,
        * a reconnecting stream), fetch the run; also refreshes elapsed time. */
@@ -1030,12 +1265,24 @@
 
   /* ============================== submit ============================== */
 
+  let submitDraft = null; /* a config the next submit form opens with (clone, fine-tune) */
+
+  /* Opens the submit form with cfg: the run's config under a new name, with `change` applied. */
+  function openSubmit(run, suffix, change) {
+    const cfg = JSON.parse(JSON.stringify(run.config || {}));
+    cfg.name = `${run.name || run.id}-${suffix}`.slice(0, 64);
+    change(cfg);
+    submitDraft = cfg;
+    location.hash = '#/submit';
+  }
+
   function viewSubmit(ctx, main) {
     const select = h('select', {id: 'submit-dataset', 'aria-label': 'dataset'},
       h('option', {value: '', text: '(as named in the config)'}));
     const text = h('textarea', {id: 'submit-config', rows: '28', spellcheck: 'false', autocomplete: 'off',
       'aria-label': 'run config (JSON)'});
-    text.value = pretty(SEED_CONFIG);
+    text.value = pretty(submitDraft || SEED_CONFIG);
+    submitDraft = null;
     const status = h('div', {id: 'submit-status', class: 'status-line', role: 'status'});
     const submit = h('button', {type: 'submit', id: 'submit-run', text: 'Submit run'});
     const reset = h('button', {type: 'button', id: 'submit-reset', text: 'Reset to the seed config'});
@@ -1050,7 +1297,6 @@
     let idemKey = randomKey();
     let ready = [];
 
-    const datasetOf = (cfg) => (cfg && typeof cfg.dataset === 'object' && cfg.dataset ? cfg.dataset.name : cfg && cfg.dataset);
 
     function selectFromConfig() {
       let cfg;

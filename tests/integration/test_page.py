@@ -1,7 +1,8 @@
 """The status page (static/) in headless Chromium against a real `tower serve`: upload Fashion-MNIST through
 the upload form, see its sample images drawn, submit a run through the submit form, watch its charts grow
 from the SSE-driven metrics, cancel it, find it in the runs table; and, with Chart.js blocked, the same
-metrics as a table. No console errors beyond the ones a case provokes on purpose. Screenshots go to
+metrics as a table. Two short real runs compared (overlaid curves, the differing hparams, final metrics), the
+runs table sorted and filtered, a cancelled run resumed and a run cloned and fine-tuned from the run page. No console errors beyond the ones a case provokes on purpose. Screenshots go to
 $TOWER_ARTIFACTS (default build/test-artifacts/).
 
 Needs Debian's chromium and chromium-driver and the selenium package (scripts/install-deps.sh --test)."""
@@ -112,6 +113,23 @@ def non_blank_pixels(driver, canvas_id):
         return n;""", canvas_id)
 
 
+def upload_fashion(server):
+    """Uploads Fashion-MNIST over the API as "fashion-mnist" and waits for it to be ready; returns its id."""
+    files = {field: (name, open(FASHION / name, "rb")) for field, name in IDX.items()}
+    try:
+        reply = requests.post(server.api("/datasets?name=fashion-mnist"), files=files, headers=server.headers(),
+                              timeout=300)
+    finally:
+        for _, f in files.values():
+            f.close()
+    assert reply.status_code == 202, reply.text
+    dataset_id = reply.json()["id"]
+    dataset = poll_api(server.api(f"/datasets/{dataset_id}"), lambda b: b["status"] != "converting", 300,
+                       "the conversion")
+    assert dataset["status"] == "ready", dataset
+    return dataset_id
+
+
 def test_upload_submit_and_live_charts(serve, browser):
     server = serve(token=TOKEN)
     d = browser
@@ -211,15 +229,7 @@ def test_upload_submit_and_live_charts(serve, browser):
 
 def test_without_chartjs_metrics_are_a_table(serve, browser):
     server = serve()
-    files = {field: (name, open(FASHION / name, "rb")) for field, name in IDX.items()}
-    try:
-        reply = requests.post(server.api("/datasets?name=fashion-mnist"), files=files, timeout=300)
-    finally:
-        for _, f in files.values():
-            f.close()
-    assert reply.status_code == 202, reply.text
-    dataset_id = reply.json()["id"]
-    poll_api(server.api(f"/datasets/{dataset_id}"), lambda b: b["status"] != "converting", 300, "the conversion")
+    dataset_id = upload_fashion(server)
     config = json.loads((ROOT / "examples" / "seed_mlp.json").read_text())
     config.update(dataset=dataset_id, name="no-charts", steps=2000, summary_every=100, eval_every=1000,
                   checkpoint_every=1000)
@@ -319,3 +329,130 @@ def test_foreign_page_cannot_act_and_own_page_can_without_token(serve, browser, 
     wait(d, lambda d: d.find_element(By.ID, "run-status").text.startswith("cancelled"), timeout=60,
          message="the run to show as cancelled")
     assert requests.get(server.api(f"/runs/{run['id']}"), timeout=10).json()["status"] == "cancelled"
+
+
+def chart_datasets(driver, chart):
+    """[(label, number of points)] of each dataset of window.towerCharts[chart]."""
+    return js(driver, "const c = (window.towerCharts || {})[arguments[0]];"
+                      "return c ? c.data.datasets.map((s) => [s.label, s.data.length]) : [];", chart)
+
+
+def column_texts(driver, table_id, col):
+    return [e.text for e in driver.find_elements(By.CSS_SELECTOR, f"#{table_id} tbody tr td.col-{col}")]
+
+
+def submit_run(server, config):
+    reply = requests.post(server.api("/runs"), json=config, headers=server.headers(), timeout=30)
+    assert reply.status_code == 201, reply.text
+    return reply.json()["id"]
+
+
+def test_tensorboard_url_must_be_http(run_tower, tmp_path):
+    result = run_tower("serve", "--data", tmp_path / "data", "--no-demo", "--tensorboard-url", "tb.example:6006")
+    assert result.returncode == 2 and "--tensorboard-url needs an http://" in result.stderr, result.stderr
+
+
+def test_compare_sort_filter_resume_and_finetune(serve, browser):
+    tb_url = "http://tensorboard.example:6006/"
+    server = serve("--tensorboard-url", tb_url, token=TOKEN)
+    dataset_id = upload_fashion(server)
+    seed = json.loads((ROOT / "examples" / "seed_mlp.json").read_text())
+    short = dict(seed, dataset=dataset_id, steps=300, summary_every=50, eval_every=100, checkpoint_every=100)
+    small = submit_run(server, dict(short, name="lr-small", optimizer={"type": "sgd", "learning_rate": 0.001}))
+    big = submit_run(server, dict(short, name="lr-big", optimizer={"type": "sgd", "learning_rate": 0.01}))
+    long = submit_run(server, dict(short, name="long", steps=1000000, optimizer={"type": "sgd", "learning_rate": 0.005}))
+    for run_id in (small, big):
+        run = poll_api(server.api(f"/runs/{run_id}"), lambda b: b["status"] not in ("queued", "running"), 300,
+                       "the short run to finish")
+        assert run["status"] == "succeeded", run
+    poll_api(server.api(f"/runs/{long}"), lambda b: b["status"] == "running", 120, "the long run to start")
+    reply = requests.post(server.api(f"/runs/{long}/cancel"), headers=server.headers(), timeout=30)
+    assert reply.status_code == 202, reply.text
+    poll_api(server.api(f"/runs/{long}"), lambda b: b["status"] == "cancelled", 120, "the long run to stop")
+
+    d = browser
+    d.get(server.url + "/")
+    js(d, "localStorage.setItem('tower.token', arguments[0]);", TOKEN)
+    d.refresh()
+    wait(d, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#runs-body tr")) == 3, message="three runs listed")
+
+    # The runs table: hparam columns, sorting by learning rate both ways, the filter box.
+    row = d.find_element(By.ID, f"run-row-{small}")
+    assert row.find_element(By.CSS_SELECTOR, ".col-optimizer").text == "sgd"
+    assert row.find_element(By.CSS_SELECTOR, ".col-batch").text == "32"
+    assert row.find_element(By.CSS_SELECTOR, ".col-created").text not in ("", "—")
+    d.find_element(By.ID, "runs-sort-lr").click()
+    wait(d, lambda d: column_texts(d, "runs-table", "lr") == ["0.001000", "0.005000", "0.010000"],
+         message="the runs sorted by learning rate", detail=lambda d: column_texts(d, "runs-table", "lr"))
+    d.find_element(By.ID, "runs-sort-lr").click()
+    wait(d, lambda d: column_texts(d, "runs-table", "lr") == ["0.010000", "0.005000", "0.001000"],
+         message="the runs sorted by learning rate, descending")
+    search = d.find_element(By.ID, "runs-search")
+    search.send_keys("cancelled")
+    wait(d, lambda d: [e.get_attribute("id") for e in d.find_elements(By.CSS_SELECTOR, "#runs-body tr")]
+         == [f"run-row-{long}"], message="the filter by status")
+    search.clear()
+    search.send_keys("lr-")
+    wait(d, lambda d: len(d.find_elements(By.CSS_SELECTOR, "#runs-body tr")) == 2, message="the filter by name")
+    screenshot(d, "page-runs-sorted.png")
+
+    # Compare the two short runs: one dataset per run on each chart, the differing hparam, final metrics.
+    d.find_element(By.ID, f"pick-{small}").click()
+    d.find_element(By.ID, f"pick-{big}").click()
+    d.find_element(By.ID, "runs-compare").click()
+    wait(d, lambda d: js(d, "return location.hash").startswith("#/compare/"), message="the compare view")
+    for chart in ("loss", "accuracy", "accuracy_ema", "eval_loss"):
+        wait(d, lambda d: sorted(label for label, n in chart_datasets(d, chart) if n > 0) == ["lr-big", "lr-small"],
+             message=f"both runs on the {chart} chart", detail=lambda d: chart_datasets(d, chart))
+    assert d.find_element(By.ID, "compare-differs").is_selected()
+    headers = [e.text for e in d.find_elements(By.CSS_SELECTOR, "#compare-table thead th")]
+    assert "learning rate" in headers and "optimizer" not in headers and "batch" not in headers, headers
+    assert sorted(column_texts(d, "compare-table", "learning_rate")) == ["0.001", "0.01"]
+    for acc in column_texts(d, "compare-table", "final_accuracy_ema"):
+        assert acc.endswith("%") and 10 < float(acc[:-1]) <= 100, acc
+    for loss in column_texts(d, "compare-table", "final_loss"):
+        assert float(loss) > 0, loss
+    d.find_element(By.ID, "compare-sort-learning_rate").click()
+    assert column_texts(d, "compare-table", "name") == ["lr-small", "lr-big"]
+    d.find_element(By.ID, "compare-sort-learning_rate").click()
+    assert column_texts(d, "compare-table", "name") == ["lr-big", "lr-small"]
+    screenshot(d, "page-compare.png")
+    d.find_element(By.ID, "compare-differs").click()
+    headers = [e.text for e in d.find_elements(By.CSS_SELECTOR, "#compare-table thead th")]
+    assert "optimizer" in headers and "batch" in headers, headers
+
+    # The run page: eval loss charted, the accuracy axis fitted to the data, TensorBoard as a link.
+    d.get(f"{server.url}/#/runs/{small}")
+    wait(d, lambda d: chart_points(d, "eval_loss", 0) > 0 and chart_points(d, "eval_loss", 1) > 0,
+         message="eval loss, raw and EMA, on the run page")
+    wait(d, lambda d: chart_points(d, "accuracy", 1) > 0, message="eval accuracy points")
+    assert js(d, "return window.towerCharts.accuracy.scales.y.min") > 0, "the accuracy axis starts at 0"
+    link = d.find_element(By.ID, "run-tensorboard-link")
+    assert link.get_attribute("href") == tb_url
+    screenshot(d, "page-run-finished.png")
+
+    # Clone and fine-tune open the submit form prefilled.
+    d.find_element(By.ID, "run-clone").click()
+    wait(d, lambda d: d.find_elements(By.ID, "submit-config"), message="the submit form")
+    clone = json.loads(d.find_element(By.ID, "submit-config").get_attribute("value"))
+    assert clone["name"] == "lr-small-clone" and clone["optimizer"]["learning_rate"] == 0.001, clone
+    assert "init_from" not in clone
+    d.get(f"{server.url}/#/runs/{small}")
+    wait(d, lambda d: d.find_element(By.ID, "run-finetune").is_displayed(), message="the fine-tune button")
+    d.find_element(By.ID, "run-finetune").click()
+    wait(d, lambda d: d.find_elements(By.ID, "submit-config"), message="the submit form")
+    tune = json.loads(d.find_element(By.ID, "submit-config").get_attribute("value"))
+    assert tune["init_from"] == {"run": small, "checkpoint": "latest", "weights": "ema"}, tune
+    d.find_element(By.ID, "submit-run").click()
+    wait(d, lambda d: js(d, "return location.hash").startswith("#/runs/r"), timeout=30,
+         message="the fine-tune run submitted", detail=lambda d: d.find_element(By.ID, "submit-status").text)
+
+    # Resume the cancelled run from its page: it runs again.
+    d.get(f"{server.url}/#/runs/{long}")
+    wait(d, lambda d: d.find_element(By.ID, "run-resume").is_displayed(), message="the resume button")
+    d.find_element(By.ID, "run-resume").click()
+    wait(d, lambda d: d.find_element(By.ID, "run-status").text.startswith("running"), timeout=120,
+         message="the resumed run running", detail=lambda d: d.find_element(By.ID, "run-status").text)
+    assert requests.get(server.api(f"/runs/{long}"), timeout=10).json()["status"] in ("running", "succeeded")
+    screenshot(d, "page-run-resumed.png")
+    assert severe(d) == []
