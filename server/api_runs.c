@@ -728,18 +728,27 @@ static int checkpoint_dir(tw_server *S, tw_req *r, char *dir)
     return 0;
 }
 
-/* The engine's read-only listing of the folder (engine/checkpoint.h owns its layout). */
+/* The run's checkpoint folder into dir[PATH_MAX + 16] and the engine's read-only listing of it into *l
+ * (engine/checkpoint.h owns the layout; the caller frees *l). Returns 0, or -1 after replying (404 for no
+ * such run, or the logged error). */
+static int checkpoint_listing(tw_server *S, tw_req *r, char *dir, tw_ckpt_listing *l)
+{
+    tw_error err;
+    if (checkpoint_dir(S, r, dir) != 0)
+        return -1;
+    if (tw_checkpoint_list(dir, l, &err) != TW_OK) {
+        tw_api_reply_logged(r, &err);
+        return -1;
+    }
+    return 0;
+}
+
 void tw_api_run_checkpoints(tw_server *S, tw_req *r)
 {
     char dir[PATH_MAX + 16];
-    if (checkpoint_dir(S, r, dir) != 0)
-        return;
     tw_ckpt_listing l;
-    tw_error err;
-    if (tw_checkpoint_list(dir, &l, &err) != TW_OK) {
-        tw_api_reply_logged(r, &err);
+    if (checkpoint_listing(S, r, dir, &l) != 0)
         return;
-    }
     json_t *list = json_array();
     for (size_t i = 0; i < l.n; i++)
         json_array_append_new(list, json_pack("{s:I, s:s, s:I}", "step", (json_int_t)l.entries[i].step, "file",
@@ -804,14 +813,9 @@ void tw_api_run_checkpoint_step(tw_server *S, tw_req *r)
         tw_reply_error(r, TW_API_INVALID_ARGUMENT, "step: '%s' is not a step number (or 'latest')", arg);
         return;
     }
-    if (checkpoint_dir(S, r, dir) != 0)
-        return;
     tw_ckpt_listing l;
-    tw_error err;
-    if (tw_checkpoint_list(dir, &l, &err) != TW_OK) {
-        tw_api_reply_logged(r, &err);
+    if (checkpoint_listing(S, r, dir, &l) != 0)
         return;
-    }
     int fd = -1;
     struct stat st;
     for (size_t i = 0; i < l.n; i++)
