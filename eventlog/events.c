@@ -399,6 +399,24 @@ tw_status tw_events_add_histogram(tw_events_writer *w, const char *tag, int64_t 
     return s;
 }
 
+/* Adds tensor (borrowed) under tag with the plugin's metadata (name, content) and the tensor data class:
+ * the shape of every plugin summary (text, hparams). */
+static tw_status add_tensor(tw_events_writer *w, const char *tag, int64_t step, const char *plugin_name,
+                            ProtobufCBinaryData content, Twpb__TensorProto *tensor, tw_error *err)
+{
+    Twpb__SummaryMetadata__PluginData plugin = TWPB__SUMMARY_METADATA__PLUGIN_DATA__INIT;
+    plugin.plugin_name = (char *)plugin_name;
+    plugin.content = content;
+    Twpb__SummaryMetadata meta = TWPB__SUMMARY_METADATA__INIT;
+    meta.plugin_data = &plugin;
+    meta.data_class = TWPB__DATA_CLASS__DATA_CLASS_TENSOR;
+    Twpb__Summary__Value v = TWPB__SUMMARY__VALUE__INIT;
+    v.metadata = &meta;
+    v.value_case = TWPB__SUMMARY__VALUE__VALUE_TENSOR;
+    v.tensor = tensor;
+    return add_value(w, tag, step, &v, err);
+}
+
 tw_status tw_events_add_text(tw_events_writer *w, const char *tag, int64_t step, const char *text,
                              tw_error *err)
 {
@@ -412,16 +430,7 @@ tw_status tw_events_add_text(tw_events_writer *w, const char *tag, int64_t step,
     tensor.tensor_shape = &scalar_shape;
     tensor.n_string_val = 1;
     tensor.string_val = &str;
-    Twpb__SummaryMetadata__PluginData plugin = TWPB__SUMMARY_METADATA__PLUGIN_DATA__INIT;
-    plugin.plugin_name = "text";
-    Twpb__SummaryMetadata meta = TWPB__SUMMARY_METADATA__INIT;
-    meta.plugin_data = &plugin;
-    meta.data_class = TWPB__DATA_CLASS__DATA_CLASS_TENSOR;
-    Twpb__Summary__Value v = TWPB__SUMMARY__VALUE__INIT;
-    v.metadata = &meta;
-    v.value_case = TWPB__SUMMARY__VALUE__VALUE_TENSOR;
-    v.tensor = &tensor;
-    return add_value(w, tag, step, &v, err);
+    return add_tensor(w, tag, step, "text", (ProtobufCBinaryData){0}, &tensor, err);
 }
 
 tw_status tw_events_add_plugin_tensor(tw_events_writer *w, const char *tag, int64_t step,
@@ -439,18 +448,8 @@ tw_status tw_events_add_plugin_tensor(tw_events_writer *w, const char *tag, int6
     Twpb__TensorProto tensor = TWPB__TENSOR_PROTO__INIT; /* DT_FLOAT [0]: the loaders' null tensor */
     tensor.dtype = TWPB__DATA_TYPE__DT_FLOAT;
     tensor.tensor_shape = &shape;
-    Twpb__SummaryMetadata__PluginData plugin = TWPB__SUMMARY_METADATA__PLUGIN_DATA__INIT;
-    plugin.plugin_name = (char *)plugin_name;
-    plugin.content.len = len;
-    plugin.content.data = (uint8_t *)content;
-    Twpb__SummaryMetadata meta = TWPB__SUMMARY_METADATA__INIT;
-    meta.plugin_data = &plugin;
-    meta.data_class = TWPB__DATA_CLASS__DATA_CLASS_TENSOR;
-    Twpb__Summary__Value v = TWPB__SUMMARY__VALUE__INIT;
-    v.metadata = &meta;
-    v.value_case = TWPB__SUMMARY__VALUE__VALUE_TENSOR;
-    v.tensor = &tensor;
-    return add_value(w, tag, step, &v, err);
+    return add_tensor(w, tag, step, plugin_name, (ProtobufCBinaryData){.len = len, .data = (uint8_t *)content},
+                      &tensor, err);
 }
 
 tw_status tw_events_add_graph(tw_events_writer *w, const uint8_t *graphdef, size_t len,
