@@ -580,6 +580,8 @@ tw_status tw_replica_upload_batch(tw_replica *r, int rows, const float *x, const
     size_t in = tw_model_input_size(r->m), outs = (size_t)tw_model_output_size(r->m);
     size_t label_values = r->m->loss == TW_LOSS_SOFTMAX_XENT ? 1 : outs;
     TW_TRY(tw_backend_upload(r->b, tw_tensor_of(r->x), x, (size_t)rows * in * sizeof(float), err));
+    if (!labels) /* inference: the loss the forward computes is not read; class 0 keeps it in range */
+        return tw_backend_zero(r->b, tw_tensor_of(r->labels), (size_t)rows * label_values * 4, err);
     return tw_backend_upload(r->b, tw_tensor_of(r->labels), labels,
                              (size_t)rows * label_values * 4, err);
 }

@@ -85,7 +85,7 @@ tw_tensor tw_replica_slot2(const tw_replica *r);
 tw_tensor tw_replica_ema(const tw_replica *r);
 
 /* Copies one batch of host data in: x [rows, input_size] fp32; labels [rows] int32 (classification) or
- * fp32 [rows, outputs] (regression). */
+ * fp32 [rows, outputs] (regression), or NULL for a forward whose loss is not read (labels zeroed). */
 tw_status tw_replica_upload_batch(tw_replica *r, int rows, const float *x, const void *labels,
                                   tw_error *err);
 

@@ -24,6 +24,7 @@
 #include "datafs.h"
 #include "events.h"
 #include "hparams.h"
+#include "inference.h"
 #include "input.h"
 #include "memory.h"
 #include "model.h"
@@ -138,7 +139,7 @@ static tw_tensor (*const ARENAS[CKPT_ARENAS])(const tw_replica *) = {
 static const char *arena_suffix(const tw_config *c, int a)
 {
     switch (a) {
-    case 1: return "/ExponentialMovingAverage";
+    case 1: return TW_EMA_SUFFIX;
     case 2: return c->optimizer == TW_OPT_ADAM ? "/Adam" : "/Momentum";
     case 3: return "/Adam_1";
     default: return "";
@@ -447,21 +448,18 @@ tw_status tw_train_init_from(const tw_config *c, const tw_model *m, float *dst, 
 {
     tw_checkpoint *ck;
     TW_TRY(tw_checkpoint_read(c->init_checkpoint, &ck, err));
-    tw_status s = TW_OK;
-    for (size_t i = 0; i < tw_model_n_params(m) && s == TW_OK; i++) {
-        const tw_param *p = tw_model_param(m, i);
-        char name[TW_PARAM_NAME_BYTES + 32];
-        snprintf(name, sizeof name, "%s%s", p->name, c->init_weights == TW_INIT_FROM_EMA ? arena_suffix(c, 1) : "");
-        float *to = dst ? dst + p->offset : malloc((p->count ? p->count : 1) * sizeof(float));
-        tw_error e;
-        s = to ? tw_checkpoint_fetch(ck, name, p->rank, p->shape, to, &e)
-               : tw_error_set(&e, TW_ERR_NOMEM, NULL, -1, "out of memory");
-        if (s != TW_OK) /* the file is fine; the two models differ: the config's mistake */
-            s = tw_error_set(err, s == TW_ERR_CORRUPT ? TW_ERR_INVALID : s, c->init_checkpoint, -1,
-                             "init_from: %s (variables are matched by name and shape)", e.message);
-        if (!dst)
-            free(to);
-    }
+    size_t P = tw_model_param_floats(m);
+    float *to = dst ? dst : malloc((P ? P : 1) * sizeof(float));
+    tw_error e;
+    tw_status s = to ? tw_inference_load_params(ck, m, c->init_weights == TW_INIT_FROM_EMA ? TW_WEIGHTS_EMA
+                                                                                          : TW_WEIGHTS_RAW,
+                                                to, &e)
+                     : tw_error_set(&e, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    if (s != TW_OK) /* the file is fine; the two models differ: the config's mistake */
+        s = tw_error_set(err, s == TW_ERR_CORRUPT ? TW_ERR_INVALID : s, c->init_checkpoint, -1,
+                         "init_from: %s (variables are matched by name and shape)", e.message);
+    if (!dst)
+        free(to);
     tw_checkpoint_free(ck);
     return s;
 }

@@ -1,6 +1,7 @@
 /* test_trainer.c — engine/trainer.c and train_step.c: the schedules, a short run on a tiny dataset
  * whose loss drops and whose evaluation learns, the child protocol's lines it writes, and a resume that
- * continues at the checkpoint's step and ends bit for bit where an uninterrupted run ends. */
+ * continues at the checkpoint's step and ends bit for bit where an uninterrupted run ends; a checkpoint
+ * read back for inference (inference.h) classifies as the run's evaluation did. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +24,7 @@
 #include "child.h"
 #include "config.h"
 #include "example.h"
+#include "inference.h"
 #include "tfrecord.h"
 #include "trainer.h"
 
@@ -242,12 +244,79 @@ static void test_resume_continues_at_the_checkpoint(void **state)
     tw_checkpoint_free(cb);
 }
 
+/* The eval line's value of key at step k, or NAN. */
+static double eval_at(const json_t *lines, const char *key, int64_t k)
+{
+    size_t i;
+    json_t *o;
+    json_array_foreach(lines, i, o) {
+        if (json_object_get(o, key) && json_integer_value(json_object_get(o, TW_CHILD_STEP)) == k)
+            return json_number_value(json_object_get(o, key));
+    }
+    return NAN;
+}
+
+/* Accuracy of a checkpoint's weights over the fixture's examples, through inference.h. */
+static double inference_accuracy(const char *path, tw_weights w)
+{
+    tw_inference *inf;
+    tw_error err;
+    if (tw_inference_open(path, w, 7, &inf, &err) != TW_OK) /* a batch that does not divide 96 */
+        fail_msg("tw_inference_open: %s", err.message);
+    assert_int_equal(tw_inference_step(inf), 60);
+    assert_int_equal(tw_model_output_size(tw_inference_model(inf)), 3);
+    static float x[EXAMPLES * FEATURES], out[EXAMPLES * 3];
+    int64_t labels[EXAMPLES];
+    for (int i = 0; i < EXAMPLES; i++)
+        example(i, x + i * FEATURES, &labels[i]);
+    if (tw_inference_forward(inf, EXAMPLES, x, out, &err) != TW_OK)
+        fail_msg("tw_inference_forward: %s", err.message);
+    tw_inference_close(inf);
+    int correct = 0;
+    for (int i = 0; i < EXAMPLES; i++) {
+        const float *o = out + i * 3;
+        int best = o[1] > o[0] ? 1 : 0;
+        best = o[2] > o[best] ? 2 : best;
+        correct += best == labels[i];
+    }
+    return (double)correct / EXAMPLES;
+}
+
+/* A checkpoint read back for inference classifies the test set exactly as the run's own evaluation did,
+ * with raw and with EMA weights; a file without the run's config is refused by name. */
+static void test_inference_matches_the_evaluation(void **state)
+{
+    fixture *f = *state;
+    static tw_config c;
+    config_of(f, 60, &c);
+    c.ema_decay = 0.5f; /* shadows that differ from the weights, so the two checks differ */
+    json_t *lines = train(f, &c, "infer", 0);
+    char dir[800], path[900];
+    snprintf(dir, sizeof dir, "%s/infer/checkpoints", f->root);
+    assert_int_equal(tw_checkpoint_latest(dir, path, sizeof path, NULL), TW_OK);
+    assert_float_equal(inference_accuracy(path, TW_WEIGHTS_RAW), eval_at(lines, TW_CHILD_EVAL_ACCURACY, 60), 1e-9);
+    assert_float_equal(inference_accuracy(path, TW_WEIGHTS_EMA), eval_at(lines, TW_CHILD_EVAL_ACCURACY_EMA, 60),
+                       1e-9);
+    json_decref(lines);
+    tw_ckpt_tensor t = {.name = "w", .data = (float[]){1}, .rank = 1, .shape = {1}};
+    char bare[700];
+    snprintf(bare, sizeof bare, "%.600s/bare", f->root);
+    assert_int_equal(tw_checkpoint_save(bare, 1, 1, &t, 1, NULL, 0, NULL), TW_OK);
+    assert_int_equal(tw_checkpoint_latest(bare, path, sizeof path, NULL), TW_OK);
+    tw_inference *inf = NULL;
+    tw_error err;
+    assert_int_equal(tw_inference_open(path, TW_WEIGHTS_RAW, 8, &inf, &err), TW_ERR_CORRUPT);
+    assert_null(inf);
+    assert_non_null(strstr(err.message, "no run config"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_schedules),
         cmocka_unit_test_setup_teardown(test_short_run_learns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_continues_at_the_checkpoint, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_inference_matches_the_evaluation, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
