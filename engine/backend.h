@@ -129,12 +129,13 @@ struct tw_backend_ops {
     tw_status (*replay)(void *ctx, int slot, tw_error *err);
 };
 
-/* ---- lifecycle (backend.c) and registry (backend_reg.c; the one file with #ifdef TW_HAVE_CUDA) ---- */
+/* ---- lifecycle (backend.c) and registry (backend_reg.c: the one file that loads the CUDA module) ---- */
 
-/* The table for kind: "cuda" is the CUDA backend when this build has one (creating an instance then
- * fails with TW_ERR_UNSUPPORTED, naming why, where no device is usable); "auto" is "cuda" when a device
- * exists, else "cpu". *ops is a static table. Errors: TW_ERR_INVALID for an unknown kind,
- * TW_ERR_UNSUPPORTED for "cuda" in a build without it. */
+/* The table for kind: "cuda" is the CUDA backend when its module (tower-cuda.so) loads (creating an
+ * instance then fails with TW_ERR_UNSUPPORTED, naming why, where no device is usable); "auto" is "cuda"
+ * when the NVIDIA driver is there and a device exists, else "cpu". *ops is a static table. Errors:
+ * TW_ERR_INVALID for an unknown kind, TW_ERR_UNSUPPORTED for "cuda" without the module (saying why:
+ * not found, not loadable, or from another build). */
 tw_status tw_backend_find(const char *kind, const tw_backend_ops **ops, tw_error *err);
 
 /* Creates a backend instance. kind: "cpu", "cuda" or "auto" (cuda when a device exists, else cpu);
@@ -145,11 +146,17 @@ void tw_backend_destroy(tw_backend *b); /* NULL-safe */
 const char *tw_backend_name(const tw_backend *b);  /* "cpu", "cuda:0" */
 const char *tw_backend_kind(const tw_backend *b);  /* "cpu", "cuda" */
 
-/* Number of devices a kind offers (cpu: 1). For "cuda" the first call initialises the CUDA runtime. */
+/* The kind `kind` stands for here: "auto" is "cuda" where the NVIDIA driver is loaded and a device
+ * exists, else "cpu"; any other kind is returned as given. Loads the CUDA module only in the first case. */
+const char *tw_backend_resolve(const char *kind);
+
+/* Number of devices a kind offers (cpu: 1). For "cuda" the first call loads the CUDA module and
+ * initialises the CUDA runtime; "auto" does so only where the NVIDIA driver is loaded. */
 int tw_backend_devices(const char *kind);
 
-/* 1 when this build includes the backend kind ("cpu" always; "cuda" with TW_HAVE_CUDA). Touches no
- * device: the server asks this, never the CUDA runtime, so that it holds no CUDA state. */
+/* 1 when this installation has the backend kind ("cpu" always; "cuda" when the module file is found,
+ * without loading it). Touches no device and maps no CUDA library: the server asks this, never the CUDA
+ * runtime, so that it holds no CUDA state. */
 int tw_backend_built(const char *kind);
 
 /* One GPU as `tower devices` shows it. */

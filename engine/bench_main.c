@@ -174,9 +174,8 @@ static void default_configs(options *o)
 /* The kind `backend` runs as here, and how many towers it can run: one per GPU, one per CPU core. */
 static const char *resolve_kind(const char *backend, int *max_towers)
 {
-    int gpus = strcmp(backend, "cpu") ? tw_backend_devices("cuda") : 0;
-    if (!strcmp(backend, "cuda") || gpus > 0) {
-        *max_towers = gpus;
+    if (!strcmp(tw_backend_resolve(backend), "cuda")) {
+        *max_towers = tw_backend_devices("cuda");
         return "cuda";
     }
     long cores = sysconf(_SC_NPROCESSORS_ONLN);

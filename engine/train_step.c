@@ -89,7 +89,7 @@ tw_status tw_towers_check_memory(const tw_towers *T, const char *kind, const tw_
 {
     tw_memory need;
     TW_TRY(tw_memory_estimate(T->c, data, &need, err));
-    int on_gpu = !strcmp(kind, "cuda") || (!strcmp(kind, "auto") && tw_backend_devices("cuda") > 0);
+    int on_gpu = !strcmp(tw_backend_resolve(kind), "cuda");
     tw_memory_limit host, gpu;
     int gpu_known = 0;
     if (memory_limit) {

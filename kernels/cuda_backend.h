@@ -1,9 +1,10 @@
 /* cuda_backend.h — the CUDA backend's face to C: its operation table and the device count the registry
- * needs. Plain C, no CUDA types, so engine/backend.c includes it under its one #ifdef TW_HAVE_CUDA.
+ * needs. Plain C, no CUDA types, so engine/backend_reg.c includes it to load the module.
  *
- * Owns: the declarations of what kernels/ exports (tw_cuda_backend_ops, tw_cuda_device_count) and the
- * error convention of the CUDA backend below. Does not own the registry (engine/backend.c) or the
- * argument checks (the wrappers of backend.h make them before any op of this table runs).
+ * Owns: the declarations of what kernels/ exports (tw_cuda_backend_ops, tw_cuda_device_count, and the
+ * module table the registry loads them through) and the error convention of the CUDA backend below. Does
+ * not own the registry (engine/backend_reg.c) or the argument checks (the wrappers of backend.h make them
+ * before any op of this table runs).
  *
  * Errors every op of the table may return, besides what backend.h says:
  *   TW_ERR_NOMEM        cudaMalloc, cuBLAS or a stream-ordered scratch allocation ran out of memory;
@@ -45,6 +46,20 @@ int tw_cuda_device_count(char *why, size_t why_size);
 /* Name, memory, compute capability and the driver and runtime versions of device `device` (see
  * tw_backend_device_info). TW_ERR_UNSUPPORTED with the reason when there is no such device. */
 tw_status tw_cuda_device_info(int device, tw_device_info *out, tw_error *err);
+
+/* ---- the module: kernels/ is built as the shared object tower-cuda.so, which engine/backend_reg.c
+ * opens with dlopen only when a run or a command asks for the CUDA backend, so that `tower serve`,
+ * `tower convert` and every CPU run never map the CUDA libraries. The module exports one symbol, this
+ * table; the sizes let the registry refuse a module built from other sources. ---- */
+#define TW_CUDA_MODULE_FILE "tower-cuda.so"
+#define TW_CUDA_MODULE_SYMBOL "tw_cuda_module_v1"
+
+typedef struct {
+    size_t ops_size, error_size, device_info_size; /* sizeof each type as the module was built */
+    const tw_backend_ops *ops;
+    int (*device_count)(char *why, size_t why_size);
+    tw_status (*device_info)(int device, tw_device_info *out, tw_error *err);
+} tw_cuda_module;
 
 #ifdef __cplusplus
 }

@@ -243,6 +243,9 @@ def test_runtime_stage_is_the_default_one(dockerfile):
     copies = [a for kw, a in tower["ins"] if kw == "COPY" and "--from=build" in a]
     assert any(a.split()[-2].endswith("build/server/tower") and a.split()[-1] == "/usr/local/bin/tower"
                for a in copies), copies
+    # the CUDA module where the binary looks for it (engine/backend_reg.c: ../lib/tower/ from the binary)
+    assert any(a.split()[-2].endswith("build/server/tower-cuda.so")
+               and a.split()[-1] == "/usr/local/lib/tower/tower-cuda.so" for a in copies), copies
 
 
 def last(stage, keyword):
