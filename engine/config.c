@@ -228,6 +228,7 @@ static const field CONFIG_FIELDS[] = {
     {.key = "steps", .kind = K_INT64, .offset = AT(steps), IRANGE(1, 1000000000)},
     {.key = "seed", .kind = K_UINT64, .offset = AT(seed), IRANGE(0, INT64_MAX)},
     {.key = "summary_every", .kind = K_INT64, .offset = AT(summary_every), IRANGE(1, INT64_MAX)},
+    {.key = "histogram_every", .kind = K_INT64, .offset = AT(histogram_every), IRANGE(0, INT64_MAX)},
     /* 0: no periodic evaluation or checkpoint; the run still evaluates and checkpoints at its end */
     {.key = "eval_every", .kind = K_INT64, .offset = AT(eval_every), IRANGE(0, INT64_MAX)},
     {.key = "checkpoint_every", .kind = K_INT64, .offset = AT(checkpoint_every),
@@ -283,6 +284,7 @@ void tw_config_defaults(tw_config *c)
     c->steps = 1000;
     c->seed = 1;
     c->summary_every = 100;
+    c->histogram_every = 1000;
     c->eval_every = 1000;
     c->checkpoint_every = 1000;
     c->keep_checkpoints = 5;

@@ -90,6 +90,9 @@ typedef struct {
     int64_t steps;
     uint64_t seed;
     int64_t summary_every;
+    int64_t histogram_every;         /* weight, EMA and gradient histograms (a pass over every parameter,
+                                        three times): every this many steps and at the end; 0: only at
+                                        the end. Scalars follow summary_every. */
     int64_t eval_every, checkpoint_every; /* 0: only at the end of the run */
     int keep_checkpoints;
     /* execution (CUDA only; the CPU backend ignores them) */

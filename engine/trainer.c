@@ -330,6 +330,9 @@ static tw_status regularization_loss(run *R, double *reg, tw_error *err)
     return TW_OK;
 }
 
+/* Whether a cadence of `every` steps (0: none) falls on step. */
+static int due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
+
 static tw_status histograms(run *R, tw_error *err)
 {
     static const int arenas[3] = {0, 1, -1}; /* params, ema, then grads */
@@ -365,7 +368,8 @@ static tw_status report(run *R, tw_error *err)
     scalar(R, "learning_rate", lr);
     scalar(R, "examples_per_sec", ex_per_s);
     scalar(R, "sec_per_batch", sec_per_batch);
-    TW_TRY(histograms(R, err));
+    if (due(R->T.step, R->c->histogram_every) || R->T.step == R->c->steps)
+        TW_TRY(histograms(R, err));
     const tw_child_rates rates = {.learning_rate = lr, .examples_per_sec = ex_per_s,
                                   .sec_per_batch = sec_per_batch,
                                   .eta_s = per_step * (double)(R->c->steps - R->T.step)};
@@ -491,8 +495,6 @@ static tw_status maybe_resume(run *R, int *resumed, tw_error *err)
     *resumed = s == TW_OK;
     return s;
 }
-
-static int due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
 
 static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
 {

@@ -50,18 +50,23 @@ void tw_histogram_init(tw_histogram *h)
 }
 
 /* std::upper_bound: index of the first limit strictly greater than x, clamped to the last bucket
- * (only x = DBL_MAX itself would fall past it). */
+ * (only x = DBL_MAX itself would fall past it), in O(1): the limits grow by 1.1 from 1e-12, so
+ * log(|x| / 1e-12) / log(1.1) lands within a bucket of the answer, and comparing with the table's own
+ * limits settles it exactly (the table, not the logarithm, decides a value equal to a limit). */
 static size_t bucket_of(const double *limits, double x)
 {
-    size_t lo = 0, hi = TW_HISTOGRAM_BUCKETS;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (limits[mid] <= x)
-            lo = mid + 1;
-        else
-            hi = mid;
+    const double a = fabs(x);
+    size_t i = HALF;
+    if (a >= 1.0e-12) {
+        double k = floor(log(a / 1.0e-12) / log(1.1)); /* 1e-12 * 1.1^k <= a, about */
+        size_t n = k < (double)(HALF - 2) ? (size_t)k : HALF - 2;
+        i = x > 0 ? HALF + 2 + n : HALF - 1 - n;
     }
-    return lo < TW_HISTOGRAM_BUCKETS ? lo : TW_HISTOGRAM_BUCKETS - 1;
+    while (i > 0 && limits[i - 1] > x)
+        i--;
+    while (i < TW_HISTOGRAM_BUCKETS && limits[i] <= x)
+        i++;
+    return i < TW_HISTOGRAM_BUCKETS ? i : TW_HISTOGRAM_BUCKETS - 1;
 }
 
 static void add_one(tw_histogram *h, const double *limits, double x)

@@ -300,3 +300,19 @@ def test_fashion_mlp_short_run_learns(tower_bin, tmp_path, fashion):
     ev = [l for l in lines if "eval_accuracy_ema" in l][-1]
     assert ev["eval_examples"] == 10000
     assert ev["eval_accuracy_ema"] >= 0.82, ev
+
+
+def test_histograms_on_their_own_cadence(tower_bin, tmp_path, fashion):
+    """Scalars every summary, the weight/EMA/gradient histograms every histogram_every steps and at the end."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    _, _, logdir, _ = train(tower_bin, tmp_path, mlp_config(fashion, steps=25, summary_every=1, histogram_every=10))
+    acc = ea.EventAccumulator(str(logdir), size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
+    acc.Reload()
+    rate = [t for t in acc.Tags()["scalars"] if t.endswith("learning_rate")]
+    assert rate and [e.step for e in acc.Scalars(rate[0])] == list(range(1, 26))
+    for t in ["layer1/weights", "gradients_on_average/layer1/weights", "layer1/weights/ExponentialMovingAverage"]:
+        assert [e.step for e in acc.Histograms(t)] == [10, 20, 25], t
+    _, _, logdir, _ = train(tower_bin, tmp_path, mlp_config(fashion, steps=5, histogram_every=0), name="end")
+    acc = ea.EventAccumulator(str(logdir), size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
+    acc.Reload()
+    assert [e.step for e in acc.Histograms("layer1/weights")] == [5]

@@ -646,7 +646,7 @@ static void test_round_trip(void **state)
         "{\"batch_size\":32,\"checkpoint_every\":1000,\"cuda_graphs\":true,\"dataset\":"
         "{\"image_feature\":\"image_raw\","
         "\"label_feature\":\"label\",\"scale\":0.003921569,\"shape\":[784],\"shuffle_buffer\":"
-        "10000,\"test\":null,\"train\":\"t\"},\"ema_decay\":0.0,\"eval_every\":1000,\"init_from\":null,"
+        "10000,\"test\":null,\"train\":\"t\"},\"ema_decay\":0.0,\"eval_every\":1000,\"histogram_every\":1000,\"init_from\":null,"
         "\"keep_checkpoints\":5,\"l2\":0.0,\"loss\":\"softmax_cross_entropy\",\"lr_decay\":null,"
         "\"model\":{\"layers\":[{\"activation\":\"linear\",\"bias_init\":{\"type\":\"zeros\"},"
         "\"name\":\"layer1\",\"type\":\"dense\",\"units\":10,\"weight_init\":{\"stddev\":0.1,"

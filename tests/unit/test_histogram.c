@@ -111,6 +111,58 @@ static void test_bucket_is_upper_bound(void **state)
     assert_true(h.counts[1] == 1.0);        /* [-DBL_MAX, -9.9e19) */
 }
 
+/* The reference: std::upper_bound by bisection over the limits. */
+static size_t upper_bound(const double *limits, double x)
+{
+    size_t lo = 0, hi = TW_HISTOGRAM_BUCKETS;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (limits[mid] <= x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < TW_HISTOGRAM_BUCKETS ? lo : TW_HISTOGRAM_BUCKETS - 1;
+}
+
+/* The bucket of one value, through the public add. */
+static size_t bucket_added(float x)
+{
+    static tw_histogram h;
+    tw_histogram_init(&h);
+    assert_int_equal(tw_histogram_add_floats(&h, &x, 1, "t", NULL), TW_OK);
+    for (size_t i = 0; i < TW_HISTOGRAM_BUCKETS; i++)
+        if (h.counts[i] == 1.0)
+            return i;
+    fail_msg("value %g counted nowhere", (double)x);
+    return 0;
+}
+
+/* The O(1) bucketing picks what bisection picks: at every limit a float can hold, one float either side
+ * of it, and over values spread across the whole range. */
+static void test_bucket_matches_bisection(void **state)
+{
+    (void)state;
+    const double *limits = tw_histogram_limits();
+    for (size_t i = 1; i + 1 < TW_HISTOGRAM_BUCKETS; i++) {
+        float at = (float)limits[i];
+        const float xs[] = {at, nextafterf(at, INFINITY), nextafterf(at, -INFINITY)};
+        for (int j = 0; j < 3; j++)
+            if (bucket_added(xs[j]) != upper_bound(limits, (double)xs[j]))
+                fail_msg("value %.9g (near limit %zu): bucket %zu, bisection %zu", (double)xs[j], i,
+                         bucket_added(xs[j]), upper_bound(limits, (double)xs[j]));
+    }
+    uint32_t s = 12345;
+    for (int n = 0; n < 200000; n++) {
+        s = s * 1664525u + 1013904223u;
+        float x;
+        memcpy(&x, &s, sizeof x); /* every exponent and sign; skip NaN and Inf */
+        if (!isfinite(x))
+            continue;
+        assert_int_equal(bucket_added(x), upper_bound(limits, (double)x));
+    }
+}
+
 static void expect_buckets(const tw_histogram_proto *p, const double *limits, const double *counts,
                            size_t n)
 {
@@ -187,6 +239,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_limits_built_once_across_threads),
         cmocka_unit_test(test_default_limits),
+        cmocka_unit_test(test_bucket_matches_bisection),
         cmocka_unit_test(test_empty_histogram),
         cmocka_unit_test(test_statistics_in_double),
         cmocka_unit_test(test_bucket_is_upper_bound),
