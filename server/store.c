@@ -3,7 +3,7 @@
  * Every statement is prepared once (keyed by its text's address: they are literals) and bound with a
  * small format string ("s" text, "S" text or NULL, "i" int64, "d" double). Rows become JSON objects
  * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. The schema's version is
- * PRAGMA user_version (3), and an older database is migrated at open. */
+ * PRAGMA user_version (4), and an older database is migrated at open. */
 #define _GNU_SOURCE
 #include "store.h"
 
@@ -53,6 +53,23 @@ static const char MIGRATE_2[] =
 static const char MIGRATE_3[] =
     "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
     "PRAGMA user_version = 3;";
+
+/* Version 4 keeps the number of runs in each state in run_counts, maintained by triggers in the same
+ * transaction as every insert, state change and delete, so /health and /metrics read a handful of rows
+ * whatever the number of runs, and the counts cannot drift from the table. Filled once from runs. */
+static const char MIGRATE_4[] =
+    "CREATE TABLE IF NOT EXISTS run_counts(status TEXT PRIMARY KEY, n INTEGER NOT NULL);"
+    "DELETE FROM run_counts;"
+    "INSERT INTO run_counts SELECT status, count(*) FROM runs GROUP BY status;"
+    "CREATE TRIGGER IF NOT EXISTS run_counts_insert AFTER INSERT ON runs BEGIN"
+    " INSERT INTO run_counts VALUES(NEW.status, 1) ON CONFLICT(status) DO UPDATE SET n = n + 1; END;"
+    "CREATE TRIGGER IF NOT EXISTS run_counts_update AFTER UPDATE OF status ON runs"
+    " WHEN OLD.status IS NOT NEW.status BEGIN"
+    " UPDATE run_counts SET n = n - 1 WHERE status = OLD.status;"
+    " INSERT INTO run_counts VALUES(NEW.status, 1) ON CONFLICT(status) DO UPDATE SET n = n + 1; END;"
+    "CREATE TRIGGER IF NOT EXISTS run_counts_delete AFTER DELETE ON runs BEGIN"
+    " UPDATE run_counts SET n = n - 1 WHERE status = OLD.status; END;"
+    "PRAGMA user_version = 4;";
 
 static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices"};
 
@@ -294,6 +311,8 @@ static int migrate(sqlite3 *db)
         rc = sqlite3_exec(db, MIGRATE_2, NULL, NULL, NULL);
     if (rc == SQLITE_OK && version < 3)
         rc = sqlite3_exec(db, MIGRATE_3, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && version < 4)
+        rc = sqlite3_exec(db, MIGRATE_4, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
@@ -510,7 +529,7 @@ tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err)
 {
     json_t *rows;
     *out = NULL;
-    TW_TRY(query(st, &rows, err, "SELECT status, count(*) AS n FROM runs GROUP BY status", ""));
+    TW_TRY(query(st, &rows, err, "SELECT status, n FROM run_counts", "")); /* kept by triggers (MIGRATE_4) */
     *out = json_object();
     for (int k = 0; k < TW_RUN_STATES; k++)
         json_object_set_new(*out, RUN_STATES[k], json_integer(0));

@@ -199,12 +199,12 @@ static void test_open_creates_schema_in_wal_mode(void **state)
 {
     fixture *f = *state;
     expect_peek(f->db, "PRAGMA journal_mode", "wal");
-    expect_peek(f->db, "PRAGMA user_version", "3");
+    expect_peek(f->db, "PRAGMA user_version", "4");
     expect_peek(f->db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'idempotency_body'", "1");
     expect_peek(f->db,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
                 "WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%' ORDER BY name)",
-                "datasets,runs,runs_status");
+                "datasets,run_counts,runs,runs_status");
 }
 
 static void test_reopen_keeps_rows(void **state)
@@ -810,6 +810,50 @@ static void test_runs_recover(void **state)
     expect_next(f->st, 10.0, "r1");
 }
 
+/* The state counts the triggers keep equal a count over the rows after every kind of change: inserts,
+ * starts, requeues, finishes, cancels, the recovery at open and deletes. */
+static void expect_counts_match_rows(tw_store *st, const char *db)
+{
+    json_t *c = run_counts(st);
+    for (int k = 0; k < TW_RUN_STATES; k++) {
+        const char *name = tw_run_state_name((tw_run_state)k);
+        char sql[160], want[32];
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM runs WHERE status = '%s'", name);
+        snprintf(want, sizeof want, "%lld", (long long)num(c, name));
+        expect_peek(db, sql, want);
+    }
+    json_decref(c);
+}
+
+static void test_counts_follow_every_change(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    for (int i = 0; i < 6; i++) {
+        char id[8];
+        snprintf(id, sizeof id, "r%d", i);
+        add_run(f->st, id, "d1");
+    }
+    expect_counts_match_rows(f->st, f->db);
+    assert_int_equal(tw_store_run_started(f->st, "r0", "[0]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_started(f->st, "r1", "[0]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_started(f->st, "r2", "[0]", 1.0, &err), TW_OK);
+    expect_counts_match_rows(f->st, f->db);
+    assert_int_equal(tw_store_run_requeue(f->st, "r0", "worker_crashed", NULL, 2.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r1", TW_RUN_SUCCEEDED, NULL, NULL, 3.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_progress(f->st, "r2", 5, NULL, 1.0, &err), TW_OK); /* no state change */
+    assert_int_equal(tw_store_run_cancel_queued(f->st, "r3", 4.0, &err), 1);
+    expect_counts_match_rows(f->st, f->db);
+    assert_int_equal(tw_store_runs_recover(f->st, &err), 1); /* r2: running -> queued */
+    assert_int_equal(tw_store_run_delete(f->st, "r1", &err), TW_OK);
+    assert_int_equal(tw_store_run_delete(f->st, "r3", &err), TW_OK);
+    expect_counts_match_rows(f->st, f->db);
+    json_t *c = run_counts(f->st);
+    assert_int_equal(num(c, "queued"), 4);
+    assert_int_equal(num(c, "succeeded") + num(c, "cancelled") + num(c, "running"), 0);
+    json_decref(c);
+}
+
 static void test_cancel_queued_only(void **state)
 {
     fixture *f = *state;
@@ -944,15 +988,16 @@ static void test_migrates_version_1(void **state)
     sqlite3_close(c);
     tw_error err;
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "3");
+    expect_peek(path, "PRAGMA user_version", "4");
     expect_peek(path, "SELECT priority FROM runs WHERE id = 'rold'", "0");
+    expect_peek(path, "SELECT n FROM run_counts WHERE status = 'queued'", "1"); /* counted from the rows */
     json_t *r = NULL;
     assert_int_equal(tw_store_run_by_key(f->st, "old-key", "{\"any\":1}", &r, &err), TW_OK);
     assert_string_equal(str(r, "id"), "rold");
     json_decref(r);
-    tw_store_close(f->st); /* and opening a version-3 database again changes nothing */
+    tw_store_close(f->st); /* and opening a version-4 database again changes nothing */
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "3");
+    expect_peek(path, "PRAGMA user_version", "4");
 }
 
 /* Drops the store's tables through a second connection: every later read of them fails for real. */
@@ -989,7 +1034,7 @@ static void test_reads_tell_not_found_from_failure(void **state)
     assert_int_equal(tw_store_run_next(f->st, -1.0, &out, &err), TW_END);
     assert_null(out);
 
-    drop_tables(f->db, "DROP TABLE runs; DROP TABLE datasets;");
+    drop_tables(f->db, "DROP TABLE runs; DROP TABLE datasets; DROP TABLE run_counts;");
     out = NULL;
 #define FAILS(call, what)                                                                            \
     do {                                                                                             \
@@ -1178,6 +1223,7 @@ int main(void)
         T(test_resolve_names_and_ids),
         T(test_run_lifecycle),
         T(test_runs_recover),
+        T(test_counts_follow_every_change),
         T(test_cancel_queued_only),
         T(test_run_delete_only_finished),
         T(test_json_columns_decode),
