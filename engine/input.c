@@ -21,14 +21,19 @@
  * Decoding: a bytes image feature holds one item of example_size bytes, read as uint8 and
  * multiplied by `scale`, or of 4·example_size bytes, read as little-endian float32 as they are (what
  * `tower convert` writes for float32 NumPy arrays); a float-list image must hold example_size floats,
- * taken as they are (scale is not applied to floats). Int labels must be one int64 in [0, classes); float labels take one float or one
+ * taken as they are (scale is not applied to floats). The file's first record sets the row type
+ * (uint8, or fp32) and every record must have it. Rows are held as stored — a uint8 row as its bytes —
+ * and made fp32 as a batch is assembled, so an image data set takes a quarter of its fp32 size in memory.
+ * Int labels must be one int64 in [0, classes); float labels take one float or one
  * int64 (converted). Messages count records from 0; tw_error carries the file and the record's byte
  * offset (in the decompressed stream for GZIP/ZLIB files).
  *
- * Memory: in-memory mode holds count × (example_size·4 + 4 + 8) bytes (rows, labels, permutation)
- * and is chosen when that fits in max_memory_bytes; the set is decoded into growing arrays and
- * abandoned for streaming as soon as it would not fit. Streaming holds shuffle_buffer ×
- * (example_size·4 + 4) bytes. The prefetch thread holds prefetch_batches batches.
+ * Memory: in-memory mode holds count × (row_bytes + 4 + 8) bytes (rows as stored, labels,
+ * permutation) and is chosen when count × (example_size·4 + 4 + 8) — the rows counted as fp32, so
+ * that the choice is the file's count alone and tw_input_memory_bytes an upper bound — fits in
+ * max_memory_bytes; the set is decoded into growing arrays and abandoned for streaming as soon as it
+ * would not fit. Streaming holds shuffle_buffer × (row_bytes + 4) bytes. The prefetch thread holds
+ * prefetch_batches fp32 batches.
  *
  * Threads: the producer (the decoded set or the stream, its position and permutation) belongs to
  * the prefetch thread while that runs and to the caller otherwise; the two meet only in the ring of
@@ -63,7 +68,7 @@ typedef struct {
     uint64_t perm_epoch;        /* UINT64_MAX: perm not built yet */
     tw_tfrecord_reader *reader; /* streaming: open during a pass, NULL at the start of one */
     int eof;                    /* streaming: the reader reached the end of the file in this pass */
-    float *buf_x;               /* streaming: [cap, example_size] fp32, the shuffle buffer */
+    uint8_t *buf_x;             /* streaming: [cap, row_bytes], the shuffle buffer (rows as stored) */
     label *buf_y;               /* streaming: [cap] */
     size_t cap, filled;         /* streaming: slots in the buffer, slots holding an example */
 } producer;
@@ -96,7 +101,9 @@ struct tw_input {
     tw_input_options o;         /* the strings point at the copies below */
     char *path, *image_feature, *label_feature;
     int in_memory;
-    float *x;                   /* in memory: [count, example_size] fp32 */
+    int u8;                     /* rows are uint8 (scaled to fp32 as a batch is made), else fp32 */
+    size_t row_bytes;           /* a stored row: example_size bytes (u8) or 4·example_size (fp32) */
+    uint8_t *x;                 /* in memory: [count, row_bytes], rows as stored */
     label *y;                   /* in memory: [count] */
     producer p;
     prefetch f;
@@ -181,43 +188,51 @@ static tw_status find_feature(const tw_input *in, const tw_example *ex, const ch
                         at.index, name);
 }
 
-/* Fills x [example_size] from the image feature. */
-static tw_status decode_image(const tw_input *in, const tw_example *ex, record_at at, float *x,
-                              tw_error *err)
+/* The error for a record whose image feature is not in the file's row format. */
+static tw_status bad_image(const tw_input *in, const tw_feature *f, record_at at, size_t len, tw_error *err)
+{
+    const size_t n = in->o.example_size;
+    const int floats = f->kind == TW_FEATURE_FLOAT && f->count == n, u8 = f->kind == TW_FEATURE_BYTES && len == n,
+              f32 = f->kind == TW_FEATURE_BYTES && len == n * sizeof(float);
+    if (floats || u8 || f32) /* a well-formed row of the other type */
+        return tw_error_set(err, TW_ERR_INVALID, in->path, at.offset,
+                            "feature '%s' of record %llu holds %s; the file's first record holds %s, and one "
+                            "file's rows must all be of one type",
+                            f->name, at.index, u8 ? "uint8 bytes" : "float32 values",
+                            in->u8 ? "uint8 bytes" : "float32 values");
+    if (f->kind == TW_FEATURE_FLOAT)
+        return tw_error_set(err, TW_ERR_INVALID, in->path, at.offset,
+                            "feature '%s' of record %llu has %zu floats; expected %zu (example_size)", f->name,
+                            at.index, f->count, n);
+    if (f->kind == TW_FEATURE_BYTES)
+        return tw_error_set(err, TW_ERR_INVALID, in->path, at.offset,
+                            "feature '%s' of record %llu holds %zu bytes in %zu items; expected one item of "
+                            "%zu bytes (uint8) or %zu (float32)",
+                            f->name, at.index, len, f->count, n, n * sizeof(float));
+    return tw_error_set(err, TW_ERR_INVALID, in->path, at.offset,
+                        "feature '%s' of record %llu holds %s values; expected bytes (uint8) or floats", f->name,
+                        at.index, tw_feature_kind_name(f->kind));
+}
+
+/* Fills row [row_bytes] from the image feature, as stored: uint8 bytes, or fp32 (little-endian float32
+ * bytes, Tower's hosts being little-endian, or a float list). Every record must be in the row format of
+ * the file's first record (in->u8). */
+static tw_status decode_row(const tw_input *in, const tw_example *ex, record_at at, uint8_t *row,
+                            tw_error *err)
 {
     tw_feature f;
     TW_TRY(find_feature(in, ex, in->image_feature, at, &f, err));
-    const size_t n = in->o.example_size;
-    if (f.kind == TW_FEATURE_BYTES) {
-        size_t len = 0;
-        const uint8_t *b = f.count == 1 ? tw_feature_bytes_at(&f, 0, &len) : NULL;
-        if (b && len == n * sizeof *x) { /* float32 bytes; Tower's hosts are little-endian */
-            memcpy(x, b, len);
-            return TW_OK;
-        }
-        if (!b || len != n)
-            return tw_error_set(err, TW_ERR_INVALID, in->path, at.offset,
-                                "feature '%s' of record %llu holds %zu bytes in %zu items; "
-                                "expected one item of %zu bytes (uint8) or %zu (float32)",
-                                f.name, at.index, len, f.count, n, n * sizeof *x);
-        const float scale = in->o.scale;
-        for (size_t i = 0; i < n; i++)
-            x[i] = (float)b[i] * scale;
+    size_t len = 0;
+    const uint8_t *b = f.kind == TW_FEATURE_BYTES && f.count == 1 ? tw_feature_bytes_at(&f, 0, &len) : NULL;
+    if (b && len == in->row_bytes) {
+        memcpy(row, b, len);
         return TW_OK;
     }
-    if (f.kind == TW_FEATURE_FLOAT) {
-        if (f.count != n)
-            return tw_error_set(err, TW_ERR_INVALID, in->path, at.offset,
-                                "feature '%s' of record %llu has %zu floats; expected %zu "
-                                "(example_size)",
-                                f.name, at.index, f.count, n);
-        memcpy(x, f.floats, n * sizeof *x);
+    if (!in->u8 && f.kind == TW_FEATURE_FLOAT && f.count == in->o.example_size) {
+        memcpy(row, f.floats, in->row_bytes);
         return TW_OK;
     }
-    return tw_error_set(err, TW_ERR_INVALID, in->path, at.offset,
-                        "feature '%s' of record %llu holds %s values; expected bytes (uint8) or "
-                        "floats",
-                        f.name, at.index, tw_feature_kind_name(f.kind));
+    return bad_image(in, &f, at, len, err);
 }
 
 static tw_status decode_label(const tw_input *in, const tw_example *ex, record_at at, label *y,
@@ -251,9 +266,9 @@ static tw_status decode_label(const tw_input *in, const tw_example *ex, record_a
     return TW_OK;
 }
 
-/* Reads the next record of r and decodes it into x [example_size] and *y. TW_END at the end of the
+/* Reads the next record of r and decodes it into row [row_bytes] and *y. TW_END at the end of the
  * file; reader errors as tw_tfrecord_read gives them. */
-static tw_status read_example(const tw_input *in, tw_tfrecord_reader *r, float *x, label *y,
+static tw_status read_example(const tw_input *in, tw_tfrecord_reader *r, uint8_t *row, label *y,
                               tw_error *err)
 {
     const record_at at = {tw_tfrecord_reader_records(r), (int64_t)tw_tfrecord_reader_offset(r)};
@@ -262,7 +277,7 @@ static tw_status read_example(const tw_input *in, tw_tfrecord_reader *r, float *
     TW_TRY(tw_tfrecord_read(r, &rec, &len, err));
     tw_example *ex;
     TW_TRY(tw_example_parse(rec, len, in->path, at.offset, &ex, err));
-    tw_status s = decode_image(in, ex, at, x, err);
+    tw_status s = decode_row(in, ex, at, row, err);
     if (s == TW_OK)
         s = decode_label(in, ex, at, y, err);
     tw_example_destroy(ex);
@@ -276,7 +291,11 @@ static tw_status no_records(const tw_input *in, tw_error *err)
 
 /* ---- in memory ---- */
 
-/* One decoded example in memory: its row, its label and its place in the shuffle order. */
+/* One decoded example in memory as the in-memory/streaming choice counts it: an fp32 row, its label and
+ * its place in the shuffle order. A uint8 file's rows are held as uint8, a quarter of that; the choice
+ * still counts fp32 rows, so that it depends on the file's count alone (a resumed run of an older Tower
+ * is in the same mode) and tw_input_memory_bytes, which does not know the row format, is an upper
+ * bound. */
 static uint64_t example_bytes(const tw_input_options *o)
 {
     return o->example_size * sizeof(float) + sizeof(label) + sizeof(size_t);
@@ -305,7 +324,7 @@ static tw_status grow(tw_input *in, uint64_t n, uint64_t *cap, int *fits, tw_err
     uint64_t want = *cap ? *cap * 2 : (16u << 20) / bytes_per_example(in) + 1; /* 16 MiB first */
     if (want > most)
         want = most;
-    float *x = realloc(in->x, want * in->o.example_size * sizeof *x);
+    uint8_t *x = realloc(in->x, want * in->row_bytes);
     if (x)
         in->x = x;
     label *y = x ? realloc(in->y, want * sizeof *y) : NULL;
@@ -320,7 +339,7 @@ static tw_status grow(tw_input *in, uint64_t n, uint64_t *cap, int *fits, tw_err
 /* Gives back the capacity past n examples (a failed shrink keeps the larger block). */
 static void shrink(tw_input *in, uint64_t n)
 {
-    float *x = realloc(in->x, n * in->o.example_size * sizeof *x);
+    uint8_t *x = realloc(in->x, n * in->row_bytes);
     if (x)
         in->x = x;
     label *y = realloc(in->y, n * sizeof *y);
@@ -334,7 +353,7 @@ static tw_status load(tw_input *in, int *fits, tw_error *err)
 {
     tw_tfrecord_reader *r;
     TW_TRY(tw_tfrecord_reader_open(in->path, NULL, &r, err));
-    const size_t row = in->o.example_size;
+    const size_t row = in->row_bytes;
     uint64_t n = 0, cap = 0;
     tw_status s = TW_OK;
     *fits = 1;
@@ -383,7 +402,7 @@ static void build_perm(tw_input *in, uint64_t e)
 static tw_status fill(tw_input *in, tw_error *err)
 {
     producer *p = &in->p;
-    const size_t row = in->o.example_size;
+    const size_t row = in->row_bytes;
     while (!p->eof && p->filled < p->cap) {
         tw_status s = read_example(in, p->reader, p->buf_x + p->filled * row, p->buf_y + p->filled,
                                    err);
@@ -419,10 +438,17 @@ static void end_pass(producer *p)
 
 /* ---- the producer ---- */
 
-static void emit(const tw_input *in, const float *src_x, const label *src_y, float *x, label *y)
+/* One example into the batch: the stored row as fp32 (uint8 times scale) into x [example_size], its
+ * label into *y; either may be NULL (skip). */
+static void emit(const tw_input *in, const uint8_t *row, const label *src_y, float *x, label *y)
 {
-    if (x)
-        memcpy(x, src_x, in->o.example_size * sizeof *x);
+    if (x && in->u8) {
+        const float scale = in->o.scale;
+        for (size_t i = 0; i < in->o.example_size; i++)
+            x[i] = (float)row[i] * scale;
+    } else if (x) {
+        memcpy(x, row, in->row_bytes);
+    }
     if (y)
         *y = *src_y;
 }
@@ -442,7 +468,7 @@ static void take_memory(tw_input *in, float *x, label *y)
             build_perm(in, p->pos.epoch);
         i = p->perm[i];
     }
-    emit(in, in->x + i * in->o.example_size, in->y + i, x, y);
+    emit(in, in->x + i * in->row_bytes, in->y + i, x, y);
     if (++p->pos.consumed == p->count)
         next_epoch(p);
 }
@@ -450,14 +476,14 @@ static void take_memory(tw_input *in, float *x, label *y)
 static tw_status take_stream(tw_input *in, float *x, label *y, tw_error *err)
 {
     producer *p = &in->p;
-    const size_t row = in->o.example_size;
+    const size_t row = in->row_bytes;
     if (!p->reader)
         TW_TRY(start_pass(in, err));
     const uint64_t j = draw(epoch_key(in->o.seed, p->pos.epoch), p->pos.consumed, p->filled);
     emit(in, p->buf_x + j * row, p->buf_y + j, x, y);
     p->filled--;
     if (j != p->filled) {
-        memcpy(p->buf_x + j * row, p->buf_x + p->filled * row, row * sizeof *p->buf_x);
+        memcpy(p->buf_x + j * row, p->buf_x + p->filled * row, row);
         p->buf_y[j] = p->buf_y[p->filled];
     }
     TW_TRY(fill(in, err));
@@ -765,6 +791,38 @@ static tw_status init_input(tw_input *in, const tw_input_options *o, tw_error *e
     return TW_OK;
 }
 
+/* The file's row format, from its first record: uint8 when its image feature is example_size bytes,
+ * fp32 when float32 bytes or a float list (every later record must match: decode_row). */
+static tw_status row_format(tw_input *in, tw_error *err)
+{
+    tw_tfrecord_reader *r;
+    TW_TRY(tw_tfrecord_reader_open(in->path, NULL, &r, err));
+    const record_at at = {0, 0};
+    const uint8_t *rec;
+    size_t len;
+    tw_status s = tw_tfrecord_read(r, &rec, &len, err);
+    tw_example *ex = NULL;
+    if (s == TW_END)
+        s = no_records(in, err);
+    else if (s == TW_OK)
+        s = tw_example_parse(rec, len, in->path, 0, &ex, err);
+    tw_feature f;
+    if (s == TW_OK)
+        s = find_feature(in, ex, in->image_feature, at, &f, err);
+    if (s == TW_OK) {
+        size_t n = 0;
+        if (f.kind == TW_FEATURE_BYTES && f.count == 1)
+            tw_feature_bytes_at(&f, 0, &n);
+        in->u8 = f.kind == TW_FEATURE_BYTES && n == in->o.example_size;
+        in->row_bytes = in->o.example_size * (in->u8 ? 1 : sizeof(float));
+        if (!in->u8 && !(f.kind == TW_FEATURE_FLOAT ? f.count == in->o.example_size : n == in->row_bytes))
+            s = bad_image(in, &f, at, n, err);
+    }
+    tw_example_destroy(ex);
+    tw_tfrecord_reader_close(r);
+    return s;
+}
+
 /* Allocates what the chosen mode needs; streaming starts its first pass, which checks the first
  * records. */
 static tw_status setup_mode(tw_input *in, tw_error *err)
@@ -777,7 +835,7 @@ static tw_status setup_mode(tw_input *in, tw_error *err)
         return TW_OK;
     }
     p->cap = in->o.shuffle ? (size_t)in->o.shuffle_buffer : 1;
-    p->buf_x = malloc(p->cap * in->o.example_size * sizeof *p->buf_x);
+    p->buf_x = malloc(p->cap * in->row_bytes);
     p->buf_y = malloc(p->cap * sizeof *p->buf_y);
     if (!p->buf_x || !p->buf_y)
         return tw_error_set(err, TW_ERR_NOMEM, in->path, -1,
@@ -793,6 +851,8 @@ tw_status tw_input_open(const tw_input_options *o, tw_input **out, tw_error *err
     if (!in)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     tw_status s = init_input(in, o, err);
+    if (s == TW_OK)
+        s = row_format(in, err);
     if (s == TW_OK)
         s = load(in, &in->in_memory, err);
     if (s == TW_OK)

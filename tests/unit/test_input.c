@@ -531,6 +531,8 @@ static void label_neg(int i, rec_spec *r) { r->label = i == BAD ? -1 : r->label;
 static void float_label(int i, rec_spec *r) { r->lab = i == BAD ? LAB_FLOAT : r->lab; }
 static void int_image(int i, rec_spec *r) { r->img = i == BAD ? IMG_INT64 : r->img; }
 static void garbage(int i, rec_spec *r) { r->img = i == BAD ? IMG_GARBAGE : r->img; }
+static void float_image(int i, rec_spec *r) { r->img = i == BAD ? IMG_FLOATS : r->img; }
+static void bytes_image(int i, rec_spec *r) { r->img = i == BAD ? IMG_BYTES : r->img; }
 
 typedef struct {
     const char *name;
@@ -552,6 +554,11 @@ static const bad_case BAD_CASES[] = {
      "record 5 is a float; expected an int64"},
     {"int_image", IMG_BYTES, int_image, TW_ERR_INVALID, "record 5 holds int64 values"},
     {"garbage", IMG_BYTES, garbage, TW_ERR_CORRUPT, "not a valid tf.train.Example"},
+    /* rows are held as the first record's format: a file must not mix uint8 and float rows */
+    {"float_in_uint8", IMG_BYTES, float_image, TW_ERR_INVALID,
+     "record 5 holds float32 values; the file's first record holds uint8 bytes"},
+    {"uint8_in_floats", IMG_FLOATS, bytes_image, TW_ERR_INVALID,
+     "record 5 holds uint8 bytes; the file's first record holds float32 values"},
 };
 
 static void expect_error(const tw_error *err, tw_status s, tw_status want, const char *path,
