@@ -164,6 +164,8 @@ static const char *const REPLY_SCHEMAS[][2] = {
             " {\"type\": [\"number\", \"null\"]}, \"eta_s\": {\"type\": [\"number\", \"null\"]}, \"not_before\": {\"type\":"
             " \"number\"}, \"restarts\": {\"type\": \"integer\", \"minimum\": 0}, \"max_restarts\": {\"type\": \"integer\","
             " \"minimum\": 0}, \"deadline_s\": {\"type\": \"number\", \"minimum\": 0}, \"logdir\": {\"type\": \"string\"},"
+            " \"folder\": {\"type\": \"string\", \"description\": \"the run's folder under DATA/runs: TensorBoard's name"
+            " for it (NAME-rXXXXXX for a named run, the id otherwise)\"},"
             " \"tensorboard\": {\"type\": \"string\"}, \"tensorboard_url\": {\"type\": [\"string\", \"null\"]},"
             " \"config\": {\"type\": \"object\", \"description\": \"the run config"
             " as submitted\"}}}"},

@@ -199,12 +199,12 @@ static void test_open_creates_schema_in_wal_mode(void **state)
 {
     fixture *f = *state;
     expect_peek(f->db, "PRAGMA journal_mode", "wal");
-    expect_peek(f->db, "PRAGMA user_version", "3");
+    expect_peek(f->db, "PRAGMA user_version", "4");
     expect_peek(f->db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'idempotency_body'", "1");
     expect_peek(f->db,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
                 "WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%' ORDER BY name)",
-                "datasets,runs,runs_status");
+                "datasets,runs,runs_folder,runs_status");
 }
 
 static void test_reopen_keeps_rows(void **state)
@@ -944,15 +944,16 @@ static void test_migrates_version_1(void **state)
     sqlite3_close(c);
     tw_error err;
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "3");
+    expect_peek(path, "PRAGMA user_version", "4");
     expect_peek(path, "SELECT priority FROM runs WHERE id = 'rold'", "0");
+    expect_peek(path, "SELECT folder FROM runs WHERE id = 'rold'", "rold"); /* an old run's folder: its id */
     json_t *r = NULL;
     assert_int_equal(tw_store_run_by_key(f->st, "old-key", "{\"any\":1}", &r, &err), TW_OK);
     assert_string_equal(str(r, "id"), "rold");
     json_decref(r);
-    tw_store_close(f->st); /* and opening a version-3 database again changes nothing */
+    tw_store_close(f->st); /* and opening a version-4 database again changes nothing */
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "3");
+    expect_peek(path, "PRAGMA user_version", "4");
 }
 
 /* Drops the store's tables through a second connection: every later read of them fails for real. */
@@ -1053,7 +1054,20 @@ static void test_debris_removal_needs_a_successful_read(void **state)
     make_folder(f->dir, "datasets", ds_debris);
     make_folder(f->dir, "runs", run_debris);
     make_folder(f->dir, "runs", "rnot-an-id"); /* not ours: never touched */
+    tw_run_new named = {.id = "r00000000000000c", .name = "mnist", .folder = "mnist-r000000", .dataset_id = ds,
+                        .config = "{}", .towers = 1, .steps = 1};
+    assert_int_equal(tw_store_run_insert(f->st, &named, &err), TW_OK);
+    make_folder(f->dir, "runs", "mnist-r000000");             /* a named run's folder: kept */
+    make_folder(f->dir, "runs", "mnist-r000001");             /* a named submission that never committed */
+    make_folder(f->dir, "runs", "mnist-r00000000000000d");    /* the same, with the whole id */
+    make_folder(f->dir, "runs", "mnist-r00000g");             /* not ours: not hex */
+    make_folder(f->dir, "runs", "-r000001");                  /* not ours: no name */
     assert_int_equal(tw_datasets_remove_debris(&S, &err), TW_OK);
+    assert_true(folder_exists(f->dir, "runs", "mnist-r000000"));
+    assert_false(folder_exists(f->dir, "runs", "mnist-r000001"));
+    assert_false(folder_exists(f->dir, "runs", "mnist-r00000000000000d"));
+    assert_true(folder_exists(f->dir, "runs", "mnist-r00000g"));
+    assert_true(folder_exists(f->dir, "runs", "-r000001"));
     assert_true(folder_exists(f->dir, "datasets", ds));
     assert_true(folder_exists(f->dir, "runs", run));
     assert_false(folder_exists(f->dir, "datasets", ds_debris));
