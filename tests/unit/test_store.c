@@ -1038,6 +1038,30 @@ static int folder_exists(const char *data, const char *kind, const char *id)
 
 /* Start-up debris removal: folders without a row go, folders with one stay; when the read fails, nothing
  * goes (an accepted run's or dataset's folder is never deleted because the store could not answer). */
+/* A run's folder: NAME-<the id's first 7 characters>, the whole id when asked, the bare id unnamed; and
+ * the forms the start-up clean-up takes for ours. */
+static void test_run_folder_names(void **state)
+{
+    (void)state;
+    char buf[TW_RUN_FOLDER_BYTES];
+    assert_int_equal(tw_run_folder_name("r9ac3a9dd3318c2d", "mnist-lr0.1", 0, buf, sizeof buf), 0);
+    assert_string_equal(buf, "mnist-lr0.1-r9ac3a9");
+    assert_int_equal(tw_run_folder_name("r9ac3a9dd3318c2d", "mnist-lr0.1", 1, buf, sizeof buf), 0);
+    assert_string_equal(buf, "mnist-lr0.1-r9ac3a9dd3318c2d");
+    assert_int_equal(tw_run_folder_name("r9ac3a9dd3318c2d", NULL, 0, buf, sizeof buf), 0);
+    assert_string_equal(buf, "r9ac3a9dd3318c2d");
+    assert_int_equal(tw_run_folder_name("r9ac3a9dd3318c2d", "mnist", 0, buf, 8), -1);
+    assert_string_equal(buf, "");
+    const char *ours[] = {"r9ac3a9dd3318c2d", "mnist-lr0.1-r9ac3a9", "a-r9ac3a9dd3318c2d", "x.y_z-r000000"};
+    const char *not_ours[] = {"mnist", "mnist-r9ac3a", "mnist-r9ac3a9d", "mnist-x9ac3a9", "-r9ac3a9", ".a-r9ac3a9",
+                              "a..b-r9ac3a9", "mnist-R9AC3A9", "r9ac3a9dd3318c2", "checkpoints"};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        assert_true(tw_run_folder_valid(ours[i]));
+    for (size_t i = 0; i < sizeof not_ours / sizeof not_ours[0]; i++)
+        if (tw_run_folder_valid(not_ours[i]))
+            fail_msg("%s taken for a run folder", not_ours[i]);
+}
+
 static void test_debris_removal_needs_a_successful_read(void **state)
 {
     fixture *f = *state;
@@ -1183,6 +1207,7 @@ int main(void)
         T(test_idempotency_body),
         T(test_run_insert_needs_ready_dataset),
         T(test_migrates_version_1),
+        T(test_run_folder_names),
         T(test_reads_tell_not_found_from_failure),
         T(test_debris_removal_needs_a_successful_read),
         T(test_run_list_filter_and_paging),
