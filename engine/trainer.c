@@ -1,7 +1,8 @@
 /* trainer.c — a run's lifecycle. See trainer.h.
  *
  * setup (model, inputs, memory check, towers: train_step.h), the log folder, resume or initial
- * parameters, the event file, the baseline evaluation, then the loop: fill the host batch from the input
+ * parameters, the event files (the run's and, with an EMA evaluation, its eval_ema sub-run's: trainer.h),
+ * the baseline evaluation, then the loop: fill the host batch from the input
  * pipeline, one step (train_step.c), and at their cadence the summaries, evaluation and checkpoints; on a
  * stop request a checkpoint; a final line; teardown. The data position is checkpointed with the arenas,
  * so a resumed run repeats an uninterrupted one bit for bit. Every progress line goes through the child
