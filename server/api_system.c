@@ -151,7 +151,7 @@ static const char *const REPLY_SCHEMAS[][2] = {
                 " \"string\"}}, \"label_histogram\": {\"type\": [\"object\", \"null\"]}}}"},
     {"Run", "{\"type\": \"object\", \"required\": [\"id\", \"name\", \"dataset\", \"status\", \"reason\", \"error\","
             " \"step\", \"steps\", \"towers\", \"devices\", \"metrics\", \"created\", \"started\", \"finished\", \"restarts\","
-            " \"max_restarts\", \"deadline_s\", \"logdir\", \"tensorboard\", \"config\"], \"properties\": {"
+            " \"max_restarts\", \"deadline_s\", \"logdir\", \"folder\", \"tensorboard\", \"config\"], \"properties\": {"
             "\"id\": {\"$ref\": \"#/components/schemas/RunId\"}, \"name\": {\"type\": [\"string\", \"null\"]},"
             " \"dataset\": {\"type\": \"object\", \"required\": [\"id\", \"name\"], \"properties\": {\"id\": {\"type\":"
             " \"string\"}, \"name\": {\"type\": [\"string\", \"null\"]}}}, \"status\": {\"anyOf\": [{\"$ref\":"
