@@ -1,7 +1,8 @@
 /* trainer.c — a run's lifecycle. See trainer.h.
  *
  * setup (model, inputs, memory check, towers: train_step.h), the log folder, resume or initial
- * parameters, the event file, the baseline evaluation, then the loop: fill the host batch from the input
+ * parameters, the event files (the run's and, with an EMA evaluation, its eval_ema sub-run's: trainer.h),
+ * the baseline evaluation, then the loop: fill the host batch from the input
  * pipeline, one step (train_step.c), and at their cadence the summaries, evaluation and checkpoints; on a
  * stop request a checkpoint; a final line; teardown. The data position is checkpointed with the arenas,
  * so a resumed run repeats an uninterrupted one bit for bit. Every progress line goes through the child
@@ -42,7 +43,8 @@ typedef struct {
     const tw_train_options *o;
     tw_towers T;                    /* the model, the towers and the step (train_step.h) */
     tw_input *train, *test;
-    tw_events_writer *ev;           /* NULL once degraded */
+    tw_events_writer *ev;           /* the run's event file; NULL once degraded */
+    tw_events_writer *ev_ema;       /* TW_EVAL_EMA_RUN/'s: the EMA evaluation; NULL without one or degraded */
     float *host[CKPT_ARENAS];       /* [P] params, ema, slot1, slot2 downloads */
     float *outs;                    /* [batch, outputs] evaluation outputs */
     void *eval_y;                   /* [batch*label_values] evaluation labels */
@@ -74,13 +76,31 @@ static void events_failed(run *R, const tw_error *e)
     tw_error_format(e, msg, sizeof msg);
     tw_child_warning(&R->out, TW_CHILD_METRICS_DEGRADED, msg, R->T.step);
     tw_events_destroy(R->ev);
-    R->ev = NULL;
+    tw_events_destroy(R->ev_ema);
+    R->ev = R->ev_ema = NULL;
 }
 
-static void scalar(run *R, const char *tag, double v)
+/* A scalar at this step into *ev (R->ev or R->ev_ema: read again after a failure, which clears both). */
+static void scalar_to(run *R, tw_events_writer **ev, const char *tag, double v)
 {
     tw_error e;
-    if (R->ev && tw_events_add_scalar(R->ev, tag, R->T.step, (float)v, &e) != TW_OK)
+    if (*ev && tw_events_add_scalar(*ev, tag, R->T.step, (float)v, &e) != TW_OK)
+        events_failed(R, &e);
+}
+
+/* A training scalar: TW_TRAIN_TAGS "<name>" in the run's file. */
+static void train_scalar(run *R, const char *name, double v)
+{
+    char tag[64];
+    snprintf(tag, sizeof tag, TW_TRAIN_TAGS "%s", name);
+    scalar_to(R, &R->ev, tag, v);
+}
+
+/* Hands every pending point of both files to the disk. */
+static void flush_events(run *R)
+{
+    tw_error e;
+    if ((R->ev && tw_events_flush(R->ev, &e) != TW_OK) || (R->ev_ema && tw_events_flush(R->ev_ema, &e) != TW_OK))
         events_failed(R, &e);
 }
 
@@ -180,9 +200,7 @@ static tw_status save_checkpoint(run *R, tw_error *err)
     const tw_ckpt_meta meta[] = {{"format", "tower-checkpoint-1"}, {"step", step},
                                  {"data_epoch", epoch},           {"data_consumed", consumed},
                                  {"seed", seed},                  {"config", config ? config : ""}};
-    tw_error e; /* every point up to this step reaches the event file before a resume can start here */
-    if (R->ev && tw_events_flush(R->ev, &e) != TW_OK)
-        events_failed(R, &e);
+    flush_events(R); /* every point up to this step reaches the event files before a resume can start here */
     if (s == TW_OK)
         s = tw_checkpoint_save(R->ckpt_dir, R->T.step, R->c->keep_checkpoints, t, n, meta,
                                sizeof meta / sizeof meta[0], err);
@@ -291,6 +309,15 @@ static tw_status evaluate(run *R, int use_ema, eval_result *res, tw_error *err)
     return TW_OK;
 }
 
+/* One evaluation's eval/loss (and eval/accuracy for a classifier) into *ev: the raw weights' into the run's
+ * file, the EMA's under the same tags into the eval_ema sub-run, so TensorBoard draws them on one chart. */
+static void eval_scalars(run *R, tw_events_writer **ev, const eval_result *res, int classify)
+{
+    scalar_to(R, ev, "eval/loss", res->loss);
+    if (classify)
+        scalar_to(R, ev, "eval/accuracy", res->accuracy);
+}
+
 static tw_status eval_and_report(run *R, tw_error *err)
 {
     if (!R->test)
@@ -304,13 +331,9 @@ static tw_status eval_and_report(run *R, tw_error *err)
     tw_child_eval line = {.step = R->T.step, .loss = raw.loss, .examples = raw.examples,
                           .has_accuracy = classify, .accuracy = raw.accuracy, .has_ema = with_ema,
                           .loss_ema = ema.loss, .accuracy_ema = ema.accuracy};
-    scalar(R, "eval/loss", raw.loss);
-    if (classify)
-        scalar(R, "eval/accuracy", raw.accuracy);
+    eval_scalars(R, &R->ev, &raw, classify);
     if (with_ema)
-        scalar(R, "eval/loss_ema", ema.loss);
-    if (with_ema && classify)
-        scalar(R, "eval/accuracy_ema", ema.accuracy);
+        eval_scalars(R, &R->ev_ema, &ema, classify);
     tw_child_eval_line(&R->out, &line);
     return TW_OK;
 }
@@ -362,12 +385,12 @@ static tw_status report(run *R, tw_error *err)
     double sec_per_batch = steps ? dt / (double)steps / R->T.n : 0;
     double per_step = (t - R->t_start) / (double)(R->T.step - R->step_start);
     float lr = tw_learning_rate(R->c, R->T.step);
-    scalar(R, "loss", xent + reg);
-    scalar(R, R->c->loss == TW_LOSS_MSE ? "mean_squared_error" : "cross_entropy", xent);
-    scalar(R, "regularization_loss", reg);
-    scalar(R, "learning_rate", lr);
-    scalar(R, "examples_per_sec", ex_per_s);
-    scalar(R, "sec_per_batch", sec_per_batch);
+    train_scalar(R, "loss", xent + reg);
+    train_scalar(R, R->c->loss == TW_LOSS_MSE ? "mean_squared_error" : "cross_entropy", xent);
+    train_scalar(R, "regularization_loss", reg);
+    train_scalar(R, "learning_rate", lr);
+    train_scalar(R, "examples_per_sec", ex_per_s);
+    train_scalar(R, "sec_per_batch", sec_per_batch);
     if (due(R->T.step, R->c->histogram_every) || R->T.step == R->c->steps)
         TW_TRY(histograms(R, err));
     const tw_child_rates rates = {.learning_rate = lr, .examples_per_sec = ex_per_s,
@@ -421,6 +444,22 @@ static void session_end(run *R, tw_status s, tw_train_outcome outcome, const tw_
         events_failed(R, &e);
 }
 
+/* The eval_ema sub-run (logdir/TW_EVAL_EMA_RUN) when the run evaluates EMA weights: a new file per
+ * attempt, as the run's own, starting with SessionLog START at the resumed step so TensorBoard drops the
+ * points the interrupted attempt wrote after its checkpoint. */
+static tw_status start_ema_events(run *R, int resumed, tw_error *e)
+{
+    char dir[TW_PATH_BYTES + 16];
+    if (!R->test || R->c->ema_decay <= 0)
+        return TW_OK;
+    if (snprintf(dir, sizeof dir, "%s/" TW_EVAL_EMA_RUN, R->o->logdir) >= (int)sizeof dir)
+        return tw_error_set(e, TW_ERR_INVALID, R->o->logdir, -1, "the log folder's path is too long");
+    tw_events_options eo;
+    tw_events_options_default(&eo);
+    TW_TRY(tw_events_create(dir, &eo, &R->ev_ema, e));
+    return resumed ? tw_events_add_session_start(R->ev_ema, R->T.step + 1, e) : TW_OK;
+}
+
 static tw_status start_events(run *R, int resumed, tw_error *err)
 {
     tw_events_options eo;
@@ -443,6 +482,8 @@ static tw_status start_events(run *R, int resumed, tw_error *err)
         free(graph);
         free(config);
     }
+    if (s == TW_OK)
+        s = start_ema_events(R, resumed, &e);
     if (s != TW_OK)
         events_failed(R, &e);
     return TW_OK;
@@ -560,9 +601,10 @@ static void announce(run *R)
 static void teardown(run *R)
 {
     tw_error e;
-    if (R->ev && tw_events_close(R->ev, &e) != TW_OK)
+    if ((R->ev && tw_events_close(R->ev, &e) != TW_OK) || (R->ev_ema && tw_events_close(R->ev_ema, &e) != TW_OK))
         events_failed(R, &e);
     tw_events_destroy(R->ev);
+    tw_events_destroy(R->ev_ema);
     tw_towers_destroy(&R->T);
     tw_input_close(R->train);
     tw_input_close(R->test);

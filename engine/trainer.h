@@ -22,8 +22,16 @@
 #include "config.h"
 #include "status.h"
 
+/* What the event files hold, for their readers (the server's metrics route; docs/formats.md, "Event
+ * files"): the training scalars are tagged TW_TRAIN_TAGS "<name>" (train/loss, train/learning_rate, ...);
+ * the evaluation with the raw weights is eval/loss and eval/accuracy in logdir's file, the one with the
+ * EMA weights the same tags in the sub-run logdir/TW_EVAL_EMA_RUN (a file of its own per attempt, like
+ * TensorFlow's estimators write eval/), so TensorBoard draws raw and EMA on one chart. */
+#define TW_TRAIN_TAGS "train/"
+#define TW_EVAL_EMA_RUN "eval_ema"
+
 typedef struct {
-    const char *logdir;   /* event files here; checkpoints in logdir/checkpoints */
+    const char *logdir;   /* event files here (and in logdir/TW_EVAL_EMA_RUN); checkpoints in logdir/checkpoints */
     int resume;           /* continue from logdir/checkpoints/latest when there is one */
     const char *backend;  /* "auto", "cpu" or "cuda" */
     FILE *progress;       /* the child protocol's lines (child.h); borrowed */

@@ -194,8 +194,10 @@ void tw_api_dataset_get(tw_server *S, tw_req *r)
 void tw_api_dataset_delete(tw_server *S, tw_req *r)
 {
     tw_error err;
+    char dir[PATH_MAX];
+    tw_dataset_dir(S, tw_req_param(r, "id"), dir, sizeof dir);
     tw_status s = tw_store_dataset_delete(S->store, tw_req_param(r, "id"), &err);
-    tw_api_reply_deleted(S, r, s, &err, "dataset", tw_dataset_dir);
+    tw_api_reply_deleted(S, r, s, &err, "dataset", dir);
 }
 
 /* One Example as {"label", "pixels" | "features"}. */

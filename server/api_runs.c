@@ -70,7 +70,7 @@ static tw_status parent_checkpoint(tw_server *S, const char *ref, const json_t *
         return bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.run", s == TW_END ? "no run has that id or name" : msg);
     }
     TW_TRY(s);
-    tw_run_dir(S, json_string_value(json_object_get(row, "id")), run, sizeof run);
+    tw_run_dir(S, tw_run_folder(row), run, sizeof run);
     json_decref(row);
     tw_checkpoint_dir_of(run, dir, sizeof dir);
     tw_ckpt_listing l;
@@ -235,14 +235,33 @@ static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset
     return s;
 }
 
-/* Writes DIR/runs/<id>/config.json durably. */
-static tw_status write_config(tw_server *S, const char *id, const json_t *cfg, tw_error *err)
+/* Creates the new run's folder DATA/runs/<folder> (tw_run_folder_name of id and name, may be NULL; the
+ * whole id when the short one is taken) into folder[TW_RUN_FOLDER_BYTES] and dir[PATH_MAX]. */
+static tw_status make_run_dir(tw_server *S, const char *id, const char *name, char *folder, char *dir,
+                              tw_error *err)
+{
+    for (int whole_id = 0; whole_id < 2; whole_id++) {
+        if (tw_run_folder_name(id, name, whole_id, folder, TW_RUN_FOLDER_BYTES) != 0 ||
+            tw_run_dir(S, folder, dir, PATH_MAX) != 0)
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
+        if (tw_fs_mkdir(dir, 0755) == 0)
+            return TW_OK;
+        if (errno != EEXIST || !name)
+            break;
+    }
+    return tw_fs_error(err, dir, "cannot create the run folder");
+}
+
+/* Creates the run's folder (its name into folder[TW_RUN_FOLDER_BYTES]) and writes its config.json durably. */
+static tw_status write_config(tw_server *S, const char *id, const char *name, char *folder, const json_t *cfg,
+                              tw_error *err)
 {
     char dir[PATH_MAX], path[PATH_MAX];
-    if (tw_run_dir(S, id, dir, sizeof dir) != 0 || tw_run_path(S, id, TW_RUN_CONFIG, path, sizeof path) != 0)
+    TW_TRY(make_run_dir(S, id, name, folder, dir, err));
+    if (tw_run_path(S, folder, TW_RUN_CONFIG, path, sizeof path) != 0) {
+        tw_remove_tree(dir);
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
-    if (tw_fs_mkdir(dir, 0755) != 0)
-        return tw_fs_error(err, dir, "cannot create the run folder");
+    }
     char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
     tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
                        : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
@@ -293,24 +312,24 @@ static tw_status submit_new(tw_server *S, const json_t *body, const char *idem_k
     json_t *submitted = json_deep_copy(body), *cfg = json_deep_copy(body);
     server_keys k = {0};
     static __thread tw_config c; /* large: off the stack */
-    char id[TW_ID_BYTES];
+    char id[TW_ID_BYTES], folder[TW_RUN_FOLDER_BYTES];
     tw_store_new_id('r', id);
     tw_status s = take_server_keys(S, cfg, &k, code, err);
     k.name = json_string_value(json_object_get(submitted, "name")); /* cfg lost its copy */
     if (s == TW_OK)
         s = validate(S, cfg, k.dataset_row, &c, code, err);
     if (s == TW_OK)
-        s = write_config(S, id, cfg, err);
+        s = write_config(S, id, k.name, folder, cfg, err);
     char *sub_text = json_dumps(submitted, JSON_COMPACT | JSON_REAL_PRECISION(15)); /* 0.1, not 0.1000…01 */
     if (s == TW_OK) {
-        tw_run_new n = {.id = id, .name = k.name, .dataset_id = json_string_value(json_object_get(k.dataset_row, "id")),
+        tw_run_new n = {.id = id, .name = k.name, .folder = folder, .dataset_id = json_string_value(json_object_get(k.dataset_row, "id")),
                         .config = sub_text, .idem_key = idem_key, .idem_body = idem_body, .towers = c.towers,
                         .steps = c.steps, .max_restarts = k.max_restarts, .deadline_s = k.deadline_s,
                         .priority = k.priority};
         s = tw_store_run_insert(S->store, &n, err);
         if (s != TW_OK) {
             char dir[PATH_MAX];
-            tw_run_dir(S, id, dir, sizeof dir);
+            tw_run_dir(S, folder, dir, sizeof dir);
             tw_remove_tree(dir);
         }
         if (s == TW_ERR_INVALID)
@@ -394,7 +413,7 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
     json_decref(ds);
     json_object_del(r, "dataset_id");
     char dir[PATH_MAX], runs[PATH_MAX], tb[PATH_MAX + 32];
-    tw_run_dir(S, id, dir, sizeof dir);
+    tw_run_dir(S, tw_run_folder(row), dir, sizeof dir);
     tw_data_path(S, TW_DATA_RUNS, runs, sizeof runs);
     snprintf(tb, sizeof tb, "tensorboard --logdir %s", runs);
     json_object_set_new(r, "logdir", json_string(dir));
@@ -558,8 +577,65 @@ void tw_api_run_cancel(tw_server *S, tw_req *r)
 void tw_api_run_delete(tw_server *S, tw_req *r)
 {
     tw_error err;
+    char dir[PATH_MAX] = "";
+    json_t *row = run_or_404(S, r); /* its folder, read before the row goes */
+    if (!row)
+        return;
+    tw_run_dir(S, tw_run_folder(row), dir, sizeof dir);
+    json_decref(row);
     tw_status s = tw_store_run_delete(S->store, tw_req_param(r, "id"), &err);
-    tw_api_reply_deleted(S, r, s, &err, "run", tw_run_dir);
+    tw_api_reply_deleted(S, r, s, &err, "run", dir);
+}
+
+/* Adds the series of the event files directly in dir (borrowed; none when it does not exist) to *into
+ * (new, created on the first call), each named by rename(tag, buf[128]). */
+static tw_status add_series(const char *dir, const char *(*rename)(const char *tag, char *buf), json_t **into,
+                            tw_error *err)
+{
+    struct stat st;
+    json_t *got, *points;
+    const char *tag;
+    if (!*into)
+        *into = json_object();
+    if (tw_fs_stat(dir, &st) != 0 && errno == ENOENT) /* a symlink is ELOOP: read, and refused */
+        return TW_OK;
+    TW_TRY(tw_events_read_scalars(dir, MAX_POINTS, &got, err));
+    char buf[128];
+    json_object_foreach(got, tag, points) json_object_set(*into, rename(tag, buf), points);
+    json_decref(got);
+    return TW_OK;
+}
+
+/* The API's name of a tag of the run's own file: as written, less the training prefix (train/loss is
+ * "loss", as before the tags moved: old and new runs read alike). */
+static const char *main_series(const char *tag, char *buf)
+{
+    (void)buf;
+    size_t n = strlen(TW_TRAIN_TAGS);
+    return strncmp(tag, TW_TRAIN_TAGS, n) ? tag : tag + n;
+}
+
+/* The API's name of a tag of the eval_ema sub-run: the tag with "_ema" (eval/accuracy_ema). */
+static const char *ema_series(const char *tag, char *buf)
+{
+    snprintf(buf, 128, "%.100s_ema", tag);
+    return buf;
+}
+
+/* Every scalar series of the run in folder dir: its file's and its eval_ema sub-run's, into *out (new). */
+static tw_status run_scalars(const char *dir, json_t **out, tw_error *err)
+{
+    char sub[PATH_MAX + 16];
+    *out = NULL;
+    snprintf(sub, sizeof sub, "%s/" TW_EVAL_EMA_RUN, dir);
+    tw_status s = add_series(dir, main_series, out, err);
+    if (s == TW_OK)
+        s = add_series(sub, ema_series, out, err);
+    if (s != TW_OK) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    return s;
 }
 
 void tw_api_run_metrics(tw_server *S, tw_req *r)
@@ -568,17 +644,15 @@ void tw_api_run_metrics(tw_server *S, tw_req *r)
     if (!row)
         return;
     char dir[PATH_MAX];
-    tw_run_dir(S, tw_req_param(r, "id"), dir, sizeof dir);
+    tw_run_dir(S, tw_run_folder(row), dir, sizeof dir);
     json_decref(row);
-    json_t *scalars = NULL;
+    json_t *scalars;
     tw_error err;
-    struct stat st;
-    int missing = tw_fs_stat(dir, &st) != 0 && errno == ENOENT; /* a symlink is ELOOP: read, and refused */
-    if (!missing && tw_events_read_scalars(dir, MAX_POINTS, &scalars, &err) != TW_OK) {
+    if (run_scalars(dir, &scalars, &err) != TW_OK) {
         tw_api_reply_logged(r, &err);
         return;
     }
-    tw_reply_json(r, 200, json_pack("{s:o}", "scalars", scalars ? scalars : json_object()));
+    tw_reply_json(r, 200, json_pack("{s:o}", "scalars", scalars));
 }
 
 /* ---- Server-Sent Events ---- */
@@ -683,12 +757,13 @@ void tw_api_run_events(tw_server *S, tw_req *r)
 void tw_api_run_log(tw_server *S, tw_req *r)
 {
     long tail;
+    char path[PATH_MAX];
     json_t *row = run_or_404(S, r);
+    if (row)
+        tw_run_path(S, tw_run_folder(row), TW_RUN_LOG, path, sizeof path);
     json_decref(row);
     if (!row || tw_req_query_int(r, "tail", 1, 100000, 200, &tail))
         return;
-    char path[PATH_MAX];
-    tw_run_path(S, tw_req_param(r, "id"), TW_RUN_LOG, path, sizeof path);
     int fd = tw_fs_open(path, O_RDONLY, 0);
     if (fd < 0 && errno != ENOENT) {
         tw_error err;
@@ -719,11 +794,11 @@ void tw_api_run_log(tw_server *S, tw_req *r)
 static int checkpoint_dir(tw_server *S, tw_req *r, char *dir)
 {
     json_t *row = run_or_404(S, r);
-    json_decref(row);
     if (!row)
         return -1;
     char run[PATH_MAX];
-    tw_run_dir(S, tw_req_param(r, "id"), run, sizeof run);
+    tw_run_dir(S, tw_run_folder(row), run, sizeof run);
+    json_decref(row);
     tw_checkpoint_dir_of(run, dir, PATH_MAX + 16); /* the engine names its folder */
     return 0;
 }
@@ -859,10 +934,10 @@ void tw_api_run_priority(tw_server *S, tw_req *r)
 }
 
 /* The run's config.json with steps changed, written durably (the trainer reads it at its next start). */
-static tw_status rewrite_steps(tw_server *S, const char *id, int64_t steps, tw_error *err)
+static tw_status rewrite_steps(tw_server *S, const char *folder, int64_t steps, tw_error *err)
 {
     char path[PATH_MAX];
-    tw_run_path(S, id, TW_RUN_CONFIG, path, sizeof path);
+    tw_run_path(S, folder, TW_RUN_CONFIG, path, sizeof path);
     json_error_t je;
     int fd = tw_fs_open(path, O_RDONLY, 0);
     json_t *cfg = fd >= 0 ? json_loadfd(fd, 0, &je) : NULL;
@@ -903,7 +978,7 @@ void tw_api_run_resume(tw_server *S, tw_req *r)
     if (s == TW_OK)
         code = TW_API_CONFLICT; /* from here a refusal is the run's state */
     if (s == TW_OK && stopped)
-        s = rewrite_steps(S, id, steps, &err);
+        s = rewrite_steps(S, tw_run_folder(row), steps, &err);
     if (s == TW_OK) /* the store decides (and says why not) */
         s = tw_store_run_resume(S->store, id, steps, &err);
     json_decref(row);

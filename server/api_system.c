@@ -151,7 +151,7 @@ static const char *const REPLY_SCHEMAS[][2] = {
                 " \"string\"}}, \"label_histogram\": {\"type\": [\"object\", \"null\"]}}}"},
     {"Run", "{\"type\": \"object\", \"required\": [\"id\", \"name\", \"dataset\", \"status\", \"reason\", \"error\","
             " \"step\", \"steps\", \"towers\", \"devices\", \"metrics\", \"created\", \"started\", \"finished\", \"restarts\","
-            " \"max_restarts\", \"deadline_s\", \"logdir\", \"tensorboard\", \"config\"], \"properties\": {"
+            " \"max_restarts\", \"deadline_s\", \"logdir\", \"folder\", \"tensorboard\", \"config\"], \"properties\": {"
             "\"id\": {\"$ref\": \"#/components/schemas/RunId\"}, \"name\": {\"type\": [\"string\", \"null\"]},"
             " \"dataset\": {\"type\": \"object\", \"required\": [\"id\", \"name\"], \"properties\": {\"id\": {\"type\":"
             " \"string\"}, \"name\": {\"type\": [\"string\", \"null\"]}}}, \"status\": {\"anyOf\": [{\"$ref\":"
@@ -164,6 +164,8 @@ static const char *const REPLY_SCHEMAS[][2] = {
             " {\"type\": [\"number\", \"null\"]}, \"eta_s\": {\"type\": [\"number\", \"null\"]}, \"not_before\": {\"type\":"
             " \"number\"}, \"restarts\": {\"type\": \"integer\", \"minimum\": 0}, \"max_restarts\": {\"type\": \"integer\","
             " \"minimum\": 0}, \"deadline_s\": {\"type\": \"number\", \"minimum\": 0}, \"logdir\": {\"type\": \"string\"},"
+            " \"folder\": {\"type\": \"string\", \"description\": \"the run's folder under DATA/runs: TensorBoard's name"
+            " for it (NAME-rXXXXXX for a named run, the id otherwise)\"},"
             " \"tensorboard\": {\"type\": \"string\"}, \"tensorboard_url\": {\"type\": [\"string\", \"null\"]},"
             " \"config\": {\"type\": \"object\", \"description\": \"the run config"
             " as submitted\"}}}"},

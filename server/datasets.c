@@ -387,10 +387,11 @@ static void converter_wake(tw_server *S)
     pthread_mutex_unlock(&S->converter->mu);
 }
 
-/* Removes the folders in DATA/kind named like our ids that have no row: uploads and submissions that never
- * committed. Anything else in the data folder (a user's own converted dataset or run) is left alone. A
- * folder goes only after a read that says its row does not exist; a failed read ends the sweep with it. */
-static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_store_get_fn get,
+/* Removes the folders in DATA/kind named as ours would be (ours) that no row has (get by that name):
+ * uploads and submissions that never committed. Anything else in the data folder (a user's own converted
+ * dataset or run) is left alone. A folder goes only after a read that says its row does not exist; a
+ * failed read ends the sweep with it. */
+static tw_status remove_debris(tw_server *S, const char *kind, int (*ours)(const char *name), tw_store_get_fn get,
                                int (*dir_of)(const tw_server *, const char *, char *, size_t), tw_error *err)
 {
     char dir[PATH_MAX], path[PATH_MAX];
@@ -399,7 +400,7 @@ static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_s
     struct dirent *e;
     tw_status s = TW_OK;
     while (s == TW_OK && d && (e = readdir(d))) {
-        if (!tw_store_id_valid(prefix, e->d_name)) /* not ours: e.g. a `tower convert` or `tower train` output */
+        if (!ours(e->d_name)) /* not ours: e.g. a `tower convert` or `tower train` output */
             continue;
         json_t *row;
         s = get(S->store, e->d_name, &row, err);
@@ -417,10 +418,13 @@ static tw_status remove_debris(tw_server *S, const char *kind, char prefix, tw_s
     return s;
 }
 
+/* A dataset's folder is its id. */
+static int dataset_folder_valid(const char *name) { return tw_store_id_valid('d', name); }
+
 tw_status tw_datasets_remove_debris(tw_server *S, tw_error *err)
 {
-    TW_TRY(remove_debris(S, TW_DATA_DATASETS, 'd', tw_store_dataset_get, tw_dataset_dir, err));
-    return remove_debris(S, TW_DATA_RUNS, 'r', tw_store_run_get, tw_run_dir, err);
+    TW_TRY(remove_debris(S, TW_DATA_DATASETS, dataset_folder_valid, tw_store_dataset_get, tw_dataset_dir, err));
+    return remove_debris(S, TW_DATA_RUNS, tw_run_folder_valid, tw_store_run_by_folder, tw_run_dir, err);
 }
 
 tw_status tw_datasets_start(tw_server *S, tw_error *err)

@@ -15,10 +15,9 @@ json_t *tw_api_row_or_404(tw_server *S, tw_req *r, const char *kind, tw_store_ge
 }
 
 void tw_api_reply_deleted(tw_server *S, tw_req *r, tw_status s, const tw_error *err, const char *kind,
-                          int (*dir_of)(const tw_server *, const char *, char *, size_t))
+                          const char *dir)
 {
     const char *id = tw_req_param(r, "id");
-    char dir[PATH_MAX];
     if (s == TW_END)
         tw_reply_error(r, TW_API_NOT_FOUND, "no %s '%s'", kind, id);
     else if (s == TW_ERR_INVALID)
@@ -26,7 +25,7 @@ void tw_api_reply_deleted(tw_server *S, tw_req *r, tw_status s, const tw_error *
     else if (s != TW_OK)
         tw_reply_status(r, err);
     else {
-        if (dir_of(S, id, dir, sizeof dir) == 0)
+        if (dir[0])
             tw_remove_tree(dir);
         tw_server_changed(S);
         tw_reply_empty(r, 204);

@@ -16,8 +16,8 @@
 json_t *tw_api_row_or_404(tw_server *S, tw_req *r, const char *kind, tw_store_get_fn get);
 
 /* The reply to a DELETE whose store call returned s: 404 (TW_END), 409 (TW_ERR_INVALID: in use or not
- * finished), the error, or 204 after removing the folder dir_of names. */
+ * finished), the error, or 204 after removing the folder dir (read before the row went; "" = none). */
 void tw_api_reply_deleted(tw_server *S, tw_req *r, tw_status s, const tw_error *err, const char *kind,
-                          int (*dir_of)(const tw_server *, const char *, char *, size_t));
+                          const char *dir);
 
 #endif

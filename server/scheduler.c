@@ -57,9 +57,10 @@ typedef struct {
 
 typedef struct {
     char id[TW_ID_BYTES];
+    char folder[TW_RUN_FOLDER_BYTES]; /* its folder under DATA/runs (server.h) */
     pid_t pid;
     pipe_in in[2];           /* stdout (JSON lines), stderr (text) */
-    int log_fd;              /* DIR/runs/<id>/log, append */
+    int log_fd;              /* DIR/runs/<folder>/log, append */
     int exited, wstatus;     /* the leader was reaped, with this status */
     int group_gone;          /* no process of the group is left, zombies included */
     double last_line;        /* monotonic time of the last line */
@@ -326,9 +327,9 @@ static tw_status spawn(tw_scheduler *s, child *c, const char *visible, int gpu, 
 {
     tw_server *S = s->S;
     char logdir[PATH_MAX], config[PATH_MAX], logpath[PATH_MAX];
-    if (tw_run_dir(S, c->id, logdir, sizeof logdir) != 0 ||
-        tw_run_path(S, c->id, TW_RUN_CONFIG, config, sizeof config) != 0 ||
-        tw_run_path(S, c->id, TW_RUN_LOG, logpath, sizeof logpath) != 0)
+    if (tw_run_dir(S, c->folder, logdir, sizeof logdir) != 0 ||
+        tw_run_path(S, c->folder, TW_RUN_CONFIG, config, sizeof config) != 0 ||
+        tw_run_path(S, c->folder, TW_RUN_LOG, logpath, sizeof logpath) != 0)
         return tw_error_set(why, TW_ERR_INVALID, c->id, -1, "the run folder's path is too long");
     TW_TRY(remove_temporaries(logdir, why));
     char monitor[PATH_MAX];
@@ -443,6 +444,7 @@ static child *child_new(json_t *run, unsigned mask)
     if (!c)
         return NULL;
     snprintf(c->id, sizeof c->id, "%s", json_string_value(json_object_get(run, "id")));
+    snprintf(c->folder, sizeof c->folder, "%s", tw_run_folder(run));
     c->in[OUT].fd = c->in[ERR].fd = c->log_fd = -1;
     c->devices = mask;
     c->steps = json_integer_value(json_object_get(run, "steps"));
@@ -599,7 +601,7 @@ static void hparams_end(tw_server *S, const child *c, outcome o)
         return;
     char logdir[PATH_MAX];
     tw_error err;
-    if (tw_run_dir(S, c->id, logdir, sizeof logdir) == 0 &&
+    if (tw_run_dir(S, c->folder, logdir, sizeof logdir) == 0 &&
         tw_hparams_append_session_end(logdir, TW_HPARAMS_FAILURE, tw_now_wall(), &err) != TW_OK)
         log_store_error(&err);
 }

@@ -8,8 +8,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "datafs.h"
 #include "logtext.h"
+#include "names.h"
+#include "store.h"
 
 void tw_serve_options_default(tw_serve_options *o)
 {
@@ -105,16 +109,46 @@ static int data_join(const tw_server *S, char *buf, size_t size, const char *con
                             (int)(sizeof (const char *const[]){__VA_ARGS__} / sizeof(const char *)))
 
 int tw_data_path(const tw_server *S, const char *name, char *buf, size_t size) { return JOIN(name); }
-int tw_run_dir(const tw_server *S, const char *id, char *buf, size_t size) { return JOIN(TW_DATA_RUNS, id); }
+int tw_run_folder_name(const char *id, const char *name, int whole_id, char *buf, size_t size)
+{
+    int n = name ? snprintf(buf, size, "%s-%.*s", name, whole_id ? TW_ID_BYTES : TW_RUN_FOLDER_ID, id)
+                 : snprintf(buf, size, "%s", id);
+    if (n >= 0 && (size_t)n < size)
+        return 0;
+    if (size)
+        buf[0] = 0;
+    return -1;
+}
+
+int tw_run_folder_valid(const char *s)
+{
+    if (tw_store_id_valid('r', s))
+        return 1;
+    const char *dash = strrchr(s, '-'), *tail = dash ? dash + 1 : "";
+    size_t k = strlen(tail);
+    if (!dash || dash - s > TW_NAME_MAX || (k != TW_RUN_FOLDER_ID && k != TW_ID_BYTES - 1))
+        return 0;
+    char name[TW_NAME_MAX + 1], id[TW_ID_BYTES], why[80];
+    snprintf(name, sizeof name, "%.*s", (int)(dash - s), s);
+    snprintf(id, sizeof id, "%s000000000", tail); /* a short id padded to an id's length */
+    return tw_store_id_valid('r', id) && tw_name_valid(name, why, sizeof why);
+}
+
+const char *tw_run_folder(const json_t *row) { return json_string_value(json_object_get(row, "folder")); }
+
+int tw_run_dir(const tw_server *S, const char *folder, char *buf, size_t size)
+{
+    return JOIN(TW_DATA_RUNS, folder);
+}
 
 int tw_dataset_dir(const tw_server *S, const char *id, char *buf, size_t size)
 {
     return JOIN(TW_DATA_DATASETS, id);
 }
 
-int tw_run_path(const tw_server *S, const char *id, const char *name, char *buf, size_t size)
+int tw_run_path(const tw_server *S, const char *folder, const char *name, char *buf, size_t size)
 {
-    return JOIN(TW_DATA_RUNS, id, name);
+    return JOIN(TW_DATA_RUNS, folder, name);
 }
 
 int tw_dataset_path(const tw_server *S, const char *id, const char *name, char *buf, size_t size)

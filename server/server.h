@@ -16,6 +16,7 @@
 #include "status.h"
 
 typedef struct tw_store tw_store;
+struct json_t;
 typedef struct tw_scheduler tw_scheduler;
 typedef struct tw_http tw_http;
 struct tw_route;
@@ -97,7 +98,8 @@ double tw_now_wall(void);
 /* ---- the data folder's layout: every path under DATA is made by these (nowhere else) ----
  *   DATA/tower.db  DATA/tower.lock  (serve_main.c)
  *   DATA/datasets/<id>/upload/<field>, upload/params.json, train.tfrecord, test.tfrecord, meta.json
- *   DATA/runs/<id>/config.json, log; its checkpoints/ and event files are the engine's (tw_checkpoint_dir_of)
+ *   DATA/runs/<folder>/config.json, log; its checkpoints/ and event files are the engine's
+ *   (tw_checkpoint_dir_of, trainer.h); <folder> is the run's (tw_run_folder_name), kept in its row
  * Each returns 0, or -1 when the path does not fit in size (buf is then ""). */
 #define TW_DATA_DB "tower.db"
 #define TW_DATA_LOCK "tower.lock"
@@ -113,11 +115,25 @@ double tw_now_wall(void);
 
 /* DATA/<name> ("tower.db", "runs", ...). */
 int tw_data_path(const tw_server *S, const char *name, char *buf, size_t size);
-/* DATA/runs/<id> and DATA/datasets/<id>. */
-int tw_run_dir(const tw_server *S, const char *id, char *buf, size_t size);
+/* A run's folder under DATA/runs, the name TensorBoard lists it by: "<name>-<the id's first
+ * TW_RUN_FOLDER_ID characters>" for a named run (mnist-lr0.1-r9ac3a9), with the whole id instead when
+ * whole_id (the short one was taken); the bare id for an unnamed run (the page and the API show it by its
+ * id too). name (may be NULL) passed names.h's rule, so it is one safe path component. The folder is
+ * chosen once, at submission, and kept in the run's row (the store's "folder"; runs of an older Tower
+ * keep theirs, the bare id): everything else finds it from the row (tw_run_folder), never from the name.
+ * Returns 0, or -1 when it does not fit in size (buf ""). */
+enum { TW_RUN_FOLDER_ID = 7, TW_RUN_FOLDER_BYTES = 96 };
+int tw_run_folder_name(const char *id, const char *name, int whole_id, char *buf, size_t size);
+/* 1 when s has a form tw_run_folder_name makes (the start-up clean-up removes only those). */
+int tw_run_folder_valid(const char *s);
+/* The folder of a run's row (borrowed from row). */
+const char *tw_run_folder(const struct json_t *row);
+
+/* DATA/runs/<folder> and DATA/datasets/<id>. */
+int tw_run_dir(const tw_server *S, const char *folder, char *buf, size_t size);
 int tw_dataset_dir(const tw_server *S, const char *id, char *buf, size_t size);
-/* A file in those folders: DATA/runs/<id>/<name> (TW_RUN_*), DATA/datasets/<id>/<name> (TW_DATASET_*). */
-int tw_run_path(const tw_server *S, const char *id, const char *name, char *buf, size_t size);
+/* A file in those folders: DATA/runs/<folder>/<name> (TW_RUN_*), DATA/datasets/<id>/<name> (TW_DATASET_*). */
+int tw_run_path(const tw_server *S, const char *folder, const char *name, char *buf, size_t size);
 int tw_dataset_path(const tw_server *S, const char *id, const char *name, char *buf, size_t size);
 /* An uploaded file: DATA/datasets/<id>/upload/<field>. */
 int tw_upload_path(const tw_server *S, const char *id, const char *field, char *buf, size_t size);

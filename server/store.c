@@ -3,7 +3,7 @@
  * Every statement is prepared once (keyed by its text's address: they are literals) and bound with a
  * small format string ("s" text, "S" text or NULL, "i" int64, "d" double). Rows become JSON objects
  * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. The schema's version is
- * PRAGMA user_version (4), and an older database is migrated at open. */
+ * PRAGMA user_version (5), and an older database is migrated at open. */
 #define _GNU_SOURCE
 #include "store.h"
 
@@ -54,10 +54,18 @@ static const char MIGRATE_3[] =
     "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
     "PRAGMA user_version = 3;";
 
-/* Version 4 keeps the number of runs in each state in run_counts, maintained by triggers in the same
+/* Version 4 keeps each run's folder under DATA/runs (server.h, tw_run_folder_name): the runs an older
+ * Tower made keep theirs, the bare id. */
+static const char MIGRATE_4[] =
+    "ALTER TABLE runs ADD COLUMN folder TEXT;"
+    "UPDATE runs SET folder = id;"
+    "CREATE UNIQUE INDEX runs_folder ON runs(folder);"
+    "PRAGMA user_version = 4;";
+
+/* Version 5 keeps the number of runs in each state in run_counts, maintained by triggers in the same
  * transaction as every insert, state change and delete, so /health and /metrics read a handful of rows
  * whatever the number of runs, and the counts cannot drift from the table. Filled once from runs. */
-static const char MIGRATE_4[] =
+static const char MIGRATE_5[] =
     "CREATE TABLE IF NOT EXISTS run_counts(status TEXT PRIMARY KEY, n INTEGER NOT NULL);"
     "DELETE FROM run_counts;"
     "INSERT INTO run_counts SELECT status, count(*) FROM runs GROUP BY status;"
@@ -69,7 +77,7 @@ static const char MIGRATE_4[] =
     " INSERT INTO run_counts VALUES(NEW.status, 1) ON CONFLICT(status) DO UPDATE SET n = n + 1; END;"
     "CREATE TRIGGER IF NOT EXISTS run_counts_delete AFTER DELETE ON runs BEGIN"
     " UPDATE run_counts SET n = n - 1 WHERE status = OLD.status; END;"
-    "PRAGMA user_version = 4;";
+    "PRAGMA user_version = 5;";
 
 static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices"};
 
@@ -313,6 +321,8 @@ static int migrate(sqlite3 *db)
         rc = sqlite3_exec(db, MIGRATE_3, NULL, NULL, NULL);
     if (rc == SQLITE_OK && version < 4)
         rc = sqlite3_exec(db, MIGRATE_4, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && version < 5)
+        rc = sqlite3_exec(db, MIGRATE_5, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
@@ -447,7 +457,7 @@ tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)
 #define RUN_COLUMNS                                                                                \
     "id, name, dataset_id, status, reason, error, config, towers, steps, step, metrics, devices,"  \
     " eta_s, created, started, first_started, finished, restarts, max_restarts, deadline_s,"       \
-    " not_before, priority"
+    " not_before, priority, folder"
 
 tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
 {
@@ -456,12 +466,12 @@ tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
     int changed = 0, ext = 0;
     tw_status s = exec_ext(st, &changed, &ext, err,
                            "INSERT INTO runs(id, name, dataset_id, status, config, towers, steps, created, "
-                           "max_restarts, deadline_s, idempotency_key, idempotency_body, priority) "
-                           "SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12 WHERE EXISTS "
-                           "(SELECT 1 FROM datasets WHERE id = ?3 AND status = 'ready')",
-                           "sSssiididSSi", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
+                           "max_restarts, deadline_s, idempotency_key, idempotency_body, priority, folder) "
+                           "SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, COALESCE(?13, ?1) "
+                           "WHERE EXISTS (SELECT 1 FROM datasets WHERE id = ?3 AND status = 'ready')",
+                           "sSssiididSSiS", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
                            ts.tv_sec + ts.tv_nsec * 1e-9, (int64_t)r->max_restarts, r->deadline_s, r->idem_key,
-                           r->idem_body, (int64_t)r->priority);
+                           r->idem_body, (int64_t)r->priority, r->folder);
     if (s != TW_OK && r->idem_key && ext == SQLITE_CONSTRAINT_UNIQUE && strstr(err->message, "idempotency_key")) {
         tw_error_clear(err);
         return TW_END;
@@ -475,6 +485,13 @@ tw_status tw_store_run_get(tw_store *st, const char *id, json_t **out, tw_error 
 {
     json_t *rows;
     tw_status s = query(st, &rows, err, "SELECT " RUN_COLUMNS " FROM runs WHERE id = ?", "s", id);
+    return first(s, rows, out);
+}
+
+tw_status tw_store_run_by_folder(tw_store *st, const char *folder, json_t **out, tw_error *err)
+{
+    json_t *rows;
+    tw_status s = query(st, &rows, err, "SELECT " RUN_COLUMNS " FROM runs WHERE folder = ?", "s", folder);
     return first(s, rows, out);
 }
 
@@ -529,7 +546,7 @@ tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err)
 {
     json_t *rows;
     *out = NULL;
-    TW_TRY(query(st, &rows, err, "SELECT status, n FROM run_counts", "")); /* kept by triggers (MIGRATE_4) */
+    TW_TRY(query(st, &rows, err, "SELECT status, n FROM run_counts", "")); /* kept by triggers (MIGRATE_5) */
     *out = json_object();
     for (int k = 0; k < TW_RUN_STATES; k++)
         json_object_set_new(*out, RUN_STATES[k], json_integer(0));

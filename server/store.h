@@ -87,6 +87,7 @@ tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err);
 /* ---- runs ---- */
 typedef struct {
     const char *id, *name, *dataset_id, *config; /* name may be NULL */
+    const char *folder; /* its folder under DATA/runs (server.h, tw_run_folder_name); NULL: the id */
     const char *idem_key, *idem_body; /* NULL, or the Idempotency-Key and the canonical body it came with */
     int towers;
     int64_t steps;
@@ -102,6 +103,8 @@ typedef struct {
  * tw_store_run_by_key); TW_ERR_IO on failure. */
 tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err);
 tw_status tw_store_run_get(tw_store *st, const char *id, json_t **out, tw_error *err);
+/* The run whose folder (under DATA/runs) is `folder`: TW_OK, TW_END (none). A tw_store_get_fn. */
+tw_status tw_store_run_by_folder(tw_store *st, const char *folder, json_t **out, tw_error *err);
 /* The run holding idem_key when it was submitted with idem_body (or before bodies were kept): TW_OK;
  * TW_END: no run holds the key; TW_ERR_INVALID: it was used with another body (err says so). */
 tw_status tw_store_run_by_key(tw_store *st, const char *idem_key, const char *idem_body, json_t **out,

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,13 @@ def tensorboard(logdir, logs):
             proc.wait()
         out.close()
         err.close()
+
+
+def run_dir(data, run_id):
+    """DATA/runs/<folder> of run run_id (server/server.h, tw_run_folder_name): NAME-<the id's first 7
+    characters> (or NAME-<id>) for a named run, the bare id for an unnamed one or one an older Tower made;
+    DATA/runs/<id> when there is none (yet, or any more)."""
+    runs = Path(data) / "runs"
+    found = [*runs.glob(f"*-{run_id[:7]}"), *runs.glob(f"*-{run_id}")]
+    assert len(found) <= 1, found
+    return found[0] if found and not (runs / run_id).exists() else runs / run_id

@@ -25,7 +25,8 @@ from test_train import fashion, mlp_config, train  # noqa: F401 (fashion is a fi
 STATUSES = ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_FAILURE", "STATUS_RUNNING"]
 HPARAMS = ["optimizer", "learning_rate", "lr_decay", "batch_size", "towers", "l2", "ema_decay", "steps",
            "model", "dataset", "seed"]
-METRICS = ["eval/accuracy", "eval/accuracy_ema", "eval/loss"]
+# (group, tag): the raw evaluation in the run itself, the EMA one under the same tag in its eval_ema sub-run
+METRICS = [("", "eval/accuracy"), ("eval_ema", "eval/accuracy"), ("", "eval/loss")]
 STEPS = 200
 LONG_STEPS = 4000  # the run stopped mid-way: long enough that SIGTERM lands before its end
 
@@ -38,10 +39,10 @@ def config(fashion, **over):
 
 
 def last_eval(lines):
-    """The final evaluation line's metrics by TensorBoard tag."""
+    """The final evaluation line's metrics by TensorBoard (group, tag)."""
     ev = [l for l in lines if "eval_accuracy" in l][-1]
-    return {"eval/accuracy": ev["eval_accuracy"], "eval/accuracy_ema": ev["eval_accuracy_ema"],
-            "eval/loss": ev["eval_loss"]}
+    return {("", "eval/accuracy"): ev["eval_accuracy"], ("eval_ema", "eval/accuracy"): ev["eval_accuracy_ema"],
+            ("", "eval/loss"): ev["eval_loss"]}
 
 
 def stop_mid_run(tower_bin, tmp_path, cfg, name):
@@ -98,8 +99,8 @@ def experiment(base, ready=lambda e: True):
 
 def session_groups(base, hparams, metrics, ready):
     cols = [{"hparam": h, "order": "ORDER_UNSPECIFIED", "includeInResult": True} for h in hparams]
-    cols += [{"metric": {"group": "", "tag": t}, "order": "ORDER_UNSPECIFIED", "includeInResult": True}
-             for t in metrics]
+    cols += [{"metric": {"group": g, "tag": t}, "order": "ORDER_UNSPECIFIED", "includeInResult": True}
+             for g, t in metrics]
     body = {"experimentName": "", "allowedStatuses": STATUSES, "colParams": cols,
             "aggregationType": "AGGREGATION_AVG", "startIndex": 0, "sliceSize": 1000, "includeMetrics": True}
     return post(base, "session_groups", body, ready)["sessionGroups"]
@@ -110,8 +111,9 @@ def sessions_of(groups):
     return {s["name"]: (g, s) for g in groups for s in g["sessions"]}
 
 
-def metric(values, tag):
-    (v,) = [m["value"] for m in values if m["name"] == {"group": "", "tag": tag}]
+def metric(values, name):
+    group, tag = name
+    (v,) = [m["value"] for m in values if m["name"] == {"group": group, "tag": tag}]
     return v
 
 
@@ -128,8 +130,8 @@ def test_experiment_lists_the_hparams_and_the_eval_metrics(local_tb):
     types = {h["name"]: h["type"] for h in exp["hparamInfos"]}
     assert types["optimizer"] == types["model"] == types["lr_decay"] == "DATA_TYPE_STRING"
     assert types["learning_rate"] == types["seed"] == "DATA_TYPE_FLOAT64"
-    tags = {m["name"]["tag"] for m in exp["metricInfos"] if m["name"]["group"] == ""}
-    assert set(METRICS) <= tags
+    names = {(m["name"]["group"], m["name"]["tag"]) for m in exp["metricInfos"]}
+    assert set(METRICS) <= names
 
 
 def test_every_run_is_a_session_with_its_hparams_and_final_metrics(local_tb, local, fashion):  # noqa: F811
@@ -232,6 +234,6 @@ def test_served_runs_end_with_the_right_status(served, tmp_path_factory):
     assert got == {"completed": "STATUS_SUCCESS", "deadline": "STATUS_FAILURE", "cancelled": "STATUS_UNKNOWN"}
     for kind, run_id in ids.items():
         assert sessions[run_id]["monitorUrl"] == f"{server.url}/#/runs/{run_id}", kind
-        assert sessions[run_id]["modelUri"] == str(server.data.resolve() / "runs" / run_id / "checkpoints")
+        assert sessions[run_id]["modelUri"] == str(helpers.run_dir(server.data.resolve(), run_id) / "checkpoints")
     # The server's end info is a small event file of its own next to the trainer's.
-    assert len(list((server.data / "runs" / ids["deadline"]).glob("events.out.tfevents.*"))) == 2
+    assert len(list(helpers.run_dir(server.data, ids["deadline"]).glob("events.out.tfevents.*"))) == 2

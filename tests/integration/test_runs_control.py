@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import requests
 
+import helpers
 from helpers import poll
 from test_server import child_pids, submit, wait_dataset, wait_run
 
@@ -96,7 +97,7 @@ def test_a_cancelled_run_resumed_gives_the_losses_of_an_uninterrupted_run(serve)
     resumed, uninterrupted = losses(server, first), losses(server, whole)
     assert uninterrupted and all(sorted(v) == list(range(1, 121)) for v in uninterrupted.values()), uninterrupted
     assert resumed == uninterrupted  # bit-exact: the same float32 values step for step
-    folder = server.data / "runs" / first
+    folder = helpers.run_dir(server.data, first)
     events = sorted(f for f in os.listdir(folder) if f.startswith("events.out.tfevents"))
     assert len(events) == 2  # the run's own folder: a second file that starts at the resumed step
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
@@ -121,9 +122,9 @@ def test_resume_refusals_and_more_steps_for_a_succeeded_run(fake_server):
     assert r.status_code == 202 and r.json()["steps"] == 25, r.text
     done = wait_run(server, run_id)
     assert done["status"] == "succeeded" and done["step"] == 25, done
-    steps = (server.data / "runs" / run_id / "steps.log").read_text().split()[1::2]
+    steps = (helpers.run_dir(server.data, run_id) / "steps.log").read_text().split()[1::2]
     assert steps == [str(k) for k in range(1, 26)]  # continued from step 10's checkpoint, nothing redone
-    assert json.loads((server.data / "runs" / run_id / "config.json").read_text())["steps"] == 25
+    assert json.loads((helpers.run_dir(server.data, run_id) / "config.json").read_text())["steps"] == 25
 
 
 # ---- queue priority ----
@@ -190,7 +191,7 @@ def test_download_any_kept_checkpoint_by_step(fake_server):
     for c in listing["checkpoints"]:
         r = requests.get(server.api(f"/runs/{run_id}/checkpoints/{c['step']}"), timeout=10)
         assert r.status_code == 200, r.text
-        path = server.data / "runs" / run_id / "checkpoints" / c["file"]
+        path = helpers.run_dir(server.data, run_id) / "checkpoints" / c["file"]
         assert r.content == path.read_bytes() and len(r.content) == c["bytes"]
         assert c["file"] in r.headers.get("Content-Disposition", "")
     latest = requests.get(server.api(f"/runs/{run_id}/checkpoints/latest"), timeout=10)

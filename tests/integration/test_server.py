@@ -117,7 +117,8 @@ def test_samples_decode_pixels(trained):
 def test_submit_reply_and_sse_progress(trained):
     server, _, created, events = trained
     assert created["status"] == "queued" and created["id"].startswith("r")
-    assert created["logdir"] == str(server.data.resolve() / "runs" / created["id"])
+    # a named run's folder, TensorBoard's name for it: the name and the id's first 7 characters
+    assert created["logdir"] == str(server.data.resolve() / "runs" / f"seed-short-{created['id'][:7]}")
     steps = [e["step"] for e in events]
     assert steps == sorted(steps) and len(set(steps)) >= 2, steps
     assert events[-1]["status"] == "succeeded" and events[-1]["step"] == 3000
@@ -144,15 +145,17 @@ def test_metrics_route_reads_event_files(trained):
 
 def test_stock_tensorboard_lists_the_run(trained, tmp_path):
     server, _, created, _ = trained
+    folder = pathlib.Path(created["logdir"]).name  # the run's name and the start of its id
     with helpers.tensorboard(server.data / "runs", tmp_path) as (base, _):
         def tags():
             r = requests.get(base + "/data/plugin/scalars/tags", timeout=10)
             body = r.json() if r.status_code == 200 else {}
-            return body.get(created["id"]) if "loss" in body.get(created["id"], {}) else None
+            return body if "train/loss" in body.get(folder, {}) else None
         got = poll("tensorboard to list the run's scalars", tags)
-        assert {"loss", "learning_rate", "eval/accuracy", "eval/accuracy_ema"} <= set(got)
+        assert {"train/loss", "train/learning_rate", "eval/accuracy", "eval/loss"} <= set(got[folder])
+        assert set(got[folder + "/eval_ema"]) == {"eval/accuracy", "eval/loss"}
         r = requests.get(base + "/data/plugin/scalars/scalars",
-                         params={"run": created["id"], "tag": "loss"}, timeout=10).json()
+                         params={"run": folder, "tag": "train/loss"}, timeout=10).json()
         assert [p[1] for p in r] == list(range(250, 3001, 250))
 
 
@@ -266,13 +269,13 @@ def test_cancel_delete_rules(serve, tool):
     assert requests.post(server.api(f"/runs/{long_run['id']}/cancel"), timeout=10).status_code == 202
     done = wait_run(server, long_run["id"])
     assert done["status"] == "cancelled" and 0 < done["step"] < 100000
-    assert (server.data / "runs" / long_run["id"] / "checkpoints" / "latest").exists()
+    assert (helpers.run_dir(server.data, long_run["id"]) / "checkpoints" / "latest").exists()
     r = requests.post(server.api(f"/runs/{long_run['id']}/cancel"), timeout=10)
     assert r.status_code == 409
     # finished: both delete; files go too
     for run in (long_run, queued):
         assert requests.delete(server.api(f"/runs/{run['id']}"), timeout=10).status_code == 204
-        assert not (server.data / "runs" / run["id"]).exists()
+        assert not helpers.run_dir(server.data, run["id"]).exists()
     assert requests.delete(server.api(f"/datasets/{dataset['id']}"), timeout=10).status_code == 204
     assert requests.get(server.api(f"/datasets/{dataset['id']}"), timeout=10).status_code == 404
 
@@ -361,9 +364,9 @@ def test_kill_9_during_a_run_resumes_and_completes(serve, tool):
     assert done["status"] == "succeeded" and done["step"] == 8000 and done["restarts"] == 0
     log = requests.get(again.api(f"/runs/{run['id']}/log?tail=1000"), timeout=10).text
     assert "resumed_from" in log
-    out = subprocess.run([tool("tw_scalars"), server.data / "runs" / run["id"]], capture_output=True,
+    out = subprocess.run([tool("tw_scalars"), helpers.run_dir(server.data, run["id"])], capture_output=True,
                          text=True, check=True).stdout
-    steps = [p[0] for p in json.loads(out)["loss"]]
+    steps = [p[0] for p in json.loads(out)["train/loss"]]
     assert steps == list(range(100, 8001, 100))
     db = sqlite3.connect(server.data / "tower.db")
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

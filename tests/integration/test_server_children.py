@@ -6,6 +6,7 @@ import subprocess
 
 import requests
 
+import helpers
 from helpers import poll
 from test_server import child_pids, seed_config, submit, upload_fashion, wait_run
 
@@ -25,7 +26,7 @@ def test_child_has_its_own_group_and_no_server_descriptors(serve, tool):
     fds = {os.readlink(f"/proc/{child}/fd/{fd}") for fd in os.listdir(f"/proc/{child}/fd")}
     assert not any("tower.db" in f for f in fds), fds
     assert not any(f.startswith("socket:") for f in fds), fds  # not the listening socket
-    logdir = str(server.data.resolve() / "runs" / run["id"])
+    logdir = str(helpers.run_dir(server.data.resolve(), run["id"]))
     assert [c.decode() for c in cmdline[1:7]] == ["train", f"{logdir}/config.json", "--logdir", logdir,
                                                    "--resume", "--backend"]
     assert [c.decode() for c in cmdline[8:10]] == ["--data-root", str(server.data.resolve())]  # confined

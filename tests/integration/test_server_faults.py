@@ -11,6 +11,7 @@ import time
 import pytest
 import requests
 
+import helpers
 from helpers import poll
 from test_server import child_pids, pid_alive, seed_config, submit, upload_fashion, wait_run
 
@@ -35,7 +36,7 @@ def with_dataset(serve, tool):
 def run_steps(server, run_id):
     """The steps of the run's loss series, read from its event files (TensorBoard's restart rule)."""
     from conftest import BUILD
-    out = subprocess.run([BUILD / "tests" / "tools" / "tw_scalars", server.data / "runs" / run_id],
+    out = subprocess.run([BUILD / "tests" / "tools" / "tw_scalars", helpers.run_dir(server.data, run_id)],
                          capture_output=True, text=True, check=True).stdout
     return [p[0] for p in json.loads(out).get("loss", [])]
 
@@ -47,7 +48,7 @@ def test_g1_g2_non_finite_loss_fails_without_retry(with_dataset, fault, code):
     done = wait_run(server, run["id"])
     assert done["status"] == "failed" and done["reason"] == "diverged" and done["restarts"] == 0
     assert code in done["error"]["message"]
-    latest = (server.data / "runs" / run["id"] / "checkpoints" / "latest").read_text()
+    latest = (helpers.run_dir(server.data, run["id"]) / "checkpoints" / "latest").read_text()
     assert int(latest.split("-")[1].split(".")[0]) < 5
 
 
@@ -155,7 +156,7 @@ def test_p2_kill_9_server_children_die_and_resume_exactly(with_dataset, serve, t
     again = fake_server(serve, tool, "step_ms=1", data=server.data)
     done = wait_run(again, run["id"])
     assert done["status"] == "succeeded" and done["step"] == 300 and done["restarts"] == 0
-    lines = (server.data / "runs" / run["id"] / "steps.log").read_text().split()
+    lines = (helpers.run_dir(server.data, run["id"]) / "steps.log").read_text().split()
     assert lines[1::2] == [str(i) for i in range(1, 301)]
     assert run_steps(again, run["id"]) == list(range(1, 301))
 
@@ -163,7 +164,7 @@ def test_p2_kill_9_server_children_die_and_resume_exactly(with_dataset, serve, t
 def test_p3_kill_9_child_during_a_checkpoint_write(with_dataset):
     server = with_dataset("step_ms=1,ckpt_ms=3000,once")
     run = submit(server, seed_config(steps=30, checkpoint_every=10)).json()
-    ckdir = server.data / "runs" / run["id"] / "checkpoints"
+    ckdir = helpers.run_dir(server.data, run["id"]) / "checkpoints"
     tmp = poll("a checkpoint being written",
                lambda: next((p for p in ckdir.glob("*.tmp.*")), None) if ckdir.exists() else None)
     child = child_pids(server.proc.pid)[0]
@@ -215,7 +216,7 @@ def test_sigterm_stops_cleanly_and_the_run_resumes(with_dataset, serve, tool):
          .json()["step"] >= 50 else None)
     server.proc.send_signal(signal.SIGTERM)
     assert server.proc.wait(timeout=30) == 0
-    ckdir = server.data / "runs" / run["id"] / "checkpoints"
+    ckdir = helpers.run_dir(server.data, run["id"]) / "checkpoints"
     saved = int((ckdir / "latest").read_text().split("-")[1].split(".")[0])
     assert 50 <= saved < 300  # checkpointed on SIGTERM, not at a checkpoint_every boundary
     again = fake_server(serve, tool, "step_ms=1", data=server.data)

@@ -10,6 +10,7 @@ import signal
 import pytest
 import requests
 
+import helpers
 from helpers import poll
 from test_server import pid_alive, seed_config, submit, upload_fashion, wait_run
 
@@ -30,7 +31,7 @@ def helper_pid(tmp_path):
     At teardown any process still running from this test's folder (a helper the server failed to kill) is
     killed, so none outlives the test."""
     def read(server, run_id):
-        log = server.data / "runs" / run_id / "log"
+        log = helpers.run_dir(server.data, run_id) / "log"
 
         def find():
             m = re.search(r'\{"helper_pid":(\d+)\}', log.read_text()) if log.exists() else None
@@ -112,7 +113,7 @@ def test_run_log_escapes_control_characters(serve, tool):
     done = wait_run(server, run["id"], deadline_s=SETTLE_S)
     assert done["status"] == "failed" and done["reason"] == "bad_config"
     assert done["error"]["message"].endswith(f"unknown value '{FORGED}'")  # the API keeps the text
-    log = (server.data / "runs" / run["id"] / "log").read_bytes().decode()
+    log = (helpers.run_dir(server.data, run["id"]) / "log").read_bytes().decode()
     assert_no_forged_line(log, "the run log")
     assert r"unknown value '\n== forged ==\n\x1b[2J' ==" in log  # the server's exit line
     assert r"forge: \x1b[2J\x1b]0;owned\x07 terminal escapes" in log  # the child's stderr line

@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from conftest import start_server
+import helpers
 from helpers import poll
 from test_server import seed_config, submit, wait_dataset, wait_run
 from test_server_inputs import error_of
@@ -188,7 +189,7 @@ def test_second_server_on_one_data_folder_refuses(serve, tool, tower_bin, tmp_pa
     # the first server's run was neither requeued nor started twice
     shown = requests.get(first.api(f"/runs/{run['id']}"), timeout=10).json()
     assert shown["status"] == "running" and shown["restarts"] == 0
-    log = (first.data / "runs" / run["id"] / "log").read_text()
+    log = (helpers.run_dir(first.data, run["id"]) / "log").read_text()
     assert log.count("== attempt") == 1, log
     # after kill -9 of the first, a new server takes the folder at once and resumes the run
     first.proc.send_signal(signal.SIGKILL)

@@ -12,6 +12,7 @@ import subprocess
 
 import requests
 
+import helpers
 from helpers import poll
 from test_server import child_pids, pid_alive, seed_config, submit, wait_dataset, wait_run
 
@@ -76,7 +77,7 @@ def restarted(serve, server, start, sig):
 
 
 def run_dir(server, run_id):
-    return server.data.resolve() / "runs" / run_id
+    return helpers.run_dir(server.data.resolve(), run_id)
 
 
 def refused(r, path, secret=SECRET):

@@ -106,6 +106,26 @@ def test_resume_is_bit_exact(tower_bin, tmp_path, fashion):
     assert json.loads(res.stdout)["session_starts"] == [21]
 
 
+def test_a_retried_attempt_shows_every_point_once(tower_bin, tmp_path, fashion):
+    """An attempt that died after writing the points of steps 21-30 but before its step-30 checkpoint
+    committed is retried from step 20: TensorBoard shows each step once, in the run's file and in its
+    eval_ema sub-run alike (each attempt's files start with SessionLog START at the resumed step)."""
+    from tensorboard.backend.event_processing import event_accumulator as ea
+    c = mlp_config(fashion, steps=30, summary_every=5, eval_every=10, checkpoint_every=10, keep_checkpoints=5)
+    _, _, logdir, _ = train(tower_bin, tmp_path, c, name="retried")
+    latest = logdir / "checkpoints" / "latest"
+    latest.write_text(latest.read_text().replace("30", "20"))  # as if step 30 never committed
+    _, lines, _, _ = train(tower_bin, tmp_path, c, "--resume", name="retried")
+    assert lines[1]["step"] == 20 and lines[1]["resumed_from"], lines[:2]
+    assert len(list((logdir / "eval_ema").glob("events.out.tfevents.*"))) == 2
+    for sub, tags in (("", ["train/loss", "eval/accuracy"]), ("eval_ema", ["eval/accuracy", "eval/loss"])):
+        acc = ea.EventAccumulator(str(logdir / sub), size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
+        acc.Reload()
+        for t in tags:
+            want = [0, 10, 20, 30] if t.startswith("eval/") else [5, 10, 15, 20, 25, 30]
+            assert [e.step for e in acc.Scalars(t)] == want, (sub, t)
+
+
 def next_line(proc):
     """The next JSON line of proc's stdout that is not a heartbeat ({"heartbeat": true, "step": k},
     written when no other line came for a second)."""
@@ -148,11 +168,19 @@ def test_tensorboard_sees_every_tag(tower_bin, tmp_path, fashion):
     acc = ea.EventAccumulator(str(logdir), size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
     acc.Reload()
     tags = acc.Tags()
-    for t in ["loss", "cross_entropy", "regularization_loss", "learning_rate", "examples_per_sec",
-              "sec_per_batch", "eval/accuracy", "eval/accuracy_ema", "eval/loss", "eval/loss_ema"]:
-        assert t in tags["scalars"], t
+    train_tags = ["train/" + t for t in ["loss", "cross_entropy", "regularization_loss", "learning_rate",
+                                         "examples_per_sec", "sec_per_batch"]]
+    assert set(tags["scalars"]) == {*train_tags, "eval/accuracy", "eval/loss"}  # one group each
+    for t in tags["scalars"]:
         want = [0, 10, 20] if t.startswith("eval/") else [10, 20]  # eval also runs before step 1
         assert [e.step for e in acc.Scalars(t)] == want, t
+    ema = ea.EventAccumulator(str(logdir / "eval_ema"), size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
+    ema.Reload()  # the EMA evaluation: the same tags in a sub-run, so TensorBoard draws both on one chart
+    assert set(ema.Tags()["scalars"]) == {"eval/accuracy", "eval/loss"}
+    assert [e.step for e in ema.Scalars("eval/accuracy")] == [0, 10, 20]
+    final = [l for l in lines if "eval_accuracy_ema" in l][-1]
+    assert ema.Scalars("eval/accuracy")[-1].value == pytest.approx(final["eval_accuracy_ema"], abs=1e-6)
+    assert acc.Scalars("eval/accuracy")[-1].value == pytest.approx(final["eval_accuracy"], abs=1e-6)
     for v in ["layer1/weights", "layer1/biases", "layer2/weights", "layer2/biases"]:
         for t in [v, f"gradients_on_average/{v}", f"{v}/ExponentialMovingAverage"]:
             assert t in tags["histograms"], t
@@ -162,7 +190,7 @@ def test_tensorboard_sees_every_tag(tower_bin, tmp_path, fashion):
     names = {n.name for n in acc.Graph().node}
     assert {"layer1/weights", "layer1/MatMul", "layer2/BiasAdd"} <= names
     assert "config" in tags["tensors"]
-    lr = [e.value for e in acc.Scalars("learning_rate")]
+    lr = [e.value for e in acc.Scalars("train/learning_rate")]
     np.testing.assert_allclose(lr, [0.001 * 0.99 ** (10 / 1718), 0.001 * 0.99 ** (20 / 1718)],
                                rtol=1e-6)
     ev = [l for l in lines if "eval_accuracy" in l]

@@ -199,12 +199,12 @@ static void test_open_creates_schema_in_wal_mode(void **state)
 {
     fixture *f = *state;
     expect_peek(f->db, "PRAGMA journal_mode", "wal");
-    expect_peek(f->db, "PRAGMA user_version", "4");
+    expect_peek(f->db, "PRAGMA user_version", "5");
     expect_peek(f->db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'idempotency_body'", "1");
     expect_peek(f->db,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
                 "WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%' ORDER BY name)",
-                "datasets,run_counts,runs,runs_status");
+                "datasets,run_counts,runs,runs_folder,runs_status");
 }
 
 static void test_reopen_keeps_rows(void **state)
@@ -988,16 +988,17 @@ static void test_migrates_version_1(void **state)
     sqlite3_close(c);
     tw_error err;
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "4");
+    expect_peek(path, "PRAGMA user_version", "5");
     expect_peek(path, "SELECT priority FROM runs WHERE id = 'rold'", "0");
     expect_peek(path, "SELECT n FROM run_counts WHERE status = 'queued'", "1"); /* counted from the rows */
+    expect_peek(path, "SELECT folder FROM runs WHERE id = 'rold'", "rold"); /* an old run's folder: its id */
     json_t *r = NULL;
     assert_int_equal(tw_store_run_by_key(f->st, "old-key", "{\"any\":1}", &r, &err), TW_OK);
     assert_string_equal(str(r, "id"), "rold");
     json_decref(r);
-    tw_store_close(f->st); /* and opening a version-4 database again changes nothing */
+    tw_store_close(f->st); /* and opening a version-5 database again changes nothing */
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "4");
+    expect_peek(path, "PRAGMA user_version", "5");
 }
 
 /* Drops the store's tables through a second connection: every later read of them fails for real. */
@@ -1082,6 +1083,30 @@ static int folder_exists(const char *data, const char *kind, const char *id)
 
 /* Start-up debris removal: folders without a row go, folders with one stay; when the read fails, nothing
  * goes (an accepted run's or dataset's folder is never deleted because the store could not answer). */
+/* A run's folder: NAME-<the id's first 7 characters>, the whole id when asked, the bare id unnamed; and
+ * the forms the start-up clean-up takes for ours. */
+static void test_run_folder_names(void **state)
+{
+    (void)state;
+    char buf[TW_RUN_FOLDER_BYTES];
+    assert_int_equal(tw_run_folder_name("r9ac3a9dd3318c2d", "mnist-lr0.1", 0, buf, sizeof buf), 0);
+    assert_string_equal(buf, "mnist-lr0.1-r9ac3a9");
+    assert_int_equal(tw_run_folder_name("r9ac3a9dd3318c2d", "mnist-lr0.1", 1, buf, sizeof buf), 0);
+    assert_string_equal(buf, "mnist-lr0.1-r9ac3a9dd3318c2d");
+    assert_int_equal(tw_run_folder_name("r9ac3a9dd3318c2d", NULL, 0, buf, sizeof buf), 0);
+    assert_string_equal(buf, "r9ac3a9dd3318c2d");
+    assert_int_equal(tw_run_folder_name("r9ac3a9dd3318c2d", "mnist", 0, buf, 8), -1);
+    assert_string_equal(buf, "");
+    const char *ours[] = {"r9ac3a9dd3318c2d", "mnist-lr0.1-r9ac3a9", "a-r9ac3a9dd3318c2d", "x.y_z-r000000"};
+    const char *not_ours[] = {"mnist", "mnist-r9ac3a", "mnist-r9ac3a9d", "mnist-x9ac3a9", "-r9ac3a9", ".a-r9ac3a9",
+                              "a..b-r9ac3a9", "mnist-R9AC3A9", "r9ac3a9dd3318c2", "checkpoints"};
+    for (size_t i = 0; i < sizeof ours / sizeof ours[0]; i++)
+        assert_true(tw_run_folder_valid(ours[i]));
+    for (size_t i = 0; i < sizeof not_ours / sizeof not_ours[0]; i++)
+        if (tw_run_folder_valid(not_ours[i]))
+            fail_msg("%s taken for a run folder", not_ours[i]);
+}
+
 static void test_debris_removal_needs_a_successful_read(void **state)
 {
     fixture *f = *state;
@@ -1098,7 +1123,20 @@ static void test_debris_removal_needs_a_successful_read(void **state)
     make_folder(f->dir, "datasets", ds_debris);
     make_folder(f->dir, "runs", run_debris);
     make_folder(f->dir, "runs", "rnot-an-id"); /* not ours: never touched */
+    tw_run_new named = {.id = "r00000000000000c", .name = "mnist", .folder = "mnist-r000000", .dataset_id = ds,
+                        .config = "{}", .towers = 1, .steps = 1};
+    assert_int_equal(tw_store_run_insert(f->st, &named, &err), TW_OK);
+    make_folder(f->dir, "runs", "mnist-r000000");             /* a named run's folder: kept */
+    make_folder(f->dir, "runs", "mnist-r000001");             /* a named submission that never committed */
+    make_folder(f->dir, "runs", "mnist-r00000000000000d");    /* the same, with the whole id */
+    make_folder(f->dir, "runs", "mnist-r00000g");             /* not ours: not hex */
+    make_folder(f->dir, "runs", "-r000001");                  /* not ours: no name */
     assert_int_equal(tw_datasets_remove_debris(&S, &err), TW_OK);
+    assert_true(folder_exists(f->dir, "runs", "mnist-r000000"));
+    assert_false(folder_exists(f->dir, "runs", "mnist-r000001"));
+    assert_false(folder_exists(f->dir, "runs", "mnist-r00000000000000d"));
+    assert_true(folder_exists(f->dir, "runs", "mnist-r00000g"));
+    assert_true(folder_exists(f->dir, "runs", "-r000001"));
     assert_true(folder_exists(f->dir, "datasets", ds));
     assert_true(folder_exists(f->dir, "runs", run));
     assert_false(folder_exists(f->dir, "datasets", ds_debris));
@@ -1214,6 +1252,7 @@ int main(void)
         T(test_idempotency_body),
         T(test_run_insert_needs_ready_dataset),
         T(test_migrates_version_1),
+        T(test_run_folder_names),
         T(test_reads_tell_not_found_from_failure),
         T(test_debris_removal_needs_a_successful_read),
         T(test_run_list_filter_and_paging),
