@@ -583,9 +583,9 @@
 
   /* The compare charts: one per metric, one dataset per run; each metric's candidate tags, the first found. */
   const COMPARE_CHARTS = [
-    {key: 'loss', title: 'Loss', tags: ['loss', 'train/loss']},
+    {key: 'loss', title: 'Loss', tags: ['loss']},
     {key: 'accuracy', title: 'Eval accuracy (raw)', tags: ['eval/accuracy']},
-    {key: 'accuracy_ema', title: 'Eval accuracy (EMA)', tags: ['eval/accuracy_ema', 'eval_ema/accuracy']},
+    {key: 'accuracy_ema', title: 'Eval accuracy (EMA)', tags: ['eval/accuracy_ema']},
     {key: 'eval_loss', title: 'Eval loss', tags: ['eval/loss']}
   ];
   const lastValue = (scalars, tags) => {
