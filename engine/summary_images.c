@@ -74,12 +74,18 @@ static void blit(const tw_summary_grid *g, tw_png_image *img, int i, const uint8
 
 /* ================================ values to pixels ================================ */
 
-/* floor(255 * (v - lo) / (hi - lo) + 0.5) in double; 0 when hi == lo. */
+/* floor(p + 0.5) as a pixel; 0 for anything outside [0, 255] (a NaN, an infinity: never a cast out of
+ * range). */
+static uint8_t to_pixel(double p)
+{
+    p = floor(p + 0.5);
+    return p >= 0.0 && p <= 255.0 ? (uint8_t)p : 0;
+}
+
+/* 255 * (v - lo) / (hi - lo) in double; 0 when hi == lo. */
 static uint8_t minmax_pixel(float v, float lo, float hi)
 {
-    if (!(hi > lo))
-        return 0;
-    return (uint8_t)floor(255.0 * ((double)v - (double)lo) / ((double)hi - (double)lo) + 0.5);
+    return hi > lo ? to_pixel(255.0 * ((double)v - (double)lo) / ((double)hi - (double)lo)) : 0;
 }
 
 /* The least and greatest of some values. */
@@ -138,7 +144,7 @@ static void sample_plane(const float *e, example_shape s, int shown, int bytes, 
         for (int x = 0; x < s.w; x++)
             for (int k = 0; k < shown; k++) {
                 float v = sample_at(e, s, y, x, k);
-                *plane++ = bytes ? (uint8_t)floor((double)v / (double)scale + 0.5) : minmax_pixel(v, r.lo, r.hi);
+                *plane++ = bytes ? to_pixel((double)v / (double)scale) : minmax_pixel(v, r.lo, r.hi);
             }
 }
 
@@ -153,7 +159,8 @@ tw_status tw_summary_render_samples(const tw_config *c, const float *x, int n, t
     range r = samples_range(x, count, s, shown);
     int bytes = r.lo >= 0.0f && r.hi <= 255.0f * c->scale;
     tw_summary_grid g;
-    tw_summary_grid_layout(count, (int)ceil(sqrt((double)count)), s.h, s.w, zoom_for(s.h > s.w ? s.h : s.w), &g);
+    tw_summary_grid_layout(count, (int)ceil(sqrt((double)count)), s.h, s.w, zoom_for(s.h > s.w ? s.h : s.w),
+                           &g);
     uint8_t *plane = malloc((size_t)s.h * (size_t)s.w * (size_t)shown);
     tw_status st = plane ? blank(&g, shown, img, err)
                          : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory for a sample");
@@ -215,7 +222,8 @@ tw_status tw_summary_render_filters(const tw_param *p, const float *values, tw_p
     for (int t = 0; t < tiles && st == TW_OK; t++) {
         for (int y = 0; y < k.kh; y++)
             for (int x = 0; x < k.kw; x++)
-                plane[y * k.kw + x] = minmax_pixel(kernel_at(values, k, y, x, t % k.in_c, t / k.in_c), r.lo, r.hi);
+                plane[y * k.kw + x] =
+                    minmax_pixel(kernel_at(values, k, y, x, t % k.in_c, t / k.in_c), r.lo, r.hi);
         blit(&g, img, t, plane);
     }
     free(plane);

@@ -95,12 +95,12 @@ static void histogram(run *R, const char *prefix, const char *name, const char *
         events_failed(R, &e);
 }
 
-/* The first examples of the first batch (R->T.x), once: a resumed run starts past step 0
- * (summary_images.h). */
+/* The first examples of the first batch (R->T.x, read after the first step, outside its timing), at step 0
+ * of a new run: a resumed one has them (summary_images.h). */
 static void samples_image(run *R)
 {
     tw_error e;
-    if (R->ev && R->T.step == 0 &&
+    if (R->ev && R->T.step == 1 &&
         tw_summary_samples(R->ev, 0, R->c, R->T.x, R->T.n * R->c->batch_size, &e) != TW_OK)
         events_failed(R, &e);
 }
@@ -525,9 +525,9 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
         double loss, t0 = now();
         tw_towers_next_batch(&R->T);
         TW_TRY(tw_input_next(R->train, R->T.n * c->batch_size, R->T.x, R->T.y, err));
-        samples_image(R);
         TW_TRY(tw_towers_step(&R->T, &loss, err));
         R->train_time += now() - t0;
+        samples_image(R);
         if (!isfinite(loss)) {
             *outcome = TW_TRAIN_DIVERGED;
             tw_child_diverged(&R->out, loss, R->T.step + 1);
