@@ -6,7 +6,9 @@ Three short runs on tiny random uint8 datasets: a CNN of examples/fashion_cnn.js
 MLP, and a 3-D CNN on 8x8x8 volumes. Every run shows `input/samples` at step 0, each tile exactly one
 training example's bytes (the middle slice of a volume); the CNNs show `layer1/filters` at every summary,
 the last one equal to the checkpoint's `layer1/weights` rendered by the rule docs/formats.md states; the
-MLP has no filter image. Sizes are computed here from the shapes, by the documented layout."""
+MLP has no filter image. A confusion matrix written by tw_summary_confusion (tests/tools/tw_confusiongen)
+shows as the heat map docs/formats.md §3.10 describes, pixel for pixel. Sizes are computed here from the
+shapes, by the documented layout."""
 import io
 import json
 import math
@@ -59,8 +61,34 @@ CNN3D = [{"type": "conv3d", "filters": 6, "kernel": 3, "activation": "relu"},
 MLP = [{"type": "flatten"}, {"type": "dense", "units": 32, "activation": "relu"}, {"type": "dense", "units": 10}]
 
 
+CONFUSION_K, CONFUSION_STEP = 10, 300
+BLUES = np.array([[247, 251, 255], [222, 235, 247], [198, 219, 239], [158, 202, 225], [107, 174, 214],
+                  [66, 146, 198], [33, 113, 181], [8, 81, 156], [8, 48, 107]], np.float64)
+
+
+def confusion_counts():
+    """A k x k matrix: a strong diagonal, some confusion, one class without test examples."""
+    k = CONFUSION_K
+    c = np.fromfunction(lambda i, j: np.where(i == j, 40 + 6 * i, (3 * i + j) % 5), (k, k), dtype=np.int64)
+    c[7] = 0
+    return c
+
+
+def render_confusion(counts):
+    """docs/formats.md's heat map: rows normalised, ColorBrewer Blues, cells of max(1, min(24, 480 // k))."""
+    k = len(counts)
+    sums = counts.sum(axis=1, keepdims=True).astype(np.float64)
+    t = np.divide(counts, sums, out=np.zeros((k, k)), where=sums > 0)
+    pos = t * 8.0
+    i = np.minimum(pos.astype(int), 7)
+    f = (pos - i)[..., None]
+    rgb = np.floor(BLUES[i] + (BLUES[i + 1] - BLUES[i]) * f + 0.5).astype(np.uint8)
+    cell = max(1, min(24, 480 // k))
+    return np.kron(rgb, np.ones((cell, cell, 1), np.uint8))
+
+
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tower_bin):
+def runs(tmp_path_factory, tower_bin, tool):
     """logdir with runs cnn, mlp and cnn3d; returns (logdir, {name: examples uint8})."""
     root = tmp_path_factory.mktemp("images")
     rng = np.random.default_rng(0)
@@ -74,6 +102,9 @@ def runs(tmp_path_factory, tower_bin):
                       ("mlp", config(flat, [28, 28, 1], MLP)),
                       ("cnn3d", config(vol, [8, 8, 8, 1], CNN3D))]:
         train(tower_bin, logdir, cfg, name=name)
+    res = subprocess.run([str(tool("tw_confusiongen")), logdir / "confusion", str(CONFUSION_STEP),
+                          str(CONFUSION_K), *map(str, confusion_counts().ravel())], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
     return logdir, {"cnn": images, "mlp": images, "cnn3d": volumes[:, 4]}
 
 
@@ -133,7 +164,7 @@ def render_filters(w):
 
 def test_tags_listed(board):
     want = {"cnn": {"input/samples", "layer1/filters"}, "mlp": {"input/samples"},
-            "cnn3d": {"input/samples", "layer1/filters"}}
+            "cnn3d": {"input/samples", "layer1/filters"}, "confusion": {"eval/confusion_matrix"}}
     tags = get_json(board, "tags", lambda t: {r: set(v) for r, v in t.items()} == want)
     assert tags["cnn"]["input/samples"]["samples"] == 1
 
@@ -175,3 +206,11 @@ def test_filters_match_the_checkpoint(board, runs, run):
 def test_mlp_has_no_filters(board):
     r = requests.get(f"{board}/data/plugin/images/images?run=mlp&tag=layer1/filters", timeout=30)
     assert r.status_code != 200
+
+
+def test_confusion_matrix_heat_map(board):
+    (img,) = images_of(board, "confusion", "eval/confusion_matrix", [CONFUSION_STEP]).values()
+    want = render_confusion(confusion_counts())
+    assert img.mode == "RGB" and img.size == (CONFUSION_K * 24, CONFUSION_K * 24)
+    assert np.array_equal(np.asarray(img), want)
+    assert tuple(want[0, 0]) != tuple(want[0, 24])  # the diagonal stands out
