@@ -214,3 +214,14 @@ def test_confusion_matrix_heat_map(board):
     assert img.mode == "RGB" and img.size == (CONFUSION_K * 24, CONFUSION_K * 24)
     assert np.array_equal(np.asarray(img), want)
     assert tuple(want[0, 0]) != tuple(want[0, 24])  # the diagonal stands out
+
+
+def test_inspect_names_the_image_tags(runs, run_tower):
+    logdir, _ = runs
+    (events,) = (logdir / "cnn").glob("events.out.tfevents.*")
+    res = run_tower("inspect", events, "--json")
+    assert res.returncode == 0, res.stderr
+    tags = json.loads(res.stdout)["tags"]
+    assert tags["input/samples"] == {"kind": "image", "count": 1, "first_step": 0, "last_step": 0}
+    assert tags["layer1/filters"] == {"kind": "image", "count": 2, "first_step": SUMMARY_EVERY,
+                                      "last_step": STEPS}
