@@ -5,7 +5,8 @@
  * first record Event{wall_time, file_version = "brain.Event:2"} (docs/formats.md §3.2), the Event
  * messages for scalars (Summary.Value.simple_value), histograms (HistogramProto with TF's default
  * buckets, histogram.h), images (the legacy Summary.Image holding a PNG, png_encode.h), the graph
- * (Event.graph_def), text (a DT_STRING rank-0 tensor with "text" plugin metadata), other plugins' null-tensor summaries and SessionLog START, and when bytes reach the disk: by count (max_queue
+ * (Event.graph_def), text (a DT_STRING rank-0 tensor with "text" plugin metadata), other plugins'
+ * null-tensor summaries and SessionLog START, and when bytes reach the disk: by count (max_queue
  * events), by time (a background flusher every flush_secs), on tw_events_flush and at close.
  * Does not own: the TFRecord framing (tfrecord.h, always uncompressed here: TensorBoard reads no
  * compressed event files), the GraphDef contents (graph.h) or reading event files back.
