@@ -30,6 +30,7 @@
 #include "memory.h"
 #include "model.h"
 #include "run_hparams.h"
+#include "summary_images.h"
 #include "train_step.h"
 
 enum { CKPT_ARENAS = 4 };
@@ -111,6 +112,24 @@ static void histogram(run *R, const char *prefix, const char *name, const char *
     snprintf(tag, sizeof tag, "%s%s%s", prefix, name, suffix);
     tw_error e;
     if (R->ev && tw_events_add_histogram(R->ev, tag, R->T.step, v, n, &e) != TW_OK)
+        events_failed(R, &e);
+}
+
+/* The first examples of the first batch (R->T.x, read after the first step, outside its timing), at step 0
+ * of a new run: a resumed one has them (summary_images.h). */
+static void samples_image(run *R)
+{
+    tw_error e;
+    if (R->ev && R->T.step == 1 &&
+        tw_summary_samples(R->ev, 0, R->c, R->T.x, R->T.n * R->c->batch_size, &e) != TW_OK)
+        events_failed(R, &e);
+}
+
+/* The first conv layer's filters from host[0], the params histograms() has just downloaded. */
+static void filters_image(run *R)
+{
+    tw_error e;
+    if (R->ev && tw_summary_filters(R->ev, R->T.step, R->T.m, R->host[0], &e) != TW_OK)
         events_failed(R, &e);
 }
 
@@ -391,8 +410,10 @@ static tw_status report(run *R, tw_error *err)
     train_scalar(R, "learning_rate", lr);
     train_scalar(R, "examples_per_sec", ex_per_s);
     train_scalar(R, "sec_per_batch", sec_per_batch);
-    if (due(R->T.step, R->c->histogram_every) || R->T.step == R->c->steps)
+    if (due(R->T.step, R->c->histogram_every) || R->T.step == R->c->steps) {
         TW_TRY(histograms(R, err));
+        filters_image(R); /* from the parameters histograms() just downloaded */
+    }
     const tw_child_rates rates = {.learning_rate = lr, .examples_per_sec = ex_per_s,
                                   .sec_per_batch = sec_per_batch,
                                   .eta_s = per_step * (double)(R->c->steps - R->T.step)};
@@ -550,6 +571,7 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
         TW_TRY(tw_input_next(R->train, R->T.n * c->batch_size, R->T.x, R->T.y, err));
         TW_TRY(tw_towers_step(&R->T, &loss, err));
         R->train_time += now() - t0;
+        samples_image(R);
         if (!isfinite(loss)) {
             *outcome = TW_TRAIN_DIVERGED;
             tw_child_diverged(&R->out, loss, R->T.step + 1);

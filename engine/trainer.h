@@ -6,6 +6,7 @@
  * Owns: one run from a validated tw_config: N towers (one backend instance and replica each, a thread
  * each when N > 1), the learning-rate schedule (tf.train.exponential_decay), the EMA decay schedule
  * (num_updates = step), the per-step loop, evaluation with raw and EMA weights, the scalars, histograms,
+ * images (when: the input samples at step 0, the filters at each summary; summary_images.h draws them),
  * graph, config text and HParams session start and final end (run_hparams.h) of the event file,
  * checkpoints every checkpoint_every steps and at the end,
  * bit-exact resume from the latest checkpoint, the memory check before the towers allocate (memory.h:

@@ -399,6 +399,29 @@ tw_status tw_events_add_histogram(tw_events_writer *w, const char *tag, int64_t 
     return s;
 }
 
+tw_status tw_events_add_image(tw_events_writer *w, const char *tag, int64_t step, const tw_png_image *img,
+                              tw_error *err)
+{
+    TW_TRY(check_tag(w, tag, err));
+    uint8_t *png;
+    size_t len;
+    tw_error e;
+    tw_status s = tw_png_encode(img, &png, &len, &e);
+    if (s != TW_OK)
+        return tw_error_set(err, s, w->path, -1, "image '%s': %s", tag, e.message);
+    Twpb__Summary__Image image = TWPB__SUMMARY__IMAGE__INIT;
+    image.height = img->height;
+    image.width = img->width;
+    image.colorspace = img->channels; /* 1 gray, 3 RGB: the colorspace numbers */
+    image.encoded_image_string = (ProtobufCBinaryData){.len = len, .data = png};
+    Twpb__Summary__Value v = TWPB__SUMMARY__VALUE__INIT;
+    v.value_case = TWPB__SUMMARY__VALUE__VALUE_IMAGE;
+    v.image = &image;
+    s = add_value(w, tag, step, &v, err);
+    free(png);
+    return s;
+}
+
 /* Adds tensor (borrowed) under tag with the plugin's metadata (name, content) and the tensor data class:
  * the shape of every plugin summary (text, hparams). */
 static tw_status add_tensor(tw_events_writer *w, const char *tag, int64_t step, const char *plugin_name,

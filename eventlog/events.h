@@ -4,8 +4,9 @@
  * `.<n>` when that name is taken — a writer never appends to an existing file), its descriptor, the
  * first record Event{wall_time, file_version = "brain.Event:2"} (docs/formats.md §3.2), the Event
  * messages for scalars (Summary.Value.simple_value), histograms (HistogramProto with TF's default
- * buckets, histogram.h), the graph (Event.graph_def), text (a DT_STRING rank-0 tensor with "text"
- * plugin metadata), other plugins' null-tensor summaries and SessionLog START, and when bytes reach the disk: by count (max_queue
+ * buckets, histogram.h), images (the legacy Summary.Image holding a PNG, png_encode.h), the graph
+ * (Event.graph_def), text (a DT_STRING rank-0 tensor with "text" plugin metadata), other plugins'
+ * null-tensor summaries and SessionLog START, and when bytes reach the disk: by count (max_queue
  * events), by time (a background flusher every flush_secs), on tw_events_flush and at close.
  * Does not own: the TFRecord framing (tfrecord.h, always uncompressed here: TensorBoard reads no
  * compressed event files), the GraphDef contents (graph.h) or reading event files back.
@@ -23,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "png_encode.h"
 #include "status.h"
 
 typedef struct {
@@ -58,6 +60,14 @@ tw_status tw_events_add_scalar(tw_events_writer *w, const char *tag, int64_t ste
  * do. */
 tw_status tw_events_add_histogram(tw_events_writer *w, const char *tag, int64_t step,
                                   const float *values, size_t n, tw_error *err);
+
+/* Appends the legacy image summary Summary.Value{tag, image = {height, width, colorspace = 1 (gray) or
+ * 3 (RGB), encoded_image_string = the PNG of *img}} at step: TensorBoard's IMAGES tab (both loaders
+ * migrate it to the images plugin). img is borrowed during the call. Errors: tw_png_encode's (a bad or
+ * too large image: TW_ERR_INVALID / TW_ERR_TOO_LARGE naming the tag, and the writer stays healthy), and
+ * the writer's. */
+tw_status tw_events_add_image(tw_events_writer *w, const char *tag, int64_t step, const tw_png_image *img,
+                              tw_error *err);
 
 /* Appends Event{step = 0, graph_def = bytes}; graphdef[len] (borrowed during the call) must parse
  * as a GraphDef (tw_graph_serialize makes one), else TW_ERR_INVALID. */

@@ -152,6 +152,7 @@ static const char *value_kind(const Twpb__Summary__Value *v)
     switch (v->value_case) {
     case TWPB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE: return "scalar";
     case TWPB__SUMMARY__VALUE__VALUE_HISTO: return "histogram";
+    case TWPB__SUMMARY__VALUE__VALUE_IMAGE: return "image";
     case TWPB__SUMMARY__VALUE__VALUE_TENSOR:
         if (v->metadata && v->metadata->plugin_data && v->metadata->plugin_data->plugin_name[0])
             return v->metadata->plugin_data->plugin_name;

@@ -1,6 +1,7 @@
 /* test_events.c — the tfevents writer: file naming (pattern, pid, time, never reusing a name),
  * every record read back by tw_tfrecord_reader with valid CRCs and decoded by twpb__event__unpack
- * (file version first, a 0.0 scalar present, histogram, text, graph, SessionLog), flushing by
+ * (file version first, a 0.0 scalar present, histogram, text, graph, SessionLog, an image summary whose
+ * PNG libpng decodes back), flushing by
  * count, by time and on demand, several threads adding at once, and write failures injected with
  * RLIMIT_FSIZE: an error with errno, no crash, a degraded writer, and a file cut back to whole
  * records. */
@@ -22,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include <png.h>
 
 #include "testutil.h"
 
@@ -528,6 +530,45 @@ static void test_bad_arguments_and_closed_writer(void **state)
     tw_events_destroy(NULL);
 }
 
+/* Summary.Value.image: height, width, colorspace and a PNG of those pixels; a bad image is refused by
+ * name and leaves the writer healthy. */
+static void test_image_event(void **state)
+{
+    fixture *f = *state;
+    tw_events_writer *w = f->w = create(f->dir, NULL);
+    uint8_t px[4 * 3 * 3];
+    for (size_t i = 0; i < sizeof px; i++)
+        px[i] = (uint8_t)(i * 11);
+    tw_png_image img = {.pixels = px, .width = 4, .height = 3, .channels = 3};
+    tw_error err;
+    assert_int_equal(tw_events_add_image(w, "input/samples", 7, &img, &err), TW_OK);
+    tw_png_image bad = {.pixels = px, .width = 4, .height = 3, .channels = 2};
+    assert_int_equal(tw_events_add_image(w, "conv/filters", 8, &bad, &err), TW_ERR_INVALID);
+    assert_non_null(strstr(err.message, "conv/filters"));
+    assert_int_equal(tw_events_close(w, &err), TW_OK);
+    events e;
+    read_events(tw_events_path(w), &e);
+    assert_int_equal(e.n, 2);
+    assert_int_equal(e.ev[1]->step, 7);
+    const Twpb__Summary__Value *v = only_value(e.ev[1]);
+    assert_string_equal(v->tag, "input/samples");
+    assert_int_equal(v->value_case, TWPB__SUMMARY__VALUE__VALUE_IMAGE);
+    assert_int_equal(v->image->height, 3);
+    assert_int_equal(v->image->width, 4);
+    assert_int_equal(v->image->colorspace, 3);
+    png_image dec;
+    memset(&dec, 0, sizeof dec);
+    dec.version = PNG_IMAGE_VERSION;
+    assert_true(png_image_begin_read_from_memory(&dec, v->image->encoded_image_string.data,
+                                                 v->image->encoded_image_string.len));
+    dec.format = PNG_FORMAT_RGB;
+    uint8_t back[sizeof px];
+    assert_int_equal(PNG_IMAGE_SIZE(dec), sizeof back);
+    assert_true(png_image_finish_read(&dec, NULL, back, 0, NULL));
+    assert_memory_equal(back, px, sizeof px);
+    free_events(&e);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -538,6 +579,7 @@ int main(void)
         TEST(test_scalars_including_zero),
         TEST(test_histogram_event),
         TEST(test_text_graph_and_session_start),
+        TEST(test_image_event),
         TEST(test_flush_by_count_and_on_demand),
         TEST(test_flush_by_time),
         TEST(test_threads_add_concurrently),
