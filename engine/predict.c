@@ -15,19 +15,31 @@
 enum { INFERENCE_BATCH = 256, MAX_NESTING = 4 };
 static const uint64_t ACTIVATION_BUDGET = 64ull << 20;
 
-tw_status tw_predict_open(const char *path, tw_weights w, tw_inference **out, tw_error *err)
+tw_status tw_predict_open(const char *path, int w, tw_inference **out, uint64_t *bytes, tw_error *err)
 {
     tw_inference *probe;
-    TW_TRY(tw_inference_open(path, w, 1, &probe, err));
-    tw_replica_size one;
-    tw_status s = tw_replica_size_of(tw_inference_model(probe), 1, &one, err);
-    tw_inference_close(probe);
-    TW_TRY(s);
+    TW_TRY(tw_inference_open(path, TW_WEIGHTS_RAW, 1, &probe, err));
+    tw_replica_size one, size;
+    const tw_model *m = tw_inference_model(probe);
+    int has_ema = tw_inference_config(probe)->ema_decay > 0;
+    tw_status s = tw_replica_size_of(m, 1, &one, err);
     uint64_t per_row = one.activations + one.batch;
     int batch = per_row * INFERENCE_BATCH <= ACTIVATION_BUDGET ? INFERENCE_BATCH
                 : per_row >= ACTIVATION_BUDGET                ? 1
                                                               : (int)(ACTIVATION_BUDGET / per_row);
-    return tw_inference_open(path, w, batch, out, err);
+    if (s == TW_OK)
+        s = tw_replica_size_of(m, batch, &size, err);
+    uint64_t held = size.arena * (uint64_t)(size.arenas + 1) + size.activations + size.batch;
+    tw_inference_close(probe);
+    TW_TRY(s);
+    if (w == TW_PREDICT_WEIGHTS_DEFAULT)
+        w = has_ema ? TW_WEIGHTS_EMA : TW_WEIGHTS_RAW;
+    if (w == TW_WEIGHTS_EMA && !has_ema)
+        return tw_error_set(err, TW_ERR_INVALID, path, -1,
+                            "weights 'ema': the run kept no EMA (its ema_decay is 0): ask for the raw weights");
+    if (bytes)
+        *bytes = held;
+    return tw_inference_open(path, (tw_weights)w, batch, out, err);
 }
 
 /* ================================ the batch ================================ */
