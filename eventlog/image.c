@@ -126,9 +126,15 @@ static int png_run(png_job *j)
     return 0;
 }
 
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
+
 static tw_status decode_png(const uint8_t *p, size_t n, const char *name, tw_image *out, tw_error *err)
 {
     png_job j = {.p = p, .n = n, .status = TW_ERR_CORRUPT};
+    /* IHDR is the first chunk (libpng refuses a file where it is not): its size is refused at once, before
+     * libpng reads on to the first IDAT; png_run checks it again from what libpng parsed. */
+    if (n >= 24 && !memcmp(p + 12, "IHDR", 4) && size_ok(be32(p + 16), be32(p + 20), j.msg, sizeof j.msg) != 0)
+        return tw_error_set(err, TW_ERR_TOO_LARGE, label(name), 16, "PNG: %s", j.msg);
     j.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &j, png_fail, png_warn);
     if (j.png)
         j.info = png_create_info_struct(j.png);
