@@ -10,7 +10,11 @@ HTTP). The first request of each kind (loading the model into the cache) and the
 warm-up and not counted. Both sides get the same cores (--cores, default 2: taskset for the server, TF's
 intra-op threads), and the top-1 of both is checked to agree.
 
-Usage: python tests/bench/bench_predict.py [--build build] [--rounds 300] [--cores 2]
+OpenBLAS picks its kernel from the CPU it detects (on this VM: Prescott, its SSE3 fallback, for a CPU it does not
+know); --openblas-core NAME (e.g. Haswell, SkylakeX) sets OPENBLAS_CORETYPE for the server. The core in use is
+printed.
+
+Usage: python tests/bench/bench_predict.py [--build build] [--rounds 300] [--cores 2] [--openblas-core NAME]
 Prints a table and one JSON object.
 """
 import argparse
@@ -82,12 +86,15 @@ def main():
     ap.add_argument("--build", default=str(ROOT / "build"))
     ap.add_argument("--rounds", type=int, default=300)
     ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--openblas-core")
     args = ap.parse_args()
     tower = pathlib.Path(args.build).resolve() / "server" / "tower"
     cores = ",".join(str(c) for c in sorted(os.sched_getaffinity(0))[:args.cores])
     with tempfile.TemporaryDirectory() as tmp:
         tmp = pathlib.Path(tmp)
-        env = {"OPENBLAS_NUM_THREADS": str(args.cores)}
+        env = {"OPENBLAS_NUM_THREADS": str(args.cores), "OPENBLAS_VERBOSE": "2"}
+        if args.openblas_core:
+            env["OPENBLAS_CORETYPE"] = args.openblas_core
         server = start_server(tower, tmp / "data", env=env)
         try:
             subprocess.run(["taskset", "-a", "-p", "-c", cores, str(server.proc.pid)], check=True,
@@ -130,9 +137,13 @@ def main():
         finally:
             server.proc.kill()
             server.proc.wait()
+        log = (tmp / "data.server.log").read_text()
     result = {k: stats(v) for k, v in times.items()}
+    result["openblas_core"] = next((line.split(":", 1)[1].strip() for line in log.splitlines()
+                                    if line.startswith("Core:")), "unknown")
     result["top1_agreement_256"] = agree
     result["cores"] = cores
+    print(f"OpenBLAS core of the server: {result['openblas_core']}")
     print("| input | tower serve (HTTP, decode, forward, JSON) p50 / p99 ms | TensorFlow model(x) p50 / p99 ms |")
     print("| --- | ---: | ---: |")
     for k, label in (("1", "1 PNG image"), ("256", "256 rows (.npy)")):
