@@ -320,6 +320,8 @@ tw_status tw_predict_run(tw_inference *inf, const tw_predict_batch *b, int k, co
                          json_t **predictions, tw_error *err)
 {
     *predictions = NULL;
+    if (b->rows == 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "no inputs (a .npy array with no rows?)");
     const int outs = tw_model_output_size(tw_inference_model(inf));
     float *out = malloc((b->rows ? b->rows : 1) * (size_t)outs * sizeof *out);
     if (!out)

@@ -77,8 +77,8 @@ tw_status tw_predict_add_json(tw_predict_batch *b, const json_t *inputs, tw_erro
  * (new JSON): [{"input": LABEL, "top_k": [{"class": K, "name": N (only with names), "probability": P}]}]
  * with the k (1 to TW_PREDICT_MAX_TOP_K, at most the classes) most probable classes of the softmax of
  * the logits, most probable first; for a regression model (MSE loss) [{"input", "outputs": [...]}].
- * names (borrowed, may be NULL): an array of class names, tw_predict_class_names. Errors: those of the
- * forward pass, TW_ERR_NOMEM. */
+ * names (borrowed, may be NULL): an array of class names, tw_predict_class_names. Errors: TW_ERR_INVALID
+ * for a batch without rows, those of the forward pass, TW_ERR_NOMEM. */
 tw_status tw_predict_run(tw_inference *inf, const tw_predict_batch *b, int top_k, const json_t *names,
                          json_t **predictions, tw_error *err);
 

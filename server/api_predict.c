@@ -315,7 +315,7 @@ void tw_api_run_predict(tw_server *S, tw_req *r)
         if (s == TW_OK)
             reply_predictions(r, file, e, hit, predictions);
         else
-            tw_reply_status(r, &err);
+            tw_reply_status(r, &err); /* TW_ERR_INVALID: no rows (400) */
     } else {
         tw_reply_status(r, &err);
     }

@@ -12,6 +12,7 @@ import io
 import json
 import struct
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -219,6 +220,8 @@ def test_inputs_that_do_not_fit_are_400_naming_the_problem(trained):
     assert r.status_code == 400 and "base64" in r.text
     r = predict(server, run_id, json_body={"inputs": [[0] * 784], "extra": 1})
     assert r.status_code == 400 and "'extra'" in r.text
+    r = predict(server, run_id, files=[("file", ("none.npy", npy(np.zeros((0, 784), np.uint8)), "x"))])
+    assert r.status_code == 400 and "no inputs" in r.text
     r = requests.post(server.api(f"/runs/{run_id}/predict"), data=b"x", headers={"Content-Type": "text/plain"},
                       timeout=30)
     assert r.status_code == 415
@@ -233,6 +236,22 @@ def test_caps_and_the_origin_rule(trained):
     r = predict(server, run_id, files=[("file", ("a.png", png(images[0]), "image/png"))],
                 headers={"Origin": "http://evil.example"})
     assert r.status_code == 403
+
+
+def test_concurrent_requests_share_one_model(trained):
+    """libmicrohttpd runs each request on its own thread; the cached model is used by one at a time."""
+    server, run_id, images, path = trained
+    rows = images[30:38].reshape(8, 784)
+    want = np.argmax(numpy_logits(path, rows / 255.0), axis=1)
+
+    def one(i):
+        r = predict(server, run_id, files=[("file", (f"{i}.png", png(images[30 + i % 8]), "image/png"))],
+                    query="?checkpoint=200")
+        assert r.status_code == 200, r.text
+        return i, r.json()["predictions"][0]["top_k"][0]["class"]
+    with ThreadPoolExecutor(8) as pool:
+        for i, got in pool.map(one, range(48)):
+            assert got == want[i % 8]
 
 
 def test_tower_predict_gives_the_routes_answer(trained, tower_bin, tmp_path):
