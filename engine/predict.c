@@ -19,17 +19,16 @@ tw_status tw_predict_open(const char *path, int w, tw_inference **out, uint64_t 
 {
     tw_inference *probe;
     TW_TRY(tw_inference_open(path, TW_WEIGHTS_RAW, 1, &probe, err));
-    tw_replica_size one, size;
     const tw_model *m = tw_inference_model(probe);
-    int has_ema = tw_inference_config(probe)->ema_decay > 0;
+    int has_ema = tw_inference_config(probe)->ema_decay > 0, batch = INFERENCE_BATCH;
+    tw_replica_size one, size;
     tw_status s = tw_replica_size_of(m, 1, &one, err);
-    uint64_t per_row = one.activations + one.batch;
-    int batch = per_row * INFERENCE_BATCH <= ACTIVATION_BUDGET ? INFERENCE_BATCH
-                : per_row >= ACTIVATION_BUDGET                ? 1
-                                                              : (int)(ACTIVATION_BUDGET / per_row);
+    if (s == TW_OK && (one.activations + one.batch) * INFERENCE_BATCH > ACTIVATION_BUDGET) {
+        uint64_t fit = ACTIVATION_BUDGET / (one.activations + one.batch);
+        batch = fit < 1 ? 1 : (int)fit;
+    }
     if (s == TW_OK)
         s = tw_replica_size_of(m, batch, &size, err);
-    uint64_t held = size.arena * (uint64_t)(size.arenas + 1) + size.activations + size.batch;
     tw_inference_close(probe);
     TW_TRY(s);
     if (w == TW_PREDICT_WEIGHTS_DEFAULT)
@@ -37,8 +36,8 @@ tw_status tw_predict_open(const char *path, int w, tw_inference **out, uint64_t 
     if (w == TW_WEIGHTS_EMA && !has_ema)
         return tw_error_set(err, TW_ERR_INVALID, path, -1,
                             "weights 'ema': the run kept no EMA (its ema_decay is 0): ask for the raw weights");
-    if (bytes)
-        *bytes = held;
+    if (bytes) /* the host weights and the replica's arenas, activations and batch */
+        *bytes = size.arena * (uint64_t)(size.arenas + 1) + size.activations + size.batch;
     return tw_inference_open(path, (tw_weights)w, batch, out, err);
 }
 

@@ -294,3 +294,40 @@ def test_deleting_the_run_drops_its_models(trained):
     assert predict(server, run_id, files=file).status_code == 200
     assert requests.delete(server.api(f"/runs/{run_id}"), timeout=30).status_code == 204
     assert predict(server, run_id, files=file).status_code == 404
+
+
+def test_a_regression_model_gives_its_outputs(tower_bin, tmp_path):
+    """An MSE model (a 3-to-2 dense layer on float rows) trained by `tower train`: `tower predict` gives its outputs,
+    equal to NumPy's x @ W + b from the checkpoint; an image for its flat input is refused."""
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(256, 3)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", (x[:, :1] * 2 - x[:, 1:2]).astype(np.float32))
+    conv = subprocess.run([str(tower_bin), "convert", "--npy-features", str(tmp_path / "x.npy"), "--npy-labels",
+                           str(tmp_path / "y.npy"), "-o", str(tmp_path / "t.tfrecord")], capture_output=True, text=True)
+    assert conv.returncode == 0, conv.stderr
+    cfg = {"dataset": {"train": str(tmp_path / "t.tfrecord"), "shape": [3]},
+           "model": {"layers": [{"type": "dense", "units": 1, "name": "out"}]}, "loss": "mean_squared_error",
+           "optimizer": {"type": "sgd", "learning_rate": 0.05}, "batch_size": 16, "steps": 40, "seed": 1,
+           "eval_every": 0, "checkpoint_every": 0, "summary_every": 20}
+    (tmp_path / "c.json").write_text(json.dumps(cfg))
+    tr = subprocess.run([str(tower_bin), "train", str(tmp_path / "c.json"), "--logdir", str(tmp_path / "run")],
+                        capture_output=True, text=True, timeout=120)
+    assert tr.returncode == 0, tr.stderr
+    ckpt = sorted((tmp_path / "run" / "checkpoints").glob("ckpt-*.safetensors"))[-1]
+    out = subprocess.run([str(tower_bin), "predict", str(ckpt), str(tmp_path / "x.npy"), "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    body = json.loads(out.stdout)
+    assert body["task"] == "regression" and body["weights"] == "raw"  # no EMA: the raw weights by default
+    t = load_file(str(ckpt))
+    want = x.astype(np.float64) @ t["out/weights"] + t["out/biases"]
+    got = np.array([p["outputs"] for p in body["predictions"]])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (tmp_path / "a.png").write_bytes(png(np.zeros((3, 1), np.uint8)))
+    bad = subprocess.run([str(tower_bin), "predict", str(ckpt), str(tmp_path / "a.png"), "--weights", "ema"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "kept no EMA" in bad.stderr
+    bad = subprocess.run([str(tower_bin), "predict", str(ckpt), str(tmp_path / "a.png")], capture_output=True,
+                         text=True, timeout=60)
+    assert bad.returncode == 2 and "not images" in bad.stderr
