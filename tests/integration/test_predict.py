@@ -287,11 +287,18 @@ def test_tower_predict_gives_the_routes_answer(trained, tower_bin, tmp_path):
     assert bad.returncode == 2 and "30x30" in bad.stderr and "big.png" in bad.stderr
 
 
-def test_deleting_the_run_drops_its_models(trained):
-    """Last in the module: the run is gone afterwards."""
+def test_a_new_checkpoint_then_deleting_the_run(trained):
+    """Last in the module (the run trains on, then is deleted): "latest" follows the run's new checkpoint, loaded
+    afresh; a deleted run's predictions are 404."""
     server, run_id, images, _ = trained
     file = [("file", ("a.png", png(images[0]), "image/png"))]
-    assert predict(server, run_id, files=file).status_code == 200
+    assert predict(server, run_id, files=file).json()["model_cached"] is True  # loaded by the tests before
+    r = requests.post(server.api(f"/runs/{run_id}/resume"), json={"steps": 300}, timeout=30)
+    assert r.status_code == 202, r.text
+    assert wait_run(server, run_id)["status"] == "succeeded"
+    body = predict(server, run_id, files=file).json()
+    assert body["checkpoint"]["step"] == 300 and body["model_cached"] is False
+    assert predict(server, run_id, files=file).json()["model_cached"] is True
     assert requests.delete(server.api(f"/runs/{run_id}"), timeout=30).status_code == 204
     assert predict(server, run_id, files=file).status_code == 404
 
