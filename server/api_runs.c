@@ -23,6 +23,7 @@
 #include "memory.h"
 #include "model.h"
 #include "names.h"
+#include "predict_cache.h"
 #include "reply.h"
 #include "scheduler.h"
 #include "store.h"
@@ -584,6 +585,8 @@ void tw_api_run_delete(tw_server *S, tw_req *r)
     tw_run_dir(S, tw_run_folder(row), dir, sizeof dir);
     json_decref(row);
     tw_status s = tw_store_run_delete(S->store, tw_req_param(r, "id"), &err);
+    if (s == TW_OK)
+        tw_predict_cache_forget_run(S->predict, tw_req_param(r, "id")); /* its models, at once */
     tw_api_reply_deleted(S, r, s, &err, "run", dir);
 }
 

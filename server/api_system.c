@@ -71,6 +71,7 @@ static const struct {
     {"GET", "/api/v1/runs/{id}/checkpoints", "application/json", "Checkpoints", 0, NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/latest", "application/octet-stream", NULL, 0, NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/{step}", "application/octet-stream", NULL, 0, NULL},
+    {"POST", "/api/v1/runs/{id}/predict", "application/json", "Prediction", 0, "PredictInputs"},
     {"GET", "/metrics", "text/plain", NULL, 0, NULL},
     {"GET", "/", "text/html", NULL, 0, NULL},
 };
@@ -88,6 +89,9 @@ static const struct {
     {"name", "{\"$ref\": \"#/components/schemas/Name\"}"},
     {"label_column", "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 1024}"},
     {"status", "{\"$ref\": \"#/components/schemas/RunState\"}"},
+    {"checkpoint", "{\"type\": \"string\", \"pattern\": \"^(latest|[0-9]{1,18})$\", \"default\": \"latest\"}"},
+    {"weights", "{\"type\": \"string\", \"enum\": [\"raw\", \"ema\"]}"},
+    {"top_k", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000, \"default\": 5}"},
 };
 
 /* names.c's rule (tw_name_valid) as a pattern: what a run or dataset name and a dataset reference are. */
@@ -136,6 +140,20 @@ static const char *const REPLY_SCHEMAS[][2] = {
     {"Metrics", "{\"type\": \"object\", \"required\": [\"scalars\"], \"properties\": {\"scalars\": {\"type\": \"object\","
                 " \"additionalProperties\": {\"type\": \"array\", \"items\": {\"type\": \"array\", \"items\":"
                 " {\"type\": \"number\"}, \"minItems\": 3, \"maxItems\": 3}}}}}"},
+    {"Prediction", "{\"type\": \"object\", \"required\": [\"run\", \"checkpoint\", \"weights\", \"task\", \"model_cached\","
+                   " \"predictions\"], \"properties\": {\"run\": {\"type\": \"string\"}, \"checkpoint\": {\"type\": \"object\","
+                   " \"required\": [\"step\", \"file\"], \"properties\": {\"step\": {\"type\": \"integer\"}, \"file\": {\"type\":"
+                   " \"string\"}}}, \"weights\": {\"enum\": [\"raw\", \"ema\"]}, \"task\": {\"enum\": [\"classification\","
+                   " \"regression\"]}, \"model_cached\": {\"type\": \"boolean\"}, \"predictions\": {\"type\": \"array\", \"items\":"
+                   " {\"type\": \"object\", \"required\": [\"input\"], \"properties\": {\"input\": {\"type\": \"string\"},"
+                   " \"top_k\": {\"type\": \"array\", \"items\": {\"type\": \"object\", \"required\": [\"class\", \"probability\"],"
+                   " \"properties\": {\"class\": {\"type\": \"integer\", \"minimum\": 0}, \"name\": {\"type\": \"string\"},"
+                   " \"probability\": {\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}}}}, \"outputs\": {\"type\": \"array\","
+                   " \"items\": {\"type\": \"number\"}}}}}}}"},
+    {"PredictInputs", "{\"type\": \"object\", \"required\": [\"inputs\"], \"additionalProperties\": false, \"properties\":"
+                      " {\"inputs\": {\"type\": \"array\", \"minItems\": 1, \"maxItems\": 1024, \"items\": {\"anyOf\": [{\"type\":"
+                      " \"string\", \"description\": \"the base64 of a PNG, JPEG or .npy file, or its data: URL\"}, {\"type\": \"array\","
+                      " \"description\": \"numbers (nested at most 4 deep) flattening to the model's input size, taken as they are\"}]}}}}"},
     {"Checkpoints", "{\"type\": \"object\", \"required\": [\"checkpoints\", \"latest\"], \"properties\": {\"checkpoints\":"
                     " {\"type\": \"array\", \"items\": {\"type\": \"object\", \"required\": [\"step\", \"file\", \"bytes\"],"
                     " \"properties\": {\"step\": {\"type\": \"integer\"}, \"file\": {\"type\": \"string\"}, \"bytes\":"
@@ -344,6 +362,13 @@ static json_t *request_body(const tw_route *rt)
     if (rt->flags & TW_ROUTE_JSON_BODY)
         return json_pack("{s:b, s:{s:{s:{s:s}}}}", "required", 1, "content", "application/json", "schema", "type",
                          "object");
+    if (row >= 0 && REPLIES[row].body) { /* an upload that also takes JSON (predict): files as a form, or the JSON */
+        char ref[96];
+        snprintf(ref, sizeof ref, "#/components/schemas/%s", REPLIES[row].body);
+        return json_pack("{s:b, s:{s:{s:{s:s}}, s:{s:{s:s, s:{s:s, s:s}}}}}", "required", 1, "content", "application/json",
+                         "schema", "$ref", ref, "multipart/form-data", "schema", "type", "object", "additionalProperties",
+                         "type", "string", "format", "binary");
+    }
     return json_pack("{s:s, s:b, s:{s:{s:{s:s}}, s:{}, s:{}}}", "description",
                      "multipart: the files as parts (images, labels, test_images, test_labels; features, labels; "
                      "csv; tfrecord, test_tfrecord) and the values label_column, test_fraction; or the raw bytes of "

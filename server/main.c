@@ -11,6 +11,7 @@
 #include "convert.h"
 #include "devices.h"
 #include "inspect.h"
+#include "predict_main.h"
 #include "serve_main.h"
 #include "train_main.h"
 
@@ -27,6 +28,7 @@ static const command COMMANDS[] = {
     {"serve", tw_serve_main, "run the training service: REST API, job queue, status page"},
     {"devices", tw_devices_main, "list the devices runs are scheduled on"},
     {"bench", tw_bench_main, "time the training step per model and tower count on synthetic data"},
+    {"predict", tw_predict_main, "classify images, .npy or JSON inputs with a checkpoint (top-k classes)"},
     {"runs", tw_client_main, "client: list a server's runs (--server URL, default $TOWER_URL)"},
     {"submit", tw_client_main, "client: submit a run config [--dataset NAME] [--follow]"},
     {"logs", tw_client_main, "client: print a run's log [-f]"},

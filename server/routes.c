@@ -30,6 +30,10 @@ const tw_route TW_ROUTES[] = {
     {"GET", "/api/v1/runs/{id}/checkpoints", tw_api_run_checkpoints, 0, NULL, 200, "The run's checkpoints", "{checkpoints: [{step, file, bytes}], latest}", NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/latest", tw_api_run_checkpoint_latest, 0, NULL, 200, "Download the latest checkpoint (safetensors)", "application/octet-stream", NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/{step}", tw_api_run_checkpoint_step, 0, NULL, 200, "Download the kept checkpoint of that step (safetensors)", "application/octet-stream", NULL},
+    {"POST", "/api/v1/runs/{id}/predict", tw_api_run_predict, TW_ROUTE_UPLOAD, &TW_API_RUN_PREDICT, 200,
+     "Classify inputs with a checkpoint of the run: PNG, JPEG or .npy files (multipart) or {\"inputs\": [...]} (JSON); "
+     "?checkpoint=STEP|latest&weights=raw|ema&top_k=5", "{run, checkpoint, weights, task, model_cached, predictions}",
+     "checkpoint weights top_k"},
     {"GET", "/metrics", tw_api_prometheus, 0, NULL, 200, "Prometheus metrics", "text/plain", NULL},
     {"GET", "/", tw_api_index, 0, NULL, 200, "The status page", "text/html", NULL},
     {"GET", "/static/{file}", tw_api_static, 0, NULL, 200, "The status page's files and Chart.js", "the file", NULL},

@@ -37,4 +37,8 @@ void tw_api_run_checkpoint_step(tw_server *S, tw_req *r);
 void tw_api_run_priority(tw_server *S, tw_req *r);
 void tw_api_run_resume(tw_server *S, tw_req *r);
 
+/* POST /api/v1/runs/{id}/predict (api_predict.c): the body's upload ops (buffered, capped) and the handler. */
+extern const tw_upload_ops TW_API_RUN_PREDICT;
+void tw_api_run_predict(tw_server *S, tw_req *r);
+
 #endif

@@ -27,6 +27,7 @@
 #include "datasets.h"
 #include "http.h"
 #include "logtext.h"
+#include "predict_cache.h"
 #include "runs.h"
 #include "scheduler.h"
 #include "store.h"
@@ -254,12 +255,14 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
         TW_TRY(tw_datasets_demo(S, &demo, err));
     if (demo)
         TW_TRY(tw_runs_submit_demo(S, err));
+    TW_TRY(tw_predict_cache_create(&S->predict, err));
     return tw_http_start(S, TW_ROUTES, port, err);
 }
 
 static void stop(tw_server *S)
 {
     tw_http_stop(S);
+    tw_predict_cache_destroy(S->predict);
     tw_scheduler_destroy(S->sched);
     tw_datasets_stop(S);
     tw_store_close(S->store);

@@ -769,6 +769,51 @@
     return bySteps.size;
   }
 
+  /* DIGITS' "classify one image": drop or choose a PNG or JPEG, POST it as a data: URL in
+   * {"inputs": [...]} to /runs/{id}/predict (the latest checkpoint, the run's default weights) and show the
+   * top 5 with bars. Errors (an image of another size, a run without a checkpoint) show in the box. */
+  function classifyBox(id) {
+    const result = h('div', {id: 'classify-result', class: 'classify-result'});
+    const preview = h('img', {id: 'classify-preview', class: 'classify-preview', alt: '', hidden: true});
+    const input = h('input', {type: 'file', id: 'classify-file', accept: 'image/png,image/jpeg',
+      onchange: () => input.files[0] && classify(input.files[0])});
+    const drop = h('div', {id: 'classify-drop', class: 'classify-drop'},
+      h('label', {for: 'classify-file'}, 'Drop a PNG or JPEG here, or ', h('span', {class: 'link', text: 'choose one'})),
+      input, preview);
+    drop.addEventListener('dragover', (ev) => { ev.preventDefault(); drop.classList.add('over'); });
+    drop.addEventListener('dragleave', () => drop.classList.remove('over'));
+    drop.addEventListener('drop', (ev) => {
+      ev.preventDefault();
+      drop.classList.remove('over');
+      if (ev.dataTransfer.files[0]) classify(ev.dataTransfer.files[0]);
+    });
+
+    async function classify(file) {
+      const url = await new Promise((resolve, reject) => {
+        const reader = new FileReader();
+        reader.onload = () => resolve(reader.result);
+        reader.onerror = () => reject(reader.error);
+        reader.readAsDataURL(file);
+      });
+      preview.src = url;
+      preview.hidden = false;
+      set(result, h('p', {class: 'muted', text: `classifying ${file.name}…`}));
+      try {
+        const reply = await api(`/runs/${id}/predict?top_k=5`, {method: 'POST', json: {inputs: [url]}});
+        const p = reply.predictions[0];
+        set(result, h('p', {class: 'muted', text: `${file.name} · step ${fmtInt(reply.checkpoint.step)}, ${reply.weights} weights`}),
+          p.top_k ? p.top_k.map((c) => h('div', {class: 'classify-row'},
+            h('span', {class: 'classify-label', text: c.name || `class ${c.class}`}),
+            h('span', {class: 'classify-bar'}, h('span', {class: 'bar', style: `width: ${(100 * c.probability).toFixed(1)}%`})),
+            h('span', {class: 'classify-pct', text: fmtPct(c.probability)})))
+            : h('pre', {class: 'json', text: pretty(p.outputs)}));
+      } catch (e) {
+        set(result, h('p', {id: 'classify-error', class: 'banner error', text: errorText(e)}));
+      }
+    }
+    return h('div', {id: 'classify'}, drop, result);
+  }
+
   function viewRun(ctx, main, id) {
     const el = {};
     const mk = (name, tag, props, ...kids) => (el[name] = h(tag, props, ...kids));
@@ -804,6 +849,8 @@
               onclick: () => copyText(el.tb.textContent)})),
           h('h3', {text: 'Checkpoint'}),
           mk('ckpt', 'p', {id: 'run-checkpoint-wrap', class: 'muted', text: 'none yet'}),
+          h('h3', {text: 'Classify an image'}),
+          classifyBox(id),
           h('h3', {text: 'Config'}),
           mk('config', 'pre', {id: 'run-config', class: 'json'})),
         h('section', {},
