@@ -9,12 +9,16 @@
  * for one output). */
 #include "evaluation.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "atomic_file.h"
+#include "datafs.h"
 
 struct tw_evaluation {
     int classes;         /* 0: regression */
@@ -258,15 +262,16 @@ static json_t *class_names(int classes)
 
 json_t *tw_evaluation_document(int64_t step, const tw_evaluation *raw, const tw_evaluation *ema)
 {
-    json_t *m_raw = tw_evaluation_metrics(raw), *m_ema = ema ? tw_evaluation_metrics(ema) : json_null();
+    const tw_evaluation *any = raw ? raw : ema;
+    json_t *m_raw = raw ? tw_evaluation_metrics(raw) : json_null(), *m_ema = ema ? tw_evaluation_metrics(ema) : json_null();
     if (!m_raw || !m_ema) {
         json_decref(m_raw);
         json_decref(m_ema);
         return NULL;
     }
     return json_pack("{s:s, s:I, s:s, s:i, s:o, s:o, s:o}", "format", TW_EVALUATION_FORMAT, "step",
-                     (json_int_t)step, "kind", raw->classes ? "classification" : "regression", "classes",
-                     raw->classes, "class_names", class_names(raw->classes), "raw", m_raw, "ema", m_ema);
+                     (json_int_t)step, "kind", any->classes ? "classification" : "regression", "classes",
+                     any->classes, "class_names", class_names(any->classes), "raw", m_raw, "ema", m_ema);
 }
 
 tw_status tw_evaluation_write(const char *path, const json_t *doc, tw_error *err)
@@ -277,4 +282,24 @@ tw_status tw_evaluation_write(const char *path, const json_t *doc, tw_error *err
     tw_status s = tw_atomic_write_file(path, text, strlen(text), err);
     free(text);
     return s;
+}
+
+tw_status tw_evaluation_read(const char *path, json_t **doc, tw_error *err)
+{
+    *doc = NULL;
+    int fd = tw_fs_open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return errno == ENOENT ? TW_END : tw_fs_error(err, path, "cannot read the evaluation");
+    json_error_t je;
+    json_t *d = json_loadfd(fd, 0, &je); /* the writer's whole file: its size is bounded by the classes */
+    close(fd);
+    if (!json_is_object(d) ||
+        strcmp(json_string_value(json_object_get(d, "format")) ? json_string_value(json_object_get(d, "format")) : "",
+               TW_EVALUATION_FORMAT)) {
+        json_decref(d);
+        return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "not a %s document%s%s", TW_EVALUATION_FORMAT,
+                            d ? "" : ": ", d ? "" : je.text);
+    }
+    *doc = d;
+    return TW_OK;
 }

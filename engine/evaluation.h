@@ -75,10 +75,14 @@ int tw_evaluation_class_tag(int k, const char *metric, int ema, char *buf, size_
 
 /* The evaluation.json document (new): {"format", "step", "kind": "classification"|"regression",
  * "classes" (0 for regression), "class_names": [classes] (up to TW_EVAL_CONFUSION_MAX), "raw": metrics,
- * "ema": metrics or null}. ema may be NULL. NULL when out of memory. */
+ * "ema": metrics or null}. Either of raw and ema may be NULL (null), not both. NULL when out of memory. */
 json_t *tw_evaluation_document(int64_t step, const tw_evaluation *raw, const tw_evaluation *ema);
 
 /* Writes doc to path durably (atomic_file.h: temporary, fsync, rename). */
 tw_status tw_evaluation_write(const char *path, const json_t *doc, tw_error *err);
+
+/* Reads a document tw_evaluation_write wrote (through datafs.h): *doc new. TW_END when
+ * there is no file; TW_ERR_CORRUPT when it is not a JSON object of this format; TW_ERR_IO. */
+tw_status tw_evaluation_read(const char *path, json_t **doc, tw_error *err);
 
 #endif
