@@ -3,7 +3,7 @@
  * Every statement is prepared once (keyed by its text's address: they are literals) and bound with a
  * small format string ("s" text, "S" text or NULL, "i" int64, "d" double). Rows become JSON objects
  * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. The schema's version is
- * PRAGMA user_version (3), and an older database is migrated at open. */
+ * PRAGMA user_version (4), and an older database is migrated at open. */
 #define _GNU_SOURCE
 #include "store.h"
 
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-enum { MAX_STATEMENTS = 48 };
+enum { MAX_STATEMENTS = 64 };
 
 struct tw_store {
     sqlite3 *db;
@@ -54,7 +54,18 @@ static const char MIGRATE_3[] =
     "ALTER TABLE runs ADD COLUMN priority INTEGER NOT NULL DEFAULT 0;"
     "PRAGMA user_version = 3;";
 
-static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices"};
+/* Version 4 keeps evaluation jobs (POST /runs/{id}/evaluate): a checkpoint of a run on a dataset's split,
+ * in a `tower evaluate` child; the result is the evaluation document (engine/evaluation.h). */
+static const char MIGRATE_4[] =
+    "CREATE TABLE IF NOT EXISTS evaluations("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, run_id TEXT NOT NULL,"
+    " dataset_id TEXT NOT NULL, split TEXT NOT NULL, checkpoint INTEGER NOT NULL, weights TEXT NOT NULL,"
+    " job TEXT NOT NULL, status TEXT NOT NULL, error TEXT, result TEXT, created REAL NOT NULL,"
+    " started REAL, finished REAL);"
+    "CREATE INDEX IF NOT EXISTS evaluations_run ON evaluations(run_id, seq);"
+    "PRAGMA user_version = 4;";
+
+static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices", "job", "result"};
 
 /* The names the states are stored and shown as (the statements below spell the ones they test in SQL). */
 static const char *const RUN_STATES[TW_RUN_STATES] = {
@@ -294,6 +305,8 @@ static int migrate(sqlite3 *db)
         rc = sqlite3_exec(db, MIGRATE_2, NULL, NULL, NULL);
     if (rc == SQLITE_OK && version < 3)
         rc = sqlite3_exec(db, MIGRATE_3, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && version < 4)
+        rc = sqlite3_exec(db, MIGRATE_4, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
@@ -685,4 +698,73 @@ tw_status tw_store_run_resume(tw_store *st, const char *id, int64_t steps, tw_er
                                "only with more steps; a queued or running run is not stopped; and its dataset "
                                "must still exist",
                                err);
+}
+
+/* ================================ evaluation jobs ================================ */
+
+#define EVAL_COLUMNS                                                                                         \
+    "id, run_id, dataset_id, split, checkpoint, weights, job, status, error, result, created, started, finished"
+
+tw_status tw_store_eval_insert(tw_store *st, const tw_eval_new *e, tw_error *err)
+{
+    return exec(st, NULL, err,
+                "INSERT INTO evaluations(id, run_id, dataset_id, split, checkpoint, weights, job, status, "
+                "created) VALUES(?, ?, ?, ?, ?, ?, ?, 'queued', ?)",
+                "ssssissd", e->id, e->run_id, e->dataset_id, e->split, (int64_t)e->checkpoint, e->weights,
+                e->job, e->now);
+}
+
+tw_status tw_store_eval_get(tw_store *st, const char *id, json_t **out, tw_error *err)
+{
+    json_t *rows;
+    tw_status s = query(st, &rows, err, "SELECT " EVAL_COLUMNS " FROM evaluations WHERE id = ?", "s", id);
+    return first(s, rows, out);
+}
+
+tw_status tw_store_eval_list(tw_store *st, const char *run_id, json_t **out, tw_error *err)
+{
+    return query(st, out, err,
+                 "SELECT " EVAL_COLUMNS " FROM evaluations WHERE run_id = ? ORDER BY seq DESC LIMIT 100", "s",
+                 run_id);
+}
+
+tw_status tw_store_eval_next(tw_store *st, json_t **out, tw_error *err)
+{
+    json_t *rows;
+    tw_status s = query(st, &rows, err,
+                        "SELECT " EVAL_COLUMNS " FROM evaluations WHERE status = 'queued' ORDER BY seq LIMIT 1", "");
+    return first(s, rows, out);
+}
+
+tw_status tw_store_eval_started(tw_store *st, const char *id, double now, tw_error *err)
+{
+    return exec(st, NULL, err, "UPDATE evaluations SET status = 'running', started = ? WHERE id = ?", "ds", now,
+                id);
+}
+
+tw_status tw_store_eval_finished(tw_store *st, const char *id, tw_run_state state, const char *error,
+                                 const char *result, double now, tw_error *err)
+{
+    return exec(st, NULL, err,
+                "UPDATE evaluations SET status = ?, error = ?, result = ?, finished = ? WHERE id = ?", "sSSds",
+                tw_run_state_name(state), error, result, now, id);
+}
+
+int tw_store_eval_cancel_queued(tw_store *st, const char *id, double now, tw_error *err)
+{
+    int changed = 0;
+    if (exec(st, &changed, err,
+             "UPDATE evaluations SET status = 'cancelled', finished = ? WHERE id = ? AND status = 'queued'", "ds",
+             now, id) != TW_OK)
+        return -1;
+    return changed;
+}
+
+int tw_store_evals_recover(tw_store *st, tw_error *err)
+{
+    int changed = 0;
+    if (exec(st, &changed, err, "UPDATE evaluations SET status = 'queued', started = NULL WHERE status = 'running'",
+             "") != TW_OK)
+        return -1;
+    return changed;
 }

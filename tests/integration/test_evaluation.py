@@ -270,3 +270,84 @@ def test_regression_metrics_equal_numpy(tower_bin, run_tower, tmp_path):
     want = numpy_regression(tensors, x2, y2, False)
     for k in ("mse", "mae", "r2"):
         assert got[k] == pytest.approx(want[k], rel=1e-5), k
+
+
+def wait_job(server, run_id, job_id, states=("succeeded", "failed", "cancelled")):
+    def done():
+        r = requests.get(server.api(f"/runs/{run_id}/evaluations/{job_id}"), timeout=10)
+        assert r.status_code == 200, r.text
+        return r.json() if r.json()["status"] in states else None
+    return poll(f"evaluation {job_id}", done, 120)
+
+
+def test_post_evaluate_on_a_second_dataset(served, reference, fashion):
+    server, _, run, tmp = served
+    tensors, _, _ = reference
+    f = fashion
+    second = upload(server, "second", idx_files(tmp / "second", f["images"][:100], f["labels"][:100],
+                                                f["test_images"][TEST_N:2 * TEST_N],
+                                                f["test_labels"][TEST_N:2 * TEST_N]))
+    r = requests.post(server.api(f"/runs/{run['name']}/evaluate"),
+                      json={"dataset": "second", "checkpoint": "latest", "weights": "ema"}, timeout=30)
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["status"] in ("queued", "running") and job["dataset_id"] == second["id"]
+    assert job["checkpoint"] == 300 and job["weights"] == "ema" and job["split"] == "test"
+    job = wait_job(server, run["id"], job["id"])
+    assert job["status"] == "succeeded", job
+    images, labels = tf_examples(server.data / "datasets" / second["id"] / "test.tfrecord")
+    result = job["result"]
+    assert result["raw"] is None and result["ema"]["examples"] == TEST_N
+    check_against_numpy(result["ema"], numpy_metrics(mlp_logits(tensors, images, True), labels))
+    listed = requests.get(server.api(f"/runs/{run['id']}/evaluations"), timeout=10).json()["evaluations"]
+    assert job["id"] in [j["id"] for j in listed] and "job" not in listed[0]
+    # the raw weights of checkpoint 300 on the train split of the same dataset
+    r = requests.post(server.api(f"/runs/{run['id']}/evaluate"),
+                      json={"dataset": second["id"], "checkpoint": 300, "split": "train"}, timeout=30)
+    assert r.status_code == 202, r.text
+    job = wait_job(server, run["id"], r.json()["id"])
+    assert job["status"] == "succeeded", job
+    images, labels = tf_examples(server.data / "datasets" / second["id"] / "train.tfrecord")
+    check_against_numpy(job["result"]["raw"], numpy_metrics(mlp_logits(tensors, images, False), labels))
+
+
+def test_post_evaluate_refuses_what_does_not_fit(served, fashion):
+    server, _, run, tmp = served
+    f = fashion
+    small = f["images"][:50, ::2, ::2]
+    upload(server, "half-size", idx_files(tmp / "half", small, f["labels"][:50], small, f["labels"][:50]))
+    upload(server, "five-classes", idx_files(tmp / "five", f["images"][:50], f["labels"][:50] % 5,
+                                             f["images"][:50], f["labels"][:50] % 5))
+    url = server.api(f"/runs/{run['id']}/evaluate")
+
+    def refused(body, status=400):
+        r = requests.post(url, json=body, timeout=30)
+        assert r.status_code == status, r.text
+        return r.json()["error"]["message"]
+    msg = refused({"dataset": "half-size"})
+    assert "half-size" in msg and "[14,14,1]" in msg and "[28,28,1]" in msg
+    msg = refused({"dataset": "five-classes"})
+    assert "five-classes" in msg and "5 classes" in msg and "10" in msg
+    assert "no dataset 'nope'" in refused({"dataset": "nope"})
+    assert "weights" in refused({"dataset": "small", "weights": "best"})
+    assert "colour" in refused({"dataset": "small", "colour": 1})
+    assert "step 12345" in refused({"dataset": "small", "checkpoint": 12345}, 404)
+    r = requests.get(server.api(f"/runs/{run['id']}/evaluations/e000000000000000"), timeout=10)
+    assert r.status_code == 404 and r.json()["error"]["code"] == "NOT_FOUND"
+
+
+def test_evaluation_job_can_be_cancelled(served):
+    """A job over 60,000 examples, cancelled at once: it ends "cancelled" (queued or running when asked)."""
+    server, _, run, tmp = served
+    big = upload(server, "fashion-full", {k: FASHION / v for k, v in {
+        "images": "train-images-idx3-ubyte.gz", "labels": "train-labels-idx1-ubyte.gz"}.items()})
+    r = requests.post(server.api(f"/runs/{run['id']}/evaluate"), json={"dataset": big["id"]}, timeout=30)
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["split"] == "train"
+    r = requests.post(server.api(f"/runs/{run['id']}/evaluations/{job['id']}/cancel"), timeout=10)
+    assert r.status_code == 202, r.text
+    job = wait_job(server, run["id"], job["id"])
+    assert job["status"] == "cancelled" and job["result"] is None, job
+    r = requests.post(server.api(f"/runs/{run['id']}/evaluations/{job['id']}/cancel"), timeout=10)
+    assert r.status_code == 409 and "already cancelled" in r.json()["error"]["message"]
