@@ -351,3 +351,36 @@ def test_evaluation_job_can_be_cancelled(served):
     assert job["status"] == "cancelled" and job["result"] is None, job
     r = requests.post(server.api(f"/runs/{run['id']}/evaluations/{job['id']}/cancel"), timeout=10)
     assert r.status_code == 409 and "already cancelled" in r.json()["error"]["message"]
+
+
+def test_run_page_shows_the_heat_map(served):
+    """Chromium (as test_page.py drives it): the run page's confusion matrix shows the counts of GET
+    /evaluation, raw then EMA after the switch, coloured; ten per-class bar rows; a screenshot."""
+    page = pytest.importorskip("test_page")
+    if not (page.os.path.exists(page.CHROMIUM) and page.os.path.exists(page.CHROMEDRIVER)):
+        pytest.skip("needs chromium and chromium-driver (scripts/install-deps.sh --test)")
+    server, _, run, _ = served
+    doc = requests.get(server.api(f"/runs/{run['id']}/evaluation"), timeout=10).json()
+    driver = next(page.browser.__wrapped__())
+    try:
+        driver.get(f"{server.url}/#/runs/{run['id']}")
+        By = page.By
+
+        def cells():
+            rows = driver.find_elements(By.CSS_SELECTOR, "#confusion-matrix tbody tr")
+            return [[int(td.text) for td in r.find_elements(By.TAG_NAME, "td")] for r in rows]
+        page.wait(driver, lambda d: len(cells()) == 10, message="the confusion matrix",
+                  detail=lambda d: d.find_element(By.ID, "run-evaluation").text)
+        assert cells() == doc["raw"]["confusion"]
+        driver.find_element(By.ID, "evaluation-ema").click()
+        page.wait(driver, lambda d: cells() == doc["ema"]["confusion"], message="the EMA matrix")
+        colour = page.js(driver, "return getComputedStyle(document.querySelector("
+                                 "'#confusion-matrix tbody tr td')).backgroundColor")
+        assert colour.startswith("rgba(") and not colour.endswith(", 0)"), colour
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#per-class tbody tr")) == 10
+        assert "accuracy" in driver.find_element(By.ID, "evaluation-head").text
+        page.js(driver, "document.getElementById('run-evaluation').scrollIntoView()")
+        page.screenshot(driver, "evaluation-heatmap.png")
+        assert page.severe(driver) == []
+    finally:
+        driver.quit()
