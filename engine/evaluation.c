@@ -293,9 +293,8 @@ tw_status tw_evaluation_read(const char *path, json_t **doc, tw_error *err)
     json_error_t je;
     json_t *d = json_loadfd(fd, 0, &je); /* the writer's whole file: its size is bounded by the classes */
     close(fd);
-    if (!json_is_object(d) ||
-        strcmp(json_string_value(json_object_get(d, "format")) ? json_string_value(json_object_get(d, "format")) : "",
-               TW_EVALUATION_FORMAT)) {
+    const char *format = json_string_value(json_object_get(d, "format"));
+    if (!json_is_object(d) || !format || strcmp(format, TW_EVALUATION_FORMAT)) {
         json_decref(d);
         return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "not a %s document%s%s", TW_EVALUATION_FORMAT,
                             d ? "" : ": ", d ? "" : je.text);
