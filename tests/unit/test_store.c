@@ -204,7 +204,7 @@ static void test_open_creates_schema_in_wal_mode(void **state)
     expect_peek(f->db,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
                 "WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%' ORDER BY name)",
-                "datasets,runs,runs_status");
+                "datasets,evaluations,evaluations_run,runs,runs_status");
 }
 
 static void test_reopen_keeps_rows(void **state)
