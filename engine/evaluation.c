@@ -263,7 +263,8 @@ static json_t *class_names(int classes)
 json_t *tw_evaluation_document(int64_t step, const tw_evaluation *raw, const tw_evaluation *ema)
 {
     const tw_evaluation *any = raw ? raw : ema;
-    json_t *m_raw = raw ? tw_evaluation_metrics(raw) : json_null(), *m_ema = ema ? tw_evaluation_metrics(ema) : json_null();
+    json_t *m_raw = raw ? tw_evaluation_metrics(raw) : json_null();
+    json_t *m_ema = ema ? tw_evaluation_metrics(ema) : json_null();
     if (!m_raw || !m_ema) {
         json_decref(m_raw);
         json_decref(m_ema);

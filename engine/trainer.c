@@ -342,9 +342,11 @@ static void write_evaluation(run *R, int with_ema)
     int n = snprintf(path, sizeof path, "%s/%s", R->o->logdir, TW_EVALUATION_FILE);
     json_t *doc = tw_evaluation_document(R->T.step, R->metrics[0], with_ema ? R->metrics[1] : NULL);
     tw_error e;
-    tw_status s = n < 0 || (size_t)n >= sizeof path ? tw_error_set(&e, TW_ERR_INVALID, R->o->logdir, -1, "path too long")
-                  : doc ? tw_evaluation_write(path, doc, &e)
-                        : tw_error_set(&e, TW_ERR_NOMEM, path, -1, "out of memory");
+    tw_status s = TW_OK;
+    if (n < 0 || (size_t)n >= sizeof path)
+        s = tw_error_set(&e, TW_ERR_INVALID, R->o->logdir, -1, "the log folder's path is too long");
+    else
+        s = doc ? tw_evaluation_write(path, doc, &e) : tw_error_set(&e, TW_ERR_NOMEM, path, -1, "out of memory");
     if (s != TW_OK) {
         char msg[1200];
         tw_error_format(&e, msg, sizeof msg);

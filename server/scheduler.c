@@ -826,9 +826,10 @@ static void finish_evaluation(tw_scheduler *s, child *c)
     tw_run_state state = c->cancel ? TW_RUN_CANCELLED
                          : exited_ok && tw_evaluation_read(c->eval_out, &doc, &err) == TW_OK ? TW_RUN_SUCCEEDED
                                                                                                : TW_RUN_FAILED;
+    int exit_status = WIFSIGNALED(c->wstatus) ? -1 : WEXITSTATUS(c->wstatus);
     const char *code = c->kill_reason ? "HEARTBEAT_TIMEOUT"
                        : exited_ok    ? "INTERNAL"
-                                      : tw_child_failure_of(WIFSIGNALED(c->wstatus) ? -1 : WEXITSTATUS(c->wstatus))->code;
+                                      : tw_child_failure_of(exit_status)->code;
     if (exited_ok && !doc && state == TW_RUN_FAILED)
         snprintf(msg, sizeof msg, "%s", err.message);
     char *e = state == TW_RUN_FAILED ? error_text(code, msg) : NULL;
