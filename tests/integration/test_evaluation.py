@@ -384,3 +384,38 @@ def test_run_page_shows_the_heat_map(served):
         assert page.severe(driver) == []
     finally:
         driver.quit()
+
+
+def test_post_evaluate_regression_on_a_numpy_upload(served, run_tower, tmp_path):
+    """A regression run on a NumPy upload (no test split: it trains without evaluating), then POST
+    /evaluate on the train split of another NumPy upload: MSE, MAE and R² equal NumPy's."""
+    from safetensors.numpy import load
+    server, _, _, _ = served
+    for name, seed in (("reg-train", 1), ("reg-other", 4)):
+        regression_set(tmp_path, run_tower, name, 300, seed)
+        upload(server, name, {"features": tmp_path / f"{name}_x.npy", "labels": tmp_path / f"{name}_y.npy"})
+    cfg = {"dataset": "reg-train", "name": "reg",
+           "model": {"layers": [{"type": "dense", "units": 16, "activation": "relu", "name": "hidden"},
+                                {"type": "dense", "units": 1, "name": "out"}]},
+           "loss": "mean_squared_error", "optimizer": {"type": "adam", "learning_rate": 0.01},
+           "ema_decay": 0, "batch_size": 32, "steps": 50, "seed": 5, "summary_every": 25,
+           "checkpoint_every": 50}
+    r = requests.post(server.api("/runs"), json=cfg, timeout=30)
+    assert r.status_code == 201, r.text
+    run = wait_run(server, r.json()["id"])
+    assert run["status"] == "succeeded", run
+    assert requests.get(server.api(f"/runs/{run['id']}/evaluation"), timeout=10).status_code == 404
+    r = requests.post(server.api(f"/runs/{run['id']}/evaluate"), json={"dataset": "reg-other"}, timeout=30)
+    assert r.status_code == 202, r.text
+    r_ema = requests.post(server.api(f"/runs/{run['id']}/evaluate"),
+                          json={"dataset": "reg-other", "weights": "ema"}, timeout=30)
+    assert r_ema.status_code == 400 and "no EMA" in r_ema.json()["error"]["message"], r_ema.text
+    job = wait_job(server, run["id"], r.json()["id"])
+    assert job["status"] == "succeeded" and job["split"] == "train", job
+    tensors = load(requests.get(server.api(f"/runs/{run['id']}/checkpoints/latest"), timeout=30).content)
+    x, y = np.load(tmp_path / "reg-other_x.npy"), np.load(tmp_path / "reg-other_y.npy")
+    want = numpy_regression(tensors, x, y, False)
+    got = job["result"]["raw"]
+    assert job["result"]["kind"] == "regression" and got["examples"] == 300
+    for k in ("mse", "mae", "r2"):
+        assert got[k] == pytest.approx(want[k], rel=1e-5), k
