@@ -617,7 +617,7 @@ static void hparams_end(tw_server *S, const child *c, outcome o)
         log_store_error(&err);
 }
 
-static void finish_evaluation(tw_scheduler *s, child *c);
+static void finish_evaluation(tw_scheduler *s, child *c); /* evaluation jobs: at the end of the file */
 
 static void finish(tw_scheduler *s, child *c)
 {
@@ -735,6 +735,189 @@ static void reap(tw_scheduler *s, int finish_runs)
     }
 }
 
+/* ================================ the thread ================================ */
+
+static void poll_once(tw_scheduler *s)
+{
+    struct pollfd pf[1 + 2 * MAX_CHILDREN];
+    child *owner[1 + 2 * MAX_CHILDREN];
+    int which[1 + 2 * MAX_CHILDREN], n = 1;
+    pf[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_kids; i++)
+        for (int w = 0; w < 2; w++)
+            if (s->kids[i]->in[w].fd >= 0) {
+                pf[n] = (struct pollfd){.fd = s->kids[i]->in[w].fd, .events = POLLIN};
+                owner[n] = s->kids[i];
+                which[n++] = w;
+            }
+    pthread_mutex_unlock(&s->mu);
+    poll(pf, (nfds_t)n, 200);
+    char junk[64];
+    if (pf[0].revents & POLLIN)
+        while (read(s->wake[0], junk, sizeof junk) > 0) {
+        }
+    double now = tw_now_mono();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 1; i < n; i++)
+        if (pf[i].revents & (POLLIN | POLLHUP | POLLERR))
+            drain(owner[i], which[i], now);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void start_evaluation(tw_scheduler *s); /* evaluation jobs: at the end of the file */
+
+static void *supervise(void *arg)
+{
+    tw_scheduler *s = arg;
+    while (1) {
+        poll_once(s);
+        pthread_mutex_lock(&s->mu);
+        double now = tw_now_mono();
+        if (s->stopping && s->n_kids == 0) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        for (int i = 0; i < s->n_kids; i++) {
+            watch(s, s->kids[i], now);
+            save_progress(s, s->kids[i], now);
+        }
+        reap(s, !s->stopping);
+        while (!s->stopping && !atomic_load(&s->S->fatal) && start_next(s)) {
+        }
+        if (!s->stopping && !atomic_load(&s->S->fatal))
+            start_evaluation(s);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return NULL;
+}
+
+tw_status tw_scheduler_create(tw_server *S, tw_scheduler **out, tw_error *err)
+{
+    tw_scheduler *s = calloc(1, sizeof *s);
+    if (!s)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    s->S = S;
+    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+        free(s);
+        return tw_error_errno(err, NULL, "cannot make the server its runs' subreaper");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    s->n_dev = tw_devices_detect(s->dev, TW_MAX_DEVICES);
+    s->gpus = s->dev[0].index >= 0 ? s->n_dev : 0;
+    if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        free(s);
+        return tw_error_errno(err, NULL, "cannot create the scheduler's pipe");
+    }
+    if (pthread_create(&s->thread, NULL, supervise, s) != 0) {
+        close(s->wake[0]);
+        close(s->wake[1]);
+        free(s);
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cannot start the scheduler thread");
+    }
+    *out = s;
+    return TW_OK;
+}
+
+void tw_scheduler_destroy(tw_scheduler *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    double now = tw_now_mono();
+    for (int i = 0; i < s->n_kids; i++)
+        terminate(s->kids[i], "shutdown", now);
+    pthread_mutex_unlock(&s->mu);
+    wake(s);
+    pthread_join(s->thread, NULL);
+    close(s->wake[0]);
+    close(s->wake[1]);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static child *find(tw_scheduler *s, const char *id)
+{
+    for (int i = 0; i < s->n_kids; i++)
+        if (!strcmp(s->kids[i]->id, id))
+            return s->kids[i];
+    return NULL;
+}
+
+/* Cancels the run or evaluation job id (`kind` names it in the error): its child when it runs, else the
+ * queued row through cancel_queued, else TW_ERR_INVALID naming the state it has already reached. */
+static tw_status cancel(tw_scheduler *s, const char *id, const char *kind,
+                        int (*cancel_queued)(tw_store *, const char *, double, tw_error *), tw_store_get_fn get,
+                        tw_error *err)
+{
+    pthread_mutex_lock(&s->mu);
+    tw_status st = TW_OK;
+    child *c = find(s, id);
+    if (c) {
+        c->cancel = 1;
+    } else {
+        int changed = cancel_queued(s->S->store, id, tw_now_wall(), err);
+        if (changed < 0)
+            st = err->status;
+        else if (!changed) {
+            json_t *row;
+            st = get(s->S->store, id, &row, err);
+            if (st == TW_OK)
+                st = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s %s has already %s", kind, id,
+                                  json_string_value(json_object_get(row, "status")));
+            json_decref(row);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    wake(s);
+    if (st == TW_OK)
+        tw_server_changed(s->S);
+    return st;
+}
+
+tw_status tw_scheduler_cancel(tw_scheduler *s, const char *id, tw_error *err)
+{
+    return cancel(s, id, "run", tw_store_run_cancel_queued, tw_store_run_get, err);
+}
+
+int tw_scheduler_cancelling(tw_scheduler *s, const char *id)
+{
+    pthread_mutex_lock(&s->mu);
+    child *c = find(s, id);
+    int cancelling = c && c->cancel;
+    pthread_mutex_unlock(&s->mu);
+    return cancelling;
+}
+
+json_t *tw_scheduler_devices(tw_scheduler *s)
+{
+    json_t *arr = json_array();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_dev; i++) {
+        const char *run = NULL;
+        for (int k = 0; k < s->n_kids; k++)
+            if (s->kids[k]->devices & (1u << i))
+                run = s->kids[k]->id;
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s?}", "id", s->dev[i].id, "kind",
+                                             s->dev[i].kind, "name", s->dev[i].name, "run", run));
+    }
+    pthread_mutex_unlock(&s->mu);
+    return arr;
+}
+
+int tw_scheduler_gpu_count(const tw_scheduler *s) { return s->gpus; }
+
+double tw_scheduler_steps_per_sec(tw_scheduler *s)
+{
+    double sum = 0;
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->n_kids; i++)
+        sum += s->kids[i]->rate;
+    pthread_mutex_unlock(&s->mu);
+    return sum;
+}
+
 /* ================================ evaluation jobs ================================ */
 
 /* An evaluation job (store.h: tw_store_eval_*) runs as `tower evaluate` under the same supervision as a
@@ -749,8 +932,6 @@ static int evaluations_running(const tw_scheduler *s)
         n += s->kids[i]->eval_out != NULL;
     return n;
 }
-
-static child *find(tw_scheduler *s, const char *id);
 
 static const char *job_text(const json_t *job, const char *key)
 {
@@ -847,196 +1028,5 @@ static void finish_evaluation(tw_scheduler *s, child *c)
 
 tw_status tw_scheduler_cancel_evaluation(tw_scheduler *s, const char *id, tw_error *err)
 {
-    pthread_mutex_lock(&s->mu);
-    tw_status st = TW_OK;
-    child *c = find(s, id);
-    if (c) {
-        c->cancel = 1;
-    } else {
-        int changed = tw_store_eval_cancel_queued(s->S->store, id, tw_now_wall(), err);
-        json_t *row = NULL;
-        if (changed < 0)
-            st = err->status;
-        else if (!changed && (st = tw_store_eval_get(s->S->store, id, &row, err)) == TW_OK)
-            st = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "evaluation %s has already %s", id,
-                              json_string_value(json_object_get(row, "status")));
-        json_decref(row);
-    }
-    pthread_mutex_unlock(&s->mu);
-    wake(s);
-    if (st == TW_OK)
-        tw_server_changed(s->S);
-    return st;
-}
-
-/* ================================ the thread ================================ */
-
-static void poll_once(tw_scheduler *s)
-{
-    struct pollfd pf[1 + 2 * MAX_CHILDREN];
-    child *owner[1 + 2 * MAX_CHILDREN];
-    int which[1 + 2 * MAX_CHILDREN], n = 1;
-    pf[0] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_kids; i++)
-        for (int w = 0; w < 2; w++)
-            if (s->kids[i]->in[w].fd >= 0) {
-                pf[n] = (struct pollfd){.fd = s->kids[i]->in[w].fd, .events = POLLIN};
-                owner[n] = s->kids[i];
-                which[n++] = w;
-            }
-    pthread_mutex_unlock(&s->mu);
-    poll(pf, (nfds_t)n, 200);
-    char junk[64];
-    if (pf[0].revents & POLLIN)
-        while (read(s->wake[0], junk, sizeof junk) > 0) {
-        }
-    double now = tw_now_mono();
-    pthread_mutex_lock(&s->mu);
-    for (int i = 1; i < n; i++)
-        if (pf[i].revents & (POLLIN | POLLHUP | POLLERR))
-            drain(owner[i], which[i], now);
-    pthread_mutex_unlock(&s->mu);
-}
-
-static void *supervise(void *arg)
-{
-    tw_scheduler *s = arg;
-    while (1) {
-        poll_once(s);
-        pthread_mutex_lock(&s->mu);
-        double now = tw_now_mono();
-        if (s->stopping && s->n_kids == 0) {
-            pthread_mutex_unlock(&s->mu);
-            break;
-        }
-        for (int i = 0; i < s->n_kids; i++) {
-            watch(s, s->kids[i], now);
-            save_progress(s, s->kids[i], now);
-        }
-        reap(s, !s->stopping);
-        while (!s->stopping && !atomic_load(&s->S->fatal) && start_next(s)) {
-        }
-        if (!s->stopping && !atomic_load(&s->S->fatal))
-            start_evaluation(s);
-        pthread_mutex_unlock(&s->mu);
-    }
-    return NULL;
-}
-
-tw_status tw_scheduler_create(tw_server *S, tw_scheduler **out, tw_error *err)
-{
-    tw_scheduler *s = calloc(1, sizeof *s);
-    if (!s)
-        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-    s->S = S;
-    if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
-        free(s);
-        return tw_error_errno(err, NULL, "cannot make the server its runs' subreaper");
-    }
-    pthread_mutex_init(&s->mu, NULL);
-    s->n_dev = tw_devices_detect(s->dev, TW_MAX_DEVICES);
-    s->gpus = s->dev[0].index >= 0 ? s->n_dev : 0;
-    if (pipe2(s->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
-        free(s);
-        return tw_error_errno(err, NULL, "cannot create the scheduler's pipe");
-    }
-    if (pthread_create(&s->thread, NULL, supervise, s) != 0) {
-        close(s->wake[0]);
-        close(s->wake[1]);
-        free(s);
-        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cannot start the scheduler thread");
-    }
-    *out = s;
-    return TW_OK;
-}
-
-void tw_scheduler_destroy(tw_scheduler *s)
-{
-    if (!s)
-        return;
-    pthread_mutex_lock(&s->mu);
-    s->stopping = 1;
-    double now = tw_now_mono();
-    for (int i = 0; i < s->n_kids; i++)
-        terminate(s->kids[i], "shutdown", now);
-    pthread_mutex_unlock(&s->mu);
-    wake(s);
-    pthread_join(s->thread, NULL);
-    close(s->wake[0]);
-    close(s->wake[1]);
-    pthread_mutex_destroy(&s->mu);
-    free(s);
-}
-
-static child *find(tw_scheduler *s, const char *id)
-{
-    for (int i = 0; i < s->n_kids; i++)
-        if (!strcmp(s->kids[i]->id, id))
-            return s->kids[i];
-    return NULL;
-}
-
-tw_status tw_scheduler_cancel(tw_scheduler *s, const char *id, tw_error *err)
-{
-    pthread_mutex_lock(&s->mu);
-    tw_status st = TW_OK;
-    child *c = find(s, id);
-    if (c) {
-        c->cancel = 1;
-    } else {
-        int changed = tw_store_run_cancel_queued(s->S->store, id, tw_now_wall(), err);
-        if (changed < 0)
-            st = err->status;
-        else if (!changed) {
-            json_t *run;
-            st = tw_store_run_get(s->S->store, id, &run, err);
-            if (st == TW_OK)
-                st = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has already %s", id,
-                                  json_string_value(json_object_get(run, "status")));
-            json_decref(run);
-        }
-    }
-    pthread_mutex_unlock(&s->mu);
-    wake(s);
-    if (st == TW_OK)
-        tw_server_changed(s->S);
-    return st;
-}
-
-int tw_scheduler_cancelling(tw_scheduler *s, const char *id)
-{
-    pthread_mutex_lock(&s->mu);
-    child *c = find(s, id);
-    int cancelling = c && c->cancel;
-    pthread_mutex_unlock(&s->mu);
-    return cancelling;
-}
-
-json_t *tw_scheduler_devices(tw_scheduler *s)
-{
-    json_t *arr = json_array();
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_dev; i++) {
-        const char *run = NULL;
-        for (int k = 0; k < s->n_kids; k++)
-            if (s->kids[k]->devices & (1u << i))
-                run = s->kids[k]->id;
-        json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s?}", "id", s->dev[i].id, "kind",
-                                             s->dev[i].kind, "name", s->dev[i].name, "run", run));
-    }
-    pthread_mutex_unlock(&s->mu);
-    return arr;
-}
-
-int tw_scheduler_gpu_count(const tw_scheduler *s) { return s->gpus; }
-
-double tw_scheduler_steps_per_sec(tw_scheduler *s)
-{
-    double sum = 0;
-    pthread_mutex_lock(&s->mu);
-    for (int i = 0; i < s->n_kids; i++)
-        sum += s->kids[i]->rate;
-    pthread_mutex_unlock(&s->mu);
-    return sum;
+    return cancel(s, id, "evaluation", tw_store_eval_cancel_queued, tw_store_eval_get, err);
 }
