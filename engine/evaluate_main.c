@@ -6,7 +6,8 @@
  * --image-feature/--label-feature name another dataset's features. Examples are read as the trainer reads
  * its test split (input.h, in file order), run through the CPU forward pass and accumulated
  * (evaluation.h). Stdout carries the child protocol (child.h): heartbeats while it reads, one eval line
- * (step = the checkpoint's step) and the final "completed" line, or the failed line; the document
+ * (step = the checkpoint's step; the chosen weights' numbers under the plain "eval_" keys) and the final
+ * "completed" line (with the seconds the pass took), or the failed line; the document
  * (evaluation.json's format, with only the chosen weights' slot filled, plus "checkpoint", "data" and
  * "weights") goes durably to --out, or to stdout after the lines without it. Exit statuses are
  * `tower train`'s: 0 done, 2 usage or a config that does not fit the file, 14 a damaged file, 11 out of
@@ -161,7 +162,7 @@ static json_t *document(const options *o, const tw_inference *inf, const tw_eval
 }
 
 static tw_status emit(const options *o, const tw_inference *inf, const tw_evaluation *ev, tw_child_out *out,
-                      tw_error *err)
+                      double started, tw_error *err)
 {
     tw_evaluation_summary s = tw_evaluation_summarize(ev);
     tw_child_eval line = {.step = tw_inference_step(inf), .loss = s.loss, .examples = s.examples,
@@ -173,7 +174,7 @@ static tw_status emit(const options *o, const tw_inference *inf, const tw_evalua
     tw_status st = o->out ? tw_evaluation_write(o->out, doc, err) : TW_OK;
     if (st == TW_OK) {
         tw_child_eval_line(out, &line);
-        tw_child_final(out, TW_CHILD_COMPLETED, line.step, 0);
+        tw_child_final(out, TW_CHILD_COMPLETED, line.step, tw_child_now() - started);
     }
     if (st == TW_OK && !o->out)
         json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(17));
@@ -183,6 +184,7 @@ static tw_status emit(const options *o, const tw_inference *inf, const tw_evalua
 
 static tw_status run(const options *o, tw_child_out *out, tw_error *err)
 {
+    double started = tw_child_now();
     tw_inference *inf = NULL;
     tw_input *in = NULL;
     tw_evaluation *ev = NULL;
@@ -197,7 +199,7 @@ static tw_status run(const options *o, tw_child_out *out, tw_error *err)
     if (s == TW_OK)
         s = pass(o, inf, in, ev, out, err);
     if (s == TW_OK)
-        s = emit(o, inf, ev, out, err);
+        s = emit(o, inf, ev, out, started, err);
     tw_evaluation_destroy(ev);
     tw_input_close(in);
     tw_inference_close(inf);
