@@ -63,6 +63,8 @@ static const char MIGRATE_4[] =
     " job TEXT NOT NULL, status TEXT NOT NULL, error TEXT, result TEXT, created REAL NOT NULL,"
     " started REAL, finished REAL);"
     "CREATE INDEX IF NOT EXISTS evaluations_run ON evaluations(run_id, seq);"
+    "CREATE TRIGGER IF NOT EXISTS evaluations_go_with_their_run AFTER DELETE ON runs"
+    " BEGIN DELETE FROM evaluations WHERE run_id = OLD.id; END;"
     "PRAGMA user_version = 4;";
 
 static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices", "job", "result"};
@@ -608,14 +610,20 @@ tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err)
 {
     int changed = 0;
     TW_TRY(exec(st, &changed, err,
-                "DELETE FROM runs WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled')", "s", id));
+                "DELETE FROM runs WHERE id = ?1 AND status IN ('succeeded', 'failed', 'cancelled') AND NOT EXISTS "
+                "(SELECT 1 FROM evaluations WHERE run_id = ?1 AND status IN ('queued', 'running'))",
+                "s", id));
     if (changed)
         return TW_OK;
     json_t *r;
     tw_status s = tw_store_run_get(st, id, &r, err);
+    int finished = s == TW_OK && tw_run_state_final(tw_store_run_state(r));
     json_decref(r);
-    return s == TW_OK ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has not finished: cancel it first", id)
-                      : s;
+    if (s != TW_OK)
+        return s;
+    return finished ? tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                                   "run %s has an evaluation job queued or running: cancel it first", id)
+                    : tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has not finished: cancel it first", id);
 }
 
 /* The one row of `table` whose id is ref, else the rows named ref (sql selects them, newest first):

@@ -132,7 +132,8 @@ tw_status tw_store_run_requeue(tw_store *st, const char *id, const char *reason,
 int tw_store_runs_recover(tw_store *st, tw_error *err);
 /* queued -> cancelled in one statement. 1 when it changed the row. */
 int tw_store_run_cancel_queued(tw_store *st, const char *id, double now, tw_error *err);
-/* Deletes a finished run: TW_ERR_INVALID when it is not finished, TW_END when there is no such run. */
+/* Deletes a finished run and its evaluation jobs: TW_ERR_INVALID when it is not finished or an evaluation job
+ * of it is queued or running, TW_END when there is no such run. */
 tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err);
 
 /* The run or dataset whose id is ref, else the one named ref: TW_OK with the row; TW_END: none;

@@ -878,6 +878,15 @@ static void test_evaluation_jobs(void **state)
     assert_string_equal(str(json_array_get(row, 0), "id"), "e3");
     json_decref(row);
     assert_int_equal(tw_store_eval_get(f->st, "nope", &row, &err), TW_END);
+    /* A finished run is not deleted while a job of it is queued; once none is, its jobs go with it. */
+    add_run(f->st, "r1", "d1");
+    assert_int_equal(tw_store_run_started(f->st, "r1", "[0]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r1", TW_RUN_SUCCEEDED, NULL, NULL, 2.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_delete(f->st, "r1", &err), TW_ERR_INVALID);
+    assert_non_null(strstr(err.message, "evaluation job"));
+    assert_int_equal(tw_store_eval_finished(f->st, "e3", TW_RUN_FAILED, NULL, NULL, 6.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_delete(f->st, "r1", &err), TW_OK);
+    assert_int_equal(tw_store_eval_get(f->st, "e1", &row, &err), TW_END);
 }
 
 static void test_run_delete_only_finished(void **state)
