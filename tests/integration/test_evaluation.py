@@ -345,6 +345,8 @@ def test_evaluation_job_can_be_cancelled(served):
     assert r.status_code == 202, r.text
     job = r.json()
     assert job["split"] == "train"
+    r = requests.delete(server.api(f"/runs/{run['id']}"), timeout=10)  # the job holds its run
+    assert r.status_code == 409 and "evaluation job" in r.json()["error"]["message"], r.text
     r = requests.post(server.api(f"/runs/{run['id']}/evaluations/{job['id']}/cancel"), timeout=10)
     assert r.status_code == 202, r.text
     job = wait_job(server, run["id"], job["id"])
