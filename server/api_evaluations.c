@@ -75,13 +75,14 @@ static tw_status invalid(tw_api_code *code, tw_api_code c, tw_error *err, const 
 static tw_status decode_body(const json_t *body, job_request *q, const json_t **checkpoint, tw_api_code *code,
                              tw_error *err)
 {
-    static const char ALLOWED[] = " dataset checkpoint weights split ";
+    static const char *const ALLOWED[] = {"dataset", "checkpoint", "weights", "split"};
     const char *key;
     json_t *v;
-    char word[80];
     json_object_foreach((json_t *)body, key, v) {
-        snprintf(word, sizeof word, " %.60s ", key);
-        if (!strstr(ALLOWED, word))
+        size_t k = 0;
+        while (k < sizeof ALLOWED / sizeof ALLOWED[0] && strcmp(key, ALLOWED[k]))
+            k++;
+        if (k == sizeof ALLOWED / sizeof ALLOWED[0])
             return invalid(code, TW_API_INVALID_ARGUMENT, err, "%s: unknown key (the body is {\"dataset\", "
                            "\"checkpoint\", \"weights\", \"split\"})%s", key, "");
     }
