@@ -152,6 +152,22 @@ void tw_child_step(tw_child_out *o, int64_t step, double loss, const tw_child_ra
     emit(o, line);
 }
 
+/* The eval line's top-5, MAE and R² keys, raw then EMA. */
+static void eval_details(json_t *line, const tw_child_eval *e)
+{
+    static const char *const TOP5[2] = {TW_CHILD_EVAL_TOP5, TW_CHILD_EVAL_TOP5_EMA};
+    static const char *const MAE[2] = {TW_CHILD_EVAL_MAE, TW_CHILD_EVAL_MAE_EMA};
+    static const char *const R2[2] = {TW_CHILD_EVAL_R2, TW_CHILD_EVAL_R2_EMA};
+    for (int k = 0; line && k <= (e->has_ema != 0); k++) {
+        if (e->has_top5)
+            json_object_set_new(line, TOP5[k], json_real(e->top5[k]));
+        if (e->has_regression) {
+            json_object_set_new(line, MAE[k], json_real(e->mae[k]));
+            json_object_set_new(line, R2[k], json_real(e->r2[k]));
+        }
+    }
+}
+
 void tw_child_eval_line(tw_child_out *o, const tw_child_eval *e)
 {
     json_t *line = json_pack("{s:I, s:f, s:I}", TW_CHILD_STEP, (json_int_t)e->step, TW_CHILD_EVAL_LOSS,
@@ -162,6 +178,7 @@ void tw_child_eval_line(tw_child_out *o, const tw_child_eval *e)
         json_object_set_new(line, TW_CHILD_EVAL_LOSS_EMA, json_real(e->loss_ema));
     if (line && e->has_ema && e->has_accuracy)
         json_object_set_new(line, TW_CHILD_EVAL_ACCURACY_EMA, json_real(e->accuracy_ema));
+    eval_details(line, e);
     emit(o, line);
 }
 

@@ -12,7 +12,9 @@
  *   resumed    {"resumed_from":PATH,"step":K}                           after a resume
  *   step       {"step":K,"loss":X[,"learning_rate":R,"examples_per_sec":E,"sec_per_batch":S,"eta_s":T]}
  *   eval       {"step":K,"eval_loss":X,"eval_examples":N[,"eval_accuracy":A][,"eval_loss_ema":X
- *               [,"eval_accuracy_ema":A]]}                               every key starts with "eval_"
+ *               [,"eval_accuracy_ema":A]][,"eval_top5_accuracy":T[,"eval_top5_accuracy_ema":T]]
+ *               [,"eval_mae":M,"eval_r2":R[,"eval_mae_ema":M,"eval_r2_ema":R]]}   every key starts
+ *               with "eval_"
  *   heartbeat  {"heartbeat":true,"step":K}      when nothing was written for TW_CHILD_HEARTBEAT_S
  *   warning    {"warning":CODE,"message":TEXT,"step":K}                 training goes on
  *   error      {"error":"LOSS_NAN"|"LOSS_INF","step":K,"message":TEXT}   before the "diverged" status
@@ -42,6 +44,12 @@
 #define TW_CHILD_EVAL_ACCURACY "eval_accuracy"
 #define TW_CHILD_EVAL_LOSS_EMA "eval_loss_ema"
 #define TW_CHILD_EVAL_ACCURACY_EMA "eval_accuracy_ema"
+#define TW_CHILD_EVAL_TOP5 "eval_top5_accuracy"         /* classifiers of more than 5 classes */
+#define TW_CHILD_EVAL_TOP5_EMA "eval_top5_accuracy_ema"
+#define TW_CHILD_EVAL_MAE "eval_mae"                    /* regression (eval_loss is the MSE) */
+#define TW_CHILD_EVAL_MAE_EMA "eval_mae_ema"
+#define TW_CHILD_EVAL_R2 "eval_r2"
+#define TW_CHILD_EVAL_R2_EMA "eval_r2_ema"
 #define TW_CHILD_HEARTBEAT "heartbeat"
 #define TW_CHILD_WARNING "warning"
 #define TW_CHILD_ERROR "error"
@@ -119,6 +127,9 @@ typedef struct {
     double accuracy;
     int has_ema;          /* eval_loss_ema */
     double loss_ema, accuracy_ema;
+    int has_top5;         /* eval_top5_accuracy[_ema] */
+    int has_regression;   /* eval_mae, eval_r2 [_ema] */
+    double top5[2], mae[2], r2[2]; /* [0] raw weights, [1] EMA (with has_ema) */
 } tw_child_eval;
 
 /* CLOCK_MONOTONIC in seconds. */

@@ -23,6 +23,7 @@
 #include "checkpoint.h"
 #include "child.h"
 #include "datafs.h"
+#include "evaluation.h"
 #include "events.h"
 #include "hparams.h"
 #include "inference.h"
@@ -49,6 +50,7 @@ typedef struct {
     float *host[CKPT_ARENAS];       /* [P] params, ema, slot1, slot2 downloads */
     float *outs;                    /* [batch, outputs] evaluation outputs */
     void *eval_y;                   /* [batch*label_values] evaluation labels */
+    tw_evaluation *metrics[2];      /* the pass with raw, then EMA weights (evaluation.h); NULL: no test */
     double loss_sum;                /* training loss since the last report */
     int64_t loss_steps;
     double train_time;              /* seconds spent in train steps since the last report */
@@ -157,6 +159,15 @@ static tw_status open_inputs(run *R, tw_error *err)
     io.shuffle = 0;
     io.prefetch_batches = 0;
     return tw_input_open(&io, &R->test, err);
+}
+
+/* The evaluation accumulators, when there is a test split. */
+static tw_status open_metrics(run *R, tw_error *err)
+{
+    int outs = tw_model_output_size(R->T.m), classes = R->c->loss == TW_LOSS_MSE ? 0 : outs;
+    for (int k = 0; k < 2 && R->test; k++)
+        TW_TRY(tw_evaluation_create(classes, outs, &R->metrics[k], err));
+    return TW_OK;
 }
 
 static tw_status alloc_host(run *R, tw_error *err)
@@ -280,51 +291,37 @@ typedef struct {
     int64_t examples;
 } eval_result;
 
-static int argmax(const float *v, int n)
-{
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[best])
-            best = i;
-    return best;
-}
-
-static tw_status eval_batch(run *R, int rows, int use_ema, double *loss, int64_t *correct,
-                            tw_error *err)
+static tw_status eval_batch(run *R, int rows, int use_ema, double *loss, tw_error *err)
 {
     tw_replica *r = R->T.r[0];
-    int outs = tw_model_output_size(R->T.m);
     double sum;
     TW_TRY(tw_replica_upload_batch(r, rows, R->T.x, R->eval_y, err));
     TW_TRY(tw_replica_forward(r, rows, 0, use_ema, 0, err));
     TW_TRY(tw_replica_loss_sum(r, rows, &sum, err));
     *loss += sum;
-    if (R->c->loss == TW_LOSS_MSE)
-        return TW_OK;
     TW_TRY(tw_replica_outputs(r, rows, R->outs, err));
-    const int32_t *labels = R->eval_y;
-    for (int i = 0; i < rows; i++)
-        *correct += argmax(R->outs + (size_t)i * outs, outs) == labels[i];
+    tw_evaluation_add(R->metrics[use_ema], rows, R->outs, R->eval_y);
     return TW_OK;
 }
 
 static tw_status evaluate(run *R, int use_ema, eval_result *res, tw_error *err)
 {
     double loss = 0;
-    int64_t correct = 0, n = 0;
+    int64_t n = 0;
     int got;
     TW_TRY(tw_input_rewind(R->test, err));
+    tw_evaluation_reset(R->metrics[use_ema]);
     for (;;) {
         TW_TRY(tw_input_next_once(R->test, R->c->batch_size, R->T.x, R->eval_y, &got, err));
         if (!got)
             break;
-        TW_TRY(eval_batch(R, got, use_ema, &loss, &correct, err));
+        TW_TRY(eval_batch(R, got, use_ema, &loss, err));
         n += got;
     }
     double per = R->c->loss == TW_LOSS_MSE ? (double)tw_model_output_size(R->T.m) : 1.0;
     res->examples = n;
     res->loss = n ? loss / ((double)n * per) : 0;
-    res->accuracy = n ? (double)correct / (double)n : 0;
+    res->accuracy = tw_evaluation_summarize(R->metrics[use_ema]).accuracy;
     return TW_OK;
 }
 
@@ -335,6 +332,73 @@ static void eval_scalars(run *R, tw_events_writer **ev, const eval_result *res, 
     scalar_to(R, ev, "eval/loss", res->loss);
     if (classify)
         scalar_to(R, ev, "eval/accuracy", res->accuracy);
+}
+
+/* The scalars beyond loss and accuracy of one pass into *ev (the run's file for the raw weights, the
+ * eval_ema sub-run for the EMA's, under the same tags): top-5, the regression metrics, precision and
+ * recall of the first TW_EVAL_SCALAR_CLASSES classes (evaluation.h's tags), and the confusion matrix as
+ * an image (summary_images.h). */
+static void detail_scalars(run *R, tw_events_writer **ev, const tw_evaluation *pass)
+{
+    tw_evaluation_summary s = tw_evaluation_summarize(pass);
+    if (s.has_top5)
+        scalar_to(R, ev, "eval/top5_accuracy", s.top5);
+    static const char *const REGRESSION[3] = {"eval/mse", "eval/mae", "eval/r2"};
+    const double values[3] = {s.mse, s.mae, s.r2};
+    for (int i = 0; i < 3 && !s.classify; i++)
+        scalar_to(R, ev, REGRESSION[i], values[i]);
+    json_t *m = s.classify ? tw_evaluation_metrics(pass) : NULL;
+    json_t *pc = json_object_get(m, "per_class");
+    static const char *const PER_CLASS[2] = {"precision", "recall"};
+    char tag[256];
+    for (int k = 0; k < TW_EVAL_SCALAR_CLASSES && k < (int)json_array_size(json_object_get(pc, "recall")); k++)
+        for (int i = 0; i < 2; i++) {
+            json_t *v = json_array_get(json_object_get(pc, PER_CLASS[i]), (size_t)k);
+            if (json_is_number(v) && tw_evaluation_class_tag(k, PER_CLASS[i], tag, sizeof tag) == 0)
+                scalar_to(R, ev, tag, json_number_value(v));
+        }
+    json_decref(m);
+    int k;
+    const int64_t *counts = tw_evaluation_confusion(pass, &k);
+    tw_error e;
+    if (*ev && counts && tw_summary_confusion(*ev, "eval/confusion_matrix", R->T.step, counts, k, &e) != TW_OK)
+        events_failed(R, &e);
+}
+
+/* The eval line's top-5 or MAE and R² (child.h). */
+static void detail_line(run *R, int with_ema, tw_child_eval *line)
+{
+    tw_evaluation_summary s[2] = {tw_evaluation_summarize(R->metrics[0])};
+    if (with_ema)
+        s[1] = tw_evaluation_summarize(R->metrics[1]);
+    line->has_top5 = s[0].has_top5;
+    line->has_regression = !s[0].classify;
+    for (int k = 0; k < 2; k++) {
+        line->top5[k] = s[k].top5;
+        line->mae[k] = s[k].mae;
+        line->r2[k] = s[k].r2;
+    }
+}
+
+/* evaluation.json in the log folder: the latest pass, raw and EMA (evaluation.h). A failed write is a
+ * degraded metric, never a stopped run (as an event write). */
+static void write_evaluation(run *R, int with_ema)
+{
+    char path[PATH_MAX];
+    int n = snprintf(path, sizeof path, "%s/%s", R->o->logdir, TW_EVALUATION_FILE);
+    json_t *doc = tw_evaluation_document(R->T.step, R->metrics[0], with_ema ? R->metrics[1] : NULL);
+    tw_error e;
+    tw_status s = TW_OK;
+    if (n < 0 || (size_t)n >= sizeof path)
+        s = tw_error_set(&e, TW_ERR_INVALID, R->o->logdir, -1, "the log folder's path is too long");
+    else
+        s = doc ? tw_evaluation_write(path, doc, &e) : tw_error_set(&e, TW_ERR_NOMEM, path, -1, "out of memory");
+    if (s != TW_OK) {
+        char msg[1200];
+        tw_error_format(&e, msg, sizeof msg);
+        tw_child_warning(&R->out, TW_CHILD_METRICS_DEGRADED, msg, R->T.step);
+    }
+    json_decref(doc);
 }
 
 static tw_status eval_and_report(run *R, tw_error *err)
@@ -350,9 +414,14 @@ static tw_status eval_and_report(run *R, tw_error *err)
     tw_child_eval line = {.step = R->T.step, .loss = raw.loss, .examples = raw.examples,
                           .has_accuracy = classify, .accuracy = raw.accuracy, .has_ema = with_ema,
                           .loss_ema = ema.loss, .accuracy_ema = ema.accuracy};
+    detail_line(R, with_ema, &line);
     eval_scalars(R, &R->ev, &raw, classify);
-    if (with_ema)
+    detail_scalars(R, &R->ev, R->metrics[0]);
+    if (with_ema) {
         eval_scalars(R, &R->ev_ema, &ema, classify);
+        detail_scalars(R, &R->ev_ema, R->metrics[1]);
+    }
+    write_evaluation(R, with_ema);
     tw_child_eval_line(&R->out, &line);
     return TW_OK;
 }
@@ -605,6 +674,7 @@ static tw_status setup(run *R, tw_error *err)
         return tw_error_set(err, TW_ERR_INVALID, R->o->logdir, -1, "the log folder's path is too long");
     TW_TRY(tw_towers_model(&R->T, R->c, err));
     TW_TRY(open_inputs(R, err));
+    TW_TRY(open_metrics(R, err));
     tw_memory_data d = data_in_memory(R);
     TW_TRY(tw_towers_check_memory(&R->T, R->o->backend, &d, R->o->memory_limit, err));
     TW_TRY(alloc_host(R, err));
@@ -632,6 +702,8 @@ static void teardown(run *R)
     tw_input_close(R->test);
     free(R->outs);
     free(R->eval_y);
+    tw_evaluation_destroy(R->metrics[0]);
+    tw_evaluation_destroy(R->metrics[1]);
     for (int a = 0; a < CKPT_ARENAS; a++)
         free(R->host[a]);
 }

@@ -10,6 +10,7 @@
 #include "client_main.h"
 #include "convert.h"
 #include "devices.h"
+#include "evaluate_main.h"
 #include "inspect.h"
 #include "predict_main.h"
 #include "serve_main.h"
@@ -25,6 +26,7 @@ static const command COMMANDS[] = {
     {"convert", tw_convert_main, "convert IDX, CSV, NumPy or TFRecord data into TFRecord files of tf.train.Example"},
     {"inspect", tw_inspect_main, "describe a TFRecord or tfevents file (records, schema, tags)"},
     {"train", tw_train_main, "train a model from a JSON run config; events and checkpoints in --logdir"},
+    {"evaluate", tw_evaluate_main, "evaluate a checkpoint on a TFRecord file: accuracy, per-class, confusion; MSE/MAE/R²"},
     {"serve", tw_serve_main, "run the training service: REST API, job queue, status page"},
     {"devices", tw_devices_main, "list the devices runs are scheduled on"},
     {"bench", tw_bench_main, "time the training step per model and tower count on synthetic data"},

@@ -1,6 +1,7 @@
 /* routes.c — the one route table of `tower serve`: every path, its handler, and what the OpenAPI
  * document says about it. 404 and 405 come from this table (http.c), and so does /api/v1/openapi.json. */
 #include "api.h"
+#include "evaluations.h"
 #include "runs.h"
 
 #define JSON TW_ROUTE_JSON_BODY
@@ -27,6 +28,12 @@ const tw_route TW_ROUTES[] = {
     {"GET", "/api/v1/runs/{id}/metrics", tw_api_run_metrics, 0, NULL, 200, "Scalar series from the run's event files", "{scalars: {tag: [[step, value, wall_time]]}}", NULL},
     {"GET", "/api/v1/runs/{id}/events", tw_api_run_events, 0, NULL, 200, "Server-Sent Events: the run whenever it changes", "text/event-stream", NULL},
     {"GET", "/api/v1/runs/{id}/log", tw_api_run_log, 0, NULL, 200, "The last lines of the run's log; ?tail=200", "text/plain", "tail"},
+    {"GET", "/api/v1/runs/{id}/evaluation", tw_api_run_evaluation, 0, NULL, 200, "The run's latest evaluation (raw and EMA weights): accuracy, top5, per-class precision/recall/F1, confusion matrix; or MSE, MAE, R²", "{format, step, kind, classes, class_names, raw: metrics, ema: metrics | null}", NULL},
+    {"POST", "/api/v1/runs/{id}/evaluate", tw_api_run_evaluate, JSON, NULL, 202,
+     "Evaluate a checkpoint of the run on a compatible dataset in a supervised child; body {\"dataset\": NAME_OR_ID, \"checkpoint\": STEP | \"latest\", \"weights\": \"raw\" | \"ema\", \"split\": \"test\" | \"train\"}", "evaluation job {id, run_id, dataset_id, split, checkpoint, weights, status, error, result, created, started, finished}", NULL},
+    {"GET", "/api/v1/runs/{id}/evaluations", tw_api_run_evaluations, 0, NULL, 200, "The run's evaluation jobs, newest first (up to 100)", "{evaluations: [evaluation job]}", NULL},
+    {"GET", "/api/v1/runs/{id}/evaluations/{eval}", tw_api_run_evaluation_job, 0, NULL, 200, "An evaluation job; its result (when succeeded) is the evaluation document", "evaluation job", NULL},
+    {"POST", "/api/v1/runs/{id}/evaluations/{eval}/cancel", tw_api_run_evaluation_cancel, 0, NULL, 202, "Cancel a queued or running evaluation job", "evaluation job", NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints", tw_api_run_checkpoints, 0, NULL, 200, "The run's checkpoints", "{checkpoints: [{step, file, bytes}], latest}", NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/latest", tw_api_run_checkpoint_latest, 0, NULL, 200, "Download the latest checkpoint (safetensors)", "application/octet-stream", NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/{step}", tw_api_run_checkpoint_step, 0, NULL, 200, "Download the kept checkpoint of that step (safetensors)", "application/octet-stream", NULL},

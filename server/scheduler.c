@@ -36,6 +36,7 @@
 #include "store.h"
 #include "checkpoint.h"
 #include "child.h"
+#include "evaluation.h"
 
 extern char **environ;
 
@@ -80,6 +81,7 @@ typedef struct {
     char final_status[16];   /* "completed" / "cancelled" from the last status line */
     char last_error[600];    /* the last error line the child printed, else its last stderr line */
     int json_error;          /* last_error came from a JSON error line (it wins over stderr) */
+    char *eval_out;          /* an evaluation job's child (`tower evaluate`): its --out file; NULL: a run */
 } child;
 
 struct tw_scheduler {
@@ -321,6 +323,8 @@ static int monitor_url(tw_server *S, const char *id, char *buf, size_t size)
     return n > 0 && (size_t)n < size ? 0 : -1;
 }
 
+static tw_status fork_child(child *c, char **argv, const char *visible, const char *logpath, tw_error *why);
+
 /* Forks the trainer for run id, confined to the data folder (--data-root). Returns TW_OK, or an error in
  * *why naming the file (a symlink met under the data folder: the run's `log` is never written through). */
 static tw_status spawn(tw_scheduler *s, child *c, const char *visible, int gpu, tw_error *why)
@@ -337,6 +341,13 @@ static tw_status spawn(tw_scheduler *s, child *c, const char *visible, int gpu, 
                     logdir, "--resume", "--backend", gpu ? "cuda" : "cpu", "--data-root", S->data,
                     monitor_url(S, c->id, monitor, sizeof monitor) == 0 ? "--monitor-url" : NULL, monitor,
                     NULL};
+    return fork_child(c, argv, visible, logpath, why);
+}
+
+/* Opens the child's log (append), forks and execs argv in a process group of its own with its stdout and
+ * stderr on c's pipes. */
+static tw_status fork_child(child *c, char **argv, const char *visible, const char *logpath, tw_error *why)
+{
     c->log_fd = tw_fs_open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (c->log_fd < 0)
         return tw_fs_error(why, logpath, "cannot open the run's log");
@@ -544,6 +555,8 @@ static void watch(tw_scheduler *s, child *c, double now)
 
 static void save_progress(tw_scheduler *s, child *c, double now)
 {
+    if (c->eval_out) /* an evaluation job has no progress row */
+        return;
     if (!c->dirty || now - c->saved_at < PROGRESS_EVERY)
         return;
     char *m = json_dumps(c->metrics, JSON_COMPACT);
@@ -606,8 +619,14 @@ static void hparams_end(tw_server *S, const child *c, outcome o)
         log_store_error(&err);
 }
 
+static void finish_evaluation(tw_scheduler *s, child *c); /* evaluation jobs: at the end of the file */
+
 static void finish(tw_scheduler *s, child *c)
 {
+    if (c->eval_out) {
+        finish_evaluation(s, c);
+        return;
+    }
     tw_server *S = s->S;
     outcome o = classify(c);
     char how[160], msg[900];
@@ -650,6 +669,7 @@ static void child_free(child *c)
     if (c->log_fd >= 0)
         close(c->log_fd);
     json_decref(c->metrics);
+    free(c->eval_out);
     free(c);
 }
 
@@ -747,6 +767,8 @@ static void poll_once(tw_scheduler *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+static void start_evaluation(tw_scheduler *s); /* evaluation jobs: at the end of the file */
+
 static void *supervise(void *arg)
 {
     tw_scheduler *s = arg;
@@ -765,6 +787,8 @@ static void *supervise(void *arg)
         reap(s, !s->stopping);
         while (!s->stopping && !atomic_load(&s->S->fatal) && start_next(s)) {
         }
+        if (!s->stopping && !atomic_load(&s->S->fatal))
+            start_evaluation(s);
         pthread_mutex_unlock(&s->mu);
     }
     return NULL;
@@ -823,7 +847,11 @@ static child *find(tw_scheduler *s, const char *id)
     return NULL;
 }
 
-tw_status tw_scheduler_cancel(tw_scheduler *s, const char *id, tw_error *err)
+/* Cancels the run or evaluation job id (`kind` names it in the error): its child when it runs, else the
+ * queued row through cancel_queued, else TW_ERR_INVALID naming the state it has already reached. */
+static tw_status cancel(tw_scheduler *s, const char *id, const char *kind,
+                        int (*cancel_queued)(tw_store *, const char *, double, tw_error *), tw_store_get_fn get,
+                        tw_error *err)
 {
     pthread_mutex_lock(&s->mu);
     tw_status st = TW_OK;
@@ -831,16 +859,16 @@ tw_status tw_scheduler_cancel(tw_scheduler *s, const char *id, tw_error *err)
     if (c) {
         c->cancel = 1;
     } else {
-        int changed = tw_store_run_cancel_queued(s->S->store, id, tw_now_wall(), err);
+        int changed = cancel_queued(s->S->store, id, tw_now_wall(), err);
         if (changed < 0)
             st = err->status;
         else if (!changed) {
-            json_t *run;
-            st = tw_store_run_get(s->S->store, id, &run, err);
+            json_t *row;
+            st = get(s->S->store, id, &row, err);
             if (st == TW_OK)
-                st = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has already %s", id,
-                                  json_string_value(json_object_get(run, "status")));
-            json_decref(run);
+                st = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s %s has already %s", kind, id,
+                                  json_string_value(json_object_get(row, "status")));
+            json_decref(row);
         }
     }
     pthread_mutex_unlock(&s->mu);
@@ -848,6 +876,11 @@ tw_status tw_scheduler_cancel(tw_scheduler *s, const char *id, tw_error *err)
     if (st == TW_OK)
         tw_server_changed(s->S);
     return st;
+}
+
+tw_status tw_scheduler_cancel(tw_scheduler *s, const char *id, tw_error *err)
+{
+    return cancel(s, id, "run", tw_store_run_cancel_queued, tw_store_run_get, err);
 }
 
 int tw_scheduler_cancelling(tw_scheduler *s, const char *id)
@@ -885,4 +918,117 @@ double tw_scheduler_steps_per_sec(tw_scheduler *s)
         sum += s->kids[i]->rate;
     pthread_mutex_unlock(&s->mu);
     return sum;
+}
+
+/* ================================ evaluation jobs ================================ */
+
+/* An evaluation job (store.h: tw_store_eval_*) runs as `tower evaluate` under the same supervision as a
+ * run (process group, heartbeats, cancel, kill), on the CPU, one at a time, beside the runs (it holds no
+ * device); it is never retried. Its lines go to its own log; its result is the --out document, kept in
+ * the job's row when it succeeded. */
+
+static int evaluations_running(const tw_scheduler *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->n_kids; i++)
+        n += s->kids[i]->eval_out != NULL;
+    return n;
+}
+
+static const char *job_text(const json_t *job, const char *key)
+{
+    const char *v = json_string_value(json_object_get(job, key));
+    return v ? v : "";
+}
+
+static tw_status spawn_evaluation(tw_scheduler *s, child *c, const json_t *row, tw_error *why)
+{
+    tw_server *S = s->S;
+    const json_t *job = json_object_get(row, "job");
+    char *argv[] = {(char *)(S->opt.trainer ? S->opt.trainer : S->self), "evaluate",
+                    (char *)job_text(job, "checkpoint"), "--data", (char *)job_text(job, "data"), "--weights",
+                    (char *)json_string_value(json_object_get(row, "weights")), "--out", c->eval_out,
+                    "--image-feature", (char *)job_text(job, "image_feature"), "--label-feature",
+                    (char *)job_text(job, "label_feature"), "--data-root", S->data, NULL};
+    return fork_child(c, argv, "", job_text(job, "log"), why);
+}
+
+/* Starts the oldest queued evaluation job when none runs. */
+static void start_evaluation(tw_scheduler *s)
+{
+    json_t *row;
+    tw_error err;
+    if (s->n_kids == MAX_CHILDREN || evaluations_running(s) ||
+        tw_store_eval_next(s->S->store, &row, &err) != TW_OK)
+        return;
+    const char *id = json_string_value(json_object_get(row, "id"));
+    child *c = calloc(1, sizeof *c);
+    const char *out = job_text(json_object_get(row, "job"), "out");
+    tw_status st = c && (c->eval_out = strdup(out)) && (c->metrics = json_object())
+                       ? TW_OK
+                       : tw_error_set(&err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    if (c) {
+        snprintf(c->id, sizeof c->id, "%s", id);
+        c->in[OUT].fd = c->in[ERR].fd = c->log_fd = -1;
+        c->last_line = tw_now_mono();
+    }
+    if (st == TW_OK)
+        st = spawn_evaluation(s, c, row, &err);
+    if (st == TW_OK) {
+        s->kids[s->n_kids++] = c;
+        st = tw_store_eval_started(s->S->store, id, tw_now_wall(), &err);
+    } else {
+        char msg[1200];
+        tw_error_format(&err, msg, sizeof msg);
+        char *e = error_text("SPAWN_FAILED", msg);
+        if (tw_store_eval_finished(s->S->store, id, TW_RUN_FAILED, e, NULL, tw_now_wall(), &err) != TW_OK)
+            log_store_error(&err);
+        free(e);
+        if (c)
+            child_free(c);
+        st = TW_OK;
+    }
+    if (st != TW_OK)
+        log_store_error(&err);
+    tw_server_changed(s->S);
+    json_decref(row);
+}
+
+/* Settles an evaluation job: cancelled, succeeded with the --out document as its result, or failed with
+ * the exit's code and the child's last error. */
+static void finish_evaluation(tw_scheduler *s, child *c)
+{
+    tw_server *S = s->S;
+    char how[160], msg[900];
+    describe_exit(c, S->opt.heartbeat_timeout, how, sizeof how);
+    snprintf(msg, sizeof msg, "%s%s%s", how, c->last_error[0] ? ": " : "", c->last_error);
+    json_t *doc = NULL;
+    tw_error err;
+    int exited_ok = !c->kill_reason && !WIFSIGNALED(c->wstatus) && WEXITSTATUS(c->wstatus) == 0 &&
+                    !strcmp(c->final_status, TW_CHILD_COMPLETED);
+    tw_run_state state = c->cancel ? TW_RUN_CANCELLED
+                         : exited_ok && tw_evaluation_read(c->eval_out, &doc, &err) == TW_OK ? TW_RUN_SUCCEEDED
+                                                                                               : TW_RUN_FAILED;
+    int exit_status = WIFSIGNALED(c->wstatus) ? -1 : WEXITSTATUS(c->wstatus);
+    const char *code = c->kill_reason ? "HEARTBEAT_TIMEOUT"
+                       : exited_ok    ? "INTERNAL"
+                                      : tw_child_failure_of(exit_status)->code;
+    if (exited_ok && !doc && state == TW_RUN_FAILED)
+        snprintf(msg, sizeof msg, "%s", err.message);
+    char *e = state == TW_RUN_FAILED ? error_text(code, msg) : NULL;
+    char *result = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
+    if (tw_store_eval_finished(S->store, c->id, state, e, result, tw_now_wall(), &err) != TW_OK)
+        log_store_error(&err);
+    free(e);
+    free(result);
+    json_decref(doc);
+    char tail[1100];
+    int n = snprintf(tail, sizeof tail, "== %s: %s ==", tw_run_state_name(state), msg);
+    log_line(c, tail, (size_t)n < sizeof tail ? (size_t)n : sizeof tail - 1);
+    tw_server_changed(S);
+}
+
+tw_status tw_scheduler_cancel_evaluation(tw_scheduler *s, const char *id, tw_error *err)
+{
+    return cancel(s, id, "evaluation", tw_store_eval_cancel_queued, tw_store_eval_get, err);
 }

@@ -42,4 +42,9 @@ int tw_scheduler_gpu_count(const tw_scheduler *s);
 /* Sum of the running children's steps per second, for /metrics. */
 double tw_scheduler_steps_per_sec(tw_scheduler *s);
 
+/* Cancels an evaluation job (store.h: tw_store_eval_*): a queued one at once, a running one by stopping
+ * its child (the job becomes "cancelled" when its group is gone). TW_ERR_INVALID when it has already
+ * finished (err says how); TW_END when there is no such job. */
+tw_status tw_scheduler_cancel_evaluation(tw_scheduler *s, const char *id, tw_error *err);
+
 #endif

@@ -248,6 +248,8 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
     if (recovered)
         fprintf(stderr, "tower serve: %d run(s) were running when the server stopped: queued to resume\n",
                 recovered);
+    if (tw_store_evals_recover(S->store, err) < 0) /* evaluation jobs start again from the beginning */
+        return err->status;
     TW_TRY(tw_datasets_start(S, err));
     TW_TRY(tw_scheduler_create(S, &S->sched, err));
     int demo = 0;

@@ -113,6 +113,7 @@ double tw_now_wall(void);
 #define TW_DATASET_META "meta.json"
 #define TW_RUN_CONFIG "config.json"
 #define TW_RUN_LOG "log"
+#define TW_RUN_EVALUATIONS "evaluations" /* evaluation jobs: <job id>.json (the result), <job id>.log */
 
 /* DATA/<name> ("tower.db", "runs", ...). */
 int tw_data_path(const tw_server *S, const char *name, char *buf, size_t size);

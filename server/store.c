@@ -3,7 +3,7 @@
  * Every statement is prepared once (keyed by its text's address: they are literals) and bound with a
  * small format string ("s" text, "S" text or NULL, "i" int64, "d" double). Rows become JSON objects
  * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. The schema's version is
- * PRAGMA user_version (5), and an older database is migrated at open. */
+ * PRAGMA user_version (6), and an older database is migrated at open. */
 #define _GNU_SOURCE
 #include "store.h"
 
@@ -16,7 +16,7 @@
 #include <string.h>
 #include <sys/random.h>
 
-enum { MAX_STATEMENTS = 48 };
+enum { MAX_STATEMENTS = 64 };
 
 struct tw_store {
     sqlite3 *db;
@@ -79,7 +79,20 @@ static const char MIGRATE_5[] =
     " UPDATE run_counts SET n = n - 1 WHERE status = OLD.status; END;"
     "PRAGMA user_version = 5;";
 
-static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices"};
+/* Version 6 keeps evaluation jobs (POST /runs/{id}/evaluate): a checkpoint of a run on a dataset's split,
+ * in a `tower evaluate` child; the result is the evaluation document (engine/evaluation.h). */
+static const char MIGRATE_6[] =
+    "CREATE TABLE IF NOT EXISTS evaluations("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, run_id TEXT NOT NULL,"
+    " dataset_id TEXT NOT NULL, split TEXT NOT NULL, checkpoint INTEGER NOT NULL, weights TEXT NOT NULL,"
+    " job TEXT NOT NULL, status TEXT NOT NULL, error TEXT, result TEXT, created REAL NOT NULL,"
+    " started REAL, finished REAL);"
+    "CREATE INDEX IF NOT EXISTS evaluations_run ON evaluations(run_id, seq);"
+    "CREATE TRIGGER IF NOT EXISTS evaluations_go_with_their_run AFTER DELETE ON runs"
+    " BEGIN DELETE FROM evaluations WHERE run_id = OLD.id; END;"
+    "PRAGMA user_version = 6;";
+
+static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices", "job", "result"};
 
 /* The names the states are stored and shown as (the statements below spell the ones they test in SQL). */
 static const char *const RUN_STATES[TW_RUN_STATES] = {
@@ -323,6 +336,8 @@ static int migrate(sqlite3 *db)
         rc = sqlite3_exec(db, MIGRATE_4, NULL, NULL, NULL);
     if (rc == SQLITE_OK && version < 5)
         rc = sqlite3_exec(db, MIGRATE_5, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && version < 6)
+        rc = sqlite3_exec(db, MIGRATE_6, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
@@ -631,14 +646,20 @@ tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err)
 {
     int changed = 0;
     TW_TRY(exec(st, &changed, err,
-                "DELETE FROM runs WHERE id = ? AND status IN ('succeeded', 'failed', 'cancelled')", "s", id));
+                "DELETE FROM runs WHERE id = ?1 AND status IN ('succeeded', 'failed', 'cancelled') AND NOT EXISTS "
+                "(SELECT 1 FROM evaluations WHERE run_id = ?1 AND status IN ('queued', 'running'))",
+                "s", id));
     if (changed)
         return TW_OK;
     json_t *r;
     tw_status s = tw_store_run_get(st, id, &r, err);
+    int finished = s == TW_OK && tw_run_state_final(tw_store_run_state(r));
     json_decref(r);
-    return s == TW_OK ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has not finished: cancel it first", id)
-                      : s;
+    if (s != TW_OK)
+        return s;
+    return finished ? tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                                   "run %s has an evaluation job queued or running: cancel it first", id)
+                    : tw_error_set(err, TW_ERR_INVALID, NULL, -1, "run %s has not finished: cancel it first", id);
 }
 
 /* The one row of `table` whose id is ref, else the rows named ref (sql selects them, newest first):
@@ -721,4 +742,73 @@ tw_status tw_store_run_resume(tw_store *st, const char *id, int64_t steps, tw_er
                                "only with more steps; a queued or running run is not stopped; and its dataset "
                                "must still exist",
                                err);
+}
+
+/* ================================ evaluation jobs ================================ */
+
+#define EVAL_COLUMNS                                                                                         \
+    "id, run_id, dataset_id, split, checkpoint, weights, job, status, error, result, created, started, finished"
+
+tw_status tw_store_eval_insert(tw_store *st, const tw_eval_new *e, tw_error *err)
+{
+    return exec(st, NULL, err,
+                "INSERT INTO evaluations(id, run_id, dataset_id, split, checkpoint, weights, job, status, "
+                "created) VALUES(?, ?, ?, ?, ?, ?, ?, 'queued', ?)",
+                "ssssissd", e->id, e->run_id, e->dataset_id, e->split, (int64_t)e->checkpoint, e->weights,
+                e->job, e->now);
+}
+
+tw_status tw_store_eval_get(tw_store *st, const char *id, json_t **out, tw_error *err)
+{
+    json_t *rows;
+    tw_status s = query(st, &rows, err, "SELECT " EVAL_COLUMNS " FROM evaluations WHERE id = ?", "s", id);
+    return first(s, rows, out);
+}
+
+tw_status tw_store_eval_list(tw_store *st, const char *run_id, json_t **out, tw_error *err)
+{
+    return query(st, out, err,
+                 "SELECT " EVAL_COLUMNS " FROM evaluations WHERE run_id = ? ORDER BY seq DESC LIMIT 100", "s",
+                 run_id);
+}
+
+tw_status tw_store_eval_next(tw_store *st, json_t **out, tw_error *err)
+{
+    json_t *rows;
+    tw_status s = query(st, &rows, err,
+                        "SELECT " EVAL_COLUMNS " FROM evaluations WHERE status = 'queued' ORDER BY seq LIMIT 1", "");
+    return first(s, rows, out);
+}
+
+tw_status tw_store_eval_started(tw_store *st, const char *id, double now, tw_error *err)
+{
+    return exec(st, NULL, err, "UPDATE evaluations SET status = 'running', started = ? WHERE id = ?", "ds", now,
+                id);
+}
+
+tw_status tw_store_eval_finished(tw_store *st, const char *id, tw_run_state state, const char *error,
+                                 const char *result, double now, tw_error *err)
+{
+    return exec(st, NULL, err,
+                "UPDATE evaluations SET status = ?, error = ?, result = ?, finished = ? WHERE id = ?", "sSSds",
+                tw_run_state_name(state), error, result, now, id);
+}
+
+int tw_store_eval_cancel_queued(tw_store *st, const char *id, double now, tw_error *err)
+{
+    int changed = 0;
+    if (exec(st, &changed, err,
+             "UPDATE evaluations SET status = 'cancelled', finished = ? WHERE id = ? AND status = 'queued'", "ds",
+             now, id) != TW_OK)
+        return -1;
+    return changed;
+}
+
+int tw_store_evals_recover(tw_store *st, tw_error *err)
+{
+    int changed = 0;
+    if (exec(st, &changed, err, "UPDATE evaluations SET status = 'queued', started = NULL WHERE status = 'running'",
+             "") != TW_OK)
+        return -1;
+    return changed;
 }

@@ -135,7 +135,8 @@ tw_status tw_store_run_requeue(tw_store *st, const char *id, const char *reason,
 int tw_store_runs_recover(tw_store *st, tw_error *err);
 /* queued -> cancelled in one statement. 1 when it changed the row. */
 int tw_store_run_cancel_queued(tw_store *st, const char *id, double now, tw_error *err);
-/* Deletes a finished run: TW_ERR_INVALID when it is not finished, TW_END when there is no such run. */
+/* Deletes a finished run and its evaluation jobs: TW_ERR_INVALID when it is not finished or an evaluation job
+ * of it is queued or running, TW_END when there is no such run. */
 tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err);
 
 /* The run or dataset whose id is ref, else the one named ref: TW_OK with the row; TW_END: none;
@@ -151,5 +152,31 @@ tw_status tw_store_run_set_priority(tw_store *st, const char *id, int priority, 
  * statement). TW_ERR_INVALID when the run is in no such state or its dataset is gone (err says why), TW_END
  * when there is no such run. */
 tw_status tw_store_run_resume(tw_store *st, const char *id, int64_t steps, tw_error *err);
+
+/* ---- evaluation jobs (POST /api/v1/runs/{id}/evaluate): a run's checkpoint on a dataset's split ----
+ * Their states are the runs' names: queued, running, succeeded, failed, cancelled (never retried). A row:
+ * {id, run_id, dataset_id, split, checkpoint, weights, job (the child's arguments, JSON), status, error,
+ * result (the evaluation document, JSON), created, started, finished}. Ids: 'e' + 15 hex digits. */
+typedef struct {
+    const char *id, *run_id, *dataset_id, *split, *weights; /* split "train"/"test"; weights "raw"/"ema" */
+    int64_t checkpoint;                                     /* the step */
+    const char *job; /* JSON text {"checkpoint": PATH, "data": PATH, "image_feature", "label_feature"} */
+    double now;
+} tw_eval_new;
+
+tw_status tw_store_eval_insert(tw_store *st, const tw_eval_new *e, tw_error *err);
+tw_status tw_store_eval_get(tw_store *st, const char *id, json_t **out, tw_error *err);
+/* The run's newest 100 jobs, newest first (an array). */
+tw_status tw_store_eval_list(tw_store *st, const char *run_id, json_t **out, tw_error *err);
+/* The oldest queued job; TW_END if none. */
+tw_status tw_store_eval_next(tw_store *st, json_t **out, tw_error *err);
+tw_status tw_store_eval_started(tw_store *st, const char *id, double now, tw_error *err);
+/* A final state; error and result are JSON text or NULL. */
+tw_status tw_store_eval_finished(tw_store *st, const char *id, tw_run_state state, const char *error,
+                                 const char *result, double now, tw_error *err);
+/* queued -> cancelled in one statement: 1 when it changed the row, 0 when not, -1 on failure. */
+int tw_store_eval_cancel_queued(tw_store *st, const char *id, double now, tw_error *err);
+/* Jobs left "running" by a server that died: back to queued. Returns the count, -1 on failure. */
+int tw_store_evals_recover(tw_store *st, tw_error *err);
 
 #endif

@@ -840,6 +840,8 @@
       h('h3', {text: 'Metrics'}),
       mk('metricsNote', 'p', {id: 'metrics-note', class: 'muted'}),
       mk('charts', 'div', {id: 'charts', class: 'charts'}),
+      h('h3', {text: 'Evaluation'}),
+      mk('evaluation', 'div', {id: 'run-evaluation', class: 'evaluation muted', text: 'no evaluation yet'}),
       h('div', {class: 'two-col'},
         h('section', {},
           h('h3', {text: 'TensorBoard'}),
@@ -963,7 +965,11 @@
       }
     }
 
-    const metricsSoon = ctx.throttle(METRICS_EVERY_MS, loadMetrics, 'metrics');
+    const evaluation = evaluationPanel(el.evaluation);
+    const metricsSoon = ctx.throttle(METRICS_EVERY_MS, async () => {
+      await loadMetrics();
+      if (ctx.alive && run && run.step) await evaluation.load(id);
+    }, 'metrics');
     const logSoon = ctx.throttle(LOG_EVERY_MS, loadLog, 'log');
     const ckptSoon = ctx.throttle(10000, loadCheckpoints, 'checkpoints');
 
@@ -1022,6 +1028,79 @@
         else showRun(run);
       }, 'run');
     })();
+  }
+
+  /* ============================== evaluation (GET /runs/{id}/evaluation) ============================== */
+
+  /* The run page's evaluation box: a raw/EMA switch, then for a classifier the headline numbers, a
+   * confusion-matrix heat map (a table, rows the true class, cell colour by the share of the row) and
+   * per-class precision/recall bars; for regression MSE, MAE and R². */
+  function evaluationPanel(box) {
+    let doc = null, slot = 'raw', lastText = '';
+    const pct = (v) => (v === null || v === undefined ? '—' : fmtPct(v));
+
+    function heatMap(m, names) {
+      const head = h('tr', {}, h('th', {class: 'corner', text: 'true ↓ predicted →'}),
+        names.map((n) => h('th', {text: n})));
+      const rows = m.confusion.map((row, i) => {
+        const total = row.reduce((a, b) => a + b, 0) || 1;
+        return h('tr', {}, h('th', {text: names[i]}), row.map((n, j) => {
+          const share = n / total;
+          const hue = i === j ? 142 : 0; /* green diagonal, red mistakes */
+          return h('td', {class: 'cell', title: `${names[i]} → ${names[j]}: ${n}`, text: String(n),
+            style: `background: hsla(${hue}, 70%, 45%, ${Math.min(1, share * 1.5).toFixed(3)})`});
+        }));
+      });
+      return h('table', {id: 'confusion-matrix', class: 'grid numeric heatmap'}, h('thead', {}, head), h('tbody', {}, rows));
+    }
+
+    function bars(m, names) {
+      const pc = m.per_class;
+      const bar = (v, kind) => h('div', {class: `pbar ${kind}`, title: `${kind} ${pct(v)}`},
+        h('span', {class: 'fill', style: `width: ${((v || 0) * 100).toFixed(1)}%`}), h('span', {class: 'val', text: pct(v)}));
+      return h('table', {id: 'per-class', class: 'grid per-class'},
+        h('thead', {}, h('tr', {}, ['class', 'precision', 'recall', 'support'].map((t) => h('th', {text: t})))),
+        h('tbody', {}, names.map((n, k) => h('tr', {}, h('th', {text: n}), h('td', {}, bar(pc.precision[k], 'precision')),
+          h('td', {}, bar(pc.recall[k], 'recall')), h('td', {class: 'num', text: fmtInt(pc.support[k])})))));
+    }
+
+    function render() {
+      const m = doc[slot];
+      const switcher = h('div', {class: 'switch', role: 'group'}, ['raw', 'ema'].map((w) =>
+        h('button', {type: 'button', id: `evaluation-${w}`, class: w === slot ? 'small active' : 'small',
+          disabled: !doc[w], text: w === 'raw' ? 'raw weights' : 'EMA weights',
+          onclick: () => { slot = w; render(); }})));
+      const head = h('p', {id: 'evaluation-head'}, `step ${fmtInt(doc.step)} · ${fmtInt(m.examples)} examples · `,
+        doc.kind === 'classification'
+          ? `accuracy ${pct(m.accuracy)}${m.top5 !== undefined ? ` · top-5 ${pct(m.top5)}` : ''} · loss ${fmtNum(m.loss)}`
+          : `MSE ${fmtNum(m.mse)} · MAE ${fmtNum(m.mae)} · R² ${fmtNum(m.r2)}`);
+      box.className = 'evaluation';
+      if (doc.kind !== 'classification') {
+        set(box, switcher, head);
+        return;
+      }
+      const names = doc.class_names.length === doc.classes ? doc.class_names : m.per_class.recall.map((_, k) => String(k));
+      set(box, switcher, head, h('div', {class: 'two-col'},
+        h('section', {}, h('h4', {text: 'Confusion matrix'}),
+          m.confusion ? h('div', {class: 'table-wrap'}, heatMap(m, names)) : h('p', {class: 'muted', text: 'too many classes to show'})),
+        h('section', {}, h('h4', {text: 'Per class'}), h('div', {class: 'table-wrap'}, bars(m, names)))));
+    }
+
+    async function load(id) {
+      let text;
+      try {
+        text = await api(`/runs/${id}/evaluation`, {text: true});
+      } catch (e) {
+        if (e.status !== 404) throw e;
+        return;
+      }
+      if (text === lastText) return;
+      lastText = text;
+      doc = JSON.parse(text);
+      if (!doc[slot]) slot = doc.raw ? 'raw' : 'ema';
+      render();
+    }
+    return {load};
   }
 
   async function copyText(text) {

@@ -52,6 +52,11 @@ checks.positive_data_acceptance.enabled = false
 # checkpoint holds no model (422). test_predict.py posts the inputs it accepts.
 [[operations]]
 include-name = "POST /api/v1/runs/{id}/predict"
+
+# POST /api/v1/runs/{id}/evaluate: "dataset" must name a ready dataset whose shape and classes fit the run's
+# model, and the run must keep the checkpoint named; test_evaluation.py posts the bodies it accepts.
+[[operations]]
+include-name = "POST /api/v1/runs/{id}/evaluate"
 checks.positive_data_acceptance.enabled = false
 """
 

@@ -199,12 +199,12 @@ static void test_open_creates_schema_in_wal_mode(void **state)
 {
     fixture *f = *state;
     expect_peek(f->db, "PRAGMA journal_mode", "wal");
-    expect_peek(f->db, "PRAGMA user_version", "5");
+    expect_peek(f->db, "PRAGMA user_version", "6");
     expect_peek(f->db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'idempotency_body'", "1");
     expect_peek(f->db,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
                 "WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%' ORDER BY name)",
-                "datasets,run_counts,runs,runs_folder,runs_status");
+                "datasets,evaluations,evaluations_run,run_counts,runs,runs_folder,runs_status");
 }
 
 static void test_reopen_keeps_rows(void **state)
@@ -881,6 +881,58 @@ static void test_cancel_queued_only(void **state)
     assert_int_equal(tw_store_run_cancel_queued(f->st, "nope", 6.0, &err), 0);
 }
 
+/* Evaluation jobs: insert, the oldest queued next, started, finished with a result (JSON, decoded),
+ * cancel only while queued, recovery of running ones, the run's list newest first. */
+static void test_evaluation_jobs(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    json_t *row = NULL;
+    assert_int_equal(tw_store_eval_next(f->st, &row, &err), TW_END);
+    static const char *const IDS[3] = {"e1", "e2", "e3"};
+    for (int i = 0; i < 3; i++) {
+        tw_eval_new e = {.id = IDS[i], .run_id = "r1", .dataset_id = "d1", .split = "test", .weights = "ema",
+                         .checkpoint = 300, .job = "{\"data\": \"x\"}", .now = 1.0 + i};
+        assert_int_equal(tw_store_eval_insert(f->st, &e, &err), TW_OK);
+    }
+    assert_int_equal(tw_store_eval_next(f->st, &row, &err), TW_OK);
+    assert_string_equal(str(row, "id"), "e1");
+    assert_string_equal(str(json_object_get(row, "job"), "data"), "x");
+    assert_int_equal(num(row, "checkpoint"), 300);
+    json_decref(row);
+    assert_int_equal(tw_store_eval_started(f->st, "e1", 2.0, &err), TW_OK);
+    assert_int_equal(tw_store_eval_cancel_queued(f->st, "e1", 3.0, &err), 0); /* running */
+    assert_int_equal(tw_store_eval_cancel_queued(f->st, "e2", 3.0, &err), 1);
+    assert_int_equal(tw_store_eval_next(f->st, &row, &err), TW_OK);
+    assert_string_equal(str(row, "id"), "e3");
+    json_decref(row);
+    assert_int_equal(tw_store_eval_started(f->st, "e3", 4.0, &err), TW_OK);
+    assert_int_equal(tw_store_eval_finished(f->st, "e1", TW_RUN_SUCCEEDED, NULL, "{\"step\": 300}", 5.0, &err),
+                     TW_OK);
+    assert_int_equal(tw_store_eval_get(f->st, "e1", &row, &err), TW_OK);
+    assert_string_equal(str(row, "status"), "succeeded");
+    assert_int_equal(num(json_object_get(row, "result"), "step"), 300);
+    json_decref(row);
+    assert_int_equal(tw_store_evals_recover(f->st, &err), 1); /* e3 */
+    assert_int_equal(tw_store_eval_next(f->st, &row, &err), TW_OK);
+    assert_string_equal(str(row, "id"), "e3");
+    json_decref(row);
+    assert_int_equal(tw_store_eval_list(f->st, "r1", &row, &err), TW_OK);
+    assert_int_equal(json_array_size(row), 3);
+    assert_string_equal(str(json_array_get(row, 0), "id"), "e3");
+    json_decref(row);
+    assert_int_equal(tw_store_eval_get(f->st, "nope", &row, &err), TW_END);
+    /* A finished run is not deleted while a job of it is queued; once none is, its jobs go with it. */
+    add_run(f->st, "r1", "d1");
+    assert_int_equal(tw_store_run_started(f->st, "r1", "[0]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_finished(f->st, "r1", TW_RUN_SUCCEEDED, NULL, NULL, 2.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_delete(f->st, "r1", &err), TW_ERR_INVALID);
+    assert_non_null(strstr(err.message, "evaluation job"));
+    assert_int_equal(tw_store_eval_finished(f->st, "e3", TW_RUN_FAILED, NULL, NULL, 6.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_delete(f->st, "r1", &err), TW_OK);
+    assert_int_equal(tw_store_eval_get(f->st, "e1", &row, &err), TW_END);
+}
+
 static void test_run_delete_only_finished(void **state)
 {
     fixture *f = *state;
@@ -988,17 +1040,18 @@ static void test_migrates_version_1(void **state)
     sqlite3_close(c);
     tw_error err;
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "5");
+    expect_peek(path, "PRAGMA user_version", "6");
     expect_peek(path, "SELECT priority FROM runs WHERE id = 'rold'", "0");
     expect_peek(path, "SELECT n FROM run_counts WHERE status = 'queued'", "1"); /* counted from the rows */
     expect_peek(path, "SELECT folder FROM runs WHERE id = 'rold'", "rold"); /* an old run's folder: its id */
+    expect_peek(path, "SELECT count(*) FROM evaluations", "0");
     json_t *r = NULL;
     assert_int_equal(tw_store_run_by_key(f->st, "old-key", "{\"any\":1}", &r, &err), TW_OK);
     assert_string_equal(str(r, "id"), "rold");
     json_decref(r);
-    tw_store_close(f->st); /* and opening a version-5 database again changes nothing */
+    tw_store_close(f->st); /* and opening a version-6 database again changes nothing */
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "5");
+    expect_peek(path, "PRAGMA user_version", "6");
 }
 
 /* Drops the store's tables through a second connection: every later read of them fails for real. */
@@ -1264,6 +1317,7 @@ int main(void)
         T(test_runs_recover),
         T(test_counts_follow_every_change),
         T(test_cancel_queued_only),
+        T(test_evaluation_jobs),
         T(test_run_delete_only_finished),
         T(test_json_columns_decode),
         T(test_concurrent_use),
