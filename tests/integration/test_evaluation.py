@@ -206,7 +206,7 @@ def test_tower_evaluate_cli_on_another_file(served, reference, fashion, run_towe
     res = run_tower("convert", "--images", files["test_images"], "--labels", files["test_labels"],
                     "-o", tmp_path / "other.tfrecord")
     assert res.returncode == 0, res.stderr
-    ckpt = server.data / "runs" / run["id"] / "checkpoints" / "ckpt-0000000300.safetensors"
+    ckpt = helpers.run_dir(server.data, run["id"]) / "checkpoints" / "ckpt-0000000300.safetensors"
     res = run_tower("evaluate", ckpt, "--data", tmp_path / "other.tfrecord", "--weights", "ema",
                     "--out", tmp_path / "out.json")
     assert res.returncode == 0, res.stderr

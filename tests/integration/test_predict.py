@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import requests
 
+import helpers
 from conftest import FASHION, start_server
 from test_server import wait_dataset, wait_run
 
@@ -79,7 +80,7 @@ def trained(tower_bin, tmp_path_factory):
         assert run["status"] == "succeeded", run
         ckpts = requests.get(server.api(f"/runs/{run['id']}/checkpoints"), timeout=10).json()
         latest = next(c for c in ckpts["checkpoints"] if c["step"] == ckpts["latest"])
-        path = server.data / "runs" / run["id"] / "checkpoints" / latest["file"]
+        path = helpers.run_dir(server.data, run["id"]) / "checkpoints" / latest["file"]
         yield server, run["id"], read_idx("t10k-images-idx3-ubyte.gz", TEST), path
     finally:
         server.proc.kill()

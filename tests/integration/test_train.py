@@ -170,13 +170,20 @@ def test_tensorboard_sees_every_tag(tower_bin, tmp_path, fashion):
     tags = acc.Tags()
     train_tags = ["train/" + t for t in ["loss", "cross_entropy", "regularization_loss", "learning_rate",
                                          "examples_per_sec", "sec_per_batch"]]
-    assert set(tags["scalars"]) == {*train_tags, "eval/accuracy", "eval/loss"}  # one group each
+    # a class's precision is left out while nothing is predicted as it (undefined: evaluation.h)
+    recall = {f"eval_per_class/recall/{k}" for k in range(10)}
+    precision = {f"eval_per_class/precision/{k}" for k in range(10)}
+    evals = {"eval/accuracy", "eval/loss", "eval/top5_accuracy", *recall}
+    assert {*train_tags, *evals} <= set(tags["scalars"]) <= {*train_tags, *evals, *precision}  # one group each
     for t in tags["scalars"]:
-        want = [0, 10, 20] if t.startswith("eval/") else [10, 20]  # eval also runs before step 1
+        want = [0, 10, 20] if t.startswith("eval") else [10, 20]  # eval also runs before step 1
         assert [e.step for e in acc.Scalars(t)] == want, t
     ema = ea.EventAccumulator(str(logdir / "eval_ema"), size_guidance={k: 0 for k in ea.DEFAULT_SIZE_GUIDANCE})
     ema.Reload()  # the EMA evaluation: the same tags in a sub-run, so TensorBoard draws both on one chart
-    assert set(ema.Tags()["scalars"]) == {"eval/accuracy", "eval/loss"}
+    assert evals <= set(ema.Tags()["scalars"]) <= {*evals, *precision}
+    for a in (acc, ema):  # the confusion matrix as an image at each evaluation, raw and EMA
+        assert [e.step for e in a.Images("eval/confusion_matrix")] == [0, 10, 20]
+        assert a.Images("eval/confusion_matrix")[-1].width == 10 * 24
     assert [e.step for e in ema.Scalars("eval/accuracy")] == [0, 10, 20]
     final = [l for l in lines if "eval_accuracy_ema" in l][-1]
     assert ema.Scalars("eval/accuracy")[-1].value == pytest.approx(final["eval_accuracy_ema"], abs=1e-6)
