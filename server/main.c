@@ -10,6 +10,7 @@
 #include "client_main.h"
 #include "convert.h"
 #include "devices.h"
+#include "export_main.h"
 #include "inspect.h"
 #include "serve_main.h"
 #include "train_main.h"
@@ -26,6 +27,7 @@ static const command COMMANDS[] = {
     {"train", tw_train_main, "train a model from a JSON run config; events and checkpoints in --logdir"},
     {"serve", tw_serve_main, "run the training service: REST API, job queue, status page"},
     {"devices", tw_devices_main, "list the devices runs are scheduled on"},
+    {"export", tw_export_main, "write a checkpoint as a TensorFlow checkpoint or an ONNX graph"},
     {"bench", tw_bench_main, "time the training step per model and tower count on synthetic data"},
     {"runs", tw_client_main, "client: list a server's runs (--server URL, default $TOWER_URL)"},
     {"submit", tw_client_main, "client: submit a run config [--dataset NAME] [--follow]"},
