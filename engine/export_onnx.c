@@ -270,9 +270,8 @@ static const float *conv_weights(gb *g, const tw_param *p, const float *w, int64
     return t;
 }
 
-static void conv(gb *g, const tw_model *m, const float *params, const tw_layer_plan *l, int sp)
+static void conv(gb *g, const tw_model *m, const float *params, const tw_layer_plan *l, const char *name, int sp)
 {
-    const char *name = l->cfg->name;
     const tw_param *w = tw_model_param(m, (size_t)l->w_param), *b = tw_model_param(m, (size_t)l->b_param);
     int64_t dims[5];
     to_cf(g, name, sp, l->in);
@@ -284,9 +283,8 @@ static void conv(gb *g, const tw_model *m, const float *params, const tw_layer_p
     activation(g, name, l->cfg->activation);
 }
 
-static void max_pool(gb *g, const tw_layer_plan *l, int sp)
+static void max_pool(gb *g, const tw_layer_plan *l, const char *name, int sp)
 {
-    const char *name = l->cfg->name;
     to_cf(g, name, sp, l->in);
     window_attrs(g, step(g, "MaxPool", str(g, "%s/MaxPool", name), 0, NULL), &l->win, sp);
 }
@@ -301,27 +299,29 @@ static void flatten(gb *g, const char *name)
     g->rank = 2;
 }
 
-static void dense(gb *g, const tw_model *m, const float *params, const tw_layer_plan *l)
+static void dense(gb *g, const tw_model *m, const float *params, const tw_layer_plan *l, const char *name)
 {
     const tw_param *w = tw_model_param(m, (size_t)l->w_param), *b = tw_model_param(m, (size_t)l->b_param);
     const char *extra[2] = {init_floats(g, w->name, 2, w->shape, params + w->offset),
                             init_floats(g, b->name, 1, b->shape, params + b->offset)};
-    step(g, "Gemm", str(g, "%s/Gemm", l->cfg->name), 2, extra);
-    activation(g, l->cfg->name, l->cfg->activation);
+    step(g, "Gemm", str(g, "%s/Gemm", name), 2, extra);
+    activation(g, name, l->cfg->activation);
 }
 
 static tw_status layer(gb *g, const tw_model *m, const float *params, int i, tw_error *err)
 {
     tw_layer_plan l;
     tw_model_layer_plan(m, i, &l);
+    /* layers without variables may have no name: theirs is their type and index ("max_pool2d1") */
+    const char *name = *l.cfg->name ? l.cfg->name : str(g, "%s%d", tw_layer_type_name(l.cfg->type), i);
     switch (l.cfg->type) {
-    case TW_LAYER_DENSE: dense(g, m, params, &l); return TW_OK;
-    case TW_LAYER_CONV2D: conv(g, m, params, &l, 2); return TW_OK;
-    case TW_LAYER_CONV3D: conv(g, m, params, &l, 3); return TW_OK;
-    case TW_LAYER_MAX_POOL2D: max_pool(g, &l, 2); return TW_OK;
-    case TW_LAYER_MAX_POOL3D: max_pool(g, &l, 3); return TW_OK;
+    case TW_LAYER_DENSE: dense(g, m, params, &l, name); return TW_OK;
+    case TW_LAYER_CONV2D: conv(g, m, params, &l, name, 2); return TW_OK;
+    case TW_LAYER_CONV3D: conv(g, m, params, &l, name, 3); return TW_OK;
+    case TW_LAYER_MAX_POOL2D: max_pool(g, &l, name, 2); return TW_OK;
+    case TW_LAYER_MAX_POOL3D: max_pool(g, &l, name, 3); return TW_OK;
     case TW_LAYER_DROPOUT: return TW_OK; /* the identity at inference */
-    case TW_LAYER_FLATTEN: flatten(g, l.cfg->name); return TW_OK;
+    case TW_LAYER_FLATTEN: flatten(g, name); return TW_OK;
     }
     return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "model.layers[%d]: no ONNX form for layer type %d", i,
                         (int)l.cfg->type);

@@ -71,6 +71,7 @@ static const struct {
     {"GET", "/api/v1/runs/{id}/checkpoints", "application/json", "Checkpoints", 0, NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/latest", "application/octet-stream", NULL, 0, NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/{step}", "application/octet-stream", NULL, 0, NULL},
+    {"GET", "/api/v1/runs/{id}/export", "application/octet-stream", NULL, 0, NULL},
     {"GET", "/metrics", "text/plain", NULL, 0, NULL},
     {"GET", "/", "text/html", NULL, 0, NULL},
 };
@@ -88,6 +89,8 @@ static const struct {
     {"name", "{\"$ref\": \"#/components/schemas/Name\"}"},
     {"label_column", "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 1024}"},
     {"status", "{\"$ref\": \"#/components/schemas/RunState\"}"},
+    {"format", "{\"type\": \"string\", \"enum\": [\"tf\", \"onnx\"]}"},
+    {"weights", "{\"type\": \"string\", \"enum\": [\"raw\", \"ema\"]}"},
 };
 
 /* names.c's rule (tw_name_valid) as a pattern: what a run or dataset name and a dataset reference are. */

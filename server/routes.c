@@ -1,6 +1,7 @@
 /* routes.c — the one route table of `tower serve`: every path, its handler, and what the OpenAPI
  * document says about it. 404 and 405 come from this table (http.c), and so does /api/v1/openapi.json. */
 #include "api.h"
+#include "api_export.h"
 #include "runs.h"
 
 #define JSON TW_ROUTE_JSON_BODY
@@ -30,6 +31,9 @@ const tw_route TW_ROUTES[] = {
     {"GET", "/api/v1/runs/{id}/checkpoints", tw_api_run_checkpoints, 0, NULL, 200, "The run's checkpoints", "{checkpoints: [{step, file, bytes}], latest}", NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/latest", tw_api_run_checkpoint_latest, 0, NULL, 200, "Download the latest checkpoint (safetensors)", "application/octet-stream", NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/{step}", tw_api_run_checkpoint_step, 0, NULL, 200, "Download the kept checkpoint of that step (safetensors)", "application/octet-stream", NULL},
+    {"GET", "/api/v1/runs/{id}/export", tw_api_run_export, 0, NULL, 200,
+     "Download a checkpoint as a TensorFlow checkpoint (a tar of NAME.index, NAME.data-00000-of-00001 and checkpoint) or an ONNX graph; ?format=tf|onnx&step=S (default: the latest)&weights=raw|ema (onnx)",
+     "application/octet-stream (tf: a tar archive; onnx: the ModelProto)", "!format step weights"},
     {"GET", "/metrics", tw_api_prometheus, 0, NULL, 200, "Prometheus metrics", "text/plain", NULL},
     {"GET", "/", tw_api_index, 0, NULL, 200, "The status page", "text/html", NULL},
     {"GET", "/static/{file}", tw_api_static, 0, NULL, 200, "The status page's files and Chart.js", "the file", NULL},
