@@ -248,6 +248,12 @@ def test_route_returns_what_the_cli_writes(served_run, run_tower, tmp_path):
                     "-o", tmp_path / "m.onnx")
     assert res.returncode == 0, res.stderr
     assert r.content == (tmp_path / "m.onnx").read_bytes()
+    res = run_tower("download", run_id, "--server", server.url, "--format", "onnx", "--step", "10", "--weights",
+                    "ema", "-o", tmp_path / "client.onnx")
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "client.onnx").read_bytes() == r.content
+    res = run_tower("download", run_id, "--server", server.url, "--format", "tf", "--weights", "ema")
+    assert res.returncode == 2 and "--weights" in res.stderr
     r = requests.get(server.api(f"/runs/{run_id}/export?format=onnx&step=latest"), timeout=120)
     assert r.status_code == 200 and 'filename="model-20-raw.onnx"' in r.headers["Content-Disposition"]
 
