@@ -1,5 +1,5 @@
 /* export.h — a trained checkpoint in the formats other stacks load: a TensorFlow checkpoint V2 and an ONNX
- * inference graph (docs/formats.md, "Export").
+ * inference graph (docs/formats.md §7.3, §7.4).
  *
  * Owns: what each export holds and how Tower's model maps onto it —
  *   - TensorFlow (export_tf.c): every variable under its TF1 name ("layer1/weights" [in, units],

@@ -1,6 +1,6 @@
 /* export_onnx.c — a trained model as an ONNX inference graph (IR 8, opset 13). See export.h.
  *
- * The mapping (docs/formats.md, "ONNX"). Tower's activations are channels-last (NHWC, NDHWC) and its conv
+ * The mapping (docs/formats.md §7.4). Tower's activations are channels-last (NHWC, NDHWC) and its conv
  * weights TF's [kd?, kh, kw, in, filters]; ONNX's Conv and MaxPool are channels-first with weights [out, in,
  * kd?, kh, kw]. So the weights are transposed here, once, and the activations cross with Transpose nodes:
  * into channels-first before the first window layer, back into channels-last before a Flatten, so that

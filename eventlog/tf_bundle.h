@@ -1,6 +1,6 @@
 /* tf_bundle.h — TensorFlow's checkpoint V2 (a "tensor bundle"): `PREFIX.index`, `PREFIX.data-00000-of-00001`
  * and the `checkpoint` state file beside them, as `tf.train.load_checkpoint(PREFIX)` and a tf.compat.v1
- * Saver read them (docs/formats.md, "TensorFlow checkpoint V2").
+ * Saver read them (docs/formats.md §7.3).
  *
  * Owns: the byte layout of both files — the data shard (the tensors' little-endian bytes back to back) and
  * the .index table (a LevelDB-style SSTable: one data block of prefix-compressed, sorted keys with restart

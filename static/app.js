@@ -903,7 +903,7 @@
       if (atEnd) el.log.scrollTop = el.log.scrollHeight;
     }
 
-    // GET /runs/{id}/export (docs/formats.md, "Export"): the checkpoint of `step` as a TF checkpoint or ONNX
+    // GET /runs/{id}/export (docs/formats.md §7.3, §7.4): the checkpoint of `step` as a TF checkpoint or ONNX
     function exportLink(format, text, file, step) {
       return h('a', {class: 'run-export', href: `${API}/runs/${id}/export?format=${format}&step=${step}`,
         download: file, text});
