@@ -154,7 +154,7 @@ static const char *init(gb *g, const char *name, int32_t type, int rank, const i
     twonnx__tensor_proto__init(t);
     t->name = (char *)name;
     t->n_dims = (size_t)rank;
-    t->dims = memcpy(d, dims, (size_t)rank * sizeof *d);
+    t->dims = rank ? memcpy(d, dims, (size_t)rank * sizeof *d) : d;
     t->has_data_type = 1;
     t->data_type = type;
     t->has_raw_data = 1;

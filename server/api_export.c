@@ -99,7 +99,7 @@ static tw_status build(const char *path, const request *q, uint8_t **bytes, size
 {
     int64_t step;
     if (!q->onnx) {
-        TW_TRY(tw_export_tf_archive(path, 0, bytes, len, &step, err));
+        TW_TRY(tw_export_tf_archive(path, 0, bytes, len, &step, err)); /* dated 0: the same bytes each time */
         char prefix[64];
         tw_export_tf_name(step, prefix, sizeof prefix);
         snprintf(name, size, "%s.tar", prefix);
