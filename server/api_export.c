@@ -4,7 +4,9 @@
  * (step absent or "latest"). The reply is built in memory (a Tower model is at most a few hundred MiB) and
  * sent from an anonymous memory file (memfd), so that it carries its download name like a checkpoint
  * download does; nothing is written under the data folder or anywhere else. A checkpoint that cannot be
- * exported (damaged, or one without the run config in its metadata) is a 409 naming why. */
+ * exported (damaged, or one without the run config in its metadata) is a 409 naming why. `weights` chooses the
+ * ONNX graph's weights; a tf archive holds both, so there it is checked and has no effect (the OpenAPI
+ * document cannot say that one parameter applies only with a value of another). */
 #define _GNU_SOURCE
 #include "api_export.h"
 
@@ -25,7 +27,8 @@
 typedef struct {
     int onnx;
     tw_weights weights;
-    long long step; /* -1: the latest */
+    long long step; /* -1: the latest; past 2^63 - 1: LLONG_MAX, which no checkpoint has */
+    const char *step_text;
 } request;
 
 /* The query, checked; replies 400 naming the bad parameter and returns -1. */
@@ -38,19 +41,18 @@ static int parse_query(tw_req *r, request *q)
         return -1;
     }
     q->onnx = !strcmp(format, "onnx");
-    if (weights && (!q->onnx || (strcmp(weights, "raw") && strcmp(weights, "ema")))) {
-        tw_reply_error(r, TW_API_INVALID_ARGUMENT, q->onnx ? "weights: must be 'raw' or 'ema'"
-                                                           : "weights: applies to format=onnx (a tf export "
-                                                             "holds raw and EMA weights)");
+    if (weights && strcmp(weights, "raw") && strcmp(weights, "ema")) { /* tf: both are in the bundle */
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "weights: must be 'raw' or 'ema'");
         return -1;
     }
     q->weights = weights && !strcmp(weights, "ema") ? TW_WEIGHTS_EMA : TW_WEIGHTS_RAW;
     q->step = -1;
+    q->step_text = step;
     if (step && strcmp(step, "latest")) {
         char *end;
         errno = 0;
         q->step = strtoll(step, &end, 10);
-        if (!*step || *end || errno || q->step < 0) {
+        if (!*step || *end || (errno && errno != ERANGE) || q->step < 0 || *step == '-') {
             tw_reply_error(r, TW_API_INVALID_ARGUMENT, "step: must be a step number >= 0 or 'latest'");
             return -1;
         }
@@ -88,8 +90,8 @@ static int find_checkpoint(tw_server *S, tw_req *r, const request *q, char *path
     if (q->step < 0)
         tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' has no checkpoint yet", tw_req_param(r, "id"));
     else
-        tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' keeps no checkpoint of step %lld", tw_req_param(r, "id"),
-                       q->step);
+        tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' keeps no checkpoint of step %s", tw_req_param(r, "id"),
+                       q->step_text);
     return -1;
 }
 

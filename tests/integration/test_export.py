@@ -262,12 +262,13 @@ def test_route_returns_what_the_cli_writes(served_run, run_tower, tmp_path):
     ("format=zip", 400, "format"),
     ("", 400, "format"),
     ("format=onnx&weights=best", 400, "weights"),
-    ("format=tf&weights=ema", 400, "weights"),
+    ("format=tf&weights=best", 400, "weights"),
     ("format=tf&step=ten", 400, "step"),
     ("format=tf&step=-1", 400, "step"),
     ("format=tf&color=red", 400, "color"),
     ("format=tf&step=15", 404, "step 15"),
     ("format=onnx&step=99999999999", 404, "step 99999999999"),
+    ("format=onnx&step=16012412035529283993600", 404, "step 16012412035529283993600"),  # past int64
 ])
 def test_route_refuses_bad_requests(served_run, query, status, names):
     server, run_id = served_run
