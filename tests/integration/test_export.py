@@ -20,7 +20,7 @@ from test_train import blob_volumes, fashion, train  # noqa: F401 (fashion: the 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 
-def test_images():
+def fashion_test_split():
     """The Fashion-MNIST test split as stored: uint8 [10000, 28, 28, 1], labels [10000]."""
     with gzip.open(FASHION / "t10k-images-idx3-ubyte.gz") as f:
         x = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28, 1)
@@ -101,7 +101,7 @@ def test_tf_checkpoint_restores_into_the_seed_graph(seed_run, run_tower, tmp_pat
 
     # a Saver over the seed graph's variables restores them; on the 10,000 test images the accuracy is
     # exactly what Tower reported, with raw weights and with the EMA (the seed's variables_to_restore)
-    images, labels = test_images()
+    images, labels = fashion_test_split()
     flat = images.reshape(-1, 784)
     for weights, key in (("raw", "eval_accuracy"), ("ema", "eval_accuracy_ema")):
         with tf.Graph().as_default(), tf.compat.v1.Session() as sess:
@@ -159,7 +159,7 @@ def onnx_matches_tower(run_tower, tmp_path, ckpt, x, weights):
 
 def test_onnx_mlp_matches_tower(seed_run, run_tower, tmp_path):
     logdir, ev, _ = seed_run
-    images, labels = test_images()
+    images, labels = fashion_test_split()
     for weights, key in (("raw", "eval_accuracy"), ("ema", "eval_accuracy_ema")):
         tower = onnx_matches_tower(run_tower, tmp_path, checkpoint_of(logdir), images, weights)
         assert int((tower.argmax(1) == labels).sum()) == round(ev[key] * len(labels))
@@ -172,7 +172,7 @@ def test_onnx_fashion_cnn_matches_tower(tower_bin, run_tower, tmp_path, fashion)
                   checkpoint_every=0)
     del c["dataset"]["test"]
     _, _, logdir, _ = train(tower_bin, tmp_path, c, name="cnn")
-    images, _ = test_images()
+    images, _ = fashion_test_split()
     onnx_matches_tower(run_tower, tmp_path, checkpoint_of(logdir), images, "ema")
 
 
