@@ -132,7 +132,7 @@ def test_tf_export_usage_errors(seed_run, run_tower, tmp_path):
 
 # ---------------------------------------------------------------- ONNX
 
-def onnx_matches_tower(run_tower, tmp_path, ckpt, x, weights):
+def onnx_matches_tower(run_tower, tmp_path, ckpt, x, weights, *extra):
     """Exports ckpt with the weights, checks the graph, and compares onnxruntime on x (the stored values,
     uint8) with Tower's own forward pass: the same top-1 everywhere and the same outputs within 1e-5
     (relative to the logit's size where it is over 1). Returns Tower's outputs."""
@@ -141,7 +141,7 @@ def onnx_matches_tower(run_tower, tmp_path, ckpt, x, weights):
     model, xs, ys = tmp_path / f"m-{weights}.onnx", tmp_path / "x.npy", tmp_path / f"y-{weights}.npy"
     np.save(xs, x)
     res = run_tower("export", ckpt, "--format", "onnx", "-o", model, "--weights", weights,
-                    "--verify", xs, "--verify-out", ys)
+                    "--verify", xs, "--verify-out", ys, *extra)
     assert res.returncode == 0, res.stderr
     m = onnx.load(str(model))
     onnx.checker.check_model(m, full_check=True)
@@ -199,8 +199,12 @@ def test_onnx_3d_cnn_regression_matches_tower(tower_bin, run_tower, tmp_path):
          "checkpoint_every": 0}
     _, _, logdir, _ = train(tower_bin, tmp_path, c, name="cnn3d")
     xs, _ = blob_volumes(256, seed=2)
-    for weights in ("raw", "ema"):
-        onnx_matches_tower(run_tower, tmp_path, checkpoint_of(logdir), xs[..., None], weights)
+    outs = {w: onnx_matches_tower(run_tower, tmp_path, checkpoint_of(logdir), xs[..., None], w)
+            for w in ("raw", "ema")}
+    # --input scaled: no Mul, the graph takes the values as the model sees them (here: pixels * 1/255)
+    scaled = xs[..., None].astype(np.float32) * np.float32(1 / 255)
+    out = onnx_matches_tower(run_tower, tmp_path, checkpoint_of(logdir), scaled, "raw", "--input", "scaled")
+    np.testing.assert_array_equal(out, outs["raw"])
 
 
 # ---------------------------------------------------------------- the download route
