@@ -119,6 +119,31 @@ def test_tf_checkpoint_restores_into_the_seed_graph(seed_run, run_tower, tmp_pat
         assert correct == round(ev[key] * len(labels)), (weights, correct, ev)
 
 
+def test_tf_checkpoint_of_a_deeper_cnn(tower_bin, run_tower, tmp_path, fashion):  # noqa: F811
+    """29 keys (over one restart interval of the table: prefix compression restarts), 4-D conv weights
+    [kh, kw, in, filters] as TF lays them out, and a run without an EMA exporting none."""
+    import tensorflow as tf
+    from safetensors.numpy import load_file
+    layers = [{"type": "conv2d", "filters": 4, "kernel": 3, "padding": "same", "activation": "relu"}] * 6
+    c = {"dataset": {"train": str(fashion[0]), "shape": [28, 28, 1]},
+         "model": {"layers": layers + [{"type": "flatten"}, {"type": "dense", "units": 10}]},
+         "optimizer": {"type": "sgd", "learning_rate": 0.01}, "ema_decay": 0.9, "batch_size": 4, "steps": 2,
+         "summary_every": 2, "eval_every": 0, "checkpoint_every": 0}
+    for ema in (0.9, 0):
+        c["ema_decay"] = ema
+        _, _, logdir, _ = train(tower_bin, tmp_path, c, name=f"deep{ema}")
+        prefix = tmp_path / f"deep{ema}" / "model.ckpt-2"
+        res = run_tower("export", logdir, "--format", "tf", "-o", prefix)
+        assert res.returncode == 0, res.stderr
+        reader = tf.train.load_checkpoint(str(prefix))
+        shapes = reader.get_variable_to_shape_map()
+        assert len(shapes) == (29 if ema else 15), sorted(shapes)
+        assert shapes["layer1/weights"] == [3, 3, 1, 4] and shapes["layer6/weights"] == [3, 3, 4, 4]
+        for name, value in load_file(checkpoint_of(logdir)).items():
+            if ema or not name.endswith("/ExponentialMovingAverage"):
+                np.testing.assert_array_equal(reader.get_tensor(name), value)
+
+
 def test_tf_export_usage_errors(seed_run, run_tower, tmp_path):
     logdir, _, _ = seed_run
     res = run_tower("export", logdir, "--format", "tf", "-o", tmp_path / "m", "--weights", "ema")
