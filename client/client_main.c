@@ -31,6 +31,7 @@ enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
 /* The parsed command line of one client command. */
 typedef struct {
     const char *server, *dataset, *name, *step, *output, *label_column, *steps;
+    const char *format, *weights; /* download: an export instead of the safetensors file */
     int follow, wait;
     int npos;
     const char *pos[MAX_POS];
@@ -55,6 +56,7 @@ static const struct {
     {'d', "--dataset", NULL, 1}, {'n', "--name", NULL, 1},    {'F', "--follow", NULL, 0},
     {'f', "--follow", "-f", 0},  {'s', "--step", NULL, 1},    {'o', "--output", "-o", 1},
     {'l', "--label-column", NULL, 1}, {'w', "--wait", NULL, 0}, {'S', "--steps", NULL, 1},
+    {'x', "--format", NULL, 1},       {'W', "--weights", NULL, 1},
 };
 
 static const char EXIT_HELP[] =
@@ -88,6 +90,8 @@ static void set_option(args *a, char letter, const char *value)
     case 'l': a->label_column = value; break;
     case 'w': a->wait = 1; break;
     case 'S': a->steps = value; break;
+    case 'x': a->format = value; break;
+    case 'W': a->weights = value; break;
     }
 }
 
@@ -476,20 +480,40 @@ static int cmd_resume(const tw_rest *c, const command *cmd, const args *a)
 
 /* ================================ download ================================ */
 
-static int cmd_download(const tw_rest *c, const command *cmd, const args *a)
+/* The route and the default file name of a download: the checkpoint itself, or with --format its export
+ * (GET /runs/{id}/export). Returns 0, or EXIT_USAGE after reporting. */
+static int download_target(const command *cmd, const args *a, char *path, size_t size, char *out_name,
+                           size_t out_size)
 {
-    const char *id = a->pos[0];
-    char *end, suffix[64], path[512], out_name[600];
+    const char *id = a->pos[0], *at = a->step ? a->step : "latest";
+    char *end, suffix[160];
     long long step = a->step ? strtoll(a->step, &end, 10) : 0;
     if (a->step && (*end || step < 0))
         return usage_error(cmd, "--step needs a step number, got", a->step);
-    if (a->step)
+    if (a->format && strcmp(a->format, "tf") && strcmp(a->format, "onnx"))
+        return usage_error(cmd, "--format must be tf or onnx, got", a->format);
+    if (a->weights && (!a->format || strcmp(a->format, "onnx") || (strcmp(a->weights, "raw") && strcmp(a->weights, "ema"))))
+        return usage_error(cmd, "--weights is raw or ema, with --format onnx; got", a->weights);
+    if (a->format)
+        snprintf(suffix, sizeof suffix, "/export?format=%s&step=%s%s%s", a->format, at, a->weights ? "&weights=" : "",
+                 a->weights ? a->weights : "");
+    else if (a->step)
         snprintf(suffix, sizeof suffix, "/checkpoints/%lld", step);
     else
         snprintf(suffix, sizeof suffix, "/checkpoints/latest");
-    if (run_path(path, sizeof path, id, suffix))
+    if (run_path(path, size, id, suffix))
         return usage_error(cmd, "run id too long:", id);
-    snprintf(out_name, sizeof out_name, "%s-%s.safetensors", id, a->step ? a->step : "latest");
+    snprintf(out_name, out_size, "%s-%s%s%s.%s", id, at, a->weights ? "-" : "", a->weights ? a->weights : "",
+             !a->format ? "safetensors" : !strcmp(a->format, "tf") ? "tar" : "onnx");
+    return 0;
+}
+
+static int cmd_download(const tw_rest *c, const command *cmd, const args *a)
+{
+    char path[512], out_name[600];
+    int bad = download_target(cmd, a, path, sizeof path, out_name, sizeof out_name);
+    if (bad)
+        return bad;
     const char *out_path = a->output ? a->output : out_name;
     tw_error err;
     tw_error_clear(&err);
@@ -672,10 +696,14 @@ static const command COMMANDS[] = {
     {"resume", "RUN [--steps N] [--follow]", "Resumes a cancelled or failed run from its latest checkpoint.\n\n"
      "  --steps N       train to N steps in all (more than the config said)\n"
      "  --follow        then follow it to its end, as submit --follow\n", "SF", 1, 1, cmd_resume},
-    {"download", "RUN [--step S] [-o FILE]", "Downloads a checkpoint of the run (safetensors).\n\n"
+    {"download", "RUN [--step S] [--format tf|onnx [--weights raw|ema]] [-o FILE]",
+     "Downloads a checkpoint of the run (safetensors), or its export.\n\n"
      "  --step S        the checkpoint of step S (default: the latest)\n"
-     "  -o, --output F  where to write it (default RUN-latest.safetensors or RUN-S.safetensors)\n",
-     "so", 1, 1, cmd_download},
+     "  --format F      tf: a TensorFlow checkpoint, as a tar of NAME.index, NAME.data-00000-of-00001\n"
+     "                  and checkpoint; onnx: an ONNX inference graph (what 'tower export' writes)\n"
+     "  --weights W     onnx: raw (default) or ema weights\n"
+     "  -o, --output F  where to write it (default RUN-latest.safetensors, RUN-S.tar, RUN-S-ema.onnx, ...)\n",
+     "soxW", 1, 1, cmd_download},
     {"upload", "NAME FILE... [--label-column C] [--wait]",
      "Uploads a dataset named NAME. The files say what they are: IDX pairs (*idx3-ubyte[.gz] images,\n"
      "*idx1-ubyte[.gz] labels; names starting with t10k or holding \"test\" are the test split), two .npy\n"

@@ -247,6 +247,24 @@ size_t tw_model_n_params(const tw_model *m) { return m->n_params; }
 const tw_param *tw_model_param(const tw_model *m, size_t i) { return &m->params[i]; }
 size_t tw_model_input_size(const tw_model *m) { return (size_t)shape_size(&m->input); }
 int tw_model_output_size(const tw_model *m) { return m->layers[m->n_layers - 1].out_size; }
+int tw_model_n_layers(const tw_model *m) { return m->n_layers; }
+
+static void plan_dims(const shape *s, int *flat, int dims[4])
+{
+    *flat = s->flat;
+    dims[0] = s->flat ? 1 : s->d;
+    dims[1] = s->flat ? 1 : s->h;
+    dims[2] = s->flat ? 1 : s->w;
+    dims[3] = s->c;
+}
+
+void tw_model_layer_plan(const tw_model *m, int i, tw_layer_plan *out)
+{
+    const layer *l = &m->layers[i];
+    *out = (tw_layer_plan){.cfg = l->cfg, .win = l->win, .w_param = l->w_param, .b_param = l->b_param};
+    plan_dims(&l->in, &out->flat_in, out->in);
+    plan_dims(&l->out, &out->flat_out, out->out);
+}
 
 /* ================================ initializers ================================ */
 

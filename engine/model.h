@@ -48,6 +48,18 @@ const tw_param *tw_model_param(const tw_model *m, size_t i);
 size_t tw_model_input_size(const tw_model *m);    /* values per example */
 int tw_model_output_size(const tw_model *m);      /* classes, or regression outputs */
 
+/* One layer as planned, for exporters that rebuild the graph in another format (engine/export_onnx.c). */
+typedef struct {
+    const tw_layer_config *cfg;  /* borrowed from the config the model was built from */
+    int flat_in, flat_out;       /* 1: [values] (in[3] / out[3]); 0: [d, h, w, c] */
+    int in[4], out[4];           /* d, h, w, c; a flat shape is {1, 1, 1, values} */
+    tw_window win;               /* conv and pool: kernel, strides, padding before, output (batch 1) */
+    int w_param, b_param;        /* tw_model_param indices, -1 when none */
+} tw_layer_plan;
+
+int tw_model_n_layers(const tw_model *m);
+void tw_model_layer_plan(const tw_model *m, int i, tw_layer_plan *out); /* 0 <= i < n_layers */
+
 /* Fills arena[tw_model_param_floats] with the initial values, from seed alone. */
 void tw_model_init_params(const tw_model *m, uint64_t seed, float *arena);
 

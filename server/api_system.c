@@ -72,6 +72,7 @@ static const struct {
     {"GET", "/api/v1/runs/{id}/checkpoints/latest", "application/octet-stream", NULL, 0, NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/{step}", "application/octet-stream", NULL, 0, NULL},
     {"POST", "/api/v1/runs/{id}/predict", "application/json", "Prediction", 0, "PredictInputs"},
+    {"GET", "/api/v1/runs/{id}/export", "application/octet-stream", NULL, 0, NULL},
     {"GET", "/metrics", "text/plain", NULL, 0, NULL},
     {"GET", "/", "text/html", NULL, 0, NULL},
 };
@@ -92,6 +93,7 @@ static const struct {
     {"checkpoint", "{\"type\": \"string\", \"pattern\": \"^(latest|[0-9]{1,18})$\", \"default\": \"latest\"}"},
     {"weights", "{\"type\": \"string\", \"enum\": [\"raw\", \"ema\"]}"},
     {"top_k", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000, \"default\": 5}"},
+    {"format", "{\"type\": \"string\", \"enum\": [\"tf\", \"onnx\"]}"},
 };
 
 /* names.c's rule (tw_name_valid) as a pattern: what a run or dataset name and a dataset reference are. */

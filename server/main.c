@@ -11,6 +11,7 @@
 #include "convert.h"
 #include "devices.h"
 #include "evaluate_main.h"
+#include "export_main.h"
 #include "inspect.h"
 #include "predict_main.h"
 #include "serve_main.h"
@@ -29,6 +30,7 @@ static const command COMMANDS[] = {
     {"evaluate", tw_evaluate_main, "evaluate a checkpoint on a TFRecord file: accuracy, per-class, confusion; MSE/MAE/R²"},
     {"serve", tw_serve_main, "run the training service: REST API, job queue, status page"},
     {"devices", tw_devices_main, "list the devices runs are scheduled on"},
+    {"export", tw_export_main, "write a checkpoint as a TensorFlow checkpoint or an ONNX graph"},
     {"bench", tw_bench_main, "time the training step per model and tower count on synthetic data"},
     {"predict", tw_predict_main, "classify images, .npy or JSON inputs with a checkpoint (top-k classes)"},
     {"runs", tw_client_main, "client: list a server's runs (--server URL, default $TOWER_URL)"},

@@ -2,6 +2,7 @@
  * document says about it. 404 and 405 come from this table (http.c), and so does /api/v1/openapi.json. */
 #include "api.h"
 #include "evaluations.h"
+#include "api_export.h"
 #include "runs.h"
 
 #define JSON TW_ROUTE_JSON_BODY
@@ -41,6 +42,9 @@ const tw_route TW_ROUTES[] = {
      "Classify inputs with a checkpoint of the run: PNG, JPEG or .npy files (multipart) or {\"inputs\": [...]} (JSON); "
      "?checkpoint=STEP|latest&weights=raw|ema&top_k=5", "{run, checkpoint, weights, task, model_cached, predictions}",
      "checkpoint weights top_k"},
+    {"GET", "/api/v1/runs/{id}/export", tw_api_run_export, 0, NULL, 200,
+     "Download a checkpoint as a TensorFlow checkpoint (a tar of NAME.index, NAME.data-00000-of-00001 and checkpoint) or an ONNX graph; ?format=tf|onnx&step=S (default: the latest)&weights=raw|ema (onnx)",
+     "application/octet-stream (tf: a tar archive; onnx: the ModelProto)", "!format step weights"},
     {"GET", "/metrics", tw_api_prometheus, 0, NULL, 200, "Prometheus metrics", "text/plain", NULL},
     {"GET", "/", tw_api_index, 0, NULL, 200, "The status page", "text/html", NULL},
     {"GET", "/static/{file}", tw_api_static, 0, NULL, 200, "The status page's files and Chart.js", "the file", NULL},

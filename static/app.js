@@ -952,6 +952,12 @@
       if (atEnd) el.log.scrollTop = el.log.scrollHeight;
     }
 
+    // GET /runs/{id}/export (docs/formats.md §7.3, §7.4): the checkpoint of `step` as a TF checkpoint or ONNX
+    function exportLink(format, text, file, step) {
+      return h('a', {class: 'run-export', href: `${API}/runs/${id}/export?format=${format}&step=${step}`,
+        download: file, text});
+    }
+
     async function loadCheckpoints() {
       if (!run || (run.status === 'queued' && !run.step)) return;
       const reply = await api(`/runs/${id}/checkpoints`);
@@ -960,7 +966,10 @@
         const latest = (reply.checkpoints || []).find((c) => c.step === reply.latest);
         set(el.ckpt, h('a', {id: 'run-checkpoint', href: `${API}/runs/${id}/checkpoints/latest`,
           download: `${id}-step${reply.latest}.safetensors`, text: `Download step ${fmtInt(reply.latest)}`}),
-        latest ? ` (${fmtBytes(latest.bytes)}, ${(reply.checkpoints || []).length} kept)` : '');
+        latest ? ` (${fmtBytes(latest.bytes)}, ${(reply.checkpoints || []).length} kept)` : '',
+        ' · export: ', exportLink('tf', 'TensorFlow', `model.ckpt-${reply.latest}.tar`, reply.latest), ' · ',
+        exportLink('onnx', 'ONNX', `model-${reply.latest}-raw.onnx`, reply.latest), ' · ',
+        exportLink('onnx&weights=ema', 'ONNX (EMA)', `model-${reply.latest}-ema.onnx`, reply.latest));
         el.ckpt.className = '';
       }
     }

@@ -213,6 +213,10 @@ def test_upload_submit_and_live_charts(serve, browser):
     assert href.endswith(f"/api/v1/runs/{run_id}/checkpoints/latest")
     ckpt = requests.get(href, timeout=30)
     assert ckpt.status_code == 200 and len(ckpt.content) > 8
+    exports = {a.text: a.get_attribute("href") for a in d.find_elements(By.CSS_SELECTOR, "a.run-export")}
+    assert set(exports) == {"TensorFlow", "ONNX", "ONNX (EMA)"}, exports  # test_export.py checks the bytes
+    tar = requests.get(exports["TensorFlow"], timeout=60)
+    assert tar.status_code == 200 and tar.content[257:262] == b"ustar", tar.text[:200]
 
     # The runs table lists it with its dataset, devices and progress.
     navigate(d, "nav-runs", "runs-table")

@@ -101,6 +101,36 @@ static void test_conv_shapes(void **state)
     tw_model_destroy(m);
 }
 
+/* The plan exporters read (tw_model_layer_plan): shapes in and out, the resolved window, the variables. */
+static void test_layer_plan(void **state)
+{
+    (void)state;
+    static tw_config c;
+    tw_model *m = model_of(CNN, &c);
+    assert_int_equal(tw_model_n_layers(m), 4);
+    tw_layer_plan l;
+    tw_model_layer_plan(m, 0, &l);
+    assert_int_equal(l.cfg->type, TW_LAYER_CONV2D);
+    assert_false(l.flat_in);
+    assert_memory_equal(l.in, ((int[]){1, 28, 28, 1}), sizeof l.in);
+    assert_memory_equal(l.out, ((int[]){1, 28, 28, 8}), sizeof l.out);
+    assert_int_equal(l.win.pad_h, 1); /* SAME 3x3 */
+    assert_int_equal(l.win.out_w, 28);
+    assert_int_equal(l.w_param, 0);
+    assert_int_equal(l.b_param, 1);
+    tw_model_layer_plan(m, 1, &l);
+    assert_memory_equal(l.out, ((int[]){1, 14, 14, 8}), sizeof l.out);
+    assert_int_equal(l.w_param, -1);
+    tw_model_layer_plan(m, 2, &l);
+    assert_true(l.flat_out);
+    assert_int_equal(l.out[3], 14 * 14 * 8);
+    tw_model_layer_plan(m, 3, &l);
+    assert_true(l.flat_in && l.flat_out);
+    assert_int_equal(l.out[3], 10);
+    assert_int_equal(l.w_param, 2);
+    tw_model_destroy(m);
+}
+
 static void test_layer_that_does_not_fit_is_named(void **state)
 {
     (void)state;
@@ -205,6 +235,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_dense_layout),
         cmocka_unit_test(test_conv_shapes),
+        cmocka_unit_test(test_layer_plan),
         cmocka_unit_test(test_layer_that_does_not_fit_is_named),
         cmocka_unit_test(test_init_is_seeded),
         cmocka_unit_test(test_replica_gradients_match_finite_differences),

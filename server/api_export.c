@@ -1,0 +1,155 @@
+/* api_export.c — GET /api/v1/runs/{id}/export?format=tf|onnx&step=S&weights=raw|ema. See api_export.h.
+ *
+ * The checkpoint is one the engine's listing of the run's folder holds: step S, or the one `latest` names
+ * (step absent or "latest"). The reply is built in memory (a Tower model is at most a few hundred MiB) and
+ * sent from an anonymous memory file (memfd), so that it carries its download name like a checkpoint
+ * download does; nothing is written under the data folder or anywhere else. A checkpoint that cannot be
+ * exported (damaged, or one without the run config in its metadata) is a 409 naming why. `weights` chooses the
+ * ONNX graph's weights; a tf archive holds both, so there it is checked and has no effect (the OpenAPI
+ * document cannot say that one parameter applies only with a value of another). */
+#define _GNU_SOURCE
+#include "api_export.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "atomic_file.h"
+#include "checkpoint.h"
+#include "export.h"
+#include "reply.h"
+#include "server.h"
+
+typedef struct {
+    int onnx;
+    tw_weights weights;
+    long long step; /* -1: the latest; past 2^63 - 1: LLONG_MAX, which no checkpoint has */
+    const char *step_text;
+} request;
+
+/* The query, checked; replies 400 naming the bad parameter and returns -1. */
+static int parse_query(tw_req *r, request *q)
+{
+    const char *format = tw_req_query(r, "format"), *step = tw_req_query(r, "step");
+    const char *weights = tw_req_query(r, "weights");
+    if (!format || (strcmp(format, "tf") && strcmp(format, "onnx"))) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "format: must be 'tf' or 'onnx'");
+        return -1;
+    }
+    q->onnx = !strcmp(format, "onnx");
+    if (weights && strcmp(weights, "raw") && strcmp(weights, "ema")) { /* tf: both are in the bundle */
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "weights: must be 'raw' or 'ema'");
+        return -1;
+    }
+    q->weights = weights && !strcmp(weights, "ema") ? TW_WEIGHTS_EMA : TW_WEIGHTS_RAW;
+    q->step = -1;
+    q->step_text = step;
+    if (step && strcmp(step, "latest")) {
+        char *end;
+        errno = 0;
+        q->step = strtoll(step, &end, 10);
+        if (!*step || *end || (errno && errno != ERANGE) || q->step < 0 || *step == '-') {
+            tw_reply_error(r, TW_API_INVALID_ARGUMENT, "step: must be a step number >= 0 or 'latest'");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The checkpoint file of step q->step (or the latest) of the run into path[size]; replies 404 and returns -1
+ * when there is no such run or checkpoint, or the error. */
+static int find_checkpoint(tw_server *S, tw_req *r, const request *q, char *path, size_t size)
+{
+    json_t *row = tw_api_row_or_404(S, r, "run", tw_store_run_get);
+    if (!row)
+        return -1;
+    char run[PATH_MAX], dir[PATH_MAX + 16];
+    tw_run_dir(S, tw_run_folder(row), run, sizeof run);
+    json_decref(row);
+    tw_checkpoint_dir_of(run, dir, sizeof dir);
+    tw_ckpt_listing l;
+    tw_error err;
+    if (tw_checkpoint_list(dir, &l, &err) != TW_OK) {
+        tw_checkpoint_listing_free(&l);
+        tw_api_reply_logged(r, &err);
+        return -1;
+    }
+    const char *file = NULL;
+    for (size_t i = 0; i < l.n; i++)
+        if (q->step < 0 ? !strcmp(l.entries[i].file, l.latest_file) : l.entries[i].step == q->step)
+            file = l.entries[i].file;
+    if (file)
+        snprintf(path, size, "%s/%s", dir, file);
+    tw_checkpoint_listing_free(&l);
+    if (file)
+        return 0;
+    if (q->step < 0)
+        tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' has no checkpoint yet", tw_req_param(r, "id"));
+    else
+        tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' keeps no checkpoint of step %s", tw_req_param(r, "id"),
+                       q->step_text);
+    return -1;
+}
+
+/* The export's bytes and download name. */
+static tw_status build(const char *path, const request *q, uint8_t **bytes, size_t *len, char *name,
+                       size_t size, tw_error *err)
+{
+    int64_t step;
+    if (!q->onnx) {
+        TW_TRY(tw_export_tf_archive(path, 0, bytes, len, &step, err)); /* dated 0: the same bytes each time */
+        char prefix[64];
+        tw_export_tf_name(step, prefix, sizeof prefix);
+        snprintf(name, size, "%s.tar", prefix);
+        return TW_OK;
+    }
+    tw_inference *inf;
+    TW_TRY(tw_inference_open(path, q->weights, 1, &inf, err));
+    tw_status s = tw_export_onnx(inf, TW_ONNX_INPUT_RAW, bytes, len, err);
+    snprintf(name, size, "model-%lld-%s.onnx", (long long)tw_inference_step(inf),
+             q->weights == TW_WEIGHTS_EMA ? "ema" : "raw");
+    tw_inference_close(inf);
+    return s;
+}
+
+/* Sends bytes (taken) from an anonymous memory file, as the download `name`. */
+static void reply_bytes(tw_req *r, uint8_t *bytes, size_t len, const char *type, const char *name)
+{
+    tw_error err;
+    int fd = memfd_create("tower-export", MFD_CLOEXEC);
+    tw_status s = fd >= 0 ? tw_write_all(fd, bytes, len, "export", &err)
+                          : tw_error_errno(&err, NULL, "cannot create the export's memory file");
+    free(bytes);
+    if (s != TW_OK) {
+        if (fd >= 0)
+            close(fd);
+        tw_api_reply_logged(r, &err);
+        return;
+    }
+    tw_reply_file(r, fd, len, type, name);
+}
+
+void tw_api_run_export(tw_server *S, tw_req *r)
+{
+    request q;
+    char path[PATH_MAX + 300], name[96];
+    if (parse_query(r, &q) != 0 || find_checkpoint(S, r, &q, path, sizeof path) != 0)
+        return;
+    uint8_t *bytes;
+    size_t len;
+    tw_error err;
+    tw_status s = build(path, &q, &bytes, &len, name, sizeof name, &err);
+    if (s == TW_ERR_CORRUPT || s == TW_ERR_INVALID || s == TW_ERR_UNSUPPORTED || s == TW_ERR_TRUNCATED) {
+        char msg[1200];
+        tw_error_format(&err, msg, sizeof msg);
+        tw_reply_error(r, TW_API_CONFLICT, "the checkpoint cannot be exported: %s", msg);
+    } else if (s != TW_OK) {
+        tw_api_reply_logged(r, &err);
+    } else {
+        reply_bytes(r, bytes, len, "application/octet-stream", name);
+    }
+}
