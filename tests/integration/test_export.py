@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import requests
 
+import helpers
 from conftest import FASHION, ROOT
 from test_server import submit, upload_fashion, wait_run
 from test_train import blob_volumes, fashion, train  # noqa: F401 (fashion: the converted dataset fixture)
@@ -257,7 +258,7 @@ def served_run(tower_bin, tmp_path_factory):
 
 def test_route_returns_what_the_cli_writes(served_run, run_tower, tmp_path):
     server, run_id = served_run
-    ckdir = server.data / "runs" / run_id / "checkpoints"
+    ckdir = helpers.run_dir(server.data, run_id) / "checkpoints"
     # TF: one tar of the three files the CLI writes for the prefix model.ckpt-<step>
     r = requests.get(server.api(f"/runs/{run_id}/export?format=tf"), timeout=120)
     assert r.status_code == 200, r.text
