@@ -19,16 +19,15 @@
 #include <unistd.h>
 
 #include "atomic_file.h"
-#include "checkpoint.h"
 #include "export.h"
 #include "reply.h"
+#include "runs.h"
 #include "server.h"
 
 typedef struct {
     int onnx;
     tw_weights weights;
     long long step; /* -1: the latest; past 2^63 - 1: LLONG_MAX, which no checkpoint has */
-    const char *step_text;
 } request;
 
 /* The query, checked; replies 400 naming the bad parameter and returns -1. */
@@ -47,7 +46,6 @@ static int parse_query(tw_req *r, request *q)
     }
     q->weights = weights && !strcmp(weights, "ema") ? TW_WEIGHTS_EMA : TW_WEIGHTS_RAW;
     q->step = -1;
-    q->step_text = step;
     if (step && strcmp(step, "latest")) {
         char *end;
         errno = 0;
@@ -58,41 +56,6 @@ static int parse_query(tw_req *r, request *q)
         }
     }
     return 0;
-}
-
-/* The checkpoint file of step q->step (or the latest) of the run into path[size]; replies 404 and returns -1
- * when there is no such run or checkpoint, or the error. */
-static int find_checkpoint(tw_server *S, tw_req *r, const request *q, char *path, size_t size)
-{
-    json_t *row = tw_api_row_or_404(S, r, "run", tw_store_run_get);
-    if (!row)
-        return -1;
-    char run[PATH_MAX], dir[PATH_MAX + 16];
-    tw_run_dir(S, tw_run_folder(row), run, sizeof run);
-    json_decref(row);
-    tw_checkpoint_dir_of(run, dir, sizeof dir);
-    tw_ckpt_listing l;
-    tw_error err;
-    if (tw_checkpoint_list(dir, &l, &err) != TW_OK) {
-        tw_checkpoint_listing_free(&l);
-        tw_api_reply_logged(r, &err);
-        return -1;
-    }
-    const char *file = NULL;
-    for (size_t i = 0; i < l.n; i++)
-        if (q->step < 0 ? !strcmp(l.entries[i].file, l.latest_file) : l.entries[i].step == q->step)
-            file = l.entries[i].file;
-    if (file)
-        snprintf(path, size, "%s/%s", dir, file);
-    tw_checkpoint_listing_free(&l);
-    if (file)
-        return 0;
-    if (q->step < 0)
-        tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' has no checkpoint yet", tw_req_param(r, "id"));
-    else
-        tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' keeps no checkpoint of step %s", tw_req_param(r, "id"),
-                       q->step_text);
-    return -1;
 }
 
 /* The export's bytes and download name. */
@@ -137,7 +100,7 @@ void tw_api_run_export(tw_server *S, tw_req *r)
 {
     request q;
     char path[PATH_MAX + 300], name[96];
-    if (parse_query(r, &q) != 0 || find_checkpoint(S, r, &q, path, sizeof path) != 0)
+    if (parse_query(r, &q) != 0 || tw_api_run_checkpoint_file(S, r, q.step, tw_req_query(r, "step"), path, sizeof path) != 0)
         return;
     uint8_t *bytes;
     size_t len;

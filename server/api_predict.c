@@ -15,12 +15,10 @@
 #include <string.h>
 #include <strings.h>
 
-#include "checkpoint.h"
 #include "multipart.h"
 #include "predict_cache.h"
 #include "reply.h"
 #include "runs.h"
-#include "store.h"
 
 enum { TW_PREDICT_MAX_BODY = 32 << 20 }; /* bytes of a request body */
 
@@ -232,42 +230,6 @@ static int read_query(tw_req *r, predict_query *q)
     return tw_req_query_int(r, "top_k", 1, TW_PREDICT_MAX_TOP_K, TW_PREDICT_DEFAULT_TOP_K, &q->top_k);
 }
 
-/* The path of the run's kept checkpoint of step (-1: latest) into path[PATH_MAX + 320] and its file name.
- * Returns 0, or -1 after replying (404 for no such run or checkpoint). */
-static int find_checkpoint(tw_server *S, tw_req *r, long long step, char *path, const char **file)
-{
-    const char *id = tw_req_param(r, "id");
-    json_t *row = tw_api_row_or_404(S, r, "run", tw_store_run_get);
-    if (!row)
-        return -1;
-    char run[PATH_MAX], dir[PATH_MAX + 16];
-    tw_run_dir(S, tw_run_folder(row), run, sizeof run);
-    json_decref(row);
-    tw_checkpoint_dir_of(run, dir, sizeof dir);
-    tw_ckpt_listing l;
-    tw_error err;
-    if (tw_checkpoint_list(dir, &l, &err) != TW_OK) {
-        tw_api_reply_logged(r, &err);
-        return -1;
-    }
-    long long want = step >= 0 ? step : l.latest;
-    path[0] = 0;
-    for (size_t i = 0; i < l.n; i++)
-        if (l.entries[i].step == want && want >= 0)
-            snprintf(path, PATH_MAX + 320, "%s/%s", dir, l.entries[i].file);
-    tw_checkpoint_listing_free(&l);
-    if (!path[0]) {
-        if (step >= 0)
-            tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' keeps no checkpoint of step %lld (GET "
-                           "/api/v1/runs/{id}/checkpoints lists them)", id, step);
-        else
-            tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' has no checkpoint yet", id);
-        return -1;
-    }
-    *file = strrchr(path, '/') + 1;
-    return 0;
-}
-
 /* An input that does not fit is the client's: 400, or 413 past a cap; memory is 503. */
 static void reply_input_error(tw_req *r, const tw_error *err)
 {
@@ -294,8 +256,9 @@ void tw_api_run_predict(tw_server *S, tw_req *r)
     predict_query q;
     char path[PATH_MAX + 320];
     const char *file;
-    if (read_query(r, &q) != 0 || find_checkpoint(S, r, q.step, path, &file) != 0)
+    if (read_query(r, &q) != 0 || tw_api_run_checkpoint_file(S, r, q.step, tw_req_query(r, "checkpoint"), path, sizeof path) != 0)
         return;
+    file = strrchr(path, '/') + 1;
     tw_error err = {0};
     tw_predict_entry *e;
     int hit;

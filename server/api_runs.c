@@ -821,6 +821,31 @@ static int checkpoint_listing(tw_server *S, tw_req *r, char *dir, tw_ckpt_listin
     return 0;
 }
 
+int tw_api_run_checkpoint_file(tw_server *S, tw_req *r, int64_t step, const char *shown, char *path, size_t size)
+{
+    char dir[PATH_MAX + 16];
+    tw_ckpt_listing l;
+    if (checkpoint_listing(S, r, dir, &l) != 0)
+        return -1;
+    const int64_t want = step >= 0 ? step : l.latest;
+    const char *file = NULL;
+    for (size_t i = 0; i < l.n && want >= 0; i++)
+        if (l.entries[i].step == want)
+            file = l.entries[i].file;
+    if (file)
+        snprintf(path, size, "%s/%s", dir, file);
+    tw_checkpoint_listing_free(&l);
+    if (file)
+        return 0;
+    if (step < 0)
+        tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' has no checkpoint yet", tw_req_param(r, "id"));
+    else
+        tw_reply_error(r, TW_API_NOT_FOUND,
+                       "run '%s' keeps no checkpoint of step %.40s (GET /api/v1/runs/{id}/checkpoints lists them)",
+                       tw_req_param(r, "id"), shown);
+    return -1;
+}
+
 void tw_api_run_checkpoints(tw_server *S, tw_req *r)
 {
     char dir[PATH_MAX + 16];

@@ -32,6 +32,12 @@ void tw_api_run_metrics(tw_server *S, tw_req *r);
 void tw_api_run_events(tw_server *S, tw_req *r);
 void tw_api_run_log(tw_server *S, tw_req *r);
 void tw_api_run_checkpoints(tw_server *S, tw_req *r);
+/* The path of the run's kept checkpoint of `step` (-1: the latest) into path[size] (PATH_MAX + 300 fits).
+ * Returns 0, or -1 after replying: 404 naming the run and the step (`shown`: as the request wrote it) when
+ * there is no such run or checkpoint, or the logged error. For the routes that read a checkpoint (predict,
+ * export). */
+int tw_api_run_checkpoint_file(tw_server *S, tw_req *r, int64_t step, const char *shown, char *path,
+                               size_t size);
 void tw_api_run_checkpoint_latest(tw_server *S, tw_req *r);
 void tw_api_run_checkpoint_step(tw_server *S, tw_req *r);
 void tw_api_run_priority(tw_server *S, tw_req *r);
