@@ -148,7 +148,9 @@ static const char *const REPLY_SCHEMAS[][2] = {
                 " \"train_examples\": {\"type\": [\"integer\", \"null\"]}, \"test_examples\": {\"type\": [\"integer\", \"null\"]},"
                 " \"shape\": {\"type\": [\"array\", \"null\"], \"items\": {\"type\": \"integer\"}}, \"dtype\": {\"type\":"
                 " [\"string\", \"null\"]}, \"features\": {\"type\": [\"object\", \"null\"], \"additionalProperties\": {\"type\":"
-                " \"string\"}}, \"label_histogram\": {\"type\": [\"object\", \"null\"]}}}"},
+                " \"string\"}}, \"label_histogram\": {\"type\": [\"object\", \"null\"]},"
+                " \"class_names\": {\"type\": [\"array\", \"null\"], \"items\": {\"type\": \"string\"}},"
+                " \"test_split\": {\"type\": [\"object\", \"null\"]}}}"},
     {"Run", "{\"type\": \"object\", \"required\": [\"id\", \"name\", \"dataset\", \"status\", \"reason\", \"error\","
             " \"step\", \"steps\", \"towers\", \"devices\", \"metrics\", \"created\", \"started\", \"finished\", \"restarts\","
             " \"max_restarts\", \"deadline_s\", \"logdir\", \"tensorboard\", \"config\"], \"properties\": {"
@@ -165,6 +167,9 @@ static const char *const REPLY_SCHEMAS[][2] = {
             " \"number\"}, \"restarts\": {\"type\": \"integer\", \"minimum\": 0}, \"max_restarts\": {\"type\": \"integer\","
             " \"minimum\": 0}, \"deadline_s\": {\"type\": \"number\", \"minimum\": 0}, \"logdir\": {\"type\": \"string\"},"
             " \"tensorboard\": {\"type\": \"string\"}, \"tensorboard_url\": {\"type\": [\"string\", \"null\"]},"
+            " \"class_names\": {\"type\": [\"array\", \"null\"], \"items\": {\"type\": \"string\"}, \"description\":"
+            " \"the dataset's class names: name k is class k's\"}, \"warnings\": {\"type\": \"array\", \"items\": {\"type\":"
+            " \"string\"}, \"description\": \"e.g. the dataset has no test split: the run is never evaluated\"},"
             " \"config\": {\"type\": \"object\", \"description\": \"the run config"
             " as submitted\"}}}"},
 };
