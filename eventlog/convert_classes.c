@@ -143,7 +143,9 @@ tw_status tw_convert_class_names_parse(const char *text, size_t len, json_t **na
         i++;
     json_t *out = NULL;
     tw_status s = TW_OK;
-    if (i < len && text[i] == '[') {
+    if (i == len)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "no class names given");
+    if (text[i] == '[') {
         json_error_t je;
         out = json_loadb(text, len, 0, &je);
         if (!out)

@@ -479,8 +479,9 @@ void tw_api_runs_create(tw_server *S, tw_req *r)
         tw_reply_json(r, 200, run);
         return;
     }
-    tw_reply_json(r, 201, json_pack("{s:O, s:O, s:O}", "id", json_object_get(run, "id"), "status",
-                                    json_object_get(run, "status"), "logdir", json_object_get(run, "logdir")));
+    tw_reply_json(r, 201, json_pack("{s:O, s:O, s:O, s:O}", "id", json_object_get(run, "id"), "status",
+                                    json_object_get(run, "status"), "logdir", json_object_get(run, "logdir"),
+                                    "warnings", json_object_get(run, "warnings")));
     json_decref(run);
 }
 

@@ -118,7 +118,8 @@ static const char *const REPLY_SCHEMAS[][2] = {
                 " {\"type\": \"integer\"}, \"limit\": {\"type\": \"integer\"}, \"offset\": {\"type\": \"integer\"}}}"},
     {"RunCreated", "{\"type\": \"object\", \"required\": [\"id\", \"status\", \"logdir\"], \"properties\": {\"id\":"
                    " {\"$ref\": \"#/components/schemas/RunId\"}, \"status\": {\"$ref\": \"#/components/schemas/RunState\"},"
-                   " \"logdir\": {\"type\": \"string\"}}}"},
+                   " \"logdir\": {\"type\": \"string\"}, \"warnings\": {\"type\": \"array\", \"items\": {\"type\":"
+                   " \"string\"}, \"description\": \"e.g. the dataset has no test split: the run is never evaluated\"}}}"},
     {"RunId", "{\"type\": \"string\", \"pattern\": \"^r[0-9a-f]{15}$\"}"},
     {"Resume", "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {\"steps\": {\"type\": "
      "\"integer\", \"minimum\": 1, \"maximum\": 1000000000, \"description\": \"more steps than the run"
