@@ -207,7 +207,14 @@ def test_run_without_test_split_warns_up_front(serve, volumes, tmp_path, tower_b
     assert len(warnings) == 1 and "has no test split: this run is never evaluated" in warnings[0], warnings
     got = requests.get(server.api(f"/runs/{r.json()['id']}"), timeout=10).json()
     assert got["warnings"] == warnings  # the run page shows the same reply
+    # `tower submit` prints it on stderr, the run id alone on stdout
+    (tmp_path / "s.json").write_text(json.dumps(cnn3d("vol", steps=2)))
+    sub = subprocess.run([str(tower_bin), "submit", tmp_path / "s.json", "--name", "again", "--server", server.url],
+                         capture_output=True, text=True, timeout=60)
+    assert sub.returncode == 0 and sub.stdout.strip().startswith("r"), sub.stderr
+    assert f"tower submit: warning: {warnings[0]}" in sub.stderr
     wait_run(server, r.json()["id"])
+    wait_run(server, sub.stdout.strip())
     # `tower train` says it on its first lines, as a JSON line the supervisor parses
     cfg = cnn3d({"train": str(server.data / "datasets" / d["id"] / "train.tfrecord"), "shape": [8, 8, 8, 1]},
                 steps=2)
