@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "atomic_file.h"
@@ -712,4 +713,41 @@ json_t *tw_convert_meta_run_dataset(const json_t *meta, const char *dir, const c
     const char *image = json_object_get(features, "image_raw") ? "image_raw" : "features";
     return json_pack("{s:s, s:s?, s:s, s:s, s:o}", "train", train, "test", has_test ? test : NULL,
                      "image_feature", image, "label_feature", "label", "shape", shape);
+}
+
+const json_t *tw_convert_meta_class_names(const json_t *meta)
+{
+    const json_t *names = json_object_get(meta, "class_names");
+    return json_is_array(names) && json_array_size(names) ? names : NULL;
+}
+
+const char *tw_convert_meta_class_name(const json_t *meta, int64_t k)
+{
+    const json_t *names = tw_convert_meta_class_names(meta);
+    if (!names || k < 0 || (uint64_t)k >= json_array_size(names))
+        return NULL;
+    return json_string_value(json_array_get(names, (size_t)k));
+}
+
+const char *tw_convert_meta_test_method(const json_t *meta)
+{
+    const char *m = json_string_value(json_object_get(json_object_get(meta, "test_split"), "method"));
+    if (m)
+        return m;
+    return tw_convert_meta_split(meta, "test", "count") ? "file" : "none";
+}
+
+tw_status tw_convert_meta_find(const char *train_path, json_t **meta, tw_error *err)
+{
+    char path[4096];
+    struct stat st;
+    TW_TRY(tw_convert_meta_path(train_path, path, sizeof path, err));
+    if (tw_fs_stat(path, &st) != 0) {
+        const char *slash = strrchr(train_path, '/');
+        int n = slash ? (int)(slash - train_path) : 1;
+        int w = snprintf(path, sizeof path, "%.*s/meta.json", n, slash ? train_path : ".");
+        if (w < 0 || (size_t)w >= sizeof path)
+            return tw_error_set(err, TW_ERR_INVALID, train_path, -1, "the path is too long");
+    }
+    return tw_convert_meta_load(path, meta, err);
 }

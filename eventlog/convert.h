@@ -5,7 +5,7 @@
  * kind — IDX pair, CSV, NumPy pair or TFRecord — or an exact seeded fraction by selection sampling —
  * Knuth's Algorithm S: streaming, no buffering, exactly round(F·N) test examples, halves rounded away
  * from zero; with integer labels it is stratified: see "Fraction splits" below), the label statistics,
- * the class names (convert_classes.c), the meta JSON, and the
+ * the class names (parsed and checked in convert_classes.c), the meta JSON, and the
  * all-or-nothing output protocol: every output is written to a temporary file and renamed into place
  * only after the whole conversion succeeded; on any error no output file or temporary file is left.
  * Does not own: parsing the inputs (idx.c, csv.c, npy.c, example.c), TFRecord framing (tfrecord.c), the
@@ -176,7 +176,7 @@ json_t *tw_convert_meta_shape(const json_t *meta);
  * meta's splits record. NULL when the dataset cannot feed a run; then *why (static text) says why. */
 json_t *tw_convert_meta_run_dataset(const json_t *meta, const char *dir, const char **why);
 
-/* ---- class names (convert_classes.c) ---- */
+/* ---- class names (parsing and checks: convert_classes.c; the meta getters: convert.c) ---- */
 
 enum {
     TW_CONVERT_MAX_CLASS_NAMES = 65536,   /* names per dataset (the label histogram's cap) */

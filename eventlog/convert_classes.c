@@ -1,18 +1,16 @@
 /* convert_classes.c — a dataset's class names: parsing them from text (a JSON array, lines or a comma
- * list), checking them, and reading them back from a meta. See convert.h ("class names").
+ * list) and checking them. See convert.h ("class names").
  *
  * Owns: the accepted spellings of a class-names text, the rules for one name (non-empty, length cap, no
- * control characters, UTF-8 — jansson refuses strings that are not), uniqueness, and the meta getters
- * tw_convert_meta_class_name(s), tw_convert_meta_test_method and tw_convert_meta_find. Does not own: the
- * check of the names' count against the labels or writing them into the meta (convert.c), nor where a
- * text comes from (the command line, an upload's form field or file). */
+ * control characters, UTF-8 — jansson refuses strings that are not) and uniqueness. Does not own: the check
+ * of the names' count against the labels, writing them into the meta or reading them back (convert.c), nor
+ * where a text comes from (the command line, an upload's form field or file). */
 #include "convert.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "datafs.h"
@@ -195,43 +193,4 @@ tw_status tw_convert_class_names_read(const char *path, json_t **names, tw_error
         snprintf(err->file, sizeof err->file, "%s", path); /* name the file the names came from */
     free(buf);
     return s;
-}
-
-/* ============================ the meta, read back ============================ */
-
-const json_t *tw_convert_meta_class_names(const json_t *meta)
-{
-    const json_t *names = json_object_get(meta, "class_names");
-    return json_is_array(names) && json_array_size(names) ? names : NULL;
-}
-
-const char *tw_convert_meta_class_name(const json_t *meta, int64_t k)
-{
-    const json_t *names = tw_convert_meta_class_names(meta);
-    if (!names || k < 0 || (uint64_t)k >= json_array_size(names))
-        return NULL;
-    return json_string_value(json_array_get(names, (size_t)k));
-}
-
-const char *tw_convert_meta_test_method(const json_t *meta)
-{
-    const char *m = json_string_value(json_object_get(json_object_get(meta, "test_split"), "method"));
-    if (m)
-        return m;
-    return tw_convert_meta_split(meta, "test", "count") ? "file" : "none";
-}
-
-tw_status tw_convert_meta_find(const char *train_path, json_t **meta, tw_error *err)
-{
-    char path[4096];
-    struct stat st;
-    TW_TRY(tw_convert_meta_path(train_path, path, sizeof path, err));
-    if (tw_fs_stat(path, &st) != 0) {
-        const char *slash = strrchr(train_path, '/');
-        int n = slash ? (int)(slash - train_path) : 1;
-        int w = snprintf(path, sizeof path, "%.*s/meta.json", n, slash ? train_path : ".");
-        if (w < 0 || (size_t)w >= sizeof path)
-            return tw_error_set(err, TW_ERR_INVALID, train_path, -1, "the path is too long");
-    }
-    return tw_convert_meta_load(path, meta, err);
 }
