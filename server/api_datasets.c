@@ -52,8 +52,11 @@ static int refuse(tw_req *r, tw_api_code code, const char *msg)
  * split_seed, class_names), then the body is the data file's part. */
 static tw_status raw_body_options(tw_req *r, receiving *u)
 {
-    static const char *const values[] = {"label_column", "validation_split", "split_seed"};
+    static const char *const values[] = {"label_column", "validation_split", "split_seed", "class_names"};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
+        if (tw_req_query(r, values[i]) && !tw_req_query(r, values[i])[0])
+            return tw_error_set(&u->err, TW_ERR_INVALID, NULL, -1, "query parameter '%s' is empty", values[i]);
+    for (size_t i = 0; i < 3; i++) /* the value fields; class_names is kept as a file */
         if (tw_req_query(r, values[i]))
             tw_dataset_upload_set_value(u->files, values[i], tw_req_query(r, values[i]));
     const char *names = tw_req_query(r, "class_names");

@@ -87,6 +87,9 @@ static const struct {
     {"n", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 64, \"default\": 16}"},
     {"name", "{\"$ref\": \"#/components/schemas/Name\"}"},
     {"label_column", "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 1024}"},
+    {"validation_split", "{\"type\": \"number\", \"exclusiveMinimum\": 0, \"maximum\": 0.5}"},
+    {"split_seed", "{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 9223372036854775807, \"default\": 0}"},
+    {"class_names", "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 1024}"},
     {"status", "{\"$ref\": \"#/components/schemas/RunState\"}"},
 };
 

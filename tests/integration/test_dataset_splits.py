@@ -325,3 +325,16 @@ def test_demo_dataset_has_fashion_mnist_class_names(serve):
     assert datasets[0]["test_split"] == {"method": "file"}
     runs = poll("the demo run", lambda: requests.get(server.api("/runs"), timeout=10).json()["runs"] or None)
     assert runs[0]["class_names"] == FASHION_NAMES
+
+
+@pytest.mark.parametrize("query,words", [
+    ({"split_seed": ""}, "query parameter 'split_seed' is empty"),
+    ({"validation_split": "0.9"}, "validation_split must be a number in (0, 0.5]"),
+    ({"class_names": "a,a"}, "class_names: name 2 ('a') repeats name 1"),
+])
+def test_bad_raw_body_options_are_400(serve, query, words):
+    server = serve()
+    r = requests.post(server.api("/datasets"), params={"name": "raw", **query}, data=b"u,label\n1,0\n2,1\n",
+                      headers={"Content-Type": "text/csv"}, timeout=30)
+    assert r.status_code == 400 and words in r.json()["error"]["message"], r.text
+    assert requests.get(server.api("/datasets"), timeout=10).json()["total"] == 0
