@@ -189,8 +189,8 @@ typedef struct {
     label_stats stats;
 } split;
 
-/* Counts one integer label; past MAX_HISTOGRAM distinct values the histogram is dropped. */
-static tw_status histogram_add(label_stats *st, int64_t key, tw_error *err)
+/* The index of the first of st's keys that is >= key (st->n when none is). */
+static size_t lower_bound(const label_stats *st, int64_t key)
 {
     size_t lo = 0, hi = st->n;
     while (lo < hi) {
@@ -200,6 +200,13 @@ static tw_status histogram_add(label_stats *st, int64_t key, tw_error *err)
         else
             hi = mid;
     }
+    return lo;
+}
+
+/* Counts one integer label; past MAX_HISTOGRAM distinct values the histogram is dropped. */
+static tw_status histogram_add(label_stats *st, int64_t key, tw_error *err)
+{
+    size_t lo = lower_bound(st, key);
     if (lo < st->n && st->keys[lo] == key) {
         st->counts[lo]++;
         return TW_OK;
@@ -301,14 +308,7 @@ static int sampler_pick(sampler *s)
 /* The index of key among st's keys, or st->n when absent. */
 static size_t class_index(const label_stats *st, int64_t key)
 {
-    size_t lo = 0, hi = st->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (st->keys[mid] < key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
+    size_t lo = lower_bound(st, key);
     return lo < st->n && st->keys[lo] == key ? lo : st->n;
 }
 

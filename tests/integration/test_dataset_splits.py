@@ -17,7 +17,8 @@ import requests
 
 from conftest import FASHION
 from helpers import poll
-from test_server import curl_upload, submit, wait_dataset, wait_run
+from test_server import submit, wait_dataset, wait_run
+from test_train import blob_volumes  # seed 001's kind: 3-D volumes, the cube's side is the target
 
 tf = pytest.importorskip("tensorflow")
 
@@ -130,17 +131,6 @@ def test_convert_class_names_refused(tmp_path, run_tower, text, words):
 
 
 # ---------------------------------------------------------------- the server
-
-def blob_volumes(n, size=8, seed=0):
-    """Seed 001's kind: volumes [n, size, size, size] uint8 with a cube of side k (the float target)."""
-    rng = np.random.default_rng(seed)
-    x = np.zeros((n, size, size, size), np.uint8)
-    y = rng.integers(1, 6, size=n).astype(np.float32)
-    for i, k in enumerate(y.astype(int)):
-        o = rng.integers(0, size - k + 1, size=3)
-        x[i, o[0]:o[0] + k, o[1]:o[1] + k, o[2]:o[2] + k] = 255
-    return x, y
-
 
 def cnn3d(dataset, steps=20):
     return {"dataset": dataset, "name": "cnn3d",
