@@ -272,6 +272,12 @@ def test_class_names_reach_datasets_and_runs(serve, tmp_path):
     d = wait_dataset(server, d["id"])
     assert d["status"] == "failed" and d["error"]["code"] == "INVALID_ARGUMENT"
     assert "2 class names given, but the labels are 0 to 3: 4 classes" in d["error"]["message"], d
+    # a TFRecord upload is converted before the reply: the same mismatch is the reply's 400
+    tfrecord = server.data / "datasets" / listed["id"] / "train.tfrecord"
+    code, body = upload(server, "tfr", {"tfrecord": tfrecord}, {"class_names": "cat,dog"})
+    assert code == 400 and "2 class names given, but the labels are 0 to 3" in body["error"]["message"], body
+    code, d = upload(server, "tfr", {"tfrecord": tfrecord}, {"class_names": "cat,dog,bird,fish"})
+    assert code == 201 and d["class_names"] == ["cat", "dog", "bird", "fish"], d
 
 
 @pytest.mark.parametrize("values,files,words", [
