@@ -42,7 +42,7 @@
  * counts the examples of each class N_c, and class c gives floor(F·N_c) test examples plus one more for
  * the classes with the largest remainders F·N_c - floor(F·N_c) (ties: the smaller label) until the total
  * is round(F·N); each class is then sampled by its own Algorithm S over one splitmix64 stream seeded
- * with `seed`. So the split is deterministic (same input, fraction and seed: same split), every example
+ * with `seed` (the counting pass reads the whole input once more). So the split is deterministic (same input, fraction and seed: same split), every example
  * lands in exactly one split, in input order, and each class's share of the test split is its share of
  * the input to within one example. Float labels (regression) or no labels: one Algorithm S over all.
  *
