@@ -80,7 +80,7 @@ static const struct {
 static const struct {
     const char *name, *schema; /* JSON text */
 } PARAM_SCHEMAS[] = {
-    {"step", "{\"type\": \"integer\", \"minimum\": 0}"},
+    {"step", "{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 9223372036854775807}"}, /* strtoll's range */
     {"limit", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000, \"default\": 50}"},
     {"offset", "{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 1099511627776, \"default\": 0}"},
     {"tail", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 100000, \"default\": 200}"},
@@ -352,8 +352,9 @@ static json_t *request_body(const tw_route *rt)
         return json_pack("{s:b, s:{s:{s:{s:s}}}}", "required", 1, "content", "application/json", "schema", "type",
                          "object");
     return json_pack("{s:s, s:b, s:{s:{s:{s:s}}, s:{}, s:{}}}", "description",
-                     "multipart: the files as parts (images, labels, test_images, test_labels; features, labels; "
-                     "csv; tfrecord, test_tfrecord) and the values label_column, test_fraction; or the raw bytes of "
+                     "multipart: the files as parts (images, labels, test_images, test_labels; features, labels, "
+                     "test_features; csv, test_csv; tfrecord, test_tfrecord; classes) and the values label_column, "
+                     "test_fraction, validation_split, split_seed, class_names; or the raw bytes of "
                      "one CSV or TFRecord file (any bytes: the converter judges them)",
                      "required", 1, "content", "multipart/form-data", "schema", "type", "object", "text/csv",
                      "application/x-tfrecord");
