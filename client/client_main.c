@@ -351,6 +351,17 @@ static int use_dataset(json_t *cfg, const char *name)
                : -1;
 }
 
+/* The reply's "warnings" (e.g. the dataset has no test split), one "tower submit: warning: ..." line each on
+ * stderr: stdout keeps the run id alone. */
+static void print_warnings(const command *cmd, const json_t *reply)
+{
+    size_t i;
+    json_t *w;
+    json_array_foreach(json_object_get(reply, "warnings"), i, w)
+        if (json_is_string(w))
+            fprintf(stderr, "tower %s: warning: %s\n", cmd->name, json_string_value(w));
+}
+
 static int cmd_submit(const tw_rest *c, const command *cmd, const args *a)
 {
     json_error_t je;
@@ -374,6 +385,7 @@ static int cmd_submit(const tw_rest *c, const command *cmd, const args *a)
     const char *id = json_string_value(json_object_get(created, "id"));
     printf("%s\n", id ? id : "?");
     fflush(stdout);
+    print_warnings(cmd, created);
     if (a->follow && id)
         rc = follow_run(c, cmd, id);
     json_decref(created);

@@ -74,6 +74,8 @@
 #define TW_CHILD_LOSS_NAN "LOSS_NAN"   /* "error" of the error line */
 #define TW_CHILD_LOSS_INF "LOSS_INF"
 #define TW_CHILD_METRICS_DEGRADED "METRICS_DEGRADED" /* "warning": the event file is no longer written */
+#define TW_CHILD_NO_TEST_SET "NO_TEST_SET" /* "warning", after the backend line: the dataset has no test
+                                              set, so nothing is ever evaluated (eval_every does nothing) */
 
 /* Seconds of silence after which the next check writes a heartbeat line. */
 #define TW_CHILD_HEARTBEAT_S 1.0

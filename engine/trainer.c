@@ -690,6 +690,16 @@ static void announce(run *R)
     tw_child_backend(&R->out, tw_backend_kind(R->T.b[0]), devices, R->T.n);
 }
 
+/* Says up front, after the backend line, when the config has no test set: no evaluation will ever run. */
+static void warn_no_test(run *R)
+{
+    if (!R->c->test_path[0])
+        tw_child_warning(&R->out, TW_CHILD_NO_TEST_SET,
+                         "the dataset has no test set (dataset.test is null): nothing is evaluated, "
+                         "eval_every does nothing; give the dataset a test file or a validation split",
+                         R->T.step);
+}
+
 static void teardown(run *R)
 {
     tw_error e;
@@ -740,8 +750,10 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
     *outcome = TW_TRAIN_COMPLETED;
     int resumed = 0;
     tw_status s = setup(&R, err); /* everything is checked before anything is written */
-    if (s == TW_OK)
+    if (s == TW_OK) {
         announce(&R);
+        warn_no_test(&R);
+    }
     if (s == TW_OK)
         s = make_logdir(o->logdir, err);
     if (s == TW_OK)

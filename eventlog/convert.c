@@ -6,10 +6,12 @@
 #include "convert.h"
 
 #include <fcntl.h>
+#include <stddef.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "atomic_file.h"
@@ -79,33 +81,52 @@ static tw_status check_source(const tw_convert_options *o, tw_convert_source *so
     TW_TRY(need_both(o->csv, "--csv", o->label_column, "--label-column", err));
     TW_TRY(need_both(o->npy_features, "--npy-features", o->npy_labels, "--npy-labels", err));
     TW_TRY(need_both(o->test_images, "--test-images", o->test_labels, "--test-labels", err));
+    TW_TRY(need_both(o->test_npy_features, "--test-npy-features", o->test_npy_labels, "--test-npy-labels",
+                     err));
     *source = idx ? TW_CONVERT_IDX : csv ? TW_CONVERT_CSV : npy ? TW_CONVERT_NPY
                                                                 : TW_CONVERT_TFRECORD;
     return TW_OK;
 }
 
+/* The test file options: their spelling and the source kind each needs. */
+static const struct {
+    size_t offset;
+    tw_convert_source needs;
+    const char *flags, *source;
+} TEST_FILES[] = {
+    {offsetof(tw_convert_options, test_images), TW_CONVERT_IDX, "--test-images/--test-labels",
+     "an IDX source (--images/--labels)"},
+    {offsetof(tw_convert_options, test_csv), TW_CONVERT_CSV, "--test-csv", "a CSV source (--csv)"},
+    {offsetof(tw_convert_options, test_npy_features), TW_CONVERT_NPY,
+     "--test-npy-features/--test-npy-labels", "a NumPy source (--npy-features/--npy-labels)"},
+    {offsetof(tw_convert_options, test_tfrecord), TW_CONVERT_TFRECORD, "--test-tfrecord",
+     "a TFRecord source (--tfrecord)"},
+};
+
 static tw_status check_split(const tw_convert_options *o, tw_convert_source source, tw_error *err)
 {
-    int pair = o->test_images || o->test_tfrecord, fraction = o->test_fraction >= 0;
-    if (o->test_images && source != TW_CONVERT_IDX)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "--test-images/--test-labels need an IDX source (--images/--labels)");
-    if (o->test_tfrecord && source != TW_CONVERT_TFRECORD)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "--test-tfrecord needs a TFRecord source (--tfrecord)");
+    const char *pair = NULL;
+    for (size_t i = 0; i < sizeof TEST_FILES / sizeof TEST_FILES[0]; i++) {
+        if (!*(const char *const *)((const char *)o + TEST_FILES[i].offset))
+            continue;
+        if (source != TEST_FILES[i].needs)
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s need%s %s", TEST_FILES[i].flags,
+                                strchr(TEST_FILES[i].flags, '/') ? "" : "s", TEST_FILES[i].source);
+        pair = TEST_FILES[i].flags;
+    }
+    int fraction = o->test_fraction >= 0;
     if (pair && fraction)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--test-fraction and %s exclude each other",
-                            o->test_images ? "--test-images/--test-labels" : "--test-tfrecord");
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--test-fraction and %s exclude each other", pair);
     if (fraction && !(o->test_fraction <= 1))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--test-fraction must be in [0, 1]");
     if ((pair || fraction) && !o->test_output)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "--test-output is needed with --test-fraction, --test-images or "
-                            "--test-tfrecord");
+                            "--test-output is needed with --test-fraction or a test file (--test-images, "
+                            "--test-csv, --test-npy-features or --test-tfrecord)");
     if (o->test_output && !pair && !fraction)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "--test-output needs --test-fraction, --test-images/--test-labels or "
-                            "--test-tfrecord");
+                            "--test-output needs --test-fraction or a test file (--test-images, --test-csv, "
+                            "--test-npy-features or --test-tfrecord)");
     return TW_OK;
 }
 
@@ -114,8 +135,8 @@ static tw_status check_paths(const tw_convert_options *o, const char *meta, tw_e
 {
     const char *outs[] = {o->output, o->test_output, meta};
     const char *all[] = {o->output, o->test_output, meta, o->images, o->labels, o->test_images,
-                         o->test_labels, o->csv, o->npy_features, o->npy_labels, o->tfrecord,
-                         o->test_tfrecord};
+                         o->test_labels, o->csv, o->test_csv, o->npy_features, o->npy_labels,
+                         o->test_npy_features, o->test_npy_labels, o->tfrecord, o->test_tfrecord};
     for (size_t i = 0; i < 3; i++)
         for (size_t j = i + 1; j < sizeof all / sizeof all[0]; j++)
             if (outs[i] && all[j] && !strcmp(outs[i], all[j]))
@@ -135,6 +156,11 @@ tw_status tw_convert_check(const tw_convert_options *o, tw_convert_source *sourc
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--max-bytes must be positive");
     if (o->max_record_bytes == 0)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--max-record-bytes must be positive");
+    if (o->class_names && tw_convert_class_names_check(o->class_names, err) != TW_OK) {
+        char msg[sizeof err->message];
+        snprintf(msg, sizeof msg, "%s", err ? err->message : "");
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--class-names: %.480s", msg);
+    }
     char meta[PATH_BYTES];
     if (!o->meta)
         TW_TRY(tw_convert_meta_path(o->output, meta, sizeof meta, err));
@@ -163,8 +189,8 @@ typedef struct {
     label_stats stats;
 } split;
 
-/* Counts one integer label; past MAX_HISTOGRAM distinct values the histogram is dropped. */
-static tw_status histogram_add(label_stats *st, int64_t key, tw_error *err)
+/* The index of the first of st's keys that is >= key (st->n when none is). */
+static size_t lower_bound(const label_stats *st, int64_t key)
 {
     size_t lo = 0, hi = st->n;
     while (lo < hi) {
@@ -174,6 +200,13 @@ static tw_status histogram_add(label_stats *st, int64_t key, tw_error *err)
         else
             hi = mid;
     }
+    return lo;
+}
+
+/* Counts one integer label; past MAX_HISTOGRAM distinct values the histogram is dropped. */
+static tw_status histogram_add(label_stats *st, int64_t key, tw_error *err)
+{
+    size_t lo = lower_bound(st, key);
     if (lo < st->n && st->keys[lo] == key) {
         st->counts[lo]++;
         return TW_OK;
@@ -245,8 +278,16 @@ static void split_cleanup(split *sp)
 typedef struct {
     uint64_t total, want;      /* N and n */
     uint64_t seen, selected;
-    uint64_t state;            /* splitmix64 */
+    uint64_t *state;           /* splitmix64, shared by the samplers of one split */
 } sampler;
+
+/* A fraction split: one sampler over every example, or (stratified) one per class. */
+typedef struct {
+    uint64_t state;            /* the splitmix64 stream, from the seed */
+    sampler all;               /* unstratified */
+    label_stats classes;       /* stratified: the classes (keys ascending) and their counts N_c */
+    sampler *per;              /* [classes.n] stratified, else NULL */
+} split_plan;
 
 static uint64_t splitmix64(uint64_t *state)
 {
@@ -259,9 +300,79 @@ static uint64_t splitmix64(uint64_t *state)
 static int sampler_pick(sampler *s)
 {
     uint64_t left = s->total - s->seen++;
-    int pick = splitmix64(&s->state) % left < s->want - s->selected;
+    int pick = splitmix64(s->state) % left < s->want - s->selected;
     s->selected += (uint64_t)pick;
     return pick;
+}
+
+/* The index of key among st's keys, or st->n when absent. */
+static size_t class_index(const label_stats *st, int64_t key)
+{
+    size_t lo = lower_bound(st, key);
+    return lo < st->n && st->keys[lo] == key ? lo : st->n;
+}
+
+typedef struct {
+    double remainder;          /* F·N_c - floor(F·N_c) */
+    size_t c;                  /* the class's index */
+} share;
+
+/* Largest remainder first; ties: the smaller class index. */
+static int by_remainder(const void *a, const void *b)
+{
+    const share *x = a, *y = b;
+    return x->remainder > y->remainder ? -1 : x->remainder < y->remainder ? 1 : (x->c > y->c) - (x->c < y->c);
+}
+
+/* Test examples per class (per[c].want): floor(F·N_c), then one more for the largest remainders until
+ * the total is `total` (see "Fraction splits" in convert.h). */
+static tw_status allot(split_plan *p, double f, uint64_t total, tw_error *err)
+{
+    size_t n = p->classes.n;
+    share *order = malloc((n ? n : 1) * sizeof *order);
+    if (!order)
+        return nomem(err);
+    uint64_t given = 0, room = 0;
+    for (size_t c = 0; c < n; c++) {
+        double exact = f * (double)p->classes.counts[c];
+        p->per[c] = (sampler){p->classes.counts[c], (uint64_t)exact, 0, 0, &p->state};
+        given += p->per[c].want;
+        room += p->per[c].total - p->per[c].want;
+        order[c] = (share){exact - (double)p->per[c].want, c};
+    }
+    qsort(order, n, sizeof *order, by_remainder);
+    for (size_t k = 0; given < total && room; k = (k + 1) % n) { /* room: never an endless loop */
+        sampler *c = &p->per[order[k].c];
+        if (c->want < c->total) {
+            c->want++;
+            given++;
+            room--;
+        }
+    }
+    free(order);
+    return TW_OK;
+}
+
+/* Picks the destination of the next example (label l): 1 for the test split. */
+static tw_status plan_pick(split_plan *p, const tw_label_value *l, int *test, tw_error *err)
+{
+    if (!p->per) {
+        *test = sampler_pick(&p->all);
+        return TW_OK;
+    }
+    size_t c = class_index(&p->classes, l->i);
+    if (c == p->classes.n || p->per[c].seen == p->per[c].total)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "the input changed between the class-counting pass and the writing pass");
+    *test = sampler_pick(&p->per[c]);
+    return TW_OK;
+}
+
+static void plan_cleanup(split_plan *p)
+{
+    free(p->classes.keys);
+    free(p->classes.counts);
+    free(p->per);
 }
 
 /* ============================== conversion ============================== */
@@ -273,12 +384,13 @@ typedef struct {
     tw_example_builder *builder;
     split train, test;
     int has_test;
+    int stratified;        /* the fraction split was stratified by class */
     char meta_path[PATH_BYTES];
     tw_atomic_file *meta;
 } conversion;
 
-/* Writes every example of src into `to`, or, with a sampler, the sampled ones into c->test. */
-static tw_status write_source(conversion *c, tw_convert_src *src, split *to, sampler *smp, tw_error *err)
+/* Writes every example of src into `to`, or, with a plan, the sampled ones into c->test. */
+static tw_status write_source(conversion *c, tw_convert_src *src, split *to, split_plan *plan, tw_error *err)
 {
     for (;;) {
         tw_label_value label = {0, 0};
@@ -292,7 +404,10 @@ static tw_status write_source(conversion *c, tw_convert_src *src, split *to, sam
         size_t len = src->record_len;
         if (!data)
             TW_TRY(tw_example_serialize(c->builder, &data, &len, err));
-        split *dest = smp && sampler_pick(smp) ? &c->test : to;
+        int test = 0;
+        if (plan)
+            TW_TRY(plan_pick(plan, &label, &test, err));
+        split *dest = test ? &c->test : to;
         TW_TRY(split_write(dest, src, data, len, &label, err));
         uint64_t done = c->train.count + c->test.count;
         if (c->o->progress && done % TW_CONVERT_PROGRESS_EVERY == 0)
@@ -300,13 +415,53 @@ static tw_status write_source(conversion *c, tw_convert_src *src, split *to, sam
     }
 }
 
+/* The class counts N_c of the training source, from a pass over a second instance of it. */
+static tw_status count_classes(conversion *c, label_stats *st, tw_error *err)
+{
+    tw_convert_src *src = NULL, *none = NULL;
+    tw_status s = tw_convert_src_open(c->o, c->kind, &src, &none, err);
+    for (uint64_t seen = 0; s == TW_OK; seen++) {
+        tw_label_value label = {0, 0};
+        tw_example_builder_reset(c->builder);
+        if ((s = src->next(src, c->builder, &label, err)) == TW_OK)
+            s = stats_add(st, seen, 1, &label, err);
+    }
+    if (none)
+        none->close(none);
+    if (src)
+        src->close(src);
+    return s == TW_END ? TW_OK : s;
+}
+
+/* Plans a fraction split of the training source: stratified with integer labels (see convert.h). */
+static tw_status plan_fraction(conversion *c, split_plan *p, tw_error *err)
+{
+    const tw_convert_options *o = c->o;
+    uint64_t n = c->train_src->count, want = (uint64_t)(o->test_fraction * (double)n + 0.5); /* round */
+    p->state = o->seed;
+    p->all = (sampler){n, want, 0, 0, &p->state};
+    if (!c->train_src->int_labels || c->train_src->no_labels)
+        return TW_OK;
+    TW_TRY(count_classes(c, &p->classes, err));
+    if (p->classes.overflow)
+        return TW_OK;
+    if (!(p->per = calloc(p->classes.n ? p->classes.n : 1, sizeof *p->per)))
+        return nomem(err);
+    c->stratified = 1;
+    return allot(p, o->test_fraction, want, err);
+}
+
 static tw_status write_all(conversion *c, tw_error *err)
 {
     const tw_convert_options *o = c->o;
     if (o->test_fraction >= 0) {
-        uint64_t n = c->train_src->count;
-        sampler smp = {n, (uint64_t)(o->test_fraction * (double)n + 0.5), 0, 0, o->seed}; /* round */
-        return write_source(c, c->train_src, &c->train, &smp, err);
+        split_plan plan;
+        memset(&plan, 0, sizeof plan);
+        tw_status s = plan_fraction(c, &plan, err);
+        if (s == TW_OK)
+            s = write_source(c, c->train_src, &c->train, &plan, err);
+        plan_cleanup(&plan);
+        return s;
     }
     TW_TRY(write_source(c, c->train_src, &c->train, NULL, err));
     return c->test_src ? write_source(c, c->test_src, &c->test, NULL, err) : TW_OK;
@@ -342,12 +497,56 @@ static tw_status split_json(json_t *splits, const char *name, const split *sp, c
     return tw_convert_put(j, "label_stats", stats, err);
 }
 
+/* "test_split": how the test split was made (see tw_convert). */
+static json_t *test_split_json(const conversion *c)
+{
+    const tw_convert_options *o = c->o;
+    if (o->test_fraction < 0)
+        return json_pack("{s:s}", "method", c->test_src ? "file" : "none");
+    char seed[24];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
+    return json_pack("{s:s, s:f, s:o, s:b}", "method", "fraction", "fraction", o->test_fraction, "seed",
+                     o->seed <= INT64_MAX ? json_integer((json_int_t)o->seed) : json_string(seed),
+                     "stratified", c->stratified);
+}
+
+/* Class names fit the labels written: integer labels 0 .. K-1 with K the number of names. */
+static tw_status check_class_names(const conversion *c, tw_error *err)
+{
+    size_t k = json_array_size(c->o->class_names);
+    if (!c->o->class_names)
+        return TW_OK;
+    if (c->train_src->no_labels || !c->train_src->int_labels)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "class names need integer class labels, but the labels are %s",
+                            c->train_src->no_labels ? "absent" : "floats (a regression dataset)");
+    const split *sp[2] = {&c->train, &c->test};
+    double lo = 0, hi = -1;
+    for (int i = 0; i < 2; i++) {
+        if (!sp[i]->count)
+            continue;
+        lo = sp[i]->stats.min < lo ? sp[i]->stats.min : lo;
+        hi = sp[i]->stats.max > hi ? sp[i]->stats.max : hi;
+    }
+    if (lo < 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "class names name the labels 0, 1, ...; but a label is %.0f", lo);
+    if (hi + 1 != (double)k)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "%zu class names given, but the labels are 0 to %.0f: %.0f classes", k, hi,
+                            hi + 1);
+    return TW_OK;
+}
+
 static tw_status build_meta(const conversion *c, json_t *meta, tw_error *err)
 {
     TW_TRY(tw_convert_put(meta, "format_version", json_integer(1), err));
     TW_TRY(tw_convert_put(meta, "source", json_string(tw_convert_source_name(c->kind)), err));
     TW_TRY(c->train_src->describe(c->train_src, meta, err));
     TW_TRY(tw_convert_put(meta, "compression", json_string(tw_compression_name(c->o->compression)), err));
+    TW_TRY(tw_convert_put(meta, "test_split", test_split_json(c), err));
+    if (c->o->class_names)
+        TW_TRY(tw_convert_put(meta, "class_names", json_deep_copy(c->o->class_names), err));
     json_t *splits = json_object();
     TW_TRY(tw_convert_put(meta, "splits", splits, err));
     TW_TRY(split_json(splits, "train", &c->train, c->train_src, err));
@@ -400,6 +599,7 @@ static tw_status finish(conversion *c, tw_error *err)
     TW_TRY(tw_tfrecord_writer_finish(c->train.writer, err));
     if (c->has_test)
         TW_TRY(tw_tfrecord_writer_finish(c->test.writer, err));
+    TW_TRY(check_class_names(c, err));
     TW_TRY(write_meta(c, err));
     return commit_all(c, err);
 }
@@ -513,4 +713,41 @@ json_t *tw_convert_meta_run_dataset(const json_t *meta, const char *dir, const c
     const char *image = json_object_get(features, "image_raw") ? "image_raw" : "features";
     return json_pack("{s:s, s:s?, s:s, s:s, s:o}", "train", train, "test", has_test ? test : NULL,
                      "image_feature", image, "label_feature", "label", "shape", shape);
+}
+
+const json_t *tw_convert_meta_class_names(const json_t *meta)
+{
+    const json_t *names = json_object_get(meta, "class_names");
+    return json_is_array(names) && json_array_size(names) ? names : NULL;
+}
+
+const char *tw_convert_meta_class_name(const json_t *meta, int64_t k)
+{
+    const json_t *names = tw_convert_meta_class_names(meta);
+    if (!names || k < 0 || (uint64_t)k >= json_array_size(names))
+        return NULL;
+    return json_string_value(json_array_get(names, (size_t)k));
+}
+
+const char *tw_convert_meta_test_method(const json_t *meta)
+{
+    const char *m = json_string_value(json_object_get(json_object_get(meta, "test_split"), "method"));
+    if (m)
+        return m;
+    return tw_convert_meta_split(meta, "test", "count") ? "file" : "none";
+}
+
+tw_status tw_convert_meta_find(const char *train_path, json_t **meta, tw_error *err)
+{
+    char path[4096];
+    struct stat st;
+    TW_TRY(tw_convert_meta_path(train_path, path, sizeof path, err));
+    if (tw_fs_stat(path, &st) != 0) {
+        const char *slash = strrchr(train_path, '/');
+        int n = slash ? (int)(slash - train_path) : 1;
+        int w = snprintf(path, sizeof path, "%.*s/meta.json", n, slash ? train_path : ".");
+        if (w < 0 || (size_t)w >= sizeof path)
+            return tw_error_set(err, TW_ERR_INVALID, train_path, -1, "the path is too long");
+    }
+    return tw_convert_meta_load(path, meta, err);
 }

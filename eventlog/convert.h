@@ -1,9 +1,11 @@
 /* convert.h — dataset conversion: IDX, CSV, NumPy or TFRecord sources into TFRecord files of
  * tf.train.Example, with an optional test split and a JSON description (meta) of the result.
  *
- * Owns: which features each source becomes (below), the train/test split (a second IDX pair or
- * TFRecord file, or an exact seeded fraction by selection sampling — Knuth's Algorithm S: streaming, no buffering, exactly
- * round(F·N) test examples, halves rounded away from zero), the label statistics, the meta JSON, and the
+ * Owns: which features each source becomes (below), the train/test split (a second file of the source's
+ * kind — IDX pair, CSV, NumPy pair or TFRecord — or an exact seeded fraction by selection sampling —
+ * Knuth's Algorithm S: streaming, no buffering, exactly round(F·N) test examples, halves rounded away
+ * from zero; with integer labels it is stratified: see "Fraction splits" below), the label statistics,
+ * the class names (parsed and checked in convert_classes.c), the meta JSON, and the
  * all-or-nothing output protocol: every output is written to a temporary file and renamed into place
  * only after the whole conversion succeeded; on any error no output file or temporary file is left.
  * Does not own: parsing the inputs (idx.c, csv.c, npy.c, example.c), TFRecord framing (tfrecord.c), the
@@ -36,6 +38,14 @@
  * tw_error.offset (in the decompressed stream for GZIP/ZLIB inputs, as TensorFlow counts) and have a
  * message that starts with "record N: " (N counts records from 0); tw_convert_error_record reads N back.
  *
+ * Fraction splits: with integer labels (classification; at most 65536 distinct values) a first pass
+ * counts the examples of each class N_c, and class c gives floor(F·N_c) test examples plus one more for
+ * the classes with the largest remainders F·N_c - floor(F·N_c) (ties: the smaller label) until the total
+ * is round(F·N); each class is then sampled by its own Algorithm S over one splitmix64 stream seeded
+ * with `seed` (the counting pass reads the whole input once more). So the split is deterministic (same input, fraction and seed: same split), every example
+ * lands in exactly one split, in input order, and each class's share of the test split is its share of
+ * the input to within one example. Float labels (regression) or no labels: one Algorithm S over all.
+ *
  * Memory is constant in the number of examples (readers stream; CSV is read twice; a TFRecord input
  * costs its first record and its largest one). Thread-safety: a
  * conversion touches only its own state; concurrent conversions to different outputs are fine. */
@@ -60,7 +70,10 @@ typedef struct {
     const char *images, *labels;           /* IDX images (idx3/idx4) and labels (idx1) */
     const char *test_images, *test_labels; /* optional second IDX pair: all of it goes to the test split */
     const char *csv, *label_column;        /* CSV file and the name of its label column */
+    const char *test_csv;                  /* optional second CSV, same columns: all of it is test */
     const char *npy_features, *npy_labels; /* NumPy arrays, examples along the first axis */
+    const char *test_npy_features, *test_npy_labels; /* optional second pair, same per-example shape
+                                                         and dtype: all of it goes to the test split */
     const char *tfrecord, *test_tfrecord;  /* TFRecord of tf.train.Example; optional test file */
     const char *output;                    /* train TFRecord path (required) */
     const char *test_output;               /* test TFRecord path (required with a test split) */
@@ -72,6 +85,9 @@ typedef struct {
     uint64_t max_record_bytes;             /* cap on one TFRecord input record; default 64 MiB */
     int allow_nonfinite;                   /* 1: float features may be NaN / Inf; default 0 (see
                                               "Non-finite features" above) */
+    const json_t *class_names;             /* NULL, or an array of class names (checked with
+                                              tw_convert_class_names_check; borrowed): name k is class
+                                              k's, and their count must be max label + 1 */
     /* Called with the examples written so far, every TW_CONVERT_PROGRESS_EVERY of them (NULL: never;
      * `tower convert` draws its terminal progress line from it). */
     void (*progress)(uint64_t examples, void *ctx);
@@ -110,7 +126,10 @@ const char *tw_convert_source_name(tw_convert_source s);
  *
  * Meta JSON: {"format_version": 1, "source", "features": {name: kind}, "shape" ([h, w, d] for idx, the
  * feature count for csv, the per-example shape for npy), "dtype", "compression", ("label_column" for
- * csv), "splits": {"train": {"path", "count", ...}, "test": {...}}} where each split has
+ * csv), "test_split": {"method": "none" | "file" | "fraction"; for "fraction" also "fraction" (F),
+ * "seed" (an integer; a decimal string past 2^63 - 1) and "stratified" (bool)}, ("class_names":
+ * [name of class 0, ...] when given), "splits": {"train": {"path", "count", ...}, "test": {...}}} where
+ * each split has
  * "label_histogram" {"<label>": count} for integer labels (up to 65536 distinct values) and otherwise
  * "label_stats" {"min", "max", "mean"}.
  * For tfrecord, "features" are the first record's in its order, and "shape" is inferred, if every
@@ -121,7 +140,9 @@ const char *tw_convert_source_name(tw_convert_source s);
  * product(shape) values; otherwise null (also when shape is null).
  *
  * Errors: those of tw_convert_check, of the readers (naming the file and byte offset or line), of the
- * writers, and TW_ERR_INVALID for sources that disagree (image and label counts, test shape). For a
+ * writers, TW_ERR_INVALID for sources that disagree (image and label counts, test shape, columns,
+ * dtype or label kind), and TW_ERR_INVALID for class names that do not fit the labels (float labels, a
+ * negative label, or a count other than max label + 1). For a
  * TFRecord input (see the record errors above): TW_ERR_CORRUPT (a CRC, a record that is not an
  * Example), TW_ERR_TRUNCATED (the file ends inside a record), TW_ERR_TOO_LARGE (a length past
  * max_record_bytes, or past the max_bytes budget), TW_ERR_INVALID (features that differ from the
@@ -154,6 +175,48 @@ json_t *tw_convert_meta_shape(const json_t *meta);
  * "features", "label_feature": "label", "shape": tw_convert_meta_shape}. The file names are those the
  * meta's splits record. NULL when the dataset cannot feed a run; then *why (static text) says why. */
 json_t *tw_convert_meta_run_dataset(const json_t *meta, const char *dir, const char **why);
+
+/* ---- class names (parsing and checks: convert_classes.c; the meta getters: convert.c) ---- */
+
+enum {
+    TW_CONVERT_MAX_CLASS_NAMES = 65536,   /* names per dataset (the label histogram's cap) */
+    TW_CONVERT_MAX_CLASS_NAME = 128,      /* bytes of one name */
+    TW_CONVERT_MAX_CLASS_TEXT = 1 << 20,  /* bytes of a class-names text or file */
+};
+
+/* Parses class names from text[len]: a JSON array of strings when the text starts (after white space)
+ * with '[', else one name per line when it holds more than one line (CRLF too; a last empty line is
+ * ignored), else (one line, with or without its newline) a comma-separated list. Names in a list or on a line are trimmed of spaces and tabs. The result
+ * passes tw_convert_class_names_check. *names: a new JSON array (caller owns), NULL on failure.
+ * Errors: TW_ERR_INVALID naming the problem and the name's position ("name 3 ..."), counted from 1:
+ * not UTF-8, empty, longer than TW_CONVERT_MAX_CLASS_NAME bytes, a control character, a duplicate,
+ * more than TW_CONVERT_MAX_CLASS_NAMES names, none, or bad JSON (its line and column). */
+tw_status tw_convert_class_names_parse(const char *text, size_t len, json_t **names, tw_error *err);
+
+/* Reads the file at path (through datafs.h; at most TW_CONVERT_MAX_CLASS_TEXT bytes) and parses it
+ * as above. Errors: TW_ERR_IO (naming the file), TW_ERR_TOO_LARGE, those of the parse. */
+tw_status tw_convert_class_names_read(const char *path, json_t **names, tw_error *err);
+
+/* Checks an array of class names: 1 to TW_CONVERT_MAX_CLASS_NAMES strings, each non-empty, at most
+ * TW_CONVERT_MAX_CLASS_NAME bytes, free of control characters (C0, DEL, C1) and NUL, all different.
+ * Errors: TW_ERR_INVALID as for the parse. */
+tw_status tw_convert_class_names_check(const json_t *names, tw_error *err);
+
+/* The meta's class names: the array (borrowed from meta), or NULL when it has none. */
+const json_t *tw_convert_meta_class_names(const json_t *meta);
+
+/* The name of class k (a label value) in the meta, borrowed from meta; NULL when the meta has no class
+ * names or k is outside 0 .. count - 1. The one way engine code names a class. */
+const char *tw_convert_meta_class_name(const json_t *meta, int64_t k);
+
+/* How the meta's test split was made: "none", "file" or "fraction" (a meta written before the key
+ * existed: "file" when it has a test split, else "none"). */
+const char *tw_convert_meta_test_method(const json_t *meta);
+
+/* Loads the meta of the dataset whose train TFRecord is train_path: tw_convert_meta_path(train_path)
+ * when that file exists (a `tower convert` output), else meta.json in train_path's folder (a server
+ * dataset). Errors: those of tw_convert_meta_load (for the second name tried). */
+tw_status tw_convert_meta_find(const char *train_path, json_t **meta, tw_error *err);
 
 /* `tower convert` (convert_main.c), dispatched by server/main.c: returns the exit status (0 ok, 1 failure,
  * 2 usage error), never exits. argv[0] is the subcommand's name. */

@@ -24,6 +24,7 @@ typedef enum { ARG_PATH, ARG_COMPRESSION, ARG_FRACTION, ARG_U64, ARG_BYTES, ARG_
 
 typedef struct {
     tw_convert_options o;
+    const char *class_names; /* --class-names FILE: read into o.class_names */
     int json;
     int help;
 } cli;
@@ -52,10 +53,16 @@ static const option OPTIONS[] = {
      OPT(csv), "the CSV file; read twice (validate, then write)"},
     {NULL, "--label-column", NULL, "NAME", ARG_PATH, OPT(label_column),
      "the label column; every other column is a float feature"},
+    {NULL, "--test-csv", NULL, "FILE", ARG_PATH, OPT(test_csv),
+     "a second CSV, same header: all of it goes to --test-output"},
     {"NumPy source (.npy v1/v2, raw or gzip)", "--npy-features", NULL, "FILE", ARG_PATH,
      OPT(npy_features), "features: |u1 or <f4, any rank >= 1, examples along axis 0"},
     {NULL, "--npy-labels", NULL, "FILE", ARG_PATH, OPT(npy_labels),
      "labels (N,) or (N, 1): |u1 <i4 <i8 -> int64, <f4 <f8 -> float"},
+    {NULL, "--test-npy-features", NULL, "FILE", ARG_PATH, OPT(test_npy_features),
+     "a second pair, same shape/dtype: all of it goes to --test-output"},
+    {NULL, "--test-npy-labels", NULL, "FILE", ARG_PATH, OPT(test_npy_labels),
+     "the labels of --test-npy-features"},
     {"TFRecord source (tf.train.Example records; plain, GZIP or ZLIB, detected)", "--tfrecord", NULL,
      "FILE", ARG_PATH, OPT(tfrecord), "every record is checked, then copied as it is"},
     {NULL, "--test-tfrecord", NULL, "FILE", ARG_PATH, OPT(test_tfrecord),
@@ -65,8 +72,10 @@ static const option OPTIONS[] = {
     {NULL, "--test-output", NULL, "OUT", ARG_PATH, OPT(test_output),
      "the test split (with --test-fraction or a test file)"},
     {NULL, "--test-fraction", NULL, "F", ARG_FRACTION, OPT(test_fraction),
-     "exactly round(F*N) examples, seeded sample, to --test-output"},
+     "exactly round(F*N) examples, seeded, stratified by integer label"},
     {NULL, "--seed", NULL, "N", ARG_U64, OPT(seed), "seed of the --test-fraction sampling (0)"},
+    {NULL, "--class-names", NULL, "FILE", ARG_PATH, offsetof(cli, class_names),
+     "names of classes 0..K-1: one a line, a comma list or a JSON array"},
     {NULL, "--compression", NULL, "KIND", ARG_COMPRESSION, OPT(compression),
      "none, gzip or zlib, for both TFRecord files (none)"},
     {NULL, "--meta", NULL, "FILE", ARG_PATH, OPT(meta),
@@ -337,8 +346,15 @@ int tw_convert_main(int argc, char **argv)
         c.o.progress = draw_progress;
         c.o.progress_ctx = &line;
     }
+    json_t *names = NULL;
+    if (c.class_names && tw_convert_class_names_read(c.class_names, &names, &err) != TW_OK) {
+        report_error(&c, &err);
+        return EXIT_FAILED;
+    }
+    c.o.class_names = names;
     tw_convert_result res;
     tw_status s = tw_convert(&c.o, &res, &err);
+    json_decref(names);
     if (terminal)
         fputs("\r\033[K", stdout); /* the summary replaces the progress line */
     if (s != TW_OK) {

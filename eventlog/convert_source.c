@@ -240,6 +240,27 @@ static tw_status csv_open(const char *path, const char *label_column, uint64_t m
     return TW_OK;
 }
 
+/* The test CSV has the training CSV's header (same names, same order); its labels are written with the
+ * training file's label kind (integer labels in a float-labelled dataset become floats). */
+static tw_status csv_same_columns(const tw_convert_src *train, tw_convert_src *test, tw_error *err)
+{
+    const csv_source *a = (const csv_source *)train, *b = (const csv_source *)test;
+    size_t n = tw_csv_columns(a->r);
+    for (size_t i = 0; i < n || i < tw_csv_columns(b->r); i++) {
+        const char *x = i < n ? tw_csv_column_name(a->r, i) : "(none)";
+        const char *y = i < tw_csv_columns(b->r) ? tw_csv_column_name(b->r, i) : "(none)";
+        if (strcmp(x, y))
+            return tw_error_set_line(err, TW_ERR_INVALID, tw_csv_name(b->r), 1,
+                                     "column %zu is '%s' but '%s' in the training CSV %s", i + 1, y, x,
+                                     tw_csv_name(a->r));
+    }
+    if (train->int_labels && !test->int_labels)
+        return tw_error_set(err, TW_ERR_INVALID, tw_csv_name(b->r), -1,
+                            "the labels are not all integers, but the training CSV's are");
+    test->int_labels = train->int_labels;
+    return TW_OK;
+}
+
 /* ---- npy ---- */
 
 typedef struct {
@@ -407,6 +428,24 @@ static tw_status npy_open(const char *features, const char *labels, uint64_t max
         x->shape[i] = (int64_t)hf->shape[i + 1];
     x->dtype = tw_npy_dtype_name(hf->dtype);
     x->allow_nonfinite = allow_nonfinite;
+    return TW_OK;
+}
+
+/* The test pair holds examples of the training features' per-example shape and dtype, and labels of
+ * the same kind (integer labels in a float-labelled dataset become floats). */
+static tw_status npy_same_shape(const tw_convert_src *train, tw_convert_src *test, tw_error *err)
+{
+    const npy_source *a = (const npy_source *)train, *b = (const npy_source *)test;
+    const tw_npy_header *hb = tw_npy_reader_header(b->features);
+    if (a->rank != b->rank || memcmp(a->shape, b->shape, a->rank * sizeof *a->shape) ||
+        strcmp(a->dtype, b->dtype))
+        return tw_error_set(err, TW_ERR_INVALID, tw_npy_reader_name(b->features), dict_offset(hb),
+                            "the test features are %s of another per-example shape or dtype than the "
+                            "training features %s (%s)", b->dtype, tw_npy_reader_name(a->features), a->dtype);
+    if (train->int_labels && !test->int_labels)
+        return tw_error_set(err, TW_ERR_INVALID, tw_npy_reader_name(b->labels), -1,
+                            "the test labels are floats, but the training labels are integers");
+    test->int_labels = train->int_labels;
     return TW_OK;
 }
 
@@ -851,6 +890,14 @@ tw_status tw_convert_src_open(const tw_convert_options *o, tw_convert_source kin
     TW_TRY(open_source(o, kind, train, err));
     if (o->test_tfrecord)
         return tfr_open(o->test_tfrecord, o, ((tfr_source *)*train)->sch, 0, test, err);
+    if (o->test_csv) {
+        TW_TRY(csv_open(o->test_csv, o->label_column, o->max_bytes, o->allow_nonfinite, test, err));
+        return csv_same_columns(*train, *test, err);
+    }
+    if (o->test_npy_features) {
+        TW_TRY(npy_open(o->test_npy_features, o->test_npy_labels, o->max_bytes, o->allow_nonfinite, test, err));
+        return npy_same_shape(*train, *test, err);
+    }
     if (!o->test_images)
         return TW_OK;
     TW_TRY(idx_open(o->test_images, o->test_labels, o->max_bytes, test, err));

@@ -22,6 +22,7 @@ out="$data/datasets/fashion-mnist"
 mkdir -p "$out"
 "$tower" convert --images "$src/train-images-idx3-ubyte.gz" --labels "$src/train-labels-idx1-ubyte.gz" \
   --test-images "$src/t10k-images-idx3-ubyte.gz" --test-labels "$src/t10k-labels-idx1-ubyte.gz" \
+  --class-names "$root/examples/fashion_mnist_classes.txt" \
   -o "$out/train.tfrecord" --test-output "$out/test.tfrecord" --meta "$out/meta.json"
 "$tower" inspect "$out/train.tfrecord" --limit 1
 "$tower" inspect "$out/test.tfrecord" --limit 0

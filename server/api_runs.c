@@ -16,6 +16,7 @@
 #include "atomic_file.h"
 #include "checkpoint.h"
 #include "config.h"
+#include "convert.h"
 #include "datafs.h"
 #include "datasets.h"
 #include "events_read.h"
@@ -399,6 +400,24 @@ tw_status tw_runs_submit_demo(tw_server *S, tw_error *err)
 
 /* ================================ presentation ================================ */
 
+/* What a run shows of its dataset row ds (NULL: gone) besides its name: "class_names" (null when it has
+ * none) and "warnings", which says up front when the dataset has no test split (the run is never
+ * evaluated). */
+static void dataset_facts(json_t *r, const json_t *ds)
+{
+    const json_t *meta = json_object_get(ds, "meta");
+    const json_t *names = tw_convert_meta_class_names(meta);
+    json_object_set_new(r, "class_names", names ? json_deep_copy(names) : json_null());
+    json_t *warnings = json_array();
+    json_t *test = tw_convert_meta_split(meta, "test", "count");
+    if (json_is_object(meta) && !(json_integer_value(test) > 0))
+        json_array_append_new(warnings, json_sprintf("dataset '%s' has no test split: this run is never evaluated "
+                                                     "(no eval_loss or eval_accuracy, eval_every does nothing). "
+                                                     "Upload it with a test file or validation_split",
+                                                     json_string_value(json_object_get(ds, "name"))));
+    json_object_set_new(r, "warnings", warnings);
+}
+
 json_t *tw_run_present(tw_server *S, const json_t *row)
 {
     if (!row)
@@ -411,6 +430,7 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
     json_t *name = json_object_get(ds, "name");
     json_object_set_new(r, "dataset", json_pack("{s:O, s:O}", "id", json_object_get(row, "dataset_id"), "name",
                                                 name ? name : json_null()));
+    dataset_facts(r, ds);
     json_decref(ds);
     json_object_del(r, "dataset_id");
     char dir[PATH_MAX], runs[PATH_MAX], tb[PATH_MAX + 32];
@@ -479,8 +499,9 @@ void tw_api_runs_create(tw_server *S, tw_req *r)
         tw_reply_json(r, 200, run);
         return;
     }
-    tw_reply_json(r, 201, json_pack("{s:O, s:O, s:O}", "id", json_object_get(run, "id"), "status",
-                                    json_object_get(run, "status"), "logdir", json_object_get(run, "logdir")));
+    tw_reply_json(r, 201, json_pack("{s:O, s:O, s:O, s:O}", "id", json_object_get(run, "id"), "status",
+                                    json_object_get(run, "status"), "logdir", json_object_get(run, "logdir"),
+                                    "warnings", json_object_get(run, "warnings")));
     json_decref(run);
 }
 

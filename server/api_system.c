@@ -82,13 +82,16 @@ static const struct {
 static const struct {
     const char *name, *schema; /* JSON text */
 } PARAM_SCHEMAS[] = {
-    {"step", "{\"type\": \"integer\", \"minimum\": 0}"},
+    {"step", "{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 9223372036854775807}"}, /* strtoll's range */
     {"limit", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000, \"default\": 50}"},
     {"offset", "{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 1099511627776, \"default\": 0}"},
     {"tail", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 100000, \"default\": 200}"},
     {"n", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 64, \"default\": 16}"},
     {"name", "{\"$ref\": \"#/components/schemas/Name\"}"},
     {"label_column", "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 1024}"},
+    {"validation_split", "{\"type\": \"number\", \"exclusiveMinimum\": 0, \"maximum\": 0.5}"},
+    {"split_seed", "{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 9223372036854775807, \"default\": 0}"},
+    {"class_names", "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 1024}"},
     {"status", "{\"$ref\": \"#/components/schemas/RunState\"}"},
     {"checkpoint", "{\"type\": \"string\", \"pattern\": \"^(latest|[0-9]{1,18})$\", \"default\": \"latest\"}"},
     {"weights", "{\"type\": \"string\", \"enum\": [\"raw\", \"ema\"]}"},
@@ -124,7 +127,8 @@ static const char *const REPLY_SCHEMAS[][2] = {
                 " {\"type\": \"integer\"}, \"limit\": {\"type\": \"integer\"}, \"offset\": {\"type\": \"integer\"}}}"},
     {"RunCreated", "{\"type\": \"object\", \"required\": [\"id\", \"status\", \"logdir\"], \"properties\": {\"id\":"
                    " {\"$ref\": \"#/components/schemas/RunId\"}, \"status\": {\"$ref\": \"#/components/schemas/RunState\"},"
-                   " \"logdir\": {\"type\": \"string\"}}}"},
+                   " \"logdir\": {\"type\": \"string\"}, \"warnings\": {\"type\": \"array\", \"items\": {\"type\":"
+                   " \"string\"}, \"description\": \"e.g. the dataset has no test split: the run is never evaluated\"}}}"},
     {"RunId", "{\"type\": \"string\", \"pattern\": \"^r[0-9a-f]{15}$\"}"},
     {"Resume", "{\"type\": \"object\", \"additionalProperties\": false, \"properties\": {\"steps\": {\"type\": "
      "\"integer\", \"minimum\": 1, \"maximum\": 1000000000, \"description\": \"more steps than the run"
@@ -168,7 +172,9 @@ static const char *const REPLY_SCHEMAS[][2] = {
                 " \"train_examples\": {\"type\": [\"integer\", \"null\"]}, \"test_examples\": {\"type\": [\"integer\", \"null\"]},"
                 " \"shape\": {\"type\": [\"array\", \"null\"], \"items\": {\"type\": \"integer\"}}, \"dtype\": {\"type\":"
                 " [\"string\", \"null\"]}, \"features\": {\"type\": [\"object\", \"null\"], \"additionalProperties\": {\"type\":"
-                " \"string\"}}, \"label_histogram\": {\"type\": [\"object\", \"null\"]}}}"},
+                " \"string\"}}, \"label_histogram\": {\"type\": [\"object\", \"null\"]},"
+                " \"class_names\": {\"type\": [\"array\", \"null\"], \"items\": {\"type\": \"string\"}},"
+                " \"test_split\": {\"type\": [\"object\", \"null\"]}}}"},
     {"Run", "{\"type\": \"object\", \"required\": [\"id\", \"name\", \"dataset\", \"status\", \"reason\", \"error\","
             " \"step\", \"steps\", \"towers\", \"devices\", \"metrics\", \"created\", \"started\", \"finished\", \"restarts\","
             " \"max_restarts\", \"deadline_s\", \"logdir\", \"folder\", \"tensorboard\", \"config\"], \"properties\": {"
@@ -187,6 +193,9 @@ static const char *const REPLY_SCHEMAS[][2] = {
             " \"folder\": {\"type\": \"string\", \"description\": \"the run's folder under DATA/runs: TensorBoard's name"
             " for it (NAME-rXXXXXX for a named run, the id otherwise)\"},"
             " \"tensorboard\": {\"type\": \"string\"}, \"tensorboard_url\": {\"type\": [\"string\", \"null\"]},"
+            " \"class_names\": {\"type\": [\"array\", \"null\"], \"items\": {\"type\": \"string\"}, \"description\":"
+            " \"the dataset's class names: name k is class k's\"}, \"warnings\": {\"type\": \"array\", \"items\": {\"type\":"
+            " \"string\"}, \"description\": \"e.g. the dataset has no test split: the run is never evaluated\"},"
             " \"config\": {\"type\": \"object\", \"description\": \"the run config"
             " as submitted\"}}}"},
 };
@@ -372,8 +381,9 @@ static json_t *request_body(const tw_route *rt)
                          "type", "string", "format", "binary");
     }
     return json_pack("{s:s, s:b, s:{s:{s:{s:s}}, s:{}, s:{}}}", "description",
-                     "multipart: the files as parts (images, labels, test_images, test_labels; features, labels; "
-                     "csv; tfrecord, test_tfrecord) and the values label_column, test_fraction; or the raw bytes of "
+                     "multipart: the files as parts (images, labels, test_images, test_labels; features, labels, "
+                     "test_features; csv, test_csv; tfrecord, test_tfrecord; classes) and the values label_column, "
+                     "test_fraction, validation_split, split_seed, class_names; or the raw bytes of "
                      "one CSV or TFRecord file (any bytes: the converter judges them)",
                      "required", 1, "content", "multipart/form-data", "schema", "type", "object", "text/csv",
                      "application/x-tfrecord");

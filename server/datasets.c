@@ -1,8 +1,12 @@
 /* datasets.c — an upload's files, the conversion worker, demo registration (see datasets.h).
  *
- * Form fields: files images, labels, test_images, test_labels (IDX), features + labels (NumPy), csv,
- * tfrecord, test_tfrecord; values label_column, test_fraction. Each file field is written to
- * upload/<field> (the field name comes from the fixed table below, never from the request). */
+ * Form fields: files images, labels, test_images, test_labels (IDX), features + labels, test_features +
+ * test_labels (NumPy), csv, test_csv, tfrecord, test_tfrecord, class names (the field class_names or the
+ * file classes, at most TW_CONVERT_MAX_CLASS_TEXT bytes); values label_column, test_fraction,
+ * validation_split, split_seed. Each file field is written to upload/<field> (the field name comes from
+ * the fixed table below, never from the request). Everything that can be checked before the conversion
+ * (the set of files, the split options, the class names' text) is checked when the upload is accepted;
+ * the class names' count against the labels is the converter's check. */
 #define _GNU_SOURCE
 #include "datasets.h"
 
@@ -15,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "assets.h"
 #include "atomic_file.h"
 #include "convert.h"
 #include "datafs.h"
@@ -23,14 +28,21 @@
 #include "names.h"
 #include "store.h"
 
+/* Data files (< N_DATA: they make the source), class-name texts (kept as files), then values. */
 enum { F_IMAGES, F_LABELS, F_TEST_IMAGES, F_TEST_LABELS, F_FEATURES, F_CSV, F_TFRECORD, F_TEST_TFRECORD,
-       N_FILES, F_LABEL_COLUMN = N_FILES, F_TEST_FRACTION, N_FIELDS };
+       F_TEST_FEATURES, F_TEST_CSV, N_DATA, F_CLASSES = N_DATA, F_CLASS_NAMES, N_FILES,
+       F_LABEL_COLUMN = N_FILES, F_TEST_FRACTION, F_VALIDATION_SPLIT, F_SPLIT_SEED, N_FIELDS };
 
 #define BIT(f) (1u << (f))
 
 static const char *const FIELDS[N_FIELDS] = {"images", "labels", "test_images", "test_labels", "features",
-                                             "csv", "tfrecord", "test_tfrecord", "label_column",
-                                             "test_fraction"};
+                                             "csv", "tfrecord", "test_tfrecord", "test_features", "test_csv",
+                                             "classes", "class_names", "label_column", "test_fraction",
+                                             "validation_split", "split_seed"};
+
+static const char KNOWN_FIELDS[] = "images, labels, test_images, test_labels, features, test_features, csv, "
+                                   "test_csv, tfrecord, test_tfrecord, classes, class_names, label_column, "
+                                   "test_fraction, validation_split, split_seed";
 
 static const char FASHION[] = "/usr/share/datasets/fashion-mnist";
 
@@ -73,10 +85,8 @@ tw_status tw_dataset_upload_part_begin(void *ctx, const char *name, const char *
     upload *u = ctx;
     int f = field_index(name);
     if (f < 0)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "unknown form field '%s' (known: images, labels, test_images, test_labels, "
-                            "features, csv, tfrecord, test_tfrecord, label_column, test_fraction)",
-                            name);
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "unknown form field '%s' (known: %s)", name,
+                            KNOWN_FIELDS);
     if (u->have & BIT(f))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "form field '%s' is given twice", name);
     u->have |= BIT(f);
@@ -94,6 +104,9 @@ tw_status tw_dataset_upload_part_begin(void *ctx, const char *name, const char *
 tw_status tw_dataset_upload_part_data(void *ctx, const void *data, size_t n, tw_error *err)
 {
     upload *u = ctx;
+    if (u->field >= N_DATA && u->field < N_FILES && (u->value_len += n) > TW_CONVERT_MAX_CLASS_TEXT)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "form field '%s' is longer than %d bytes",
+                            FIELDS[u->field], TW_CONVERT_MAX_CLASS_TEXT);
     if (u->field < N_FILES)
         return tw_write_all(u->fd, data, n, FIELDS[u->field], err);
     if (u->value_len + n >= sizeof u->values[0])
@@ -174,19 +187,22 @@ static const struct {
     {BIT(F_IMAGES) | BIT(F_LABELS), "idx"},
     {BIT(F_IMAGES) | BIT(F_LABELS) | BIT(F_TEST_IMAGES) | BIT(F_TEST_LABELS), "idx"},
     {BIT(F_FEATURES) | BIT(F_LABELS), "npy"},
+    {BIT(F_FEATURES) | BIT(F_LABELS) | BIT(F_TEST_FEATURES) | BIT(F_TEST_LABELS), "npy"},
     {BIT(F_CSV), "csv"},
+    {BIT(F_CSV) | BIT(F_TEST_CSV), "csv"},
     {BIT(F_TFRECORD), "tfrecord"},
     {BIT(F_TFRECORD) | BIT(F_TEST_TFRECORD), "tfrecord"},
 };
 
 static const char SOURCES_EXPECTED[] = "expected files images + labels [+ test_images + test_labels] (IDX), "
-                                       "features + labels (NumPy), csv, or tfrecord [+ test_tfrecord]";
+                                       "features + labels [+ test_features + test_labels] (NumPy), csv "
+                                       "[+ test_csv], or tfrecord [+ test_tfrecord]";
 
 /* The source the received fields make ("idx", "npy", "csv", "tfrecord"), or NULL when they make none. */
 static const char *source_name(unsigned have)
 {
     for (size_t i = 0; i < sizeof SOURCES / sizeof SOURCES[0]; i++)
-        if ((have & (BIT(N_FILES) - 1)) == SOURCES[i].files)
+        if ((have & (BIT(N_DATA) - 1)) == SOURCES[i].files)
             return SOURCES[i].source;
     return NULL;
 }
@@ -194,20 +210,23 @@ static const char *source_name(unsigned have)
 /* Points o's inputs at the received files (have makes a source: see source_name). */
 static void source_options(const upload *u, tw_convert_options *o, char paths[][PATH_MAX])
 {
-    const char *p[N_FILES] = {0};
-    for (int f = 0; f < N_FILES; f++)
+    const char *p[N_DATA] = {0};
+    for (int f = 0; f < N_DATA; f++)
         if (u->have & BIT(f) && upload_path(u, f, paths[f], PATH_MAX) == 0)
             p[f] = paths[f];
     if (p[F_FEATURES]) {
         o->npy_features = p[F_FEATURES];
         o->npy_labels = p[F_LABELS];
+        o->test_npy_features = p[F_TEST_FEATURES];
+        o->test_npy_labels = p[F_TEST_LABELS];
     } else {
         o->images = p[F_IMAGES];
         o->labels = p[F_LABELS];
+        o->test_images = p[F_TEST_IMAGES];
+        o->test_labels = p[F_TEST_LABELS];
     }
-    o->test_images = p[F_TEST_IMAGES];
-    o->test_labels = p[F_TEST_LABELS];
     o->csv = p[F_CSV];
+    o->test_csv = p[F_TEST_CSV];
     o->tfrecord = p[F_TFRECORD];
     o->test_tfrecord = p[F_TEST_TFRECORD];
 }
@@ -215,8 +234,10 @@ static void source_options(const upload *u, tw_convert_options *o, char paths[][
 /* The conversion parameters that must survive a restart: upload/params.json. */
 static tw_status save_params(const upload *u, tw_error *err)
 {
-    json_t *p = json_pack("{s:i, s:s, s:s}", "fields", (int)u->have, "label_column",
-                          u->values[F_LABEL_COLUMN], "test_fraction", u->values[F_TEST_FRACTION]);
+    json_t *p = json_pack("{s:i, s:s, s:s, s:s, s:s}", "fields", (int)u->have, "label_column",
+                          u->values[F_LABEL_COLUMN], "test_fraction", u->values[F_TEST_FRACTION],
+                          "validation_split", u->values[F_VALIDATION_SPLIT], "split_seed",
+                          u->values[F_SPLIT_SEED]);
     char *text = json_dumps(p, JSON_COMPACT), path[PATH_MAX];
     json_decref(p);
     tw_status s = tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path) != 0
@@ -244,17 +265,85 @@ static tw_status load_params(upload *u, tw_error *err)
     tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path);
     json_error_t je;
     json_t *p = load_json(path, JSON_REJECT_DUPLICATES, &je);
-    const char *lc = NULL, *tf = NULL;
+    const char *lc = NULL, *tf = NULL, *vs = "", *seed = "";
     int fields = 0;
-    if (!p || json_unpack(p, "{s:i, s:s, s:s}", "fields", &fields, "label_column", &lc, "test_fraction", &tf)) {
+    if (!p || json_unpack(p, "{s:i, s:s, s:s, s?:s, s?:s}", "fields", &fields, "label_column", &lc, "test_fraction",
+                          &tf, "validation_split", &vs, "split_seed", &seed)) {
         json_decref(p);
         return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "unreadable upload parameters");
     }
     u->have = (unsigned)fields;
     snprintf(u->values[F_LABEL_COLUMN], sizeof u->values[0], "%s", lc);
     snprintf(u->values[F_TEST_FRACTION], sizeof u->values[0], "%s", tf);
+    snprintf(u->values[F_VALIDATION_SPLIT], sizeof u->values[0], "%s", vs);
+    snprintf(u->values[F_SPLIT_SEED], sizeof u->values[0], "%s", seed);
     tw_dataset_dir(u->S, u->id, u->dir, sizeof u->dir);
     json_decref(p);
+    return TW_OK;
+}
+
+/* The fraction split the values ask for: test_fraction in [0, 1] or validation_split in (0, 0.5], and
+ * split_seed (default 0, at most 2^63 - 1), into o. Errors name the field. */
+static tw_status split_options(const upload *u, tw_convert_options *o, tw_error *err)
+{
+    const char *tf = u->values[F_TEST_FRACTION], *vs = u->values[F_VALIDATION_SPLIT];
+    const char *seed = u->values[F_SPLIT_SEED];
+    char *end;
+    if (tf[0] && vs[0])
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "test_fraction and validation_split exclude each other");
+    if (tf[0] && (o->test_fraction = strtod(tf, &end), *end || !(o->test_fraction >= 0 && o->test_fraction <= 1)))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "test_fraction must be a number from 0 to 1");
+    if (vs[0] && (o->test_fraction = strtod(vs, &end), *end || !(o->test_fraction > 0 && o->test_fraction <= 0.5)))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "validation_split must be a number in (0, 0.5]: the fraction held out for testing");
+    if (seed[0] && !tf[0] && !vs[0])
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "split_seed needs validation_split or test_fraction");
+    unsigned long long v = 0;
+    for (const char *c = seed; *c; c++) {
+        if (*c < '0' || *c > '9' || v > (unsigned long long)(INT64_MAX - (*c - '0')) / 10)
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                                "split_seed must be an integer from 0 to 9223372036854775807");
+        v = v * 10 + (unsigned long long)(*c - '0');
+    }
+    o->seed = v;
+    unsigned test_files = BIT(F_TEST_IMAGES) | BIT(F_TEST_FEATURES) | BIT(F_TEST_CSV) | BIT(F_TEST_TFRECORD);
+    if ((tf[0] || vs[0]) && (u->have & test_files))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "%s and a test file (test_images, test_features, test_csv, test_tfrecord) exclude each other",
+                            tf[0] ? "test_fraction" : "validation_split");
+    return TW_OK;
+}
+
+/* The upload's class names (the class_names field or the classes file), parsed into *names (new; NULL
+ * when none were given). Errors name the field. */
+static tw_status class_names(const upload *u, json_t **names, tw_error *err)
+{
+    *names = NULL;
+    int f = u->have & BIT(F_CLASS_NAMES) ? F_CLASS_NAMES : F_CLASSES;
+    if (!(u->have & BIT(f)))
+        return TW_OK;
+    if (f == F_CLASS_NAMES && u->have & BIT(F_CLASSES))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "class_names and classes exclude each other: give the class names once");
+    char path[PATH_MAX];
+    if (upload_path(u, f, path, sizeof path) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
+    if (tw_convert_class_names_read(path, names, err) == TW_OK)
+        return TW_OK;
+    char msg[sizeof err->message];
+    snprintf(msg, sizeof msg, "%s", err->message);
+    return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: %.450s", FIELDS[f], msg);
+}
+
+/* Checks what can be checked before the conversion: the split options and the class names' text. */
+static tw_status check_upload(const upload *u, tw_error *err)
+{
+    tw_convert_options o;
+    tw_convert_options_default(&o);
+    TW_TRY(split_options(u, &o, err));
+    json_t *names;
+    TW_TRY(class_names(u, &names, err));
+    json_decref(names);
     return TW_OK;
 }
 
@@ -278,17 +367,17 @@ static tw_status convert_dir(tw_server *S, const upload *u, char **meta, tw_erro
     o.max_bytes = S->opt.max_dataset;
     if (u->values[F_LABEL_COLUMN][0])
         o.label_column = u->values[F_LABEL_COLUMN];
-    if (u->values[F_TEST_FRACTION][0]) {
-        char *end;
-        o.test_fraction = strtod(u->values[F_TEST_FRACTION], &end);
-        if (*end || !(o.test_fraction >= 0 && o.test_fraction <= 1))
-            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "test_fraction must be a number from 0 to 1");
-    }
-    if (!o.test_images && !o.test_tfrecord && o.test_fraction < 0)
+    TW_TRY(split_options(u, &o, err));
+    if (!o.test_images && !o.test_tfrecord && !o.test_csv && !o.test_npy_features && o.test_fraction < 0)
         o.test_output = NULL;
     if (o.csv && !o.label_column)
         o.label_column = "label";
-    TW_TRY(tw_convert(&o, NULL, err));
+    json_t *names = NULL;
+    TW_TRY(class_names(u, &names, err));
+    o.class_names = names;
+    tw_status s = tw_convert(&o, NULL, err);
+    json_decref(names);
+    TW_TRY(s);
     json_t *m = load_json(meta_path, 0, NULL);
     *meta = m ? json_dumps(m, JSON_COMPACT) : NULL;
     json_decref(m);
@@ -465,6 +554,7 @@ tw_status tw_dataset_upload_accept(tw_dataset_upload *u, uint64_t bytes, tw_erro
     TW_TRY(tw_dataset_upload_part_end(u, err));
     if (!source_name(u->have))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s", SOURCES_EXPECTED);
+    TW_TRY(check_upload(u, err));
     char up[PATH_MAX];
     tw_dataset_path(u->S, u->id, TW_DATASET_UPLOAD_DIR, up, sizeof up);
     u->bytes = bytes;
@@ -487,6 +577,14 @@ tw_status tw_dataset_upload_convert(tw_dataset_upload *u, int *now, tw_error *er
 
 /* ================================ presentation ================================ */
 
+/* How the test split was made, as the API shows it: the meta's "test_split" (a meta written before it
+ * existed: {"method": "file" | "none"}). */
+static json_t *split_shown(const json_t *meta)
+{
+    json_t *split = json_object_get(meta, "test_split");
+    return json_is_object(split) ? json_incref(split) : json_pack("{s:s}", "method", tw_convert_meta_test_method(meta));
+}
+
 json_t *tw_dataset_present(const json_t *row)
 {
     if (!row)
@@ -501,6 +599,8 @@ json_t *tw_dataset_present(const json_t *row)
         tw_convert_meta_split(meta, "train", "count"), "test_examples", tw_convert_meta_split(meta, "test", "count"),
         "shape", tw_convert_meta_shape(meta), "dtype", json_object_get(meta, "dtype"), "features",
         json_object_get(meta, "features"));
+    json_object_set_new(d, "class_names", json_incref((json_t *)tw_convert_meta_class_names(meta)));
+    json_object_set_new(d, "test_split", json_is_object(meta) ? split_shown(meta) : json_null());
     json_object_set_new(d, "label_histogram",
                         json_is_object(meta) ? json_pack("{s:O*, s:O*}", "train",
                                                          tw_convert_meta_split(meta, "train", "label_histogram"),
@@ -542,6 +642,21 @@ static tw_status copy_in(const char *src, const char *dst, uint64_t *bytes, tw_e
     return s;
 }
 
+/* Writes Fashion-MNIST's ten class names (the embedded examples/fashion_mnist_classes.txt) as the upload's
+ * class_names. */
+static tw_status demo_class_names(upload *u, tw_error *err)
+{
+    const tw_asset *a = tw_asset_find("fashion_mnist_classes.txt");
+    char dst[PATH_MAX];
+    if (!a)
+        return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "the embedded Fashion-MNIST class names are missing");
+    if (upload_path(u, F_CLASS_NAMES, dst, sizeof dst) != 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
+    TW_TRY(tw_atomic_write_file(dst, (const char *)a->data, a->size, err));
+    u->have |= BIT(F_CLASS_NAMES);
+    return TW_OK;
+}
+
 tw_status tw_datasets_demo(tw_server *S, int *registered, tw_error *err)
 {
     *registered = 0;
@@ -574,6 +689,7 @@ tw_status tw_datasets_demo(tw_server *S, int *registered, tw_error *err)
         TW_TRY(copy_in(src, dst, &u.bytes, err));
         u.have |= BIT(f);
     }
+    TW_TRY(demo_class_names(&u, err));
     TW_TRY(save_params(&u, err));
     TW_TRY(tw_store_dataset_insert(S->store, u.id, u.name, "idx", (int64_t)u.bytes, err));
     tw_error conv;

@@ -901,6 +901,7 @@
       set(el.facts,
         fact('id', h('code', {text: r.id})),
         fact('dataset', r.dataset ? h('a', {href: `#/datasets/${r.dataset.id}`, text: `${r.dataset.name} (${r.dataset.id})`}) : '—'),
+        (r.warnings || []).length ? fact('warning', h('span', {id: 'run-warnings', class: 'warning', text: r.warnings.join(' ')})) : null,
         fact('devices', `${(r.devices || []).join(', ') || '—'} · ${r.towers || 1} tower(s)`),
         fact('loss', fmtNum(m.loss)),
         fact('eval accuracy', `${fmtPct(m.eval_accuracy)} raw · ${fmtPct(m.eval_accuracy_ema)} EMA`),
@@ -1205,13 +1206,15 @@
         fact('shape', Array.isArray(d.shape) ? `${d.shape.join(' × ')} ${d.dtype || ''}` : '—'),
         fact('features', features),
         fact('source', d.source || '—'),
+        fact('test split', h('span', {id: 'dataset-split', text: splitText(d.test_split)})),
+        fact('classes', h('span', {id: 'dataset-classes', text: (d.class_names || []).join(', ') || '—'})),
         fact('size', fmtBytes(d.bytes))));
     if (d.status !== 'ready') {
       if (d.status === 'converting') detail.appendChild(h('p', {class: 'muted', text: 'Converting… this page updates when it is ready.'}));
       return;
     }
     detail.appendChild(h('div', {class: 'two-col'},
-      h('section', {}, h('h3', {text: 'Label histogram'}), histogramTable(d.label_histogram)),
+      h('section', {}, h('h3', {text: 'Label histogram'}), histogramTable(d.label_histogram, d.class_names)),
       h('section', {id: 'dataset-samples-section'}, h('h3', {text: 'Samples'}),
         h('p', {class: 'muted', id: 'dataset-samples-note', text: 'loading…'}))));
     const reply = await api(`/datasets/${d.id}/samples?n=16`);
@@ -1230,7 +1233,15 @@
     }
   }
 
-  function histogramTable(hist) {
+  /* How the test split was made (the dataset's test_split), in words; a dataset without one says so. */
+  function splitText(split) {
+    if (!split || split.method === 'none') return 'none: runs on this dataset are never evaluated';
+    if (split.method === 'file') return 'a test file';
+    return `${fmtPct(split.fraction)} held out, seed ${split.seed}${split.stratified ? ', stratified by class' : ''}`;
+  }
+
+  /* names: the dataset's class names (label k -> names[k]), or null. */
+  function histogramTable(hist, names) {
     if (!hist) return h('p', {class: 'muted', text: 'no histogram'});
     const splits = Object.keys(hist);
     const labels = Array.from(new Set(splits.flatMap((s) => Object.keys(hist[s] || {}))))
@@ -1240,7 +1251,7 @@
     return h('table', {id: 'dataset-histogram', class: 'grid histogram'},
       h('thead', {}, h('tr', {}, h('th', {text: 'label'}), splits.map((s) => h('th', {text: s, colspan: '2'})))),
       h('tbody', {}, labels.map((l) => h('tr', {},
-        h('td', {text: l}),
+        h('td', {text: names && names[l] !== undefined ? `${l} · ${names[l]}` : l}),
         splits.map((s) => {
           const n = (hist[s] || {})[l] || 0;
           const bar = h('div', {class: `hbar hbar-${s}`});
@@ -1307,11 +1318,17 @@
 
   /* ============================== upload ============================== */
 
+  /* Without a test file: a held-out fraction; and the class names (server/API.md, Uploads). */
+  const SPLIT_FIELDS = [['validation_split', 'validation split', '0.1 (no test file: hold out this fraction)'],
+    ['split_seed', 'split seed', '0'], ['class_names', 'class names', 'cat, dog, bird (label 0, 1, 2, ...)']];
+
   const UPLOAD_KINDS = {
     idx: {title: 'IDX (MNIST style, .gz or raw)', files: [['images', 'images', true], ['labels', 'labels', true],
-      ['test_images', 'test images', false], ['test_labels', 'test labels', false]]},
-    npy: {title: 'NumPy .npy', files: [['features', 'features', true], ['labels', 'labels', true]]},
-    csv: {title: 'CSV with a label column', files: [['csv', 'CSV file', true]], text: [['label_column', 'label column', 'label']]},
+      ['test_images', 'test images', false], ['test_labels', 'test labels', false]], text: [SPLIT_FIELDS[2]]},
+    npy: {title: 'NumPy .npy', files: [['features', 'features', true], ['labels', 'labels', true],
+      ['test_features', 'test features', false], ['test_labels', 'test labels', false]], text: SPLIT_FIELDS},
+    csv: {title: 'CSV with a label column', files: [['csv', 'CSV file', true], ['test_csv', 'test CSV file', false]],
+      text: [['label_column', 'label column', 'label'], ...SPLIT_FIELDS]},
     tfrecord: {title: 'TFRecord (tf.train.Example)', files: [['tfrecord', 'train TFRecord', true],
       ['test_tfrecord', 'test TFRecord', false]]}
   };

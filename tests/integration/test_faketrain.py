@@ -355,6 +355,7 @@ def test_tower_heartbeat_when_summary_every_exceeds_steps(tower_bin, tmp_path, t
     watchdog.start()
     try:
         assert json.loads(proc.stdout.readline())["backend"] == "cpu"  # the first line names the backend
+        assert json.loads(proc.stdout.readline())["warning"] == "NO_TEST_SET"  # no test set: said up front
         t0 = time.monotonic()
         beats = []
         while len(beats) < 3:

@@ -229,7 +229,8 @@ def test_openapi_matches_the_route_table(serve):
             query = {p["name"]: p["required"] for p in op.get("parameters", []) if p["in"] == "query"}
             assert query == queries[(method.upper(), path)], (method, path)
             assert op["summary"]
-    assert queries[("POST", "/api/v1/datasets")] == {"name": True, "label_column": False}
+    assert queries[("POST", "/api/v1/datasets")] == {"name": True, "label_column": False, "validation_split": False,
+                                                    "split_seed": False, "class_names": False}
 
 
 def test_unknown_route_and_method(serve):

@@ -1,0 +1,60 @@
+"""The status page's dataset view shows the class names and how the test split was made, the label
+histogram names each class, and the run page warns when the run's dataset has no test split (headless
+Chromium against a real `tower serve`; needs what tests/integration/test_page.py needs)."""
+import numpy as np
+import pytest
+import requests
+
+pytest.importorskip("selenium.webdriver")
+from selenium.webdriver.common.by import By  # noqa: E402
+
+from test_page import browser, pytestmark, severe, wait  # noqa: E402,F401  (fixtures and the skip mark)
+from test_server import wait_dataset  # noqa: E402
+
+
+def upload_npy(server, tmp_path, name, **values):
+    rng = np.random.default_rng(1)
+    x = rng.random((60, 3), dtype=np.float32)
+    y = (np.arange(60) % 4).astype(np.int64)
+    np.save(tmp_path / "x.npy", x)
+    np.save(tmp_path / "y.npy", y)
+    with open(tmp_path / "x.npy", "rb") as fx, open(tmp_path / "y.npy", "rb") as fy:
+        r = requests.post(server.api(f"/datasets?name={name}"), files={"features": fx, "labels": fy},
+                          data=values, timeout=60)
+    assert r.status_code == 202, r.text
+    return wait_dataset(server, r.json()["id"])
+
+
+def text_of(driver, element_id):
+    return driver.find_element(By.ID, element_id).text
+
+
+def test_dataset_view_shows_class_names_and_split(serve, browser, tmp_path):  # noqa: F811
+    server = serve()
+    d = upload_npy(server, tmp_path, "pets", validation_split="0.25", split_seed="5",
+                   class_names='["cat", "dog", "bird", "fish"]')
+    assert d["status"] == "ready", d
+    browser.get(f"{server.url}/#/datasets/{d['id']}")
+    wait(browser, lambda b: "held out" in text_of(b, "dataset-split"), message="the split fact")
+    assert text_of(browser, "dataset-split") == "25.00% held out, seed 5, stratified by class"
+    assert text_of(browser, "dataset-classes") == "cat, dog, bird, fish"
+    wait(browser, lambda b: b.find_elements(By.ID, "dataset-histogram"), message="the histogram")
+    labels = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#dataset-histogram tbody td:first-child")]
+    assert labels == ["0 · cat", "1 · dog", "2 · bird", "3 · fish"]
+    assert severe(browser) == []
+
+
+def test_run_page_warns_without_a_test_split(serve, browser, tmp_path):  # noqa: F811
+    server = serve()
+    d = upload_npy(server, tmp_path, "plain")
+    browser.get(f"{server.url}/#/datasets/{d['id']}")
+    wait(browser, lambda b: b.find_elements(By.ID, "dataset-split"), message="the split fact")
+    assert text_of(browser, "dataset-split").startswith("none: runs on this dataset are never evaluated")
+    cfg = {"dataset": "plain", "model": {"layers": [{"type": "dense", "units": 4}]}, "batch_size": 8, "steps": 2,
+           "summary_every": 1, "eval_every": 1, "checkpoint_every": 2}
+    r = requests.post(server.api("/runs"), json=cfg, timeout=30)
+    assert r.status_code == 201, r.text
+    browser.get(f"{server.url}/#/runs/{r.json()['id']}")
+    wait(browser, lambda b: b.find_elements(By.ID, "run-warnings"), message="the run's warning")
+    assert "has no test split: this run is never evaluated" in text_of(browser, "run-warnings")
+    assert severe(browser) == []
