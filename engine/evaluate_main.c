@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "child.h"
+#include "convert.h"
 #include "datafs.h"
 #include "evaluation.h"
 #include "inference.h"
@@ -195,6 +196,10 @@ static tw_status run(const options *o, tw_child_out *out, tw_error *err)
         const tw_config *c = tw_inference_config(inf);
         int outs = tw_model_output_size(tw_inference_model(inf));
         s = tw_evaluation_create(c->loss == TW_LOSS_MSE ? 0 : outs, outs, &ev, err);
+        json_t *names = s == TW_OK && c->loss != TW_LOSS_MSE ? tw_convert_class_names_of(o->data) : NULL;
+        if (s == TW_OK)
+            tw_evaluation_name_classes(ev, names); /* the evaluated dataset's */
+        json_decref(names);
     }
     if (s == TW_OK)
         s = pass(o, inf, in, ev, out, err);

@@ -30,6 +30,7 @@ struct tw_evaluation {
     double abs_sum;      /* regression: summed |error| */
     double *y_sum;       /* [outputs] regression: summed labels */
     double *y_sq;        /* [outputs] regression: summed squared labels */
+    json_t *names;       /* the dataset's class names (an array of strings, owned), or NULL: indices */
 };
 
 tw_status tw_evaluation_create(int classes, int outputs, tw_evaluation **out, tw_error *err)
@@ -64,6 +65,7 @@ void tw_evaluation_destroy(tw_evaluation *ev)
     free(ev->confusion);
     free(ev->y_sum);
     free(ev->y_sq);
+    json_decref(ev->names);
     free(ev);
 }
 
@@ -232,18 +234,27 @@ json_t *tw_evaluation_metrics(const tw_evaluation *ev)
 
 /* ================================ names and tags ================================ */
 
-int tw_evaluation_class_name(int k, char *buf, size_t size)
+void tw_evaluation_name_classes(tw_evaluation *ev, const json_t *names)
 {
-    /* The lead wires the dataset's class names (meta.json, eventlog/convert.h) here. */
-    int n = snprintf(buf, size, "%d", k);
+    json_decref(ev->names);
+    ev->names = json_is_array(names) ? json_deep_copy(names) : NULL;
+}
+
+int tw_evaluation_class_name(const tw_evaluation *ev, int k, char *buf, size_t size)
+{
+    const char *name = json_string_value(json_array_get(ev->names, (size_t)k));
+    int n = name ? snprintf(buf, size, "%s", name) : snprintf(buf, size, "%d", k);
     return n >= 0 && (size_t)n < size ? 0 : -1;
 }
 
-int tw_evaluation_class_tag(int k, const char *metric, char *buf, size_t size)
+int tw_evaluation_class_tag(const tw_evaluation *ev, int k, const char *metric, char *buf, size_t size)
 {
-    char name[128];
-    if (tw_evaluation_class_name(k, name, sizeof name) != 0)
+    char name[TW_EVAL_NAME_BYTES];
+    if (tw_evaluation_class_name(ev, k, name, sizeof name) != 0)
         return -1;
+    for (char *c = name; *c; c++)
+        if (*c == '/') /* one tag level: "T-shirt/top" is "T-shirt-top" */
+            *c = '-';
     int n = snprintf(buf, size, "eval_per_class/%s/%s", metric, name);
     return n >= 0 && (size_t)n < size ? 0 : -1;
 }
@@ -256,12 +267,12 @@ const int64_t *tw_evaluation_confusion(const tw_evaluation *ev, int *k)
 
 /* ================================ the document ================================ */
 
-static json_t *class_names(int classes)
+static json_t *class_names(const tw_evaluation *ev)
 {
     json_t *a = json_array();
-    char name[128];
-    for (int k = 0; k < classes && k < TW_EVAL_CONFUSION_MAX; k++)
-        if (tw_evaluation_class_name(k, name, sizeof name) == 0)
+    char name[TW_EVAL_NAME_BYTES];
+    for (int k = 0; k < ev->classes && k < TW_EVAL_CONFUSION_MAX; k++)
+        if (tw_evaluation_class_name(ev, k, name, sizeof name) == 0)
             json_array_append_new(a, json_string(name));
     return a;
 }
@@ -278,7 +289,7 @@ json_t *tw_evaluation_document(int64_t step, const tw_evaluation *raw, const tw_
     }
     return json_pack("{s:s, s:I, s:s, s:i, s:o, s:o, s:o}", "format", TW_EVALUATION_FORMAT, "step",
                      (json_int_t)step, "kind", any->classes ? "classification" : "regression", "classes",
-                     any->classes, "class_names", class_names(any->classes), "raw", m_raw, "ema", m_ema);
+                     any->classes, "class_names", class_names(any), "raw", m_raw, "ema", m_ema);
 }
 
 tw_status tw_evaluation_write(const char *path, const json_t *doc, tw_error *err)

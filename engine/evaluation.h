@@ -28,6 +28,7 @@ enum {
     TW_EVAL_CONFUSION_MAX = 256,   /* classes up to which the document holds the confusion matrix */
     TW_EVAL_SCALAR_CLASSES = 100,  /* per-class scalars go to the event file for the first this many */
     TW_EVAL_TOP_K = 5,             /* "top5": only with more classes than this */
+    TW_EVAL_NAME_BYTES = 160,      /* a class name as shown (the converter caps names at 128 bytes) */
 };
 
 typedef struct tw_evaluation tw_evaluation;
@@ -64,14 +65,18 @@ tw_evaluation_summary tw_evaluation_summarize(const tw_evaluation *ev);
  * when out of memory. */
 json_t *tw_evaluation_metrics(const tw_evaluation *ev);
 
-/* The name class k is shown under, in the event file's tags, the document and the page. Today its index
- * ("3"); the one place dataset class names are wired in. 0, or -1 when size is too small. */
-int tw_evaluation_class_name(int k, char *buf, size_t size);
+/* Names the classes for what follows (tags, the document): names is the dataset's class_names array
+ * (copied; eventlog/convert.h tw_convert_class_names_of), or NULL for their indices. */
+void tw_evaluation_name_classes(tw_evaluation *ev, const json_t *names);
 
-/* The event-file tag of class k's precision or recall: "eval_per_class/precision/<name>" (in the run's
- * file for the raw weights, in its eval_ema sub-run for the EMA's: the same tags). The caller writes
- * them only for k < TW_EVAL_SCALAR_CLASSES. 0, or -1 when size is too small. */
-int tw_evaluation_class_tag(int k, const char *metric, char *buf, size_t size);
+/* The name class k is shown under, in the event file's tags, the document and the page: the dataset's
+ * name for it, or its index ("3"). 0, or -1 when size is too small. */
+int tw_evaluation_class_name(const tw_evaluation *ev, int k, char *buf, size_t size);
+
+/* The event-file tag of class k's precision or recall: "eval_per_class/precision/<name>", a '/' in the
+ * name made '-' (in the run's file for the raw weights, in its eval_ema sub-run for the EMA's: the same
+ * tags). The caller writes them only for k < TW_EVAL_SCALAR_CLASSES. 0, or -1 when size is too small. */
+int tw_evaluation_class_tag(const tw_evaluation *ev, int k, const char *metric, char *buf, size_t size);
 
 /* The pass's confusion matrix, [k, k] counts row-major (rows the true class), borrowed from ev; NULL for
  * regression. */

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "convert.h"
 #include "image.h"
 #include "npy.h"
 
@@ -286,8 +287,7 @@ const char *tw_predict_task(const tw_inference *inf)
 
 json_t *tw_predict_class_names(const tw_config *c)
 {
-    (void)c; /* the run config and its dataset carry no class names yet */
-    return NULL;
+    return tw_convert_class_names_of(c->train_path); /* the names of the dataset the run trained on */
 }
 
 /* The top-k of the softmax of logits[classes] as JSON (new). */

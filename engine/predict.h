@@ -85,10 +85,9 @@ tw_status tw_predict_run(tw_inference *inf, const tw_predict_batch *b, int top_k
 /* "classification" or "regression", from the model's loss. */
 const char *tw_predict_task(const tw_inference *inf);
 
-/* The class names of the model's dataset (new JSON array of strings, [classes]), or NULL when it has
- * none: the ONE place names come from, for the route and the command alike. The run config carries no
- * names yet, so this is NULL until the dataset's names (meta.json, eventlog/convert.h) or a config key
- * exist; then it reads them from c. */
+/* The class names of the dataset the model trained on (new JSON array of strings, [classes]: the meta
+ * next to c's train file, eventlog/convert.h tw_convert_class_names_of), or NULL when it has none: the
+ * place names come from, for the route and the command alike. */
 json_t *tw_predict_class_names(const tw_config *c);
 
 #endif

@@ -22,6 +22,7 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "child.h"
+#include "convert.h"
 #include "datafs.h"
 #include "evaluation.h"
 #include "events.h"
@@ -165,9 +166,13 @@ static tw_status open_inputs(run *R, tw_error *err)
 static tw_status open_metrics(run *R, tw_error *err)
 {
     int outs = tw_model_output_size(R->T.m), classes = R->c->loss == TW_LOSS_MSE ? 0 : outs;
-    for (int k = 0; k < 2 && R->test; k++)
-        TW_TRY(tw_evaluation_create(classes, outs, &R->metrics[k], err));
-    return TW_OK;
+    json_t *names = classes ? tw_convert_class_names_of(R->c->train_path) : NULL; /* the dataset's */
+    tw_status s = TW_OK;
+    for (int k = 0; k < 2 && R->test && s == TW_OK; k++)
+        if ((s = tw_evaluation_create(classes, outs, &R->metrics[k], err)) == TW_OK)
+            tw_evaluation_name_classes(R->metrics[k], names);
+    json_decref(names);
+    return s;
 }
 
 static tw_status alloc_host(run *R, tw_error *err)
@@ -354,7 +359,7 @@ static void detail_scalars(run *R, tw_events_writer **ev, const tw_evaluation *p
     for (int k = 0; k < TW_EVAL_SCALAR_CLASSES && k < (int)json_array_size(json_object_get(pc, "recall")); k++)
         for (int i = 0; i < 2; i++) {
             json_t *v = json_array_get(json_object_get(pc, PER_CLASS[i]), (size_t)k);
-            if (json_is_number(v) && tw_evaluation_class_tag(k, PER_CLASS[i], tag, sizeof tag) == 0)
+            if (json_is_number(v) && tw_evaluation_class_tag(pass, k, PER_CLASS[i], tag, sizeof tag) == 0)
                 scalar_to(R, ev, tag, json_number_value(v));
         }
     json_decref(m);

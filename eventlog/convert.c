@@ -721,14 +721,6 @@ const json_t *tw_convert_meta_class_names(const json_t *meta)
     return json_is_array(names) && json_array_size(names) ? names : NULL;
 }
 
-const char *tw_convert_meta_class_name(const json_t *meta, int64_t k)
-{
-    const json_t *names = tw_convert_meta_class_names(meta);
-    if (!names || k < 0 || (uint64_t)k >= json_array_size(names))
-        return NULL;
-    return json_string_value(json_array_get(names, (size_t)k));
-}
-
 const char *tw_convert_meta_test_method(const json_t *meta)
 {
     const char *m = json_string_value(json_object_get(json_object_get(meta, "test_split"), "method"));
@@ -750,4 +742,15 @@ tw_status tw_convert_meta_find(const char *train_path, json_t **meta, tw_error *
             return tw_error_set(err, TW_ERR_INVALID, train_path, -1, "the path is too long");
     }
     return tw_convert_meta_load(path, meta, err);
+}
+
+json_t *tw_convert_class_names_of(const char *data_path)
+{
+    json_t *meta = NULL;
+    if (tw_convert_meta_find(data_path, &meta, NULL) != TW_OK)
+        return NULL; /* no meta: the classes go by their indices */
+    json_t *names = (json_t *)tw_convert_meta_class_names(meta);
+    json_incref(names);
+    json_decref(meta);
+    return names;
 }

@@ -205,10 +205,6 @@ tw_status tw_convert_class_names_check(const json_t *names, tw_error *err);
 /* The meta's class names: the array (borrowed from meta), or NULL when it has none. */
 const json_t *tw_convert_meta_class_names(const json_t *meta);
 
-/* The name of class k (a label value) in the meta, borrowed from meta; NULL when the meta has no class
- * names or k is outside 0 .. count - 1. The one way engine code names a class. */
-const char *tw_convert_meta_class_name(const json_t *meta, int64_t k);
-
 /* How the meta's test split was made: "none", "file" or "fraction" (a meta written before the key
  * existed: "file" when it has a test split, else "none"). */
 const char *tw_convert_meta_test_method(const json_t *meta);
@@ -217,6 +213,12 @@ const char *tw_convert_meta_test_method(const json_t *meta);
  * when that file exists (a `tower convert` output), else meta.json in train_path's folder (a server
  * dataset). Errors: those of tw_convert_meta_load (for the second name tried). */
 tw_status tw_convert_meta_find(const char *train_path, json_t **meta, tw_error *err);
+
+/* The class names of the dataset a TFRecord file belongs to (its meta, as tw_convert_meta_find finds it
+ * from the file's path: a train or a test file of a server dataset, or a `tower convert` output): a new
+ * reference to the array of names, or NULL when it has none or no meta is found. The one way engine code
+ * names classes (evaluation, prediction). */
+json_t *tw_convert_class_names_of(const char *data_path);
 
 /* `tower convert` (convert_main.c), dispatched by server/main.c: returns the exit status (0 ok, 1 failure,
  * 2 usage error), never exits. argv[0] is the subcommand's name. */

@@ -1,6 +1,6 @@
 /* test_convert_classes.c — class names and the stratified fraction split (convert.h): every accepted
  * spelling of a class-names text and every refusal with the position it names; the meta getters
- * (tw_convert_meta_class_name, tw_convert_meta_test_method, tw_convert_meta_find); and the split of
+ * (tw_convert_meta_class_names, tw_convert_class_names_of, tw_convert_meta_test_method, tw_convert_meta_find); and the split of
  * NumPy inputs with imbalanced integer labels (exact total, each class within one example of its share,
  * each example once, deterministic per seed) against float labels (unstratified), with the meta's
  * "test_split" and "class_names" and the refusal of names that do not fit the labels. */
@@ -217,22 +217,18 @@ static void test_meta_getters(void **state)
     (void)state;
     json_t *meta = json_loads("{\"class_names\": [\"cat\", \"dog\"], \"test_split\": {\"method\": \"fraction\"}}", 0,
                               NULL);
-    assert_string_equal(tw_convert_meta_class_name(meta, 0), "cat");
-    assert_string_equal(tw_convert_meta_class_name(meta, 1), "dog");
-    assert_null(tw_convert_meta_class_name(meta, 2));
-    assert_null(tw_convert_meta_class_name(meta, -1));
     assert_int_equal(json_array_size(tw_convert_meta_class_names(meta)), 2);
+    assert_string_equal(json_string_value(json_array_get(tw_convert_meta_class_names(meta), 1)), "dog");
     assert_string_equal(tw_convert_meta_test_method(meta), "fraction");
     json_decref(meta);
     meta = json_loads("{\"splits\": {\"train\": {\"count\": 3}, \"test\": {\"count\": 1}}}", 0, NULL);
-    assert_null(tw_convert_meta_class_name(meta, 0));
     assert_null(tw_convert_meta_class_names(meta));
     assert_string_equal(tw_convert_meta_test_method(meta), "file"); /* a meta from before "test_split" */
     json_decref(meta);
     meta = json_loads("{\"splits\": {\"train\": {\"count\": 3}}}", 0, NULL);
     assert_string_equal(tw_convert_meta_test_method(meta), "none");
     json_decref(meta);
-    assert_null(tw_convert_meta_class_name(NULL, 0));
+    assert_null(tw_convert_meta_class_names(NULL));
 }
 
 /* Converts with fraction f and seed; fills test ids; checks the union and the exact total. */
@@ -310,9 +306,13 @@ static void test_class_names_in_the_meta(void **state)
     assert_int_equal(tw_convert(&o, NULL, &err), TW_OK);
     json_t *meta;
     assert_int_equal(tw_convert_meta_find(o.output, &meta, &err), TW_OK);
-    assert_string_equal(tw_convert_meta_class_name(meta, 3), "three");
     assert_string_equal(tw_convert_meta_test_method(meta), "none");
     json_decref(meta);
+    json_t *got = tw_convert_class_names_of(o.output); /* what evaluation and prediction name classes by */
+    assert_int_equal(json_array_size(got), 4);
+    assert_string_equal(json_string_value(json_array_get(got, 3)), "three");
+    json_decref(got);
+    assert_null(tw_convert_class_names_of(path("no-such.tfrecord")));
     json_decref(names);
     o.output = path("other.tfrecord");
     names = parsed("zero,one,two");

@@ -123,12 +123,25 @@ static void test_tags_and_document(void **state)
 {
     (void)state;
     char tag[64];
-    assert_int_equal(tw_evaluation_class_tag(7, "recall", tag, sizeof tag), 0);
-    assert_string_equal(tag, "eval_per_class/recall/7");
-    assert_int_equal(tw_evaluation_class_tag(12, "precision", tag, sizeof tag), 0);
-    assert_string_equal(tag, "eval_per_class/precision/12");
-    assert_int_equal(tw_evaluation_class_tag(12, "precision", tag, 8), -1);
     tw_evaluation *raw = three_classes();
+    assert_int_equal(tw_evaluation_class_tag(raw, 7, "recall", tag, sizeof tag), 0); /* no names: indices */
+    assert_string_equal(tag, "eval_per_class/recall/7");
+    assert_int_equal(tw_evaluation_class_tag(raw, 12, "precision", tag, sizeof tag), 0);
+    assert_string_equal(tag, "eval_per_class/precision/12");
+    assert_int_equal(tw_evaluation_class_tag(raw, 12, "precision", tag, 8), -1);
+    json_t *names = json_pack("[s, s]", "T-shirt/top", "Trouser"); /* fewer than the classes */
+    tw_evaluation_name_classes(raw, names);
+    json_decref(names); /* copied */
+    assert_int_equal(tw_evaluation_class_tag(raw, 0, "recall", tag, sizeof tag), 0);
+    assert_string_equal(tag, "eval_per_class/recall/T-shirt-top");
+    assert_int_equal(tw_evaluation_class_name(raw, 0, tag, sizeof tag), 0);
+    assert_string_equal(tag, "T-shirt/top");
+    assert_int_equal(tw_evaluation_class_name(raw, 2, tag, sizeof tag), 0);
+    assert_string_equal(tag, "2");
+    json_t *named = tw_evaluation_document(1, raw, NULL);
+    assert_string_equal(json_string_value(json_array_get(json_object_get(named, "class_names"), 1)), "Trouser");
+    json_decref(named);
+    tw_evaluation_name_classes(raw, NULL);
     int k = 0;
     const int64_t *counts = tw_evaluation_confusion(raw, &k);
     assert_int_equal(k, 3);
