@@ -1225,10 +1225,10 @@
     const samples = reply.samples || [];
     const shape = reply.shape || d.shape || [];
     if (samples.length && samples[0].pixels) {
-      section.appendChild(drawSamples(samples, shape));
+      section.appendChild(drawSamples(samples, shape, d.class_names));
       note.textContent = `${samples.length} examples from the training set, label below each`;
     } else {
-      section.appendChild(featuresTable(samples));
+      section.appendChild(featuresTable(samples, d.class_names));
       note.textContent = `${samples.length} examples from the training set`;
     }
   }
@@ -1260,10 +1260,13 @@
         })))));
   }
 
-  /* One canvas with the samples in a grid, each scaled up with no smoothing and its label under it.
-   * pixels are uint8 h·w·d (d = 1 grayscale, 3 RGB, 4 RGBA, otherwise the first channel); a 4-D shape
-   * [depth, h, w, d] shows the middle slice. */
-  function drawSamples(samples, shape) {
+  /* A label as the page shows it: the dataset's class name when it has one, else the value. */
+  const labelText = (names, label) => (names && names[label] != null ? names[label] : String(label));
+
+  /* One canvas with the samples in a grid, each scaled up with no smoothing and its label (its class
+   * name, when the dataset has names) under it. pixels are uint8 h·w·d (d = 1 grayscale, 3 RGB, 4 RGBA,
+   * otherwise the first channel); a 4-D shape [depth, h, w, d] shows the middle slice. */
+  function drawSamples(samples, shape, names) {
     let depth = 1, hgt, wid, ch;
     if (shape.length >= 4) [depth, hgt, wid, ch] = shape.slice(-4);
     else if (shape.length === 3) [hgt, wid, ch] = shape;
@@ -1302,17 +1305,17 @@
       tg.putImageData(img, 0, 0);
       const x = (i % cols) * cellW + 4, y = Math.floor(i / cols) * cellH + 2;
       g.drawImage(tile, x, y, wid * scale, hgt * scale);
-      g.fillText(String(s.label), x + wid * scale / 2, y + hgt * scale + 14);
+      g.fillText(labelText(names, s.label), x + wid * scale / 2, y + hgt * scale + 14);
     });
     return canvas;
   }
 
-  function featuresTable(samples) {
+  function featuresTable(samples, names) {
     const n = Math.min(12, Math.max(0, ...samples.map((s) => (s.features || []).length)));
     return h('table', {id: 'dataset-features', class: 'grid numeric'},
       h('thead', {}, h('tr', {}, h('th', {text: 'label'}),
         Array.from({length: n}, (_, i) => h('th', {text: `f${i}`})))),
-      h('tbody', {}, samples.map((s) => h('tr', {}, h('td', {text: String(s.label)}),
+      h('tbody', {}, samples.map((s) => h('tr', {}, h('td', {text: labelText(names, s.label)}),
         Array.from({length: n}, (_, i) => h('td', {text: fmtNum((s.features || [])[i], 3)}))))));
   }
 

@@ -183,12 +183,27 @@ def onnx_matches_tower(run_tower, tmp_path, ckpt, x, weights, *extra):
     return tower
 
 
+def predict_top1(run_tower, tmp_path, ckpt, x, weights):
+    """`tower predict`'s top-1 class of every row of x (uint8), in batches of its input cap."""
+    top = []
+    for i in range(0, len(x), 1000):
+        chunk = tmp_path / "chunk.npy"
+        np.save(chunk, x[i:i + 1000])
+        res = run_tower("predict", ckpt, chunk, "--weights", weights, "--top-k", "1", "--json")
+        assert res.returncode == 0, res.stderr
+        top += [p["top_k"][0]["class"] for p in json.loads(res.stdout)["predictions"]]
+    return np.array(top)
+
+
 def test_onnx_mlp_matches_tower(seed_run, run_tower, tmp_path):
     logdir, ev, _ = seed_run
     images, labels = fashion_test_split()
     for weights, key in (("raw", "eval_accuracy"), ("ema", "eval_accuracy_ema")):
         tower = onnx_matches_tower(run_tower, tmp_path, checkpoint_of(logdir), images, weights)
         assert int((tower.argmax(1) == labels).sum()) == round(ev[key] * len(labels))
+        # onnxruntime's top-1 (equal to tower.argmax above) is `tower predict`'s on all 10,000 images
+        assert np.array_equal(predict_top1(run_tower, tmp_path, checkpoint_of(logdir), images, weights),
+                              tower.argmax(1))
 
 
 def test_onnx_fashion_cnn_matches_tower(tower_bin, run_tower, tmp_path, fashion):  # noqa: F811
