@@ -978,7 +978,8 @@
     const evaluation = evaluationPanel(el.evaluation);
     const metricsSoon = ctx.throttle(METRICS_EVERY_MS, async () => {
       await loadMetrics();
-      if (ctx.alive && run && run.step) await evaluation.load(id);
+      /* only once the run has reported an evaluation (a run without a test split never does) */
+      if (ctx.alive && run && (run.metrics || {}).eval_loss != null) await evaluation.load(id);
     }, 'metrics');
     const logSoon = ctx.throttle(LOG_EVERY_MS, loadLog, 'log');
     const ckptSoon = ctx.throttle(10000, loadCheckpoints, 'checkpoints');

@@ -124,7 +124,7 @@ def test_unreadable_store_answers_500_not_404(server):
     missing = requests.get(server.api("/runs/r000000000000000"), timeout=10)
     assert missing.status_code == 404  # not found is still 404
     db = sqlite3.connect(server.data / "tower.db")  # a second connection takes the tables away
-    db.executescript("DROP TABLE runs; DROP TABLE datasets;")
+    db.executescript("DROP TABLE runs; DROP TABLE datasets; DROP TABLE run_counts;")
     db.close()
     for path in (f"/runs/{run['id']}", "/runs/r000000000000000", f"/datasets/{d['id']}", "/runs", "/datasets",
                  f"/runs/{run['id']}/log", f"/datasets/{d['id']}/samples", "/health"):

@@ -86,8 +86,10 @@ def test_tensorboard_names_runs_by_name_and_charts_raw_and_ema_together(tmp_path
             assert set(listed) == want
             tags = tb_get(base, "plugin/scalars/tags", lambda b: set(b) >= want)
             for name, folder in folders.items():
-                assert {t.split("/")[0] for t in tags[folder]} == {"train", "eval"}, (name, tags[folder])
-                assert set(tags[folder + "/eval_ema"]) == {"eval/accuracy", "eval/loss"}, name
+                # the training scalars, the evaluation and its per-class details: three groups
+                assert {t.split("/")[0] for t in tags[folder]} == {"train", "eval", "eval_per_class"}, (name, tags[folder])
+                ema_tags = set(tags[folder + "/eval_ema"])  # the same evaluation tags, none of training's
+                assert {"eval/accuracy", "eval/loss"} <= ema_tags <= {t for t in tags[folder] if t.startswith("eval")}, name
                 for run, tag in ((folder, "train/loss"), (folder, "eval/accuracy"),
                                  (folder + "/eval_ema", "eval/accuracy")):
                     steps = steps_of(base, run, tag)
