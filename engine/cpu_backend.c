@@ -10,7 +10,7 @@
  * OpenBLAS maps its GEMM buffers on its first call and, when that mmap fails (an address-space limit,
  * RLIMIT_AS, already spent on the data), spins forever instead of failing. So cpu_create first checks
  * that the room is there (a PROT_NONE reservation of OPENBLAS_ROOM, given back at once: a clear
- * TW_ERR_NOMEM instead of the hang) and then makes that first call, on a 1×1 product, while it is.
+ * TW_ERR_NOMEM instead of the hang) and then makes that first call, on a WARM_UP-sized product, while it is.
  *
  * Does not own: argument checks (the wrappers in backend.c make them before an op runs, so the ops
  * assume valid views, sizes and windows) or threads beyond OpenBLAS's own. It is the reference the CUDA
@@ -42,7 +42,10 @@ static void cpu_plan(int concurrent)
     openblas_set_num_threads((int)share);
 }
 
-enum { OPENBLAS_ROOM = 256 << 20 }; /* bytes: OpenBLAS's buffers (32 MiB per thread on x86-64) and slack */
+enum {
+    OPENBLAS_ROOM = 256 << 20, /* bytes: OpenBLAS's GEMM buffer (one mmap of 128 MiB in Debian's build) and slack */
+    WARM_UP = 256,             /* the first product's size: past OpenBLAS's small-matrix path, which maps nothing */
+};
 
 /* Makes OpenBLAS map its buffers now, after checking there is address space for them (see above). */
 static tw_status openblas_warm_up(tw_error *err)
@@ -54,8 +57,12 @@ static tw_status openblas_warm_up(tw_error *err)
                             "limit, ulimit -v, is too low for this run: lower input_memory_bytes or raise the limit)",
                             OPENBLAS_ROOM >> 20);
     munmap(room, OPENBLAS_ROOM);
-    float a = 0, b = 0, c = 0;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);
+    float *m = calloc(3 * WARM_UP * WARM_UP, sizeof *m);
+    if (!m)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: out of memory");
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, WARM_UP, WARM_UP, WARM_UP, 1.0f, m, WARM_UP,
+                m + WARM_UP * WARM_UP, WARM_UP, 0.0f, m + 2 * WARM_UP * WARM_UP, WARM_UP);
+    free(m);
     return TW_OK;
 }
 

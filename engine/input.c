@@ -631,8 +631,8 @@ static tw_status start_prefetch(tw_input *in, int batch, int once, tw_error *err
     int rc = pthread_create(&f->thread, NULL, prefetch_main, in);
     if (rc != 0) {
         free_ring(f);
-        return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "pthread_create failed: %s",
-                            strerror(rc));
+        return tw_error_set(err, rc == EAGAIN ? TW_ERR_NOMEM : TW_ERR_INTERNAL, NULL, -1,
+                            "cannot start the prefetch thread: %s", strerror(rc)); /* EAGAIN: no room for its stack */
     }
     f->running = 1;
     return TW_OK;
