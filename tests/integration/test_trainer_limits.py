@@ -206,7 +206,7 @@ def big(tower_bin, tmp_path_factory):
 
 
 def big_config(big, **over):
-    c = config(big, steps=30, checkpoint_every=0, **over)
+    c = config(big, **{"steps": 30, "checkpoint_every": 0, **over})
     c["dataset"]["shape"] = [32, 32, 3]
     c["dataset"]["shuffle_buffer"] = 1000
     return c
