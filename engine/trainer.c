@@ -3,8 +3,9 @@
  * setup (model, inputs, memory check, towers: train_step.h), the log folder, resume or initial
  * parameters, the event files (the run's and, with an EMA evaluation, its eval_ema sub-run's: trainer.h),
  * the baseline evaluation, then the loop: fill the host batch from the input
- * pipeline, one step (train_step.c), and at their cadence the summaries, evaluation and checkpoints; on a
- * stop request a checkpoint; a final line; teardown. The data position is checkpointed with the arenas,
+ * pipeline, one step (train_step.c), and at their cadence the summaries, evaluation and checkpoints (saved
+ * off the step by ckpt_writer.h from host[], which nothing else touches until the save is collected); on a
+ * stop request a checkpoint; the last save joined; a final line; teardown. The data position is checkpointed with the arenas,
  * so a resumed run repeats an uninterrupted one bit for bit. Every progress line goes through the child
  * protocol's emitter (child.h). */
 #include "trainer.h"
