@@ -233,6 +233,7 @@ const tw_child_failure *tw_child_failure_of(int exit_status)
         {TW_EXIT_DEVICE, "device_error", "DEVICE_ERROR", 0},
         {TW_EXIT_STORAGE_FULL, "storage_full", "STORAGE_FULL", 0},
         {TW_EXIT_BAD_DATA, "bad_dataset", "BAD_DATASET", 1},
+        {TW_EXIT_STOP_TIMEOUT, "stop_timeout", "STOP_TIMEOUT", 0},
     };
     static const tw_child_failure CRASH = {TW_EXIT_FAILED, "crashed", "CRASHED", 0};
     for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++)

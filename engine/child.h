@@ -90,6 +90,8 @@ enum {
     TW_EXIT_STORAGE_FULL = 13, /* ENOSPC or EDQUOT */
     TW_EXIT_BAD_DATA = 14,     /* a damaged or wrong data or checkpoint file (corrupt, truncated, a length
                                   past its cap, a label outside the classes: TW_ERR_INVALID + EILSEQ) */
+    TW_EXIT_STOP_TIMEOUT = 15, /* not stopped within --stop-within seconds of SIGTERM (train_main.c's
+                                  watchdog): retried; the last committed checkpoint stands */
 };
 
 /* The exit status for a run that failed with err. */

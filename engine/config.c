@@ -234,6 +234,7 @@ static const field CONFIG_FIELDS[] = {
     {.key = "checkpoint_every", .kind = K_INT64, .offset = AT(checkpoint_every),
      IRANGE(0, INT64_MAX)},
     {.key = "keep_checkpoints", .kind = K_INT, .offset = AT(keep_checkpoints), IRANGE(1, 1000)},
+    {.key = "input_memory_bytes", .kind = K_UINT64, .offset = AT(input_memory_bytes), IRANGE(0, INT64_MAX)},
     {.key = "cuda_graphs", .kind = K_BOOL, .offset = AT(cuda_graphs)},
     {.key = "tf32", .kind = K_BOOL, .offset = AT(tf32)},
     {.key = "init_from", .kind = K_OBJECT, .flags = F_NULLABLE, .sub = &INIT_FROM_SCHEMA},

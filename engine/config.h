@@ -95,6 +95,12 @@ typedef struct {
                                         the end. Scalars follow summary_every. */
     int64_t eval_every, checkpoint_every; /* 0: only at the end of the run */
     int keep_checkpoints;
+    uint64_t input_memory_bytes;     /* bytes a dataset may take decoded in memory before it streams
+                                        (input.h's max_memory_bytes); 0 (default): `tower train
+                                        --input-memory`, which `tower serve --input-memory` sets, else 2 GiB.
+                                        The budget picks in-memory or streaming order (input.h): a run is
+                                        bit-exact across resumes only under one budget; set it here to pin it
+                                        against a server default changed between attempts */
     /* execution (CUDA only; the CPU backend ignores them) */
     int cuda_graphs;                 /* 1 (default): from the second step on, each tower's step runs as
                                         CUDA Graphs (trainer.c); 0: op by op */

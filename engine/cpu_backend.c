@@ -7,15 +7,22 @@
  * formulas and a summation order the CUDA backend can match. Every sum runs in a fixed order in float
  * (sum_squares in double), so results do not depend on thread timing.
  *
+ * OpenBLAS maps its GEMM buffers on its first call and, when that mmap fails (an address-space limit,
+ * RLIMIT_AS, already spent on the data), spins forever instead of failing. So cpu_create first checks
+ * that the room is there (a PROT_NONE reservation of OPENBLAS_ROOM, given back at once: a clear
+ * TW_ERR_NOMEM instead of the hang) and then makes that first call, on a WARM_UP-sized product, while it is.
+ *
  * Does not own: argument checks (the wrappers in backend.c make them before an op runs, so the ops
  * assume valid views, sizes and windows) or threads beyond OpenBLAS's own. It is the reference the CUDA
  * backend is tested against. */
+#define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include "backend.h"
 
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* The ops keep no per-instance state; ctx is unused. */
@@ -35,11 +42,35 @@ static void cpu_plan(int concurrent)
     openblas_set_num_threads((int)share);
 }
 
+enum {
+    OPENBLAS_ROOM = 256 << 20, /* bytes: OpenBLAS's GEMM buffer (one mmap of 128 MiB in Debian's build) and slack */
+    WARM_UP = 256,             /* the first product's size: past OpenBLAS's small-matrix path, which maps nothing */
+};
+
+/* Makes OpenBLAS map its buffers now, after checking there is address space for them (see above). */
+static tw_status openblas_warm_up(tw_error *err)
+{
+    void *room = mmap(NULL, OPENBLAS_ROOM, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (room == MAP_FAILED)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1,
+                            "cpu: no room left for OpenBLAS's buffers (%d MiB of address space; an address-space "
+                            "limit, ulimit -v, is too low for this run: lower input_memory_bytes or raise the limit)",
+                            OPENBLAS_ROOM >> 20);
+    munmap(room, OPENBLAS_ROOM);
+    float *m = calloc(3 * WARM_UP * WARM_UP, sizeof *m);
+    if (!m)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: out of memory");
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, WARM_UP, WARM_UP, WARM_UP, 1.0f, m, WARM_UP,
+                m + WARM_UP * WARM_UP, WARM_UP, 0.0f, m + 2 * WARM_UP * WARM_UP, WARM_UP);
+    free(m);
+    return TW_OK;
+}
+
 static tw_status cpu_create(int device, void **ctx, char *name, size_t name_size, tw_error *err)
 {
     (void)device;
-    (void)err;
     *ctx = NULL;
+    TW_TRY(openblas_warm_up(err));
     snprintf(name, name_size, "cpu");
     return TW_OK;
 }

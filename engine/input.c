@@ -32,7 +32,11 @@
  * permutation) and is chosen when count × (example_size·4 + 4 + 8) — the rows counted as fp32, so
  * that the choice is the file's count alone and tw_input_memory_bytes an upper bound — fits in
  * max_memory_bytes; the set is decoded into growing arrays and abandoned for streaming as soon as it
- * would not fit. Streaming holds shuffle_buffer × (row_bytes + 4) bytes. The prefetch thread holds
+ * would not fit. An uncompressed file is not decoded at all when its size already says it cannot fit:
+ * its count estimated as file size / the first record's framed size, counted as above, passes twice
+ * max_memory_bytes (size_estimate; twice, so that records smaller than the first, which only a full
+ * read would count, never turn a file that fits into a streamed one). Both tests read only the file
+ * and the options, so the mode stays a pure function of them. Streaming holds shuffle_buffer × (row_bytes + 4) bytes. The prefetch thread holds
  * prefetch_batches fp32 batches.
  *
  * Threads: the producer (the decoded set or the stream, its position and permutation) belongs to
@@ -48,7 +52,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
+#include "datafs.h"
 #include "example.h"
 #include "tfrecord.h"
 
@@ -102,6 +108,7 @@ struct tw_input {
     char *path, *image_feature, *label_feature;
     int in_memory;
     int u8;                     /* rows are uint8 (scaled to fp32 as a batch is made), else fp32 */
+    uint64_t estimate;          /* examples an uncompressed file holds by its size (size_estimate); 0: unknown */
     size_t row_bytes;           /* a stored row: example_size bytes (u8) or 4·example_size (fp32) */
     uint8_t *x;                 /* in memory: [count, row_bytes], rows as stored */
     label *y;                   /* in memory: [count] */
@@ -624,8 +631,8 @@ static tw_status start_prefetch(tw_input *in, int batch, int once, tw_error *err
     int rc = pthread_create(&f->thread, NULL, prefetch_main, in);
     if (rc != 0) {
         free_ring(f);
-        return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "pthread_create failed: %s",
-                            strerror(rc));
+        return tw_error_set(err, rc == EAGAIN ? TW_ERR_NOMEM : TW_ERR_INTERNAL, NULL, -1,
+                            "cannot start the prefetch thread: %s", strerror(rc)); /* EAGAIN: no room for its stack */
     }
     f->running = 1;
     return TW_OK;
@@ -791,6 +798,24 @@ static tw_status init_input(tw_input *in, const tw_input_options *o, tw_error *e
     return TW_OK;
 }
 
+/* in->estimate for an uncompressed file (the reader has read its first record): its size over the first
+ * record's framed size. Left 0 for a compressed file or one whose size cannot be read. */
+static void size_estimate(tw_input *in, const tw_tfrecord_reader *r)
+{
+    struct stat st;
+    const uint64_t first = tw_tfrecord_reader_offset(r);
+    if (tw_tfrecord_reader_compression(r) == TW_COMPRESSION_NONE && first > 0 &&
+        tw_fs_stat(in->path, &st) == 0 && st.st_size > 0)
+        in->estimate = (uint64_t)st.st_size / first;
+}
+
+/* 1 when the file's estimate, counted as fp32 examples, passes twice max_memory_bytes: it streams
+ * without being decoded first. */
+static int clearly_too_large(const tw_input *in)
+{
+    return in->estimate > 2 * (in->o.max_memory_bytes / bytes_per_example(in));
+}
+
 /* The file's row format, from its first record: uint8 when its image feature is example_size bytes,
  * fp32 when float32 bytes or a float list (every later record must match: decode_row). */
 static tw_status row_format(tw_input *in, tw_error *err)
@@ -814,6 +839,7 @@ static tw_status row_format(tw_input *in, tw_error *err)
         if (f.kind == TW_FEATURE_BYTES && f.count == 1)
             tw_feature_bytes_at(&f, 0, &n);
         in->u8 = f.kind == TW_FEATURE_BYTES && n == in->o.example_size;
+        size_estimate(in, r);
         in->row_bytes = in->o.example_size * (in->u8 ? 1 : sizeof(float));
         if (!in->u8 && !(f.kind == TW_FEATURE_FLOAT ? f.count == in->o.example_size : n == in->row_bytes))
             s = bad_image(in, &f, at, n, err);
@@ -853,7 +879,7 @@ tw_status tw_input_open(const tw_input_options *o, tw_input **out, tw_error *err
     tw_status s = init_input(in, o, err);
     if (s == TW_OK)
         s = row_format(in, err);
-    if (s == TW_OK)
+    if (s == TW_OK && !clearly_too_large(in))
         s = load(in, &in->in_memory, err);
     if (s == TW_OK)
         s = setup_mode(in, err);

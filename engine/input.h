@@ -39,7 +39,8 @@ void tw_input_options_default(tw_input_options *o);
  * known, or too many: the streaming size) and hands out batches of `batch`: the decoded set (rows,
  * labels, shuffle order) when it fits under max_memory_bytes, else the shuffle buffer; plus the prefetch
  * ring. Rows are counted as fp32: a uint8 file holds less (input.c). (Deciding between the two, open()
- * decodes up to max_memory_bytes' worth of fp32 rows and frees it again: a passing peak.) */
+ * decodes up to max_memory_bytes' worth of fp32 rows and frees it again, a passing peak — unless the
+ * file is uncompressed and its size says it is over twice the budget: then nothing is decoded, input.c.) */
 uint64_t tw_input_memory_bytes(const tw_input_options *o, uint64_t examples, int batch);
 
 /* Where a stream stands: enough to seek back to it exactly. Stored in checkpoints. */

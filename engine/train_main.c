@@ -1,6 +1,13 @@
 /* train_main.c — `tower train CONFIG.json --logdir DIR [--resume] [--towers N]
- * [--backend auto|cpu|cuda] [--data-root DIR] [--memory-limit BYTES] [--monitor-url URL]`: the command
- * line around tw_train.
+ * [--backend auto|cpu|cuda] [--data-root DIR] [--memory-limit BYTES] [--input-memory BYTES]
+ * [--stop-within S] [--monitor-url URL]`: the command line around tw_train, and the stop watchdog.
+ *
+ * SIGTERM/SIGINT asks the loop to checkpoint and stop (tw_train_request_stop) and arms a watchdog
+ * (alarm(2), no thread: it works when no thread can be started): when the process is still running
+ * --stop-within seconds later (default 20, under the server's default 30 s grace; `tower serve` passes
+ * two thirds of its --grace) — a step or an evaluation stuck in a library, a save on a disk that does
+ * not answer — SIGALRM ends it at once with exit status 15 (TW_EXIT_STOP_TIMEOUT, retried by the
+ * server: the last committed checkpoint stands, as after a crash). A second SIGTERM does not re-arm it.
  *
  * Exit status (child.h's table; the supervisor maps it to a run state and a retry decision):
  *    0  completed, or cancelled (SIGTERM/SIGINT: checkpoint, flush, stop)
@@ -13,6 +20,7 @@
  *   13  storage full (an I/O error with errno ENOSPC or EDQUOT)
  *   14  a damaged or wrong input file (TW_ERR_CORRUPT, TW_ERR_TRUNCATED or TW_ERR_TOO_LARGE: the dataset,
  *       or the checkpoint being resumed; a label outside the classes; the message names the file)
+ *   15  did not stop within --stop-within seconds of SIGTERM/SIGINT (the watchdog above)
  * Progress is the child protocol's lines on stdout (child.h), each flushed as written; on a terminal
  * (isatty) the same emitter renders them as a live progress line instead. A failure ends
  * with its failed line; the message also goes to stderr as one line naming the key or file. */
@@ -34,7 +42,8 @@
 
 static const char USAGE[] =
     "usage: tower train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend auto|cpu|cuda]\n"
-    "                   [--data-root DIR] [--memory-limit BYTES] [--monitor-url URL]\n"
+    "                   [--data-root DIR] [--memory-limit BYTES] [--input-memory BYTES]\n"
+    "                   [--stop-within S] [--monitor-url URL]\n"
     "\n"
     "Trains the model CONFIG.json describes. Event files go to DIR (tensorboard --logdir DIR shows\n"
     "them), checkpoints to DIR/checkpoints. One JSON object per line on stdout reports progress\n"
@@ -46,6 +55,10 @@ static const char USAGE[] =
     "  --backend B        auto (default: cuda when a GPU is present, else cpu), cpu or cuda\n"
     "  --memory-limit B   bytes each device may hold (default: the GPU's memory, or the host's RAM\n"
     "                     capped by its cgroup limit); a config whose estimate is larger exits 2\n"
+    "  --input-memory B   bytes a dataset may take decoded in memory before it is streamed instead\n"
+    "                     (default 2 GiB; the config's input_memory_bytes wins)\n"
+    "  --stop-within S    seconds from SIGTERM/SIGINT to the end of the process (default 20): past\n"
+    "                     them it exits 15 without waiting for the checkpoint\n"
     "  --data-root DIR    no file under DIR is reached through a symlink (tower serve passes its data\n"
     "                     folder); a symlink met there is an error\n"
     "  --monitor-url URL  the run's status page, linked from TensorBoard's HPARAMS tab (tower serve\n"
@@ -54,14 +67,27 @@ static const char USAGE[] =
     "Exit status: 0 completed or cancelled (SIGTERM/SIGINT checkpoints first), 1 other runtime\n"
     "failure, 2 usage or config error, 10 NaN/Inf loss, 11 out of memory, 12 sticky device error,\n"
     "13 storage full (ENOSPC/EDQUOT), 14 damaged dataset or checkpoint file, or a label outside the\n"
-    "classes.\n";
+    "classes, 15 not stopped within --stop-within seconds of SIGTERM/SIGINT.\n";
 
 typedef struct {
     const char *config;
     const char *data_root; /* NULL: unconfined */
     tw_train_options train;
     int towers;
+    int stop_within; /* seconds from SIGTERM to the watchdog's exit */
 } options;
+
+/* A byte count from 1 to 1e18 into *v; -1 when arg is not one. */
+static int bytes_arg(const char *arg, uint64_t *v)
+{
+    char *end;
+    errno = 0;
+    double d = strtod(arg, &end);
+    if (*end || errno || !(d >= 1 && d <= 1e18))
+        return -1;
+    *v = (uint64_t)d;
+    return 0;
+}
 
 static int usage_error(const char *fmt, const char *arg)
 {
@@ -79,8 +105,10 @@ static int parse_args(int argc, char **argv, options *o)
         {"towers", required_argument, 0, 't'}, {"backend", required_argument, 0, 'b'},
         {"data-root", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
         {"memory-limit", required_argument, 0, 'm'}, {"monitor-url", required_argument, 0, 'u'},
+        {"input-memory", required_argument, 0, 'i'}, {"stop-within", required_argument, 0, 's'},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
+    o->stop_within = 20;
     o->train.backend = "auto";
     o->train.progress = stdout;
     optind = 1;
@@ -102,15 +130,21 @@ static int parse_args(int argc, char **argv, options *o)
                 return usage_error("--backend must be auto, cpu or cuda, got '%s'", optarg);
             o->train.backend = optarg;
             break;
-        case 'm': {
-            errno = 0;
-            double v = strtod(optarg, &end);
-            if (*end || errno || !(v >= 1 && v <= 1e18))
+        case 'm':
+            if (bytes_arg(optarg, &o->train.memory_limit) != 0)
                 return usage_error("--memory-limit needs a number of bytes from 1 to 1e18, got '%s'",
                                    optarg);
-            o->train.memory_limit = (uint64_t)v;
             break;
-        }
+        case 'i':
+            if (bytes_arg(optarg, &o->train.input_memory) != 0)
+                return usage_error("--input-memory needs a number of bytes from 1 to 1e18, got '%s'",
+                                   optarg);
+            break;
+        case 's':
+            o->stop_within = (int)strtol(optarg, &end, 10);
+            if (*end || o->stop_within < 1 || o->stop_within > 3600)
+                return usage_error("--stop-within needs a number of seconds from 1 to 3600, got '%s'", optarg);
+            break;
         case 'h': fputs(USAGE, stdout); return -1;
         default: fputs(USAGE, stderr); return TW_EXIT_USAGE;
         }
@@ -123,10 +157,40 @@ static int parse_args(int argc, char **argv, options *o)
     return 0;
 }
 
+static unsigned stop_within; /* seconds: the watchdog's bound (options.stop_within) */
+
+/* The watchdog: the loop did not end within stop_within seconds of the stop signal. */
+static void on_stop_timeout(int sig)
+{
+    (void)sig;
+    static const char msg[] = "tower train: not stopped within --stop-within seconds of SIGTERM/SIGINT: "
+                              "exiting without the stop's checkpoint\n";
+    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(TW_EXIT_STOP_TIMEOUT);
+}
+
 static void on_stop_signal(int sig)
 {
     (void)sig;
+    static volatile sig_atomic_t armed;
+    if (!armed) {
+        armed = 1;
+        alarm(stop_within);
+    }
     tw_train_request_stop();
+}
+
+/* SIGTERM and SIGINT ask the loop to stop and arm the watchdog (SIGALRM). */
+static void handle_stop_signals(int within)
+{
+    stop_within = (unsigned)within;
+    struct sigaction sa = {.sa_handler = on_stop_timeout};
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGALRM, &sa, NULL);
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
 }
 
 
@@ -156,10 +220,7 @@ int tw_train_main(int argc, char **argv)
         return fail(&err, TW_EXIT_USAGE);
     if (isatty(fileno(stdout)))
         tw_child_use_terminal(stdout, c.steps); /* a person reads it; a pipe keeps the JSON lines */
-    struct sigaction sa = {.sa_handler = on_stop_signal};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
+    handle_stop_signals(o.stop_within);
     tw_train_outcome outcome;
     if (tw_train(&c, &o.train, &outcome, &err) != TW_OK)
         return fail(&err, tw_child_exit_code(&err));

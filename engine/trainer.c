@@ -3,8 +3,9 @@
  * setup (model, inputs, memory check, towers: train_step.h), the log folder, resume or initial
  * parameters, the event files (the run's and, with an EMA evaluation, its eval_ema sub-run's: trainer.h),
  * the baseline evaluation, then the loop: fill the host batch from the input
- * pipeline, one step (train_step.c), and at their cadence the summaries, evaluation and checkpoints; on a
- * stop request a checkpoint; a final line; teardown. The data position is checkpointed with the arenas,
+ * pipeline, one step (train_step.c), and at their cadence the summaries, evaluation and checkpoints (saved
+ * off the step by ckpt_writer.h from host[], which nothing else touches until the save is collected); on a
+ * stop request a checkpoint; the last save joined; a final line; teardown. The data position is checkpointed with the arenas,
  * so a resumed run repeats an uninterrupted one bit for bit. Every progress line goes through the child
  * protocol's emitter (child.h). */
 #include "trainer.h"
@@ -22,6 +23,7 @@
 #include "backend.h"
 #include "checkpoint.h"
 #include "child.h"
+#include "ckpt_writer.h"
 #include "convert.h"
 #include "datafs.h"
 #include "evaluation.h"
@@ -59,6 +61,7 @@ typedef struct {
     double t_start;
     int64_t step_start;
     tw_child_out out;               /* the progress lines (child.h), on o->progress */
+    tw_ckpt_writer *saver;          /* saves checkpoints off the step; reads host[] until collected */
     char ckpt_dir[TW_PATH_BYTES + 16];
 } run;
 
@@ -138,6 +141,12 @@ static void filters_image(run *R)
 
 /* ================================ setup ================================ */
 
+/* The dataset's memory budget: the config's, else `--input-memory`'s, else the input's default. */
+static uint64_t input_budget(const run *R, uint64_t fallback)
+{
+    return R->c->input_memory_bytes ? R->c->input_memory_bytes : R->o->input_memory ? R->o->input_memory : fallback;
+}
+
 static tw_status open_inputs(run *R, tw_error *err)
 {
     const tw_config *c = R->c;
@@ -153,6 +162,7 @@ static tw_status open_inputs(run *R, tw_error *err)
     io.seed = c->seed;
     io.shuffle = 1;
     io.shuffle_buffer = c->shuffle_buffer;
+    io.max_memory_bytes = input_budget(R, io.max_memory_bytes);
     TW_TRY(tw_input_open(&io, &R->train, err));
     if (!c->test_path[0])
         return TW_OK;
@@ -208,8 +218,11 @@ static int saved_arenas(const tw_config *c)
     return 2 + (c->optimizer == TW_OPT_MOMENTUM) + 2 * (c->optimizer == TW_OPT_ADAM);
 }
 
+/* Snapshots the arenas into host[] (after the previous save let go of them) and hands them to the
+ * background writer (ckpt_writer.h): the step goes on while the file is written, fsynced and committed. */
 static tw_status save_checkpoint(run *R, tw_error *err)
 {
+    TW_TRY(tw_ckpt_writer_wait(R->saver, err));
     size_t np = tw_model_n_params(R->T.m), n = 0;
     tw_ckpt_tensor *t = calloc(np * CKPT_ARENAS, sizeof *t);
     char (*names)[TW_PARAM_NAME_BYTES + 32] = calloc(np * CKPT_ARENAS, sizeof *names);
@@ -236,9 +249,12 @@ static tw_status save_checkpoint(run *R, tw_error *err)
                                  {"data_epoch", epoch},           {"data_consumed", consumed},
                                  {"seed", seed},                  {"config", config ? config : ""}};
     flush_events(R); /* every point up to this step reaches the event files before a resume can start here */
-    if (s == TW_OK)
-        s = tw_checkpoint_save(R->ckpt_dir, R->T.step, R->c->keep_checkpoints, t, n, meta,
-                               sizeof meta / sizeof meta[0], err);
+    if (s == TW_OK) {
+        s = tw_ckpt_writer_submit(R->saver, R->T.step, R->c->keep_checkpoints, t, names, n, meta,
+                                  sizeof meta / sizeof meta[0], err);
+        t = NULL; /* the writer's now */
+        names = NULL;
+    }
     free(config);
     free(names);
     free(t);
@@ -452,6 +468,7 @@ static int due(int64_t step, int64_t every) { return every > 0 && step % every =
 static tw_status histograms(run *R, tw_error *err)
 {
     static const int arenas[3] = {0, 1, -1}; /* params, ema, then grads */
+    TW_TRY(tw_ckpt_writer_wait(R->saver, err)); /* a save in flight reads host[] */
     for (int k = 0; k < 3; k++) {
         int a = arenas[k];
         if (a == 1 && R->c->ema_decay <= 0)
@@ -636,6 +653,7 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
 {
     const tw_config *c = R->c;
     while (R->T.step < c->steps) {
+        TW_TRY(tw_ckpt_writer_poll(R->saver, NULL, err)); /* a background save that failed ends the run */
         if (stop_requested) {
             *outcome = TW_TRAIN_CANCELLED;
             return save_checkpoint(R, err);
@@ -683,6 +701,7 @@ static tw_status setup(run *R, tw_error *err)
     tw_memory_data d = data_in_memory(R);
     TW_TRY(tw_towers_check_memory(&R->T, R->o->backend, &d, R->o->memory_limit, err));
     TW_TRY(alloc_host(R, err));
+    TW_TRY(tw_ckpt_writer_create(R->ckpt_dir, &R->saver, err));
     return tw_towers_create(&R->T, R->o->backend, err);
 }
 
@@ -705,9 +724,21 @@ static void warn_no_test(run *R)
                          R->T.step);
 }
 
+/* Waits for the checkpoint in flight (the last one, or the stop's) before the run reports its end;
+ * its failure is the run's when nothing failed before. */
+static tw_status finish_saves(run *R, tw_status s, tw_error *err)
+{
+    tw_error e;
+    tw_status w = R->saver ? tw_ckpt_writer_wait(R->saver, &e) : TW_OK;
+    if (s == TW_OK && w != TW_OK)
+        *err = e;
+    return s == TW_OK ? w : s;
+}
+
 static void teardown(run *R)
 {
     tw_error e;
+    tw_ckpt_writer_destroy(R->saver);
     if ((R->ev && tw_events_close(R->ev, &e) != TW_OK) || (R->ev_ema && tw_events_close(R->ev_ema, &e) != TW_OK))
         events_failed(R, &e);
     tw_events_destroy(R->ev);
@@ -771,6 +802,7 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
     R.step_start = R.step_report = R.T.step;
     if (s == TW_OK)
         s = loop(&R, outcome, err);
+    s = finish_saves(&R, s, err);
     if (s == TW_OK)
         final_line(&R, *outcome);
     session_end(&R, s, *outcome, err);

@@ -38,6 +38,8 @@ typedef struct {
     FILE *progress;       /* the child protocol's lines (child.h); borrowed */
     uint64_t memory_limit; /* bytes each device may use (memory.h's check); 0: what the machine has */
     const char *monitor_url; /* the run's status page, for TensorBoard's HParams link; NULL = none */
+    uint64_t input_memory; /* bytes a dataset may take decoded in memory (tw_input_options.max_memory_bytes)
+                              when the config has no input_memory_bytes; 0: the input's default */
 } tw_train_options;
 
 typedef enum {

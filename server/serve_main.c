@@ -67,12 +67,14 @@ static const char USAGE[] =
     "  --max-restarts N          retries of a run that does not say (default 3)\n"
     "  --trainer PATH            program run for each run (default: this binary's `train`)\n"
     "  --memory-limit BYTES      memory a run's device has, for the 400 on a model too large for it\n"
-    "                            (default: the CPU's RAM capped by the cgroup limit)\n";
+    "                            (default: the CPU's RAM capped by the cgroup limit)\n"
+    "  --input-memory BYTES      memory a run's dataset may take decoded before it is streamed instead,\n"
+    "                            unless its config sets input_memory_bytes (default 2 GiB)\n";
 
 enum {
     O_LISTEN = 256, O_DATA, O_TOKEN, O_INSECURE, O_NO_DEMO, O_MAX_UPLOAD, O_MAX_DATASET, O_MIN_FREE, O_CONN_LIMIT,
     O_PER_IP, O_CONN_TIMEOUT, O_HEADER_TIMEOUT, O_SSE_LIMIT, O_ORIGIN, O_TB_URL, O_HEARTBEAT, O_GRACE, O_BACKOFF, O_BACKOFF_CAP, O_MAX_RESTARTS, O_TRAINER,
-    O_MEMORY_LIMIT, O_HELP
+    O_MEMORY_LIMIT, O_INPUT_MEMORY, O_HELP
 };
 
 static int number(const char *opt, const char *v, double lo, double hi, double *out)
@@ -109,7 +111,8 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
         {"heartbeat-timeout", required_argument, 0, O_HEARTBEAT}, {"grace", required_argument, 0, O_GRACE},
         {"backoff", required_argument, 0, O_BACKOFF}, {"backoff-cap", required_argument, 0, O_BACKOFF_CAP},
         {"max-restarts", required_argument, 0, O_MAX_RESTARTS}, {"trainer", required_argument, 0, O_TRAINER},
-        {"memory-limit", required_argument, 0, O_MEMORY_LIMIT}, {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
+        {"memory-limit", required_argument, 0, O_MEMORY_LIMIT}, {"input-memory", required_argument, 0, O_INPUT_MEMORY},
+        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
     tw_serve_options_default(o);
     o->token = getenv("TOWER_TOKEN");
     optind = 1;
@@ -144,6 +147,7 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
         case O_BACKOFF_CAP: bad = number(name, optarg, 0, 86400, &o->backoff_cap); break;
         case O_MAX_RESTARTS: bad = number(name, optarg, 0, 100, &v); o->max_restarts = (int)v; break;
         case O_MEMORY_LIMIT: bad = number(name, optarg, 1, 1e18, &v); o->memory_limit = (uint64_t)v; break;
+        case O_INPUT_MEMORY: bad = number(name, optarg, 1, 1e18, &v); o->input_memory = (uint64_t)v; break;
         case O_HELP: fputs(USAGE, stdout); return -1;
         default: fputs(USAGE, stderr); return 2;
         }

@@ -41,6 +41,7 @@ typedef struct {
     const char *tensorboard_url; /* a TensorBoard serving DATA/runs, linked from the page; NULL: none */
     double heartbeat_timeout;  /* seconds without a line from a child before it is killed */
     double grace;              /* seconds between SIGTERM and SIGKILL */
+    uint64_t input_memory;     /* a run's dataset budget (`tower train --input-memory`); 0: the trainer's default */
     double backoff_base;       /* first retry delay (seconds); doubles per restart */
     double backoff_cap;        /* longest retry delay (seconds) */
     int max_restarts;          /* default for runs that do not say */

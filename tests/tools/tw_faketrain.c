@@ -3,10 +3,10 @@
  * and fails on request. Not a test itself.
  *
  *   tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B] [--data-root D]
- *                [--monitor-url URL]
+ *                [--monitor-url URL] [--stop-within S] [--input-memory B]
  *
  * The same arguments as `tower train` (the first is ignored; --towers and --backend are checked and
- * ignored, --monitor-url is ignored; --data-root confines it as it does the trainer: base/datafs.h). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
+ * ignored, --monitor-url, --stop-within and --input-memory are ignored; --data-root confines it as it does the trainer: base/datafs.h). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
  * (default 1000) and "checkpoint_every" (default 1000, 0 = only at the end), as engine/config.c does.
  * What it writes, through the real modules:
  *   - DIR/events.out.tfevents.*: a scalar "loss" per step (eventlog/events.h); a resumed run writes a new
@@ -253,6 +253,7 @@ static int parse_args(int argc, char **argv, options *o)
         {"logdir", required_argument, 0, 'l'}, {"resume", no_argument, 0, 'r'},
         {"towers", required_argument, 0, 't'}, {"backend", required_argument, 0, 'b'},
         {"data-root", required_argument, 0, 'd'}, {"monitor-url", required_argument, 0, 'u'},
+        {"stop-within", required_argument, 0, 'u'}, {"input-memory", required_argument, 0, 'u'},
         {0, 0, 0, 0}};
     int c;
     int64_t towers;

@@ -184,6 +184,7 @@ static const bad_case BAD[] = {
     {TOP("'checkpoint_every':-1"), "checkpoint_every", "must be >= 0"},
     {TOP("'keep_checkpoints':0"), "keep_checkpoints", NULL},
     {TOP("'keep_checkpoints':1001"), "keep_checkpoints", "must be in [1, 1000]"},
+    {TOP("'input_memory_bytes':-1"), "input_memory_bytes", NULL},
     {TOP("'cuda_graphs':1"), "cuda_graphs", "must be true or false"},
     {TOP("'cuda_graphs':null"), "cuda_graphs", NULL},
     {TOP("'tf32':'yes'"), "tf32", "must be true or false"},
@@ -630,7 +631,7 @@ static void test_round_trip(void **state)
         "'lr_decay':{'type':'exponential','decay_steps':100,'decay_rate':0.5,'staircase':true},"
         "'batch_size':3,'towers':8,'steps':123456789,'seed':9223372036854775807,"
         "'summary_every':7,'eval_every':11,'checkpoint_every':13,'keep_checkpoints':1000,"
-        "'cuda_graphs':false,'tf32':true}",
+        "'input_memory_bytes':67108864,'cuda_graphs':false,'tf32':true}",
         NULL);
     assert_round_trip(OPT("'type':'momentum','momentum':0.5,'learning_rate':0.3"), NULL);
     assert_round_trip(TOP("'lr_decay':null"), NULL);
@@ -647,7 +648,7 @@ static void test_round_trip(void **state)
         "{\"image_feature\":\"image_raw\","
         "\"label_feature\":\"label\",\"scale\":0.003921569,\"shape\":[784],\"shuffle_buffer\":"
         "10000,\"test\":null,\"train\":\"t\"},\"ema_decay\":0.0,\"eval_every\":1000,\"histogram_every\":1000,\"init_from\":null,"
-        "\"keep_checkpoints\":5,\"l2\":0.0,\"loss\":\"softmax_cross_entropy\",\"lr_decay\":null,"
+        "\"input_memory_bytes\":0,\"keep_checkpoints\":5,\"l2\":0.0,\"loss\":\"softmax_cross_entropy\",\"lr_decay\":null,"
         "\"model\":{\"layers\":[{\"activation\":\"linear\",\"bias_init\":{\"type\":\"zeros\"},"
         "\"name\":\"layer1\",\"type\":\"dense\",\"units\":10,\"weight_init\":{\"stddev\":0.1,"
         "\"type\":\"truncated_normal\"}}]},\"optimizer\":{\"learning_rate\":0.001,\"type\":\"sgd\"},"
