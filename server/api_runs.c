@@ -25,12 +25,13 @@
 #include "model.h"
 #include "names.h"
 #include "predict_cache.h"
+#include "scalars_cache.h"
 #include "reply.h"
 #include "scheduler.h"
 #include "store.h"
 #include "trainer.h"
 
-enum { LOG_TAIL_BYTES = 256 * 1024, MAX_POINTS = 2000, MAX_IDEM_KEY = 255, MAX_PRIORITY = 1000 };
+enum { LOG_TAIL_BYTES = 256 * 1024, MAX_IDEM_KEY = 255, MAX_PRIORITY = 1000 };
 
 /* ================================ submission ================================ */
 
@@ -604,30 +605,24 @@ void tw_api_run_delete(tw_server *S, tw_req *r)
     if (!row)
         return;
     tw_run_dir(S, tw_run_folder(row), dir, sizeof dir);
+    char id[TW_ID_BYTES]; /* the cached series' key (a name in the path resolves to it) */
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(row, "id")));
     json_decref(row);
     tw_status s = tw_store_run_delete(S->store, tw_req_param(r, "id"), &err);
-    if (s == TW_OK)
+    if (s == TW_OK) {
         tw_predict_cache_forget_run(S->predict, tw_req_param(r, "id")); /* its models, at once */
+        tw_scalars_cache_forget_run(S->scalars, id);
+    }
     tw_api_reply_deleted(S, r, s, &err, "run", dir);
 }
 
-/* Adds the series of the event files directly in dir (borrowed; none when it does not exist) to *into
- * (new, created on the first call), each named by rename(tag, buf[128]). */
-static tw_status add_series(const char *dir, const char *(*rename)(const char *tag, char *buf), json_t **into,
-                            tw_error *err)
+/* Adds the series got (one folder's) to into, each named by rename(tag, buf[128]). */
+static void add_series(json_t *into, json_t *got, const char *(*rename)(const char *tag, char *buf))
 {
-    struct stat st;
-    json_t *got, *points;
     const char *tag;
-    if (!*into)
-        *into = json_object();
-    if (tw_fs_stat(dir, &st) != 0 && errno == ENOENT) /* a symlink is ELOOP: read, and refused */
-        return TW_OK;
-    TW_TRY(tw_events_read_scalars(dir, MAX_POINTS, &got, err));
+    json_t *points;
     char buf[128];
-    json_object_foreach(got, tag, points) json_object_set(*into, rename(tag, buf), points);
-    json_decref(got);
-    return TW_OK;
+    json_object_foreach(got, tag, points) json_object_set(into, rename(tag, buf), points);
 }
 
 /* The API's name of a tag of the run's own file: as written, less the training prefix (train/loss is
@@ -646,20 +641,22 @@ static const char *ema_series(const char *tag, char *buf)
     return buf;
 }
 
-/* Every scalar series of the run in folder dir: its file's and its eval_ema sub-run's, into *out (new). */
-static tw_status run_scalars(const char *dir, json_t **out, tw_error *err)
+/* Every scalar series of run id in folder dir: its file's and its eval_ema sub-run's, into *out (new), read
+ * on from the last request's (scalars_cache.h). */
+static tw_status run_scalars(tw_server *S, const char *id, const char *dir, json_t **out, tw_error *err)
 {
     char sub[PATH_MAX + 16];
-    *out = NULL;
     snprintf(sub, sizeof sub, "%s/" TW_EVAL_EMA_RUN, dir);
-    tw_status s = add_series(dir, main_series, out, err);
-    if (s == TW_OK)
-        s = add_series(sub, ema_series, out, err);
-    if (s != TW_OK) {
-        json_decref(*out);
-        *out = NULL;
-    }
-    return s;
+    const char *const dirs[TW_SCALARS_PARTS] = {dir, sub};
+    json_t *got[TW_SCALARS_PARTS];
+    *out = NULL;
+    TW_TRY(tw_scalars_cache_read(S->scalars, id, dirs, got, err));
+    *out = json_object();
+    add_series(*out, got[0], main_series);
+    add_series(*out, got[1], ema_series);
+    json_decref(got[0]);
+    json_decref(got[1]);
+    return TW_OK;
 }
 
 void tw_api_run_metrics(tw_server *S, tw_req *r)
@@ -667,12 +664,13 @@ void tw_api_run_metrics(tw_server *S, tw_req *r)
     json_t *row = run_or_404(S, r);
     if (!row)
         return;
-    char dir[PATH_MAX];
+    char dir[PATH_MAX], id[TW_ID_BYTES];
     tw_run_dir(S, tw_run_folder(row), dir, sizeof dir);
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(row, "id")));
     json_decref(row);
     json_t *scalars;
     tw_error err;
-    if (run_scalars(dir, &scalars, &err) != TW_OK) {
+    if (run_scalars(S, id, dir, &scalars, &err) != TW_OK) {
         tw_api_reply_logged(r, &err);
         return;
     }

@@ -12,6 +12,7 @@
 #include "api.h"
 #include "assets.h"
 #include "config.h"
+#include "scalars_cache.h"
 #include "scheduler.h"
 #include "store.h"
 
@@ -463,6 +464,9 @@ void tw_api_prometheus(tw_server *S, tw_req *r)
     for (int c = 0; c < TW_API_CODES; c++)
         fprintf(f, "tower_http_errors_total{code=\"%s\"} %llu\n", tw_api_code_name((tw_api_code)c),
                 (unsigned long long)atomic_load(&S->errors[c]));
+    fprintf(f, "# HELP tower_event_bytes_read_total Event-file bytes read for GET /api/v1/runs/{id}/metrics.\n"
+               "# TYPE tower_event_bytes_read_total counter\ntower_event_bytes_read_total %llu\n",
+            (unsigned long long)tw_scalars_cache_bytes_read(S->scalars));
     fprintf(f, "# HELP tower_uptime_seconds Seconds since the server started.\n# TYPE tower_uptime_seconds gauge\n"
                "tower_uptime_seconds %.3f\n",
             tw_now_wall() - S->started);
