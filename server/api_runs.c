@@ -458,6 +458,68 @@ static json_t *run_or_404(tw_server *S, tw_req *r)
 
 /* ================================ handlers ================================ */
 
+enum { MAX_FIELDS_TEXT = 1024 };
+
+/* Whether name (n bytes) is one of TW_RUN_FIELDS. */
+static int run_field(const char *name, size_t n)
+{
+    for (const char *w = TW_RUN_FIELDS; *w;) {
+        size_t len = strcspn(w, "|");
+        if (len == n && !strncmp(w, name, n))
+            return 1;
+        w += len + (w[len] == '|');
+    }
+    return 0;
+}
+
+/* ?fields=a,b as {name: true} (+ id) in *out (new; NULL when absent: every field). Replies 400 naming a
+ * field that is not a run's and returns -1. */
+static int list_fields(tw_req *r, json_t **out)
+{
+    const char *text = tw_req_query(r, "fields");
+    *out = NULL;
+    if (!text)
+        return 0;
+    if (strlen(text) > MAX_FIELDS_TEXT) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'fields' is longer than 1024 characters");
+        return -1;
+    }
+    json_t *fields = json_pack("{s:b}", "id", 1);
+    for (const char *w = text;; w++) {
+        size_t n = strcspn(w, ",");
+        char name[MAX_FIELDS_TEXT + 1];
+        snprintf(name, sizeof name, "%.*s", (int)n, w);
+        if (!run_field(w, n)) {
+            tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'fields': '%s' is not a field of a run "
+                            "(fields: %s, comma-separated)", name, TW_RUN_FIELDS);
+            json_decref(fields);
+            return -1;
+        }
+        json_object_set_new(fields, name, json_true());
+        w += n;
+        if (!*w)
+            break;
+    }
+    *out = fields;
+    return 0;
+}
+
+/* The run row as listed: tw_run_present's, only the fields asked (all when fields is NULL); a config not
+ * asked for is never copied. */
+static json_t *listed(tw_server *S, json_t *row, const json_t *fields)
+{
+    if (!fields)
+        return tw_run_present(S, row);
+    if (!json_object_get(fields, "config"))
+        json_object_del(row, "config");
+    json_t *all = tw_run_present(S, row), *shown = json_object();
+    const char *key;
+    json_t *v;
+    json_object_foreach(all, key, v) if (json_object_get(fields, key)) json_object_set(shown, key, v);
+    json_decref(all);
+    return shown;
+}
+
 void tw_api_runs_list(tw_server *S, tw_req *r)
 {
     long limit, offset;
@@ -468,18 +530,22 @@ void tw_api_runs_list(tw_server *S, tw_req *r)
                        "query parameter 'status' must be queued, running, succeeded, failed or cancelled");
         return;
     }
-    if (tw_req_query_int(r, "limit", 1, 1000, 50, &limit) || tw_req_query_int(r, "offset", 0, 1L << 40, 0, &offset))
+    json_t *fields;
+    if (tw_req_query_int(r, "limit", 1, 1000, 50, &limit) || tw_req_query_int(r, "offset", 0, 1L << 40, 0, &offset) ||
+        list_fields(r, &fields))
         return;
     json_t *page;
     tw_error err;
     if (tw_store_run_list(S->store, status ? &state : NULL, limit, offset, &page, &err) != TW_OK) {
+        json_decref(fields);
         tw_reply_status(r, &err);
         return;
     }
     json_t *rows = json_object_get(page, "runs"), *shown = json_array(), *row;
     size_t i;
-    json_array_foreach(rows, i, row) json_array_append_new(shown, tw_run_present(S, row));
+    json_array_foreach(rows, i, row) json_array_append_new(shown, listed(S, row, fields));
     json_object_set_new(page, "runs", shown);
+    json_decref(fields);
     tw_reply_json(r, 200, page);
 }
 
