@@ -419,20 +419,24 @@ static void dataset_facts(json_t *r, const json_t *ds)
     json_object_set_new(r, "warnings", warnings);
 }
 
-json_t *tw_run_present(tw_server *S, const json_t *row)
+/* The run's dataset row (new), NULL when not found or unreadable: its name is only shown, as null then. */
+static json_t *run_dataset(tw_server *S, const json_t *row)
 {
-    if (!row)
-        return NULL;
-    json_t *r = json_deep_copy(row);
-    const char *id = json_string_value(json_object_get(row, "id"));
-    json_t *ds; /* its name is only shown: not found or unreadable, it shows null */
+    json_t *ds;
     tw_error ignored;
     tw_store_dataset_get(S->store, json_string_value(json_object_get(row, "dataset_id")), &ds, &ignored);
+    return ds;
+}
+
+/* tw_run_present with the run's dataset row ds (borrowed; NULL: gone) already read. */
+static json_t *present_with(tw_server *S, const json_t *row, const json_t *ds)
+{
+    json_t *r = json_deep_copy(row);
+    const char *id = json_string_value(json_object_get(row, "id"));
     json_t *name = json_object_get(ds, "name");
     json_object_set_new(r, "dataset", json_pack("{s:O, s:O}", "id", json_object_get(row, "dataset_id"), "name",
                                                 name ? name : json_null()));
     dataset_facts(r, ds);
-    json_decref(ds);
     json_object_del(r, "dataset_id");
     char dir[PATH_MAX], runs[PATH_MAX], tb[PATH_MAX + 32];
     tw_run_dir(S, tw_run_folder(row), dir, sizeof dir);
@@ -447,6 +451,16 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
         json_object_set_new(r, "metrics", json_object());
     if (tw_store_run_state(row) == TW_RUN_RUNNING && tw_scheduler_cancelling(S->sched, id))
         json_object_set_new(r, "status", json_string("cancelling")); /* shown, never stored (runs.h) */
+    return r;
+}
+
+json_t *tw_run_present(tw_server *S, const json_t *row)
+{
+    if (!row)
+        return NULL;
+    json_t *ds = run_dataset(S, row);
+    json_t *r = present_with(S, row, ds);
+    json_decref(ds);
     return r;
 }
 
@@ -504,15 +518,31 @@ static int list_fields(tw_req *r, json_t **out)
     return 0;
 }
 
-/* The run row as listed: tw_run_present's, only the fields asked (all when fields is NULL); a config not
- * asked for is never copied. */
-static json_t *listed(tw_server *S, json_t *row, const json_t *fields)
+/* The dataset row of a listed run, read once per list: datasets is {dataset_id: row or null} (the runs of a
+ * list mostly share a few). Borrowed from datasets. */
+static const json_t *listed_dataset(tw_server *S, const json_t *row, json_t *datasets)
 {
+    const char *id = json_string_value(json_object_get(row, "dataset_id"));
+    json_t *ds = id ? json_object_get(datasets, id) : NULL;
+    if (!ds && id) {
+        ds = run_dataset(S, row);
+        json_object_set_new(datasets, id, ds ? ds : json_null());
+    }
+    return json_is_object(ds) ? ds : NULL;
+}
+
+/* The run row as listed: tw_run_present's, only the fields asked (all when fields is NULL); a config not
+ * asked for is never copied, nor a dataset read unless one of its fields is asked. */
+static json_t *listed(tw_server *S, json_t *row, const json_t *fields, json_t *datasets)
+{
+    int dataset = !fields || json_object_get(fields, "dataset") || json_object_get(fields, "class_names") ||
+                  json_object_get(fields, "warnings");
+    const json_t *ds = dataset ? listed_dataset(S, row, datasets) : NULL;
     if (!fields)
-        return tw_run_present(S, row);
+        return present_with(S, row, ds);
     if (!json_object_get(fields, "config"))
-        json_object_del(row, "config");
-    json_t *all = tw_run_present(S, row), *shown = json_object();
+        json_object_del(row, "config"); /* null: not read (tw_store_run_list) */
+    json_t *all = present_with(S, row, ds), *shown = json_object();
     const char *key;
     json_t *v;
     json_object_foreach(all, key, v) if (json_object_get(fields, key)) json_object_set(shown, key, v);
@@ -536,15 +566,17 @@ void tw_api_runs_list(tw_server *S, tw_req *r)
         return;
     json_t *page;
     tw_error err;
-    if (tw_store_run_list(S->store, status ? &state : NULL, limit, offset, &page, &err) != TW_OK) {
+    int with_config = !fields || json_object_get(fields, "config");
+    if (tw_store_run_list(S->store, status ? &state : NULL, limit, offset, with_config, &page, &err) != TW_OK) {
         json_decref(fields);
         tw_reply_status(r, &err);
         return;
     }
-    json_t *rows = json_object_get(page, "runs"), *shown = json_array(), *row;
+    json_t *rows = json_object_get(page, "runs"), *shown = json_array(), *row, *datasets = json_object();
     size_t i;
-    json_array_foreach(rows, i, row) json_array_append_new(shown, listed(S, row, fields));
+    json_array_foreach(rows, i, row) json_array_append_new(shown, listed(S, row, fields, datasets));
     json_object_set_new(page, "runs", shown);
+    json_decref(datasets);
     json_decref(fields);
     tw_reply_json(r, 200, page);
 }

@@ -52,6 +52,7 @@ checks.positive_data_acceptance.enabled = false
 # checkpoint holds no model (422). test_predict.py posts the inputs it accepts.
 [[operations]]
 include-name = "POST /api/v1/runs/{id}/predict"
+checks.positive_data_acceptance.enabled = false
 
 # POST /api/v1/runs/{id}/evaluate: "dataset" must name a ready dataset whose shape and classes fit the run's
 # model, and the run must keep the checkpoint named; test_evaluation.py posts the bodies it accepts.
