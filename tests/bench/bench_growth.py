@@ -249,7 +249,8 @@ def train_seconds(b, work, tfrecord, hidden, steps, **over):
     cfg["dataset"] = {k: v for k, v in cfg["dataset"].items() if k != "test"}
     cfg["dataset"].update(train=str(tfrecord), shuffle_buffer=256)
     cfg["model"]["layers"][1]["units"] = hidden
-    cfg.update(steps=steps, summary_every=10**6, eval_every=10**6, checkpoint_every=0, keep_checkpoints=1, **over)
+    cfg.update({"steps": steps, "summary_every": 10**6, "eval_every": 10**6, "checkpoint_every": 0,
+                "keep_checkpoints": 1, **over})
     path = work / "bench.json"
     path.write_text(json.dumps(cfg))
     logdir = work / f"train-{secrets.token_hex(4)}"
@@ -259,21 +260,27 @@ def train_seconds(b, work, tfrecord, hidden, steps, **over):
 
 
 def bench_train_rows(b, sizes, work, rows):
+    """Each figure is the difference of two trainings' best-of-`repeat` wall times over `steps` steps: the
+    process's start, the dataset's reading and the model's initialisation cancel out (noisy on a shared
+    machine: a small difference can come out negative)."""
     tfrecord = train_dataset(b, work)
-    steps = 6
+    steps, repeat = (12, 2) if b.quick else (10, 3)
     summaries, checkpoints = [], []
+
+    def best(hidden, **over):
+        return min(train_seconds(b, work, tfrecord, hidden, steps, **over) for _ in range(repeat))
     for params in sizes["params"]:
         hidden = max(1, params // (784 + 1 + 10))
-        base = train_seconds(b, work, tfrecord, hidden, steps)
+        base = best(hidden)
         size = f"{hidden * 795 + 10:,} params"
         if "summaries" in rows:
-            t = train_seconds(b, work, tfrecord, hidden, steps, summary_every=1, histogram_every=1)
-            scal = train_seconds(b, work, tfrecord, hidden, steps, summary_every=1, histogram_every=10**6)
+            t = best(hidden, summary_every=1, histogram_every=1)
+            scal = best(hidden, summary_every=1, histogram_every=10**6)
             summaries.append({"size": size, "step_ms": round(base / steps * 1000, 1),
                               "summary_with_histograms_ms": round((t - base) / steps * 1000, 1),
                               "summary_scalars_only_ms": round((scal - base) / steps * 1000, 1)})
         if "checkpoints" in rows:
-            t = train_seconds(b, work, tfrecord, hidden, steps, checkpoint_every=1)
+            t = best(hidden, checkpoint_every=1)
             checkpoints.append({"size": size, "stall_per_checkpoint_ms": round((t - base) / steps * 1000, 1)})
     return summaries, checkpoints
 
