@@ -51,18 +51,17 @@ MIB = 1 << 20
 
 
 def timed(cmd, env=None):
-    """(wall seconds, peak RSS MiB) of one process, from wait4(); raises when it fails."""
-    start = time.monotonic()
-    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            env={**os.environ, **(env or {})})
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.monotonic() - start
-    err = proc.stderr.read().decode(errors="replace")
-    proc.stderr.close()
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode not in (0,):
-        raise RuntimeError(f"{cmd[0]} exited {proc.returncode}: {err[-2000:]}")
-    return wall, usage.ru_maxrss / 1024
+    """(wall seconds, peak RSS MiB) of one process; raises when it fails. The peak comes from GNU time
+    (its wait4()): a direct child of this Python would report at least this process's own RSS, which
+    Linux counts in a forked child's maximum and keeps across exec."""
+    with tempfile.NamedTemporaryFile("r") as rss:
+        start = time.monotonic()
+        res = subprocess.run(["/usr/bin/time", "-f", "%M", "-o", rss.name, *map(str, cmd)],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, **(env or {})})
+        wall = time.monotonic() - start
+        if res.returncode != 0:
+            raise RuntimeError(f"{cmd[0]} exited {res.returncode}: {res.stderr.decode(errors='replace')[-2000:]}")
+        return wall, int(rss.read().split()[-1]) / 1024
 
 
 def wrk(url, seconds, connections=8):
