@@ -7,6 +7,7 @@ attempt's file (with its SessionLog START) is picked up, a replaced file is read
 every reply's series equal a full read by TensorBoard's EventAccumulator. Not timed."""
 import re
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 import subprocess
 
 import requests
@@ -86,3 +87,19 @@ def test_metrics_read_only_what_was_appended(serve, tool, tmp_path):
     tmp.write_bytes(resumed[:ends[8]])
     tmp.rename(two)
     check(len(first) + ends[8])
+
+    # Requests from many threads while the file grows record by record: every reply is whole, and the
+    # bytes read add up to what was appended (the run's entry is read by one request at a time).
+    before = bytes_read(server)
+    with ThreadPoolExecutor(8) as pool:
+        replies = []
+        with open(two, "ab") as f:
+            for k in range(8, len(ends) - 1):
+                f.write(resumed[ends[k]:ends[k + 1]])
+                f.flush()
+                replies += [pool.submit(served, server, run["id"]) for _ in range(4)]
+        assert all("loss" in r.result() for r in replies)
+    check(0)
+    assert bytes_read(server) - before == len(resumed) - ends[8]
+    requests.delete(server.api(f"/runs/{run['id']}"), timeout=10).raise_for_status()
+    assert requests.get(server.api(f"/runs/{run['id']}/metrics"), timeout=10).status_code == 404
