@@ -222,7 +222,8 @@ static int cmd_runs(const tw_rest *c, const command *cmd, const args *a)
 {
     (void)a;
     int rc = EXIT_OK;
-    json_t *list = call(c, cmd, "GET", "/api/v1/runs?limit=1000", NULL, &rc);
+    json_t *list = call(c, cmd, "GET", "/api/v1/runs?limit=1000&fields=name,status,step,steps,metrics,dataset,created",
+                        NULL, &rc); /* what add_run_row shows: no config is read for the list */
     if (!list)
         return rc;
     static const char *const HEADER[] = {"ID", "NAME", "STATUS", "STEP", "LOSS", "EVAL_ACCURACY",

@@ -59,9 +59,26 @@ typedef struct {
     json_t *index;     /* {tag: integer index into s} */
     series *s;         /* [n_series] */
     size_t n_series, cap_series;
-    uint8_t *rec;      /* record buffer [rec_cap], at most TW_EVENTS_READ_MAX_RECORD + 4 */
+    uint8_t *rec;      /* record buffer [rec_cap], at most TW_EVENTS_READ_MAX_RECORD + 4; freed after each
+                        * update so a cached reader holds only its series */
     size_t rec_cap;
+    uint64_t base;     /* byte offset in the file where the stream being read starts */
 } reader;
+
+/* Where the reading of one event file stands (tw_events_scalars). */
+typedef struct {
+    char *path;        /* owned */
+    dev_t dev;
+    ino_t ino;
+    uint64_t done;     /* bytes up to the end of its last whole record: read on from there */
+    uint64_t end;      /* its size when last read to its end */
+} file_mark;
+
+struct tw_events_scalars {
+    reader r;
+    file_mark *files;  /* [n_files] the files read, in the order read (by name) */
+    size_t n_files, cap_files;
+};
 
 static void reader_cleanup(reader *r)
 {
@@ -70,6 +87,15 @@ static void reader_cleanup(reader *r)
     free(r->s);
     free(r->rec);
     json_decref(r->index);
+}
+
+/* Back to a reader that has read nothing, keeping keep. */
+static tw_status reader_reset(reader *r, tw_error *err)
+{
+    size_t keep = r->keep;
+    reader_cleanup(r);
+    *r = (reader){.keep = keep, .index = json_object()};
+    return r->index ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
 }
 
 /* Drops the points of one series with step >= step. When any goes, the sampling restarts just after
@@ -273,7 +299,7 @@ static tw_status next_record(reader *r, tw_gzfile *f, const uint8_t **data, size
     for (;;) {
         uint8_t header[TW_TFRECORD_HEADER_BYTES];
         size_t got;
-        *at = (int64_t)tw_gzfile_offset(f);
+        *at = (int64_t)(r->base + tw_gzfile_offset(f));
         TW_TRY(tw_gzfile_read(f, header, sizeof header, &got, err));
         if (got < sizeof header)
             return TW_END;
@@ -309,14 +335,18 @@ static tw_status next_record(reader *r, tw_gzfile *f, const uint8_t **data, size
     }
 }
 
-static tw_status read_file(reader *r, const char *path, tw_error *err)
+/* Reads the records of m's file from m->done on; moves m->done past the last whole record and m->end to
+ * where the file ended, adding the bytes consumed to *bytes. */
+static tw_status read_file(reader *r, file_mark *m, uint64_t *bytes, tw_error *err)
 {
+    const char *path = m->path;
     tw_gzfile *f;
-    TW_TRY(tw_gzfile_open(path, TW_COMPRESSION_NONE, 0, &f, err));
+    TW_TRY(tw_gzfile_open_plain_at(path, m->done, &f, err));
+    r->base = m->done;
     tw_status s;
     const uint8_t *data = NULL;
     size_t len = 0;
-    int64_t at = 0;
+    int64_t at = (int64_t)m->done;
     while ((s = next_record(r, f, &data, &len, &at, err)) == TW_OK) {
         Twpb__Event *ev = twpb__event__unpack(NULL, len, data);
         if (!ev) {
@@ -329,8 +359,14 @@ static tw_status read_file(reader *r, const char *path, tw_error *err)
         if (s != TW_OK)
             break;
     }
+    if (s == TW_END) { /* at is where the last, unfinished, attempt began: the file's end or a torn tail */
+        s = TW_OK;
+        m->end = r->base + tw_gzfile_offset(f);
+        *bytes += m->end - m->done;
+        m->done = (uint64_t)at;
+    }
     tw_gzfile_close(f);
-    return s == TW_END ? TW_OK : s;
+    return s;
 }
 
 /* ------------------------------------------------------------------ folder */
@@ -438,6 +474,146 @@ static tw_status build_json(const reader *r, json_t **out, tw_error *err)
     return TW_OK;
 }
 
+/* ------------------------------------------------------------------ incremental */
+
+static void forget_files(tw_events_scalars *t)
+{
+    for (size_t i = 0; i < t->n_files; i++)
+        free(t->files[i].path);
+    t->n_files = 0;
+}
+
+/* Whether what was read of the folder is still a prefix of what a full read would read now: the same
+ * files (path, device, inode) in the same order, each unchanged in size but the last, which may only
+ * have grown; new files sorting after them. sizes[n] are the files' sizes now. */
+static int still_prefix(const tw_events_scalars *t, char **paths, const struct stat *st, size_t n)
+{
+    if (n < t->n_files)
+        return 0;
+    for (size_t i = 0; i < t->n_files; i++) {
+        const file_mark *m = &t->files[i];
+        uint64_t size = (uint64_t)st[i].st_size;
+        if (strcmp(m->path, paths[i]) || m->dev != st[i].st_dev || m->ino != st[i].st_ino)
+            return 0;
+        if (i + 1 < t->n_files ? size != m->end : size < m->done)
+            return 0;
+    }
+    return 1;
+}
+
+/* Appends a mark for path (taken over by the mark) at offset 0. */
+static tw_status add_mark(tw_events_scalars *t, char **path, const struct stat *st, tw_error *err)
+{
+    if (t->n_files == t->cap_files) {
+        size_t cap = t->cap_files ? t->cap_files * 2 : 4;
+        file_mark *p = realloc(t->files, cap * sizeof *p);
+        if (!p)
+            return tw_error_set(err, TW_ERR_NOMEM, *path, -1, "out of memory");
+        t->files = p;
+        t->cap_files = cap;
+    }
+    t->files[t->n_files++] = (file_mark){.path = *path, .dev = st->st_dev, .ino = st->st_ino};
+    *path = NULL;
+    return TW_OK;
+}
+
+/* The sizes and identities of paths[n] into st (caller-owned [n]). */
+static tw_status stat_all(char **paths, size_t n, struct stat *st, tw_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        if (tw_fs_stat(paths[i], &st[i]) != 0)
+            return tw_fs_error(err, paths[i], "cannot read the event file");
+    return TW_OK;
+}
+
+/* Reads on: the last file read from where it stopped, then the new ones (paths from t->n_files on, taken
+ * over). Starts over when what was read is no longer a prefix of the folder. */
+static tw_status read_on(tw_events_scalars *t, char **paths, const struct stat *st, size_t n, uint64_t *bytes,
+                         tw_error *err)
+{
+    if (!still_prefix(t, paths, st, n)) {
+        forget_files(t);
+        TW_TRY(reader_reset(&t->r, err));
+    }
+    size_t from = t->n_files ? t->n_files - 1 : 0;
+    for (size_t i = t->n_files; i < n; i++)
+        TW_TRY(add_mark(t, &paths[i], &st[i], err));
+    for (size_t i = from; i < t->n_files; i++)
+        if ((uint64_t)st[i].st_size != t->files[i].end || !t->files[i].end) /* unchanged: nothing to read */
+            TW_TRY(read_file(&t->r, &t->files[i], bytes, err));
+    return TW_OK;
+}
+
+tw_status tw_events_scalars_new(size_t max_points, tw_events_scalars **out, tw_error *err)
+{
+    *out = NULL;
+    if (max_points == 0)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "tw_events_scalars_new needs max_points >= 1");
+    tw_events_scalars *t = calloc(1, sizeof *t);
+    if (t) {
+        t->r = (reader){.keep = max_points - 1, .index = json_object()};
+        if (!t->r.index) {
+            free(t);
+            t = NULL;
+        }
+    }
+    if (!t)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    *out = t;
+    return TW_OK;
+}
+
+void tw_events_scalars_free(tw_events_scalars *t)
+{
+    if (!t)
+        return;
+    forget_files(t);
+    free(t->files);
+    reader_cleanup(&t->r);
+    free(t);
+}
+
+tw_status tw_events_scalars_update(tw_events_scalars *t, const char *logdir, uint64_t *bytes_read, tw_error *err)
+{
+    if (!t || !logdir)
+        return tw_error_set(err, TW_ERR_INVALID, logdir, -1, "tw_events_scalars_update needs a reader and a folder");
+    char **paths;
+    size_t n;
+    uint64_t bytes = 0;
+    TW_TRY(list_files(logdir, &paths, &n, err));
+    struct stat *st = calloc(n ? n : 1, sizeof *st);
+    tw_status s = st ? stat_all(paths, n, st, err) : tw_error_set(err, TW_ERR_NOMEM, logdir, -1, "out of memory");
+    if (s == TW_OK)
+        s = read_on(t, paths, st, n, &bytes, err);
+    free(t->r.rec);
+    t->r.rec = NULL;
+    t->r.rec_cap = 0;
+    if (s != TW_OK) { /* read again from the start next time, so the error is found again */
+        forget_files(t);
+        if (reader_reset(&t->r, err) != TW_OK)
+            s = TW_ERR_NOMEM;
+    }
+    free(st);
+    free_names(paths, n); /* the entries taken over are NULL */
+    if (bytes_read)
+        *bytes_read += bytes;
+    return s;
+}
+
+tw_status tw_events_scalars_json(const tw_events_scalars *t, json_t **out, tw_error *err)
+{
+    *out = NULL;
+    return build_json(&t->r, out, err);
+}
+
+size_t tw_events_scalars_memory(const tw_events_scalars *t)
+{
+    size_t bytes = sizeof *t + t->r.cap_series * sizeof *t->r.s + t->cap_files * sizeof *t->files;
+    for (size_t i = 0; i < t->r.n_series; i++)
+        bytes += t->r.s[i].cap * sizeof(point) + 64; /* + its tag in the index, roughly */
+    return bytes;
+}
+
 tw_status tw_events_read_scalars(const char *logdir, size_t max_points, json_t **out, tw_error *err)
 {
     if (out)
@@ -445,16 +621,11 @@ tw_status tw_events_read_scalars(const char *logdir, size_t max_points, json_t *
     if (!logdir || !out || max_points == 0)
         return tw_error_set(err, TW_ERR_INVALID, logdir, -1,
                             "tw_events_read_scalars needs a folder, an output and max_points >= 1");
-    char **paths;
-    size_t n;
-    TW_TRY(list_files(logdir, &paths, &n, err));
-    reader r = {.keep = max_points - 1, .index = json_object()};
-    tw_status s = r.index ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, logdir, -1, "out of memory");
-    for (size_t i = 0; s == TW_OK && i < n; i++)
-        s = read_file(&r, paths[i], err);
+    tw_events_scalars *t;
+    TW_TRY(tw_events_scalars_new(max_points, &t, err));
+    tw_status s = tw_events_scalars_update(t, logdir, NULL, err);
     if (s == TW_OK)
-        s = build_json(&r, out, err);
-    reader_cleanup(&r);
-    free_names(paths, n);
+        s = tw_events_scalars_json(t, out, err);
+    tw_events_scalars_free(t);
     return s;
 }

@@ -7,7 +7,8 @@
  * (events.h), HTTP (server/), or other kinds of summaries (histograms, text, images are skipped).
  *
  * Thread-safety: every function here is reentrant (no shared state); any number of threads may read the
- * same folder at once, also while a writer appends to it. */
+ * same folder at once, also while a writer appends to it; a tw_events_scalars is used by one thread at a
+ * time. */
 #ifndef TW_EVENTS_READ_H
 #define TW_EVENTS_READ_H
 
@@ -60,6 +61,34 @@ enum { TW_EVENTS_READ_MAX_RECORD = 1 << 20 };
  * Errors: TW_ERR_INVALID (max_points 0, NULL logdir or out), TW_ERR_IO (logdir or a file cannot be
  * listed, opened or read; errno_value tells ENOENT apart), TW_ERR_CORRUPT, TW_ERR_NOMEM. */
 tw_status tw_events_read_scalars(const char *logdir, size_t max_points, json_t **out, tw_error *err);
+
+/* The same series, read incrementally: a tw_events_scalars remembers, per event file of one folder, how
+ * far it has read (the end of its last whole record) and holds the series so far, bounded as above.
+ * Each update reads only what was appended since the last: the newest file read from where it stopped
+ * (a torn tail is read again once it is complete), then the files that are new. Whenever what was
+ * read is no longer the start of what a full read would read — a file read before is gone, replaced
+ * (another inode), shrank, or (not the newest) changed size, or a new file sorts before one read — it
+ * starts over from nothing. So after any update its series equal tw_events_read_scalars' of the
+ * folder as it was then (the same code reads both), restarts (SessionLog START) included.
+ *
+ * Thread-safety: one tw_events_scalars is used by one thread at a time (the caller locks). */
+typedef struct tw_events_scalars tw_events_scalars;
+
+/* A reader that has read nothing; max_points as in tw_events_read_scalars. Caller owns *out.
+ * Errors: TW_ERR_INVALID (max_points 0), TW_ERR_NOMEM. */
+tw_status tw_events_scalars_new(size_t max_points, tw_events_scalars **out, tw_error *err);
+void tw_events_scalars_free(tw_events_scalars *t); /* NULL-safe */
+
+/* Reads what logdir's (borrowed) event files gained since the last update; adds the bytes read to
+ * *bytes_read (may be NULL). Errors: those of tw_events_read_scalars; after one the reader has forgotten
+ * everything and the next update reads the folder from the start. */
+tw_status tw_events_scalars_update(tw_events_scalars *t, const char *logdir, uint64_t *bytes_read, tw_error *err);
+
+/* The series read so far, as tw_events_read_scalars writes them (*out new, caller owns). */
+tw_status tw_events_scalars_json(const tw_events_scalars *t, json_t **out, tw_error *err);
+
+/* Bytes of memory t holds between updates, about (the record buffer is freed after each update). */
+size_t tw_events_scalars_memory(const tw_events_scalars *t);
 
 /* A new JSON number for v, or for values JSON cannot hold the new string "NaN", "Infinity" or
  * "-Infinity" (JSON.parse keeps them as strings; Number("NaN") is NaN). NULL only when out of memory. */

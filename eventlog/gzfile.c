@@ -444,8 +444,9 @@ static tw_status gzfile_new(const char *name, uint64_t max_bytes, tw_gzfile **ou
     return TW_OK;
 }
 
-tw_status tw_gzfile_open(const char *path, tw_compression c, uint64_t max_bytes, tw_gzfile **out,
-                         tw_error *err)
+/* tw_gzfile_open from raw byte `at` of the file on (0: its start). */
+static tw_status open_file(const char *path, tw_compression c, uint64_t max_bytes, uint64_t at, tw_gzfile **out,
+                           tw_error *err)
 {
     *out = NULL;
     tw_gzfile *f = NULL;
@@ -454,6 +455,8 @@ tw_status tw_gzfile_open(const char *path, tw_compression c, uint64_t max_bytes,
     f->dec.fd = tw_fs_open(path, O_RDONLY, 0);
     if (f->dec.fd < 0)
         s = tw_fs_error(err, path, "cannot open");
+    else if (at && lseek(f->dec.fd, (off_t)at, SEEK_SET) != (off_t)at)
+        s = tw_error_errno(err, path, "cannot seek to the offset to read from");
     else if (!(f->dec.in_buf = malloc(BUF_BYTES)))
         s = tw_error_set(err, TW_ERR_NOMEM, path, -1, "out of memory");
     else {
@@ -466,6 +469,17 @@ tw_status tw_gzfile_open(const char *path, tw_compression c, uint64_t max_bytes,
     }
     *out = f;
     return TW_OK;
+}
+
+tw_status tw_gzfile_open(const char *path, tw_compression c, uint64_t max_bytes, tw_gzfile **out,
+                         tw_error *err)
+{
+    return open_file(path, c, max_bytes, 0, out, err);
+}
+
+tw_status tw_gzfile_open_plain_at(const char *path, uint64_t at, tw_gzfile **out, tw_error *err)
+{
+    return open_file(path, TW_COMPRESSION_NONE, 0, at, out, err);
 }
 
 tw_status tw_gzfile_open_mem(const void *data, size_t n, const char *name, tw_compression c,

@@ -56,6 +56,11 @@ static inline const char *tw_source_name(const tw_source *src)
 tw_status tw_gzfile_open(const char *path, tw_compression c, uint64_t max_bytes, tw_gzfile **out,
                          tw_error *err);
 
+/* Like tw_gzfile_open for an uncompressed file, from its byte `at` on: the stream's content (and
+ * tw_gzfile_offset) starts there, so an appended-to file is read on from where the last reader stopped.
+ * Errors: those of tw_gzfile_open; TW_ERR_IO when the file cannot seek there. */
+tw_status tw_gzfile_open_plain_at(const char *path, uint64_t at, tw_gzfile **out, tw_error *err);
+
 /* Like tw_gzfile_open over n bytes of memory (borrowed: must outlive the reader). name (copied, may be
  * NULL) labels errors. */
 tw_status tw_gzfile_open_mem(const void *data, size_t n, const char *name, tw_compression c,

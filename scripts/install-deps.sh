@@ -7,7 +7,8 @@
 #   scripts/install-deps.sh            build + run dependencies (apt only)
 #   scripts/install-deps.sh --test     also the test tools: clang/libFuzzer, cmocka, and a Python venv with
 #                                      TensorFlow, TensorBoard, numpy, pytest, safetensors, requests,
-#                                      selenium; curl, strace, wrk and headless Chromium for the server tests,
+#                                      selenium; curl, strace, wrk, GNU time (the benchmarks' peak RSS) and
+#                                      headless Chromium for the server tests,
 #                                      docker-compose (checks docker/compose.yaml)
 #   scripts/install-deps.sh --runtime  instead, only what a built `tower` needs to run: its shared
 #                                      libraries, Chart.js, Fashion-MNIST and curl (the health check); the
@@ -37,7 +38,7 @@ apt_build=(build-essential cmake pkg-config ca-certificates
   libopenblas-dev libsqlite3-dev libcurl4-openssl-dev libjs-chart.js dataset-fashion-mnist
   libpng-dev 'libjpeg62-turbo-dev|libjpeg-turbo8-dev')
 apt_test=(clang libclang-rt-dev libcmocka-dev python3 python3-venv python3-pip
-  curl strace chromium chromium-driver wrk docker-compose)
+  curl strace chromium chromium-driver wrk time docker-compose)
 # What `tower` loads at run time (the shared libraries of the -dev packages above, ldd build/server/tower),
 # the files it serves or registers, and curl for the Docker HEALTHCHECK. Debian 12 | Ubuntu 24.04 names.
 apt_run=(zlib1g libisal2 libprotobuf-c1 libjansson4 'libmicrohttpd12t64|libmicrohttpd12'

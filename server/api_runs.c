@@ -25,12 +25,13 @@
 #include "model.h"
 #include "names.h"
 #include "predict_cache.h"
+#include "scalars_cache.h"
 #include "reply.h"
 #include "scheduler.h"
 #include "store.h"
 #include "trainer.h"
 
-enum { LOG_TAIL_BYTES = 256 * 1024, MAX_POINTS = 2000, MAX_IDEM_KEY = 255, MAX_PRIORITY = 1000 };
+enum { LOG_TAIL_BYTES = 256 * 1024, MAX_IDEM_KEY = 255, MAX_PRIORITY = 1000 };
 
 /* ================================ submission ================================ */
 
@@ -418,20 +419,24 @@ static void dataset_facts(json_t *r, const json_t *ds)
     json_object_set_new(r, "warnings", warnings);
 }
 
-json_t *tw_run_present(tw_server *S, const json_t *row)
+/* The run's dataset row (new), NULL when not found or unreadable: its name is only shown, as null then. */
+static json_t *run_dataset(tw_server *S, const json_t *row)
 {
-    if (!row)
-        return NULL;
-    json_t *r = json_deep_copy(row);
-    const char *id = json_string_value(json_object_get(row, "id"));
-    json_t *ds; /* its name is only shown: not found or unreadable, it shows null */
+    json_t *ds;
     tw_error ignored;
     tw_store_dataset_get(S->store, json_string_value(json_object_get(row, "dataset_id")), &ds, &ignored);
+    return ds;
+}
+
+/* tw_run_present with the run's dataset row ds (borrowed; NULL: gone) already read. */
+static json_t *present_with(tw_server *S, const json_t *row, const json_t *ds)
+{
+    json_t *r = json_deep_copy(row);
+    const char *id = json_string_value(json_object_get(row, "id"));
     json_t *name = json_object_get(ds, "name");
     json_object_set_new(r, "dataset", json_pack("{s:O, s:O}", "id", json_object_get(row, "dataset_id"), "name",
                                                 name ? name : json_null()));
     dataset_facts(r, ds);
-    json_decref(ds);
     json_object_del(r, "dataset_id");
     char dir[PATH_MAX], runs[PATH_MAX], tb[PATH_MAX + 32];
     tw_run_dir(S, tw_run_folder(row), dir, sizeof dir);
@@ -449,6 +454,16 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
     return r;
 }
 
+json_t *tw_run_present(tw_server *S, const json_t *row)
+{
+    if (!row)
+        return NULL;
+    json_t *ds = run_dataset(S, row);
+    json_t *r = present_with(S, row, ds);
+    json_decref(ds);
+    return r;
+}
+
 /* The run named by the path, as a row; replies 404 when there is none, 500 when it cannot be read. */
 static json_t *run_or_404(tw_server *S, tw_req *r)
 {
@@ -456,6 +471,84 @@ static json_t *run_or_404(tw_server *S, tw_req *r)
 }
 
 /* ================================ handlers ================================ */
+
+enum { MAX_FIELDS_TEXT = 1024 };
+
+/* Whether name (n bytes) is one of TW_RUN_FIELDS. */
+static int run_field(const char *name, size_t n)
+{
+    for (const char *w = TW_RUN_FIELDS; *w;) {
+        size_t len = strcspn(w, "|");
+        if (len == n && !strncmp(w, name, n))
+            return 1;
+        w += len + (w[len] == '|');
+    }
+    return 0;
+}
+
+/* ?fields=a,b as {name: true} (+ id) in *out (new; NULL when absent: every field). Replies 400 naming a
+ * field that is not a run's and returns -1. */
+static int list_fields(tw_req *r, json_t **out)
+{
+    const char *text = tw_req_query(r, "fields");
+    *out = NULL;
+    if (!text)
+        return 0;
+    if (strlen(text) > MAX_FIELDS_TEXT) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'fields' is longer than 1024 characters");
+        return -1;
+    }
+    json_t *fields = json_pack("{s:b}", "id", 1);
+    for (const char *w = text;; w++) {
+        size_t n = strcspn(w, ",");
+        char name[MAX_FIELDS_TEXT + 1];
+        snprintf(name, sizeof name, "%.*s", (int)n, w);
+        if (!run_field(w, n)) {
+            tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'fields': '%s' is not a field of a run "
+                            "(fields: %s, comma-separated)", name, TW_RUN_FIELDS);
+            json_decref(fields);
+            return -1;
+        }
+        json_object_set_new(fields, name, json_true());
+        w += n;
+        if (!*w)
+            break;
+    }
+    *out = fields;
+    return 0;
+}
+
+/* The dataset row of a listed run, read once per list: datasets is {dataset_id: row or null} (the runs of a
+ * list mostly share a few). Borrowed from datasets. */
+static const json_t *listed_dataset(tw_server *S, const json_t *row, json_t *datasets)
+{
+    const char *id = json_string_value(json_object_get(row, "dataset_id"));
+    json_t *ds = id ? json_object_get(datasets, id) : NULL;
+    if (!ds && id) {
+        ds = run_dataset(S, row);
+        json_object_set_new(datasets, id, ds ? ds : json_null());
+    }
+    return json_is_object(ds) ? ds : NULL;
+}
+
+/* The run row as listed: tw_run_present's, only the fields asked (all when fields is NULL); a config not
+ * asked for is never copied, nor a dataset read unless one of its fields is asked. */
+static json_t *listed(tw_server *S, json_t *row, const json_t *fields, json_t *datasets)
+{
+    int dataset = !fields || json_object_get(fields, "dataset") || json_object_get(fields, "class_names") ||
+                  json_object_get(fields, "warnings");
+    const json_t *ds = dataset ? listed_dataset(S, row, datasets) : NULL;
+    if (!fields)
+        return present_with(S, row, ds);
+    if (!json_object_get(fields, "config"))
+        json_object_del(row, "config"); /* null: not read (tw_store_run_list) */
+    json_t *all = present_with(S, row, ds), *shown = json_object();
+    const char *key;
+    json_t *v;
+    json_object_foreach(all, key, v) if (json_object_get(fields, key)) json_object_set(shown, key, v);
+    json_decref(all);
+    return shown;
+}
 
 void tw_api_runs_list(tw_server *S, tw_req *r)
 {
@@ -467,18 +560,24 @@ void tw_api_runs_list(tw_server *S, tw_req *r)
                        "query parameter 'status' must be queued, running, succeeded, failed or cancelled");
         return;
     }
-    if (tw_req_query_int(r, "limit", 1, 1000, 50, &limit) || tw_req_query_int(r, "offset", 0, 1L << 40, 0, &offset))
+    json_t *fields;
+    if (tw_req_query_int(r, "limit", 1, 1000, 50, &limit) || tw_req_query_int(r, "offset", 0, 1L << 40, 0, &offset) ||
+        list_fields(r, &fields))
         return;
     json_t *page;
     tw_error err;
-    if (tw_store_run_list(S->store, status ? &state : NULL, limit, offset, &page, &err) != TW_OK) {
+    int with_config = !fields || json_object_get(fields, "config");
+    if (tw_store_run_list(S->store, status ? &state : NULL, limit, offset, with_config, &page, &err) != TW_OK) {
+        json_decref(fields);
         tw_reply_status(r, &err);
         return;
     }
-    json_t *rows = json_object_get(page, "runs"), *shown = json_array(), *row;
+    json_t *rows = json_object_get(page, "runs"), *shown = json_array(), *row, *datasets = json_object();
     size_t i;
-    json_array_foreach(rows, i, row) json_array_append_new(shown, tw_run_present(S, row));
+    json_array_foreach(rows, i, row) json_array_append_new(shown, listed(S, row, fields, datasets));
     json_object_set_new(page, "runs", shown);
+    json_decref(datasets);
+    json_decref(fields);
     tw_reply_json(r, 200, page);
 }
 
@@ -604,30 +703,24 @@ void tw_api_run_delete(tw_server *S, tw_req *r)
     if (!row)
         return;
     tw_run_dir(S, tw_run_folder(row), dir, sizeof dir);
+    char id[TW_ID_BYTES]; /* the cached series' key (a name in the path resolves to it) */
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(row, "id")));
     json_decref(row);
     tw_status s = tw_store_run_delete(S->store, tw_req_param(r, "id"), &err);
-    if (s == TW_OK)
+    if (s == TW_OK) {
         tw_predict_cache_forget_run(S->predict, tw_req_param(r, "id")); /* its models, at once */
+        tw_scalars_cache_forget_run(S->scalars, id);
+    }
     tw_api_reply_deleted(S, r, s, &err, "run", dir);
 }
 
-/* Adds the series of the event files directly in dir (borrowed; none when it does not exist) to *into
- * (new, created on the first call), each named by rename(tag, buf[128]). */
-static tw_status add_series(const char *dir, const char *(*rename)(const char *tag, char *buf), json_t **into,
-                            tw_error *err)
+/* Adds the series got (one folder's) to into, each named by rename(tag, buf[128]). */
+static void add_series(json_t *into, json_t *got, const char *(*rename)(const char *tag, char *buf))
 {
-    struct stat st;
-    json_t *got, *points;
     const char *tag;
-    if (!*into)
-        *into = json_object();
-    if (tw_fs_stat(dir, &st) != 0 && errno == ENOENT) /* a symlink is ELOOP: read, and refused */
-        return TW_OK;
-    TW_TRY(tw_events_read_scalars(dir, MAX_POINTS, &got, err));
+    json_t *points;
     char buf[128];
-    json_object_foreach(got, tag, points) json_object_set(*into, rename(tag, buf), points);
-    json_decref(got);
-    return TW_OK;
+    json_object_foreach(got, tag, points) json_object_set(into, rename(tag, buf), points);
 }
 
 /* The API's name of a tag of the run's own file: as written, less the training prefix (train/loss is
@@ -646,20 +739,22 @@ static const char *ema_series(const char *tag, char *buf)
     return buf;
 }
 
-/* Every scalar series of the run in folder dir: its file's and its eval_ema sub-run's, into *out (new). */
-static tw_status run_scalars(const char *dir, json_t **out, tw_error *err)
+/* Every scalar series of run id in folder dir: its file's and its eval_ema sub-run's, into *out (new), read
+ * on from the last request's (scalars_cache.h). */
+static tw_status run_scalars(tw_server *S, const char *id, const char *dir, json_t **out, tw_error *err)
 {
     char sub[PATH_MAX + 16];
-    *out = NULL;
     snprintf(sub, sizeof sub, "%s/" TW_EVAL_EMA_RUN, dir);
-    tw_status s = add_series(dir, main_series, out, err);
-    if (s == TW_OK)
-        s = add_series(sub, ema_series, out, err);
-    if (s != TW_OK) {
-        json_decref(*out);
-        *out = NULL;
-    }
-    return s;
+    const char *const dirs[TW_SCALARS_PARTS] = {dir, sub};
+    json_t *got[TW_SCALARS_PARTS];
+    *out = NULL;
+    TW_TRY(tw_scalars_cache_read(S->scalars, id, dirs, got, err));
+    *out = json_object();
+    add_series(*out, got[0], main_series);
+    add_series(*out, got[1], ema_series);
+    json_decref(got[0]);
+    json_decref(got[1]);
+    return TW_OK;
 }
 
 void tw_api_run_metrics(tw_server *S, tw_req *r)
@@ -667,12 +762,13 @@ void tw_api_run_metrics(tw_server *S, tw_req *r)
     json_t *row = run_or_404(S, r);
     if (!row)
         return;
-    char dir[PATH_MAX];
+    char dir[PATH_MAX], id[TW_ID_BYTES];
     tw_run_dir(S, tw_run_folder(row), dir, sizeof dir);
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(row, "id")));
     json_decref(row);
     json_t *scalars;
     tw_error err;
-    if (run_scalars(dir, &scalars, &err) != TW_OK) {
+    if (run_scalars(S, id, dir, &scalars, &err) != TW_OK) {
         tw_api_reply_logged(r, &err);
         return;
     }

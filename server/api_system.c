@@ -12,6 +12,8 @@
 #include "api.h"
 #include "assets.h"
 #include "config.h"
+#include "runs.h"
+#include "scalars_cache.h"
 #include "scheduler.h"
 #include "store.h"
 
@@ -97,6 +99,9 @@ static const struct {
     {"weights", "{\"type\": \"string\", \"enum\": [\"raw\", \"ema\"]}"},
     {"top_k", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000, \"default\": 5}"},
     {"format", "{\"type\": \"string\", \"enum\": [\"tf\", \"onnx\"]}"},
+    {"fields", "{\"type\": \"string\", \"maxLength\": 1024, \"pattern\": \"^(" TW_RUN_FIELDS ")(,(" TW_RUN_FIELDS
+               "))*$\", \"description\": \"the run fields each listed run shows (id always): a list without a "
+               "config is cheaper to build and send; absent, every field\"}"},
 };
 
 /* names.c's rule (tw_name_valid) as a pattern: what a run or dataset name and a dataset reference are. */
@@ -123,8 +128,9 @@ static const char *const REPLY_SCHEMAS[][2] = {
                 " \"array\", \"items\": {\"type\": \"integer\", \"minimum\": 0, \"maximum\": 255}}, \"features\":"
                 " {\"type\": \"array\", \"items\": {\"type\": \"number\"}}}}}}}"},
     {"RunList", "{\"type\": \"object\", \"required\": [\"runs\", \"total\", \"limit\", \"offset\"], \"properties\":"
-                " {\"runs\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/components/schemas/Run\"}}, \"total\":"
-                " {\"type\": \"integer\"}, \"limit\": {\"type\": \"integer\"}, \"offset\": {\"type\": \"integer\"}}}"},
+                " {\"runs\": {\"type\": \"array\", \"items\": {\"anyOf\": [{\"$ref\": \"#/components/schemas/Run\"},"
+                " {\"type\": \"object\", \"required\": [\"id\"], \"description\": \"with ?fields: those fields of a"
+                " Run\"}]}}, \"total\": {\"type\": \"integer\"}, \"limit\": {\"type\": \"integer\"}, \"offset\": {\"type\": \"integer\"}}}"},
     {"RunCreated", "{\"type\": \"object\", \"required\": [\"id\", \"status\", \"logdir\"], \"properties\": {\"id\":"
                    " {\"$ref\": \"#/components/schemas/RunId\"}, \"status\": {\"$ref\": \"#/components/schemas/RunState\"},"
                    " \"logdir\": {\"type\": \"string\"}, \"warnings\": {\"type\": \"array\", \"items\": {\"type\":"
@@ -463,6 +469,9 @@ void tw_api_prometheus(tw_server *S, tw_req *r)
     for (int c = 0; c < TW_API_CODES; c++)
         fprintf(f, "tower_http_errors_total{code=\"%s\"} %llu\n", tw_api_code_name((tw_api_code)c),
                 (unsigned long long)atomic_load(&S->errors[c]));
+    fprintf(f, "# HELP tower_event_bytes_read_total Event-file bytes read for GET /api/v1/runs/{id}/metrics.\n"
+               "# TYPE tower_event_bytes_read_total counter\ntower_event_bytes_read_total %llu\n",
+            (unsigned long long)tw_scalars_cache_bytes_read(S->scalars));
     fprintf(f, "# HELP tower_uptime_seconds Seconds since the server started.\n# TYPE tower_uptime_seconds gauge\n"
                "tower_uptime_seconds %.3f\n",
             tw_now_wall() - S->started);

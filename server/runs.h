@@ -23,6 +23,13 @@ tw_status tw_runs_submit_demo(tw_server *S, tw_error *err);
 /* A run row as the API shows it (new JSON): a running run whose cancel was asked shows "cancelling". */
 json_t *tw_run_present(tw_server *S, const json_t *row);
 
+/* The keys of a presented run (tw_run_present) that GET /api/v1/runs?fields=a,b may choose, '|' between
+ * them (the OpenAPI pattern of `fields` is built from it). */
+#define TW_RUN_FIELDS                                                                                        \
+    "id|name|dataset|status|priority|reason|error|config|towers|steps|step|metrics|devices|eta_s|created|"   \
+    "started|first_started|finished|restarts|max_restarts|deadline_s|not_before|folder|logdir|tensorboard|" \
+    "tensorboard_url|class_names|warnings"
+
 void tw_api_runs_list(tw_server *S, tw_req *r);
 void tw_api_runs_create(tw_server *S, tw_req *r);
 void tw_api_run_get(tw_server *S, tw_req *r);

@@ -28,6 +28,7 @@
 #include "http.h"
 #include "logtext.h"
 #include "predict_cache.h"
+#include "scalars_cache.h"
 #include "runs.h"
 #include "scheduler.h"
 #include "store.h"
@@ -262,6 +263,7 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
     if (demo)
         TW_TRY(tw_runs_submit_demo(S, err));
     TW_TRY(tw_predict_cache_create(&S->predict, err));
+    TW_TRY(tw_scalars_cache_create(TW_SCALARS_MAX_POINTS, &S->scalars, err));
     return tw_http_start(S, TW_ROUTES, port, err);
 }
 
@@ -269,6 +271,7 @@ static void stop(tw_server *S)
 {
     tw_http_stop(S);
     tw_predict_cache_destroy(S->predict);
+    tw_scalars_cache_destroy(S->scalars);
     tw_scheduler_destroy(S->sched);
     tw_datasets_stop(S);
     tw_store_close(S->store);

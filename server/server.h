@@ -66,6 +66,7 @@ typedef struct tw_server {
     atomic_uint_fast64_t errors[TW_API_CODE_SLOTS]; /* indexed by tw_api_code */
     struct tw_converter *converter; /* datasets.c: the background conversion worker */
     struct tw_predict_cache *predict; /* predict_cache.c: the models opened for prediction */
+    struct tw_scalars_cache *scalars; /* scalars_cache.c: runs' scalar series, read incrementally */
     atomic_int fatal;              /* set when the store cannot persist: main stops the process */
     int lock_fd;                   /* DIR/tower.lock, flock'd for the process's life (serve_main.c) */
     int wake_fd[2];                /* main's self-pipe: a byte = stop */

@@ -469,8 +469,10 @@ tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)
 
 /* ================================ runs ================================ */
 
-#define RUN_COLUMNS                                                                                \
-    "id, name, dataset_id, status, reason, error, config, towers, steps, step, metrics, devices,"  \
+#define RUN_COLUMNS RUN_COLUMNS_HEAD "config" RUN_COLUMNS_TAIL
+#define RUN_COLUMNS_HEAD "id, name, dataset_id, status, reason, error, "
+#define RUN_COLUMNS_TAIL                                                                           \
+    ", towers, steps, step, metrics, devices,"                                                     \
     " eta_s, created, started, first_started, finished, restarts, max_restarts, deadline_s,"       \
     " not_before, priority, folder"
 
@@ -530,14 +532,16 @@ tw_status tw_store_run_by_key(tw_store *st, const char *idem_key, const char *id
                         "Idempotency-Key: this key was used with a different request body");
 }
 
-tw_status tw_store_run_list(tw_store *st, const tw_run_state *state, long limit, long offset, json_t **out,
-                            tw_error *err)
+tw_status tw_store_run_list(tw_store *st, const tw_run_state *state, long limit, long offset, int with_config,
+                            json_t **out, tw_error *err)
 {
     const char *status = state ? tw_run_state_name(*state) : NULL;
     json_t *rows = NULL, *total = NULL;
     tw_status s = query(st, &rows, err,
-                        "SELECT " RUN_COLUMNS " FROM runs WHERE ?1 IS NULL OR status = ?1 "
-                        "ORDER BY seq DESC LIMIT ?2 OFFSET ?3",
+                        with_config ? "SELECT " RUN_COLUMNS " FROM runs WHERE ?1 IS NULL OR status = ?1 "
+                                      "ORDER BY seq DESC LIMIT ?2 OFFSET ?3"
+                                    : "SELECT " RUN_COLUMNS_HEAD "NULL AS config" RUN_COLUMNS_TAIL " FROM runs "
+                                      "WHERE ?1 IS NULL OR status = ?1 ORDER BY seq DESC LIMIT ?2 OFFSET ?3",
                         "Sii", status, (int64_t)limit, (int64_t)offset);
     if (s == TW_OK) {
         json_t *counted;

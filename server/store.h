@@ -109,9 +109,10 @@ tw_status tw_store_run_by_folder(tw_store *st, const char *folder, json_t **out,
  * TW_END: no run holds the key; TW_ERR_INVALID: it was used with another body (err says so). */
 tw_status tw_store_run_by_key(tw_store *st, const char *idem_key, const char *idem_body, json_t **out,
                               tw_error *err);
-/* {"runs": [...], "total", "limit", "offset"}; state may be NULL (all). */
-tw_status tw_store_run_list(tw_store *st, const tw_run_state *state, long limit, long offset, json_t **out,
-                            tw_error *err);
+/* {"runs": [...], "total", "limit", "offset"}; state may be NULL (all). with_config 0: each row's "config"
+ * is null, neither read nor parsed (a list that does not show it). */
+tw_status tw_store_run_list(tw_store *st, const tw_run_state *state, long limit, long offset, int with_config,
+                            json_t **out, tw_error *err);
 /* Counts by state name, every state present: {"queued": n, ...}. */
 tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err);
 /* The queued run of the highest priority, the oldest (by submission) among equals, whose back-off has

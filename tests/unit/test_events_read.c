@@ -4,7 +4,8 @@
  * SessionLog START; a step written again without one; a torn tail cut at every byte; two files and the
  * files that are not read; the max_points sampling, with and without a restart; CRC and protobuf
  * damage named by file and offset; a record over the cap stepped over. The same reader is checked
- * against TensorFlow's own files in tests/integration/test_events_read.py. */
+ * against TensorFlow's own files in tests/integration/test_events_read.py. The incremental reader
+ * (tw_events_scalars) equals a full read after every append, torn records, replaced and shrunk files. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -750,6 +751,97 @@ static void test_long_record_is_stepped_over(void **state)
     free(data);
 }
 
+/* ---- incremental reading (tw_events_scalars) ---- */
+
+/* The incremental reader's series, after one more update that adds its bytes to *bytes. */
+static json_t *update_ok(tw_events_scalars *t, const char *dir, uint64_t *bytes)
+{
+    tw_error err;
+    assert_int_equal(tw_events_scalars_update(t, dir, bytes, &err), TW_OK);
+    json_t *out;
+    assert_int_equal(tw_events_scalars_json(t, &out, &err), TW_OK);
+    return out;
+}
+
+static void assert_same_as_full_read(tw_events_scalars *t, const char *dir, size_t max_points, uint64_t *bytes)
+{
+    json_t *inc = update_ok(t, dir, bytes), *full = read_ok(dir, max_points);
+    assert_true(json_equal(inc, full));
+    json_decref(inc);
+    json_decref(full);
+}
+
+/* Two files (a run and its resume, with STARTs and a sampled series) grown a few bytes at a time, torn
+ * records included: after every update the incremental series equal a full read's; an update with
+ * nothing new reads no byte, one after a whole record reads exactly its bytes. A file replaced by a
+ * shorter one (another inode) or cut shorter is read again from the start. */
+static void test_incremental_equals_full_read(void **state)
+{
+    fixture *f = *state;
+    enum { MAX = 8 };
+    char a[700], b[700];
+    snprintf(a, sizeof a, "%s/events.out.tfevents.0000000001.host", f->dir);
+    snprintf(b, sizeof b, "%s/events.out.tfevents.0000000002.host", f->dir);
+    raw_file rf;
+    raw_open(&rf, f->dir, "events.out.tfevents.0000000001.host");
+    raw_start(&rf, 0);
+    for (int64_t step = 0; step < 30; step++) {
+        raw_simple(&rf, "loss", step, (float)step);
+        if (step % 3 == 0)
+            raw_simple(&rf, "eval", step, -(float)step);
+    }
+    raw_close(&rf);
+    raw_open(&rf, f->dir, "events.out.tfevents.0000000002.host");
+    raw_start(&rf, 20);
+    for (int64_t step = 20; step < 40; step++)
+        raw_simple(&rf, "loss", step, 100.0f + (float)step);
+    raw_close(&rf);
+    uint8_t *da, *db;
+    size_t na = slurp(a, &da), nb = slurp(b, &db);
+    assert_int_equal(unlink(b), 0);
+
+    tw_events_scalars *t;
+    tw_error err;
+    assert_int_equal(tw_events_scalars_new(MAX, &t, &err), TW_OK);
+    uint64_t bytes = 0;
+    for (size_t cut = 0; cut <= na; cut += 7) {
+        write_file(a, da, cut);
+        assert_same_as_full_read(t, f->dir, MAX, &bytes);
+    }
+    write_file(a, da, na);
+    assert_same_as_full_read(t, f->dir, MAX, &bytes);
+    for (size_t cut = 1; cut <= nb; cut += 11) {
+        write_file(b, db, cut);
+        assert_same_as_full_read(t, f->dir, MAX, &bytes);
+    }
+    size_t ends[64];
+    size_t records = record_ends(db, nb, ends, 64);
+    write_file(b, db, ends[records - 2]); /* all but the last record, whole */
+    assert_same_as_full_read(t, f->dir, MAX, &bytes);
+    bytes = 0;
+    assert_same_as_full_read(t, f->dir, MAX, &bytes);
+    assert_int_equal(bytes, 0); /* nothing new: nothing read */
+    write_file(b, db, nb);
+    assert_same_as_full_read(t, f->dir, MAX, &bytes);
+    assert_int_equal(bytes, nb - ends[records - 2]); /* the appended record only */
+
+    /* b replaced by a shorter file (rename over it: another inode), then cut shorter in place. */
+    char tmp[700];
+    snprintf(tmp, sizeof tmp, "%s/tmp", f->dir);
+    write_file(tmp, db, ends[3]);
+    assert_int_equal(rename(tmp, b), 0);
+    assert_same_as_full_read(t, f->dir, MAX, &bytes);
+    write_file(b, db, ends[1]);
+    assert_same_as_full_read(t, f->dir, MAX, &bytes);
+    /* a, not the newest, changed: read again from the start. */
+    write_file(a, da, na - 5);
+    assert_same_as_full_read(t, f->dir, MAX, &bytes);
+    assert_true(tw_events_scalars_memory(t) > 0);
+    tw_events_scalars_free(t);
+    free(da);
+    free(db);
+}
+
 static void test_json_number(void **state)
 {
     (void)state;
@@ -778,6 +870,7 @@ int main(void)
         TEST(test_tensor_scalars),
         TEST(test_tag_not_utf8_is_skipped),
         TEST(test_max_points_sampling),
+        TEST(test_incremental_equals_full_read),
         TEST(test_max_points_across_a_restart),
         TEST(test_corruption_names_file_and_offset),
         TEST(test_long_record_is_stepped_over),

@@ -118,7 +118,7 @@ static json_t *resolve(tw_store *st, const char *n) { READ(tw_store_dataset_reso
 static json_t *run_list(tw_store *st, const char *status, long limit, long offset)
 {
     tw_run_state state = tw_run_state_named(status);
-    READ(tw_store_run_list(st, status ? &state : NULL, limit, offset, &row_, &err_), "runs");
+    READ(tw_store_run_list(st, status ? &state : NULL, limit, offset, 1, &row_, &err_), "runs");
 }
 static json_t *run_counts(tw_store *st) { READ(tw_store_run_counts(st, &row_, &err_), "counts"); }
 static json_t *runs_in(tw_store *st, const char *status)
@@ -1102,7 +1102,7 @@ static void test_reads_tell_not_found_from_failure(void **state)
     FAILS(tw_store_datasets_converting(f->st, &out, &err), "datasets_converting");
     FAILS(tw_store_run_get(f->st, "r1", &out, &err), "run_get");
     FAILS(tw_store_run_by_key(f->st, "k", KEY_BODY, &out, &err), "run_by_key");
-    FAILS(tw_store_run_list(f->st, NULL, 10, 0, &out, &err), "run_list");
+    FAILS(tw_store_run_list(f->st, NULL, 10, 0, 1, &out, &err), "run_list");
     FAILS(tw_store_run_counts(f->st, &out, &err), "run_counts");
     FAILS(tw_store_run_next(f->st, 1e12, &out, &err), "run_next");
     FAILS(tw_store_runs_in(f->st, TW_RUN_QUEUED, &out, &err), "runs_in");
