@@ -82,9 +82,8 @@ static int parse_args(int argc, char **argv, options *o)
         case 'l': o->label = optarg; break;
         case 'r': o->data_root = optarg; break;
         case 'w':
-            if (strcmp(optarg, "raw") && strcmp(optarg, "ema"))
+            if (tw_weights_parse(optarg, &o->weights) != 0)
                 return usage_error("--weights must be raw or ema, got '%s'", optarg);
-            o->weights = strcmp(optarg, "ema") ? TW_WEIGHTS_RAW : TW_WEIGHTS_EMA;
             break;
         case 'b':
             o->batch = (int)strtol(optarg, &end, 10);

@@ -90,9 +90,8 @@ static int parse_args(int argc, char **argv, options *o)
             break;
         case 'o': o->out = optarg; break;
         case 'w':
-            if (strcmp(optarg, "raw") && strcmp(optarg, "ema"))
+            if (tw_weights_parse(optarg, &o->weights) != 0)
                 return usage_error("--weights must be raw or ema, got '%s'", optarg);
-            o->weights = !strcmp(optarg, "ema") ? TW_WEIGHTS_EMA : TW_WEIGHTS_RAW;
             o->weights_given = 1;
             break;
         case 'i':

@@ -18,6 +18,14 @@ struct tw_inference {
     tw_weights w;
 };
 
+int tw_weights_parse(const char *s, tw_weights *w)
+{
+    if (!s || (strcmp(s, "raw") && strcmp(s, "ema")))
+        return -1;
+    *w = strcmp(s, "ema") ? TW_WEIGHTS_RAW : TW_WEIGHTS_EMA;
+    return 0;
+}
+
 tw_status tw_inference_load_params(const tw_checkpoint *ck, const tw_model *m, tw_weights w, float *dst,
                                    tw_error *err)
 {

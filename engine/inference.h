@@ -21,6 +21,9 @@
 
 typedef enum { TW_WEIGHTS_RAW = 0, TW_WEIGHTS_EMA = 1 } tw_weights;
 
+/* "raw" or "ema" (as commands and routes spell the choice) into *w: 0, or -1 for anything else. */
+int tw_weights_parse(const char *s, tw_weights *w);
+
 /* The suffix of a variable's EMA shadow in a checkpoint ("layer1/weights/ExponentialMovingAverage"),
  * TensorFlow's name for it. */
 #define TW_EMA_SUFFIX "/ExponentialMovingAverage"

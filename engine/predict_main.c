@@ -124,8 +124,9 @@ static int parse(int argc, char **argv, options *o)
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", LONG, NULL)) != -1;) {
         char *end;
-        if (c == 'w' && (!strcmp(optarg, "raw") || !strcmp(optarg, "ema"))) {
-            o->weights = !strcmp(optarg, "ema") ? TW_WEIGHTS_EMA : TW_WEIGHTS_RAW;
+        tw_weights w;
+        if (c == 'w' && tw_weights_parse(optarg, &w) == 0) {
+            o->weights = (int)w;
         } else if (c == 'w') {
             return usage_error("--weights must be raw or ema, not '%s'", optarg);
         } else if (c == 'k') {

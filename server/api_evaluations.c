@@ -25,6 +25,7 @@
 #include "datafs.h"
 #include "datasets.h"
 #include "evaluation.h"
+#include "inference.h"
 #include "model.h"
 #include "reply.h"
 #include "scheduler.h"
@@ -95,7 +96,8 @@ static tw_status decode_body(const json_t *body, job_request *q, const json_t **
         return invalid(code, TW_API_INVALID_ARGUMENT, err, "checkpoint: %s%s", "a step number or \"latest\"", "");
     v = json_object_get(body, "weights");
     q->weights = v ? json_string_value(v) : "raw";
-    if (!q->weights || (strcmp(q->weights, "raw") && strcmp(q->weights, "ema")))
+    tw_weights w;
+    if (tw_weights_parse(q->weights, &w) != 0)
         return invalid(code, TW_API_INVALID_ARGUMENT, err, "weights: %s%s", "\"raw\" or \"ema\"", "");
     v = json_object_get(body, "split");
     q->split = v ? json_string_value(v) : NULL;

@@ -40,11 +40,11 @@ static int parse_query(tw_req *r, request *q)
         return -1;
     }
     q->onnx = !strcmp(format, "onnx");
-    if (weights && strcmp(weights, "raw") && strcmp(weights, "ema")) { /* tf: both are in the bundle */
+    q->weights = TW_WEIGHTS_RAW;
+    if (weights && tw_weights_parse(weights, &q->weights) != 0) { /* tf: both are in the bundle */
         tw_reply_error(r, TW_API_INVALID_ARGUMENT, "weights: must be 'raw' or 'ema'");
         return -1;
     }
-    q->weights = weights && !strcmp(weights, "ema") ? TW_WEIGHTS_EMA : TW_WEIGHTS_RAW;
     q->step = -1;
     if (step && strcmp(step, "latest")) {
         char *end;

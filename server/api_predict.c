@@ -222,7 +222,8 @@ static int read_query(tw_req *r, predict_query *q)
             return -1;
         }
     }
-    q->weights = !w ? TW_PREDICT_WEIGHTS_DEFAULT : !strcmp(w, "raw") ? TW_WEIGHTS_RAW : !strcmp(w, "ema") ? TW_WEIGHTS_EMA : -2;
+    tw_weights given;
+    q->weights = !w ? TW_PREDICT_WEIGHTS_DEFAULT : tw_weights_parse(w, &given) == 0 ? (int)given : -2;
     if (q->weights == -2) {
         tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'weights': '%.64s' is not raw or ema", w);
         return -1;
