@@ -127,6 +127,14 @@ struct tw_backend_ops {
     tw_status (*capture_begin)(void *ctx, tw_error *err);
     tw_status (*capture_end)(void *ctx, int slot, int ok, tw_error *err);
     tw_status (*replay)(void *ctx, int slot, tw_error *err);
+    /* Optional direct convolution (NULL: the engine convolves through im2col + gemm; the CPU backend
+     * offers it through oneDNN, the CUDA backend does not). */
+    tw_status (*conv_fwd)(void *ctx, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
+                          tw_tensor f, tw_error *err);
+    tw_status (*conv_bwd_data)(void *ctx, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
+                               tw_tensor f, tw_error *err);
+    tw_status (*conv_bwd_filter)(void *ctx, const tw_window *w, int filters, tw_tensor df,
+                                 tw_tensor x, tw_tensor dy, tw_error *err);
 };
 
 /* ---- lifecycle (backend.c) and registry (backend_reg.c: the one file that loads the CUDA module) ---- */
@@ -217,6 +225,22 @@ tw_status tw_dropout_bwd(tw_backend *b, tw_tensor dx, tw_tensor dy, size_t n, fl
  * the window hangs over the padding); col2im adds cols back into dx (which it zeroes first). */
 tw_status tw_im2col(tw_backend *b, const tw_window *w, tw_tensor cols, tw_tensor x, tw_error *err);
 tw_status tw_col2im(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor cols, tw_error *err);
+
+/* 1 when the backend convolves directly (tw_conv_*); else a convolution is im2col + gemm. */
+int tw_backend_has_conv(const tw_backend *b);
+
+/* Direct convolution over window w with `filters` outputs per position, without bias or activation
+ * (the same ops follow as after the GEMM): y[batch, out_d, out_h, out_w, filters] from
+ * x[batch, in_d, in_h, in_w, in_c] and f[k_d, k_h, k_w, in_c, filters] (TensorFlow's layout); bwd_data
+ * overwrites dx (x's shape) from dy (y's shape) and f; bwd_filter overwrites df (f's shape) from x and
+ * dy. Equal to the im2col + gemm route up to float summation order. Errors: TW_ERR_UNSUPPORTED when
+ * the backend has no direct convolution; the backend's own. */
+tw_status tw_conv_fwd(tw_backend *b, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
+                      tw_tensor f, tw_error *err);
+tw_status tw_conv_bwd_data(tw_backend *b, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
+                           tw_tensor f, tw_error *err);
+tw_status tw_conv_bwd_filter(tw_backend *b, const tw_window *w, int filters, tw_tensor df,
+                             tw_tensor x, tw_tensor dy, tw_error *err);
 
 /* y[batch, out_d, out_h, out_w, in_c] = max over each window of x; argmax (int32, same shape as y)
  * holds the flat index into x of each maximum (padding never wins). bwd: dx (zeroed first) gets dy

@@ -3,13 +3,15 @@
  * Owns: host buffers (aligned_alloc, 64-byte aligned), the loops around elementwise.h's per-element
  * formulas, the window walks of im2col/col2im/max-pool, the row reductions of the losses, the fused
  * update and the host all-reduce. GEMM is OpenBLAS's cblas_sgemm (a tuned, threaded library beats a
- * loop of our own); the other loops are written here because no library has them with TensorFlow's
+ * loop of our own); direct convolutions are oneDNN's (cpu_conv.c says why); the other loops are written here because no library has them with TensorFlow's
  * formulas and a summation order the CUDA backend can match. Every sum runs in a fixed order in float
  * (sum_squares in double), so results do not depend on thread timing.
  *
  * Does not own: argument checks (the wrappers in backend.c make them before an op runs, so the ops
- * assume valid views, sizes and windows) or threads beyond OpenBLAS's own. It is the reference the CUDA
- * backend is tested against. */
+ * assume valid views, sizes and windows) or threads beyond OpenBLAS's and oneDNN's own. It is the
+ * reference the CUDA backend is tested against: im2col and col2im stay for that (the CUDA backend
+ * convolves through them) while the engine convolves here through conv_* (summation order differs from
+ * the im2col + gemm route only as two GEMM orders do). */
 #include "backend.h"
 
 #include <cblas.h>
@@ -18,7 +20,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The ops keep no per-instance state; ctx is unused. */
+#include "cpu_conv.h"
+
+/* ctx is the instance's oneDNN state (tw_cpu_conv); only the conv_* ops use it. */
 
 /* Host address of a view. */
 static float *f32(tw_tensor t) { return (float *)(void *)((char *)t.buf->data + t.offset); }
@@ -27,24 +31,26 @@ static int32_t *i32(tw_tensor t) { return (int32_t *)(void *)((char *)t.buf->dat
 
 /* ---- lifecycle and memory ---- */
 
-/* Each of `concurrent` towers gets an equal share of the cores for OpenBLAS (at least one). */
+/* Each of `concurrent` towers gets an equal share of the cores for OpenBLAS and oneDNN (at least one). */
 static void cpu_plan(int concurrent)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long share = cores > concurrent ? cores / concurrent : 1;
     openblas_set_num_threads((int)share);
+    tw_cpu_conv_threads((int)share);
 }
 
 static tw_status cpu_create(int device, void **ctx, char *name, size_t name_size, tw_error *err)
 {
     (void)device;
-    (void)err;
-    *ctx = NULL;
+    tw_cpu_conv *c;
+    TW_TRY(tw_cpu_conv_create(&c, err));
+    *ctx = c;
     snprintf(name, name_size, "cpu");
     return TW_OK;
 }
 
-static void cpu_destroy(void *ctx) { (void)ctx; }
+static void cpu_destroy(void *ctx) { tw_cpu_conv_destroy(ctx); }
 
 enum { ALIGN = 64 };
 
@@ -341,6 +347,26 @@ static tw_status cpu_maxpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw
     return TW_OK;
 }
 
+/* ---- direct convolution (oneDNN) ---- */
+
+static tw_status cpu_conv_fwd(void *ctx, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
+                              tw_tensor f, tw_error *err)
+{
+    return tw_cpu_conv_run(ctx, TW_CONV_FWD, w, filters, f32(x), f32(f), f32(y), err);
+}
+
+static tw_status cpu_conv_bwd_data(void *ctx, const tw_window *w, int filters, tw_tensor dx,
+                                   tw_tensor dy, tw_tensor f, tw_error *err)
+{
+    return tw_cpu_conv_run(ctx, TW_CONV_BWD_DATA, w, filters, f32(dy), f32(f), f32(dx), err);
+}
+
+static tw_status cpu_conv_bwd_filter(void *ctx, const tw_window *w, int filters, tw_tensor df,
+                                     tw_tensor x, tw_tensor dy, tw_error *err)
+{
+    return tw_cpu_conv_run(ctx, TW_CONV_BWD_FILTER, w, filters, f32(x), f32(dy), f32(df), err);
+}
+
 /* ---- losses ---- */
 
 static tw_status bad_label(int32_t label, int row, int classes, tw_error *err)
@@ -553,4 +579,7 @@ const tw_backend_ops tw_cpu_backend_ops = {
     .update = cpu_update,
     .allreduce_avg = cpu_allreduce_avg,
     .sync = cpu_sync,
+    .conv_fwd = cpu_conv_fwd,
+    .conv_bwd_data = cpu_conv_bwd_data,
+    .conv_bwd_filter = cpu_conv_bwd_filter,
 };
