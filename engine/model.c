@@ -485,7 +485,8 @@ tw_status tw_replica_size_of(const tw_model *m, int batch, tw_replica_size *out,
     for (int i = 0; i < m->n_layers; i++) {
         uint64_t act, work;
         if (!layer_floats(&m->layers[i], (int)rows, &act, &work) ||
-            !add_buffers(&out->activations, act, 2) || !add_buffers(&out->activations, work, 1))
+            !add_buffers(&out->activations, act, 2) || !add_buffers(&out->activations, work, 1) ||
+            (m->layers[i].k_cols && !add_buffers(&out->columns, work, 1)))
             return layer_error(err, i, &m->layers[i], "too large for this batch_size (over 2^31 - 1 "
                                "GEMM rows, or over 2^64 bytes)");
     }
