@@ -444,7 +444,7 @@ static tw_status check_conv(const char *op, const tw_backend *b, const tw_window
 }
 
 tw_status tw_conv_fwd(tw_backend *b, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
-                      tw_tensor f, tw_error *err)
+                      tw_tensor f, tw_tensor bias, tw_error *err)
 {
     const char *op = __func__;
     conv_sizes cs = {0};
@@ -452,9 +452,11 @@ tw_status tw_conv_fwd(tw_backend *b, const tw_window *w, int filters, tw_tensor 
     TW_TRY(check_f32(op, "y", y, cs.y, err));
     TW_TRY(check_f32(op, "x", x, cs.x, err));
     TW_TRY(check_f32(op, "f", f, cs.f, err));
+    TW_TRY(check_f32(op, "bias", bias, (size_t)filters, err));
     TW_TRY(check_disjoint(op, "y", y, cs.y, "x", x, cs.x, err));
     TW_TRY(check_disjoint(op, "y", y, cs.y, "f", f, cs.f, err));
-    return b->ops->conv_fwd(b->ctx, w, filters, y, x, f, err);
+    TW_TRY(check_disjoint(op, "y", y, cs.y, "bias", bias, (size_t)filters, err));
+    return b->ops->conv_fwd(b->ctx, w, filters, y, x, f, bias, err);
 }
 
 tw_status tw_conv_bwd_data(tw_backend *b, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
@@ -472,17 +474,21 @@ tw_status tw_conv_bwd_data(tw_backend *b, const tw_window *w, int filters, tw_te
 }
 
 tw_status tw_conv_bwd_filter(tw_backend *b, const tw_window *w, int filters, tw_tensor df,
-                             tw_tensor x, tw_tensor dy, tw_error *err)
+                             tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err)
 {
     const char *op = __func__;
     conv_sizes cs = {0};
     TW_TRY(check_conv(op, b, w, filters, &cs, err));
     TW_TRY(check_f32(op, "df", df, cs.f, err));
+    TW_TRY(check_f32(op, "dbias", dbias, (size_t)filters, err));
     TW_TRY(check_f32(op, "x", x, cs.x, err));
     TW_TRY(check_f32(op, "dy", dy, cs.y, err));
     TW_TRY(check_disjoint(op, "df", df, cs.f, "x", x, cs.x, err));
     TW_TRY(check_disjoint(op, "df", df, cs.f, "dy", dy, cs.y, err));
-    return b->ops->conv_bwd_filter(b->ctx, w, filters, df, x, dy, err);
+    TW_TRY(check_disjoint(op, "df", df, cs.f, "dbias", dbias, (size_t)filters, err));
+    TW_TRY(check_disjoint(op, "dbias", dbias, (size_t)filters, "x", x, cs.x, err));
+    TW_TRY(check_disjoint(op, "dbias", dbias, (size_t)filters, "dy", dy, cs.y, err));
+    return b->ops->conv_bwd_filter(b->ctx, w, filters, df, dbias, x, dy, err);
 }
 
 /* A pooling window whose input indices fit the int32 argmax. */

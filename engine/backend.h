@@ -130,11 +130,11 @@ struct tw_backend_ops {
     /* Optional direct convolution (NULL: the engine convolves through im2col + gemm; the CPU backend
      * offers it through oneDNN, the CUDA backend does not). */
     tw_status (*conv_fwd)(void *ctx, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
-                          tw_tensor f, tw_error *err);
+                          tw_tensor f, tw_tensor bias, tw_error *err);
     tw_status (*conv_bwd_data)(void *ctx, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
                                tw_tensor f, tw_error *err);
     tw_status (*conv_bwd_filter)(void *ctx, const tw_window *w, int filters, tw_tensor df,
-                                 tw_tensor x, tw_tensor dy, tw_error *err);
+                                 tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err);
 };
 
 /* ---- lifecycle (backend.c) and registry (backend_reg.c: the one file that loads the CUDA module) ---- */
@@ -229,18 +229,19 @@ tw_status tw_col2im(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor c
 /* 1 when the backend convolves directly (tw_conv_*); else a convolution is im2col + gemm. */
 int tw_backend_has_conv(const tw_backend *b);
 
-/* Direct convolution over window w with `filters` outputs per position, without bias or activation
- * (the same ops follow as after the GEMM): y[batch, out_d, out_h, out_w, filters] from
- * x[batch, in_d, in_h, in_w, in_c] and f[k_d, k_h, k_w, in_c, filters] (TensorFlow's layout); bwd_data
- * overwrites dx (x's shape) from dy (y's shape) and f; bwd_filter overwrites df (f's shape) from x and
- * dy. Equal to the im2col + gemm route up to float summation order. Errors: TW_ERR_UNSUPPORTED when
- * the backend has no direct convolution; the backend's own. */
+/* Direct convolution over window w with `filters` outputs per position, bias included, activation not
+ * (tw_act_fwd follows, as after the GEMM): y[batch, out_d, out_h, out_w, filters] from
+ * x[batch, in_d, in_h, in_w, in_c], f[k_d, k_h, k_w, in_c, filters] (TensorFlow's layout) and
+ * bias[filters]; bwd_data overwrites dx (x's shape) from dy (y's shape) and f; bwd_filter overwrites
+ * df (f's shape) and dbias[filters] from x and dy. Equal to im2col + gemm + bias_add (+ bias_grad) up
+ * to float summation order. Errors: TW_ERR_UNSUPPORTED when the backend has no direct convolution; the
+ * backend's own. */
 tw_status tw_conv_fwd(tw_backend *b, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
-                      tw_tensor f, tw_error *err);
+                      tw_tensor f, tw_tensor bias, tw_error *err);
 tw_status tw_conv_bwd_data(tw_backend *b, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
                            tw_tensor f, tw_error *err);
 tw_status tw_conv_bwd_filter(tw_backend *b, const tw_window *w, int filters, tw_tensor df,
-                             tw_tensor x, tw_tensor dy, tw_error *err);
+                             tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err);
 
 /* y[batch, out_d, out_h, out_w, in_c] = max over each window of x; argmax (int32, same shape as y)
  * holds the flat index into x of each maximum (padding never wins). bwd: dx (zeroed first) gets dy

@@ -4,7 +4,8 @@
  * materialising im2col's columns and use every core in each direction; a loop of our own would be the
  * im2col + sgemm this replaces, at half of TensorFlow's speed on the Fashion CNN (issue 13).
  *
- * Primitives: forward (prop forward_training), backward data and backward weights, each described with
+ * Primitives: forward (prop forward_training, with the bias), backward data and backward weights (with the
+ * bias gradient, from the same pass over dy), each described with
  * the activations in NHWC / NDHWC as they lie and the filters in the layout the primitive prefers
  * (format "any"); a cached reorder turns Tower's DHWIO filters into it (forward, backward data) or the
  * primitive's filter gradient back into DHWIO (backward weights). A 2-D window (depth 1 throughout) is
@@ -39,6 +40,7 @@ typedef struct entry {
     dnnl_memory_t user_f;      /* the filters (or their gradient) in DHWIO, handle set per call */
     dnnl_memory_t prim_f;      /* the same in the primitive's layout (== user_f when they agree) */
     dnnl_memory_t b;           /* BWD_FILTER: dy; else NULL (b is the filters) */
+    dnnl_memory_t bias;        /* FWD: the bias, BWD_FILTER: its gradient; else NULL */
     dnnl_memory_t scratch;     /* NULL when the primitive needs none */
     void *prim_f_buf, *scratch_buf; /* owned */
     struct entry *next;
@@ -105,6 +107,7 @@ static void entry_destroy(entry *e)
     dnnl_memory_destroy(e->a);
     dnnl_memory_destroy(e->b);
     dnnl_memory_destroy(e->out);
+    dnnl_memory_destroy(e->bias);
     dnnl_memory_destroy(e->scratch);
     free(e->prim_f_buf);
     free(e->scratch_buf);
@@ -128,7 +131,7 @@ void tw_cpu_conv_destroy(tw_cpu_conv *c)
  * NHWC / NDHWC, filters [F, C, (KD,) KH, KW] in (D)HWIO, and the spatial strides and paddings. */
 typedef struct {
     int nd; /* 4 (2-D) or 5 */
-    dnnl_memory_desc_t x, y, f_user, f_any;
+    dnnl_memory_desc_t x, y, f_user, f_any, bias; /* bias [F] */
     dnnl_dims_t strides, pad_l, pad_r;
 } geometry;
 
@@ -160,6 +163,8 @@ static tw_status geometry_of(const tw_window *w, int filters, geometry *g, tw_er
     DN(dnnl_memory_desc_init_by_tag(&g->y, g->nd, yd, dnnl_f32, act));
     DN(dnnl_memory_desc_init_by_tag(&g->f_user, g->nd, fd, dnnl_f32, fil));
     DN(dnnl_memory_desc_init_by_tag(&g->f_any, g->nd, fd, dnnl_f32, dnnl_format_tag_any));
+    const dnnl_dims_t bd = {filters};
+    DN(dnnl_memory_desc_init_by_tag(&g->bias, 1, bd, dnnl_f32, dnnl_a));
     return TW_OK;
 }
 
@@ -170,7 +175,7 @@ static tw_status describe(const tw_cpu_conv *c, tw_conv_dir dir, const geometry 
     dnnl_convolution_desc_t fwd, bwd;
     dnnl_primitive_desc_t hint = NULL;
     DN(dnnl_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &g->x,
-                                          &g->f_any, NULL, &g->y, g->strides, g->pad_l, g->pad_r));
+                                          &g->f_any, &g->bias, &g->y, g->strides, g->pad_l, g->pad_r));
     if (dir == TW_CONV_FWD) {
         DN(dnnl_primitive_desc_create(pd, &fwd, attr, c->engine, NULL));
         return TW_OK;
@@ -180,7 +185,7 @@ static tw_status describe(const tw_cpu_conv *c, tw_conv_dir dir, const geometry 
                                                     &g->y, g->strides, g->pad_l, g->pad_r));
     else
         DN(dnnl_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &g->x,
-                                                       &g->f_any, NULL, &g->y, g->strides, g->pad_l,
+                                                       &g->f_any, &g->bias, &g->y, g->strides, g->pad_l,
                                                        g->pad_r));
     DN(dnnl_primitive_desc_create(&hint, &fwd, NULL, c->engine, NULL));
     dnnl_status_t st = dnnl_primitive_desc_create(pd, &bwd, attr, c->engine, hint);
@@ -216,6 +221,8 @@ static tw_status bind(const tw_cpu_conv *c, entry *e, const geometry *g, const_d
         DN(dnnl_memory_create(&e->b, &g->y, c->engine, DNNL_MEMORY_NONE));
     else
         DN(dnnl_memory_create(&e->out, out, c->engine, DNNL_MEMORY_NONE));
+    if (e->dir != TW_CONV_BWD_DATA)
+        DN(dnnl_memory_create(&e->bias, &g->bias, c->engine, DNNL_MEMORY_NONE));
     if (sp && dnnl_memory_desc_get_size(sp) > 0)
         TW_TRY(alloc_memory(c, sp, &e->scratch_buf, &e->scratch, err));
     if (dnnl_memory_desc_equal(pf, &g->f_user)) {
@@ -304,7 +311,7 @@ static tw_status reorder(tw_cpu_conv *c, const entry *e, dnnl_memory_t from, dnn
 }
 
 tw_status tw_cpu_conv_run(tw_cpu_conv *c, tw_conv_dir dir, const tw_window *w, int filters,
-                          const float *a, const float *b, float *out, tw_error *err)
+                          const float *a, const float *b, float *out, float *bias, tw_error *err)
 {
     entry *e = NULL;
     apply_threads();
@@ -313,16 +320,22 @@ tw_status tw_cpu_conv_run(tw_cpu_conv *c, tw_conv_dir dir, const tw_window *w, i
     DN(dnnl_memory_set_data_handle(e->a, (void *)a));
     DN(dnnl_memory_set_data_handle(grad ? e->b : e->user_f, (void *)b));
     DN(dnnl_memory_set_data_handle(grad ? e->user_f : e->out, out));
+    if (e->bias)
+        DN(dnnl_memory_set_data_handle(e->bias, bias));
     if (!grad && e->reorder)
         TW_TRY(reorder(c, e, e->user_f, e->prim_f, err));
     static const int arg_a[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_SRC};
     static const int arg_b[] = {DNNL_ARG_WEIGHTS, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST};
     static const int arg_out[] = {DNNL_ARG_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_WEIGHTS};
-    dnnl_exec_arg_t args[4] = {{arg_a[dir], e->a},
+    dnnl_exec_arg_t args[5] = {{arg_a[dir], e->a},
                                {arg_b[dir], grad ? e->b : e->prim_f},
-                               {arg_out[dir], grad ? e->prim_f : e->out},
-                               {DNNL_ARG_SCRATCHPAD, e->scratch}};
-    TW_TRY(exec(c, e->prim, e->scratch ? 4 : 3, args, err));
+                               {arg_out[dir], grad ? e->prim_f : e->out}};
+    int n = 3;
+    if (e->bias)
+        args[n++] = (dnnl_exec_arg_t){grad ? DNNL_ARG_DIFF_BIAS : DNNL_ARG_BIAS, e->bias};
+    if (e->scratch)
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
+    TW_TRY(exec(c, e->prim, n, args, err));
     if (grad && e->reorder)
         TW_TRY(reorder(c, e, e->prim_f, e->user_f, err));
     DN(dnnl_stream_wait(c->stream));

@@ -643,16 +643,17 @@ static tw_status conv_fwd(tw_replica *r, const layer *l, int i, int rows, tw_ten
                           tw_error *err)
 {
     tw_window w = window_for(l, rows);
-    tw_tensor y = r->ls[i].out, f = param_view(r, base, l->w_param);
+    tw_tensor y = r->ls[i].out, f = param_view(r, base, l->w_param), bias = param_view(r, base,
+                                                                                        l->b_param);
     int R = rows * l->out_spatial, F = l->cfg->filters;
     if (tw_backend_has_conv(r->b)) {
-        TW_TRY(tw_conv_fwd(r->b, &w, F, y, layer_input(r, i), f, err));
+        TW_TRY(tw_conv_fwd(r->b, &w, F, y, layer_input(r, i), f, bias, err));
     } else {
         tw_tensor cols = tw_tensor_of(r->ls[i].work);
         TW_TRY(tw_im2col(r->b, &w, cols, layer_input(r, i), err));
         TW_TRY(tw_gemm(r->b, 0, 0, R, F, l->k_cols, 1.0f, cols, f, 0.0f, y, err));
+        TW_TRY(tw_bias_add(r->b, y, bias, R, F, err));
     }
-    TW_TRY(tw_bias_add(r->b, y, param_view(r, base, l->b_param), R, F, err));
     return tw_act_fwd(r->b, l->cfg->activation, y, y, (size_t)R * F, err);
 }
 
@@ -721,14 +722,16 @@ static tw_status dense_bwd(tw_replica *r, const layer *l, int i, int rows, tw_er
                    l->w_param), 0.0f, r->ls[i - 1].dout, err);
 }
 
-/* conv_bwd through the backend's direct convolution: filter and (unless first) input gradients. */
+/* conv_bwd through the backend's direct convolution: filter and bias gradients in one pass, then (unless
+ * first) the input gradient. */
 static tw_status conv_bwd_direct(tw_replica *r, const layer *l, int i, const tw_window *w,
                                  tw_error *err)
 {
     tw_tensor dz = r->ls[i].dout;
     int F = l->cfg->filters;
-    TW_TRY(tw_conv_bwd_filter(r->b, w, F, param_view(r, tw_replica_grads(r), l->w_param),
-                              layer_input(r, i), dz, err));
+    tw_tensor grads = tw_replica_grads(r);
+    TW_TRY(tw_conv_bwd_filter(r->b, w, F, param_view(r, grads, l->w_param),
+                              param_view(r, grads, l->b_param), layer_input(r, i), dz, err));
     if (!needs_input_grad(r->m, i))
         return TW_OK;
     return tw_conv_bwd_data(r->b, w, F, r->ls[i - 1].dout, dz,
@@ -741,9 +744,9 @@ static tw_status conv_bwd(tw_replica *r, const layer *l, int i, int rows, tw_err
     tw_tensor dz = r->ls[i].dout, cols = tw_tensor_of(r->ls[i].work), grads = tw_replica_grads(r);
     int R = rows * l->out_spatial, F = l->cfg->filters, K = l->k_cols;
     TW_TRY(tw_act_bwd(r->b, l->cfg->activation, dz, dz, r->ls[i].out, (size_t)R * F, err));
-    TW_TRY(tw_bias_grad(r->b, param_view(r, grads, l->b_param), dz, R, F, err));
     if (tw_backend_has_conv(r->b))
         return conv_bwd_direct(r, l, i, &w, err);
+    TW_TRY(tw_bias_grad(r->b, param_view(r, grads, l->b_param), dz, R, F, err));
     TW_TRY(tw_gemm(r->b, 1, 0, K, F, R, 1.0f, cols, dz, 0.0f, param_view(r, grads, l->w_param),
                    err));
     if (!needs_input_grad(r->m, i))
