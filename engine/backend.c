@@ -665,6 +665,8 @@ static tw_status check_group(const char *op, tw_backend *const *towers, int n_to
     return TW_OK;
 }
 
+int tw_backend_allreduce_splits(const tw_backend *b) { return b && b->ops->allreduce_split; }
+
 tw_status tw_backend_allreduce_avg(tw_backend *const *towers, int n_towers, const tw_tensor *bufs,
                                    size_t n, tw_error *err)
 {

@@ -10,7 +10,9 @@
  * argument says int32. Shapes are in each wrapper's comment.
  *
  * Thread-safety: one backend instance is used by one thread at a time (its tower's); different
- * instances may run concurrently. tw_backend_allreduce_avg is called by one thread for the whole group. */
+ * instances may run concurrently. tw_backend_allreduce_avg is called by one thread for the whole group;
+ * where the table sets allreduce_split (the CPU), calls over disjoint ranges of the buffers may also run
+ * from several threads at once (each tower's thread averaging its share). */
 #ifndef TW_BACKEND_H
 #define TW_BACKEND_H
 
@@ -119,6 +121,7 @@ struct tw_backend_ops {
                         tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err);
     tw_status (*allreduce_avg)(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
                                tw_error *err);
+    int allreduce_split; /* 1: allreduce_avg over disjoint ranges may run concurrently (host memory) */
     tw_status (*sync)(void *ctx, tw_error *err);
     /* Optional (NULL: not offered; the CPU backend offers none of them). */
     tw_status (*alloc_host)(void *ctx, size_t bytes, void **out, tw_error *err);
@@ -276,6 +279,9 @@ tw_status tw_sum_squares(tw_backend *b, tw_tensor out, tw_tensor x, size_t n, tw
  * view); then, when u->ema, ema = shadow of the new params. */
 tw_status tw_update_step(tw_backend *b, const tw_update *u, tw_tensor params, tw_tensor grads,
                          tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err);
+
+/* 1 when b's all-reduce may run over disjoint ranges from several threads at once (allreduce_split). */
+int tw_backend_allreduce_splits(const tw_backend *b);
 
 /* Every backend's bufs[i] ([n] fp32) becomes the mean over the group (all of one kind). */
 tw_status tw_backend_allreduce_avg(tw_backend *const *towers, int n_towers, const tw_tensor *bufs,

@@ -594,6 +594,7 @@ const tw_backend_ops tw_cpu_backend_ops = {
     .sum_squares = cpu_sum_squares,
     .update = cpu_update,
     .allreduce_avg = cpu_allreduce_avg,
+    .allreduce_split = 1, /* each call touches only its range, summed in the same order */
     .sync = cpu_sync,
     .conv_fwd = cpu_conv_fwd,
     .conv_bwd_data = cpu_conv_bwd_data,

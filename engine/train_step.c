@@ -327,14 +327,32 @@ static tw_status synced(tw_towers *T, phase_fn fn, double *out, double *seconds,
     return TW_OK;
 }
 
-/* Every tower's gradient arena becomes the mean over the towers. */
+/* Averages values [lo, hi) of every tower's gradient arena over the towers. */
+static tw_status average_range(tw_towers *T, size_t lo, size_t hi, tw_error *err)
+{
+    tw_tensor grads[TW_MAX_TOWERS];
+    for (int t = 0; t < T->n; t++)
+        grads[t] = tw_tensor_at(tw_replica_grads(T->r[t]), lo);
+    return hi > lo ? tw_backend_allreduce_avg(T->b, T->n, grads, hi - lo, err) : TW_OK;
+}
+
+/* Tower t's share of the all-reduce: its 1/n of the arena. */
+static tw_status tower_average(tw_towers *T, int t, double *unused, tw_error *err)
+{
+    *unused = 0;
+    return average_range(T, T->P * (size_t)t / (size_t)T->n, T->P * (size_t)(t + 1) / (size_t)T->n,
+                         err);
+}
+
+/* Every tower's gradient arena becomes the mean over the towers: split across the towers' threads where
+ * the backend allows it (the CPU: every value is summed in the same order either way), else in one
+ * call for the group. */
 static tw_status average_gradients(tw_towers *T, double *unused, tw_error *err)
 {
     *unused = 0;
-    tw_tensor grads[TW_MAX_TOWERS];
-    for (int t = 0; t < T->n; t++)
-        grads[t] = tw_replica_grads(T->r[t]);
-    return tw_backend_allreduce_avg(T->b, T->n, grads, T->P, err);
+    if (T->pool && tw_backend_allreduce_splits(T->b[0]))
+        return for_each_tower(T, tower_average, unused, err);
+    return average_range(T, 0, T->P, err);
 }
 
 void tw_towers_next_batch(tw_towers *T)
