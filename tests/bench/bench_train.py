@@ -11,7 +11,8 @@ Each side runs --repeat times; the best run is reported (this VM's timings are n
 --cnn instead compares the Fashion CNN (examples/fashion_cnn.json, batch 100): `tower bench` of its step
 (1 and 2 towers, synthetic data) against the same model in TensorFlow with the seeds' tf.data input
 (tf_fashion_cnn.py), alternating Tower and TensorFlow, --repeat rounds, under both OpenBLAS kernels (the
-machine's preset OPENBLAS_CORETYPE, then unset); examples/s, the ratio and peak RSS per round.
+machine's preset OPENBLAS_CORETYPE, Haswell where none is set, then unset); examples/s, the ratio (Tower's
+better tower count over TensorFlow) and peak RSS per round.
 
 usage: python tests/bench/bench_train.py [--build build] [--steps 3000] [--repeat 3] [--native]
        python tests/bench/bench_train.py --cnn [--build build] [--steps 100] [--repeat 3]
@@ -84,16 +85,20 @@ def tower_cnn(tower, steps, env):
     """{towers: examples/s} of `tower bench` on the Fashion CNN, and its peak RSS (MiB)."""
     cmd = [tower, "bench", "--config", ROOT / "examples" / "fashion_cnn.json", "--backend", "cpu",
            "--towers", "1", "--towers", "2", "--steps", steps, "--warmup", 5, "--json"]
-    out, _ = run(cmd, env)
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, env=env)
+    out = proc.stdout.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    if status:
+        sys.exit(f"failed: {' '.join(map(str, cmd))}")
     rates = {r["towers"]: r["examples_per_s"] for r in json.loads(out)["results"]}
-    return rates, peak_rss(cmd, env)
+    return rates, ru.ru_maxrss / 1024
 
 
 def cnn_main(a, env, tower, train):
     """The Fashion CNN, Tower and TensorFlow alternately, per OpenBLAS kernel and round."""
-    kernels = [("preset " + env.get("OPENBLAS_CORETYPE", "(none)"), env),
-               ("unset", {k: v for k, v in env.items() if k not in ("OPENBLAS_CORETYPE",
-                                                                     "OPENBLAS_L2_SIZE")})]
+    preset = env.get("OPENBLAS_CORETYPE") or "Haswell"  # these machines' preset
+    unset = {k: v for k, v in env.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    kernels = [(preset, dict(env, OPENBLAS_CORETYPE=preset)), ("unset", unset)]
     print("| OpenBLAS kernel | round | tower 1 ex/s | tower 2 ex/s | TensorFlow ex/s | ratio (best) | "
           "tower peak MiB | TF peak MiB |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
