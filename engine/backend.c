@@ -415,6 +415,82 @@ tw_status tw_col2im(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor c
     return b->ops->col2im(b->ctx, w, dx, cols, err);
 }
 
+int tw_backend_has_conv(const tw_backend *b)
+{
+    return b && b->ops->conv_fwd && b->ops->conv_bwd_data && b->ops->conv_bwd_filter;
+}
+
+/* The value counts of a direct convolution: x and y as in window_sizes (y with `filters` channels) and
+ * f = taps * in_c * filters; fails where b has no direct convolution. */
+typedef struct {
+    size_t x, y, f;
+} conv_sizes;
+
+static tw_status check_conv(const char *op, const tw_backend *b, const tw_window *w, int filters,
+                            conv_sizes *cs, tw_error *err)
+{
+    window_sizes sz;
+    TW_TRY(check_backend(op, b, err));
+    if (!tw_backend_has_conv(b))
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "%s: the %s backend has no direct "
+                            "convolution", op, b->ops->kind);
+    TW_TRY(check_window(op, w, &sz, err));
+    TW_TRY(check_dim(op, "filters", filters, err));
+    cs->x = sz.x;
+    cs->y = mul(sz.rows, (size_t)filters);
+    cs->f = mul(mul(mul(mul((size_t)w->k_d, (size_t)w->k_h), (size_t)w->k_w), (size_t)w->in_c),
+                (size_t)filters);
+    return TW_OK;
+}
+
+tw_status tw_conv_fwd(tw_backend *b, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
+                      tw_tensor f, tw_tensor bias, tw_error *err)
+{
+    const char *op = __func__;
+    conv_sizes cs = {0};
+    TW_TRY(check_conv(op, b, w, filters, &cs, err));
+    TW_TRY(check_f32(op, "y", y, cs.y, err));
+    TW_TRY(check_f32(op, "x", x, cs.x, err));
+    TW_TRY(check_f32(op, "f", f, cs.f, err));
+    TW_TRY(check_f32(op, "bias", bias, (size_t)filters, err));
+    TW_TRY(check_disjoint(op, "y", y, cs.y, "x", x, cs.x, err));
+    TW_TRY(check_disjoint(op, "y", y, cs.y, "f", f, cs.f, err));
+    TW_TRY(check_disjoint(op, "y", y, cs.y, "bias", bias, (size_t)filters, err));
+    return b->ops->conv_fwd(b->ctx, w, filters, y, x, f, bias, err);
+}
+
+tw_status tw_conv_bwd_data(tw_backend *b, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
+                           tw_tensor f, tw_error *err)
+{
+    const char *op = __func__;
+    conv_sizes cs = {0};
+    TW_TRY(check_conv(op, b, w, filters, &cs, err));
+    TW_TRY(check_f32(op, "dx", dx, cs.x, err));
+    TW_TRY(check_f32(op, "dy", dy, cs.y, err));
+    TW_TRY(check_f32(op, "f", f, cs.f, err));
+    TW_TRY(check_disjoint(op, "dx", dx, cs.x, "dy", dy, cs.y, err));
+    TW_TRY(check_disjoint(op, "dx", dx, cs.x, "f", f, cs.f, err));
+    return b->ops->conv_bwd_data(b->ctx, w, filters, dx, dy, f, err);
+}
+
+tw_status tw_conv_bwd_filter(tw_backend *b, const tw_window *w, int filters, tw_tensor df,
+                             tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err)
+{
+    const char *op = __func__;
+    conv_sizes cs = {0};
+    TW_TRY(check_conv(op, b, w, filters, &cs, err));
+    TW_TRY(check_f32(op, "df", df, cs.f, err));
+    TW_TRY(check_f32(op, "dbias", dbias, (size_t)filters, err));
+    TW_TRY(check_f32(op, "x", x, cs.x, err));
+    TW_TRY(check_f32(op, "dy", dy, cs.y, err));
+    TW_TRY(check_disjoint(op, "df", df, cs.f, "x", x, cs.x, err));
+    TW_TRY(check_disjoint(op, "df", df, cs.f, "dy", dy, cs.y, err));
+    TW_TRY(check_disjoint(op, "df", df, cs.f, "dbias", dbias, (size_t)filters, err));
+    TW_TRY(check_disjoint(op, "dbias", dbias, (size_t)filters, "x", x, cs.x, err));
+    TW_TRY(check_disjoint(op, "dbias", dbias, (size_t)filters, "dy", dy, cs.y, err));
+    return b->ops->conv_bwd_filter(b->ctx, w, filters, df, dbias, x, dy, err);
+}
+
 /* A pooling window whose input indices fit the int32 argmax. */
 static tw_status check_pool(const char *op, const tw_window *w, window_sizes *sz, tw_error *err)
 {
@@ -588,6 +664,8 @@ static tw_status check_group(const char *op, tw_backend *const *towers, int n_to
     }
     return TW_OK;
 }
+
+int tw_backend_allreduce_splits(const tw_backend *b) { return b && b->ops->allreduce_split; }
 
 tw_status tw_backend_allreduce_avg(tw_backend *const *towers, int n_towers, const tw_tensor *bufs,
                                    size_t n, tw_error *err)

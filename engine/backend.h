@@ -10,7 +10,9 @@
  * argument says int32. Shapes are in each wrapper's comment.
  *
  * Thread-safety: one backend instance is used by one thread at a time (its tower's); different
- * instances may run concurrently. tw_backend_allreduce_avg is called by one thread for the whole group. */
+ * instances may run concurrently. tw_backend_allreduce_avg is called by one thread for the whole group;
+ * where the table sets allreduce_split (the CPU), calls over disjoint ranges of the buffers may also run
+ * from several threads at once (each tower's thread averaging its share). */
 #ifndef TW_BACKEND_H
 #define TW_BACKEND_H
 
@@ -119,6 +121,7 @@ struct tw_backend_ops {
                         tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err);
     tw_status (*allreduce_avg)(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
                                tw_error *err);
+    int allreduce_split; /* 1: allreduce_avg over disjoint ranges may run concurrently (host memory) */
     tw_status (*sync)(void *ctx, tw_error *err);
     /* Optional (NULL: not offered; the CPU backend offers none of them). */
     tw_status (*alloc_host)(void *ctx, size_t bytes, void **out, tw_error *err);
@@ -127,6 +130,14 @@ struct tw_backend_ops {
     tw_status (*capture_begin)(void *ctx, tw_error *err);
     tw_status (*capture_end)(void *ctx, int slot, int ok, tw_error *err);
     tw_status (*replay)(void *ctx, int slot, tw_error *err);
+    /* Optional direct convolution (NULL: the engine convolves through im2col + gemm; the CPU backend
+     * offers it through oneDNN, the CUDA backend does not). */
+    tw_status (*conv_fwd)(void *ctx, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
+                          tw_tensor f, tw_tensor bias, tw_error *err);
+    tw_status (*conv_bwd_data)(void *ctx, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
+                               tw_tensor f, tw_error *err);
+    tw_status (*conv_bwd_filter)(void *ctx, const tw_window *w, int filters, tw_tensor df,
+                                 tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err);
 };
 
 /* ---- lifecycle (backend.c) and registry (backend_reg.c: the one file that loads the CUDA module) ---- */
@@ -218,6 +229,23 @@ tw_status tw_dropout_bwd(tw_backend *b, tw_tensor dx, tw_tensor dy, size_t n, fl
 tw_status tw_im2col(tw_backend *b, const tw_window *w, tw_tensor cols, tw_tensor x, tw_error *err);
 tw_status tw_col2im(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor cols, tw_error *err);
 
+/* 1 when the backend convolves directly (tw_conv_*); else a convolution is im2col + gemm. */
+int tw_backend_has_conv(const tw_backend *b);
+
+/* Direct convolution over window w with `filters` outputs per position, bias included, activation not
+ * (tw_act_fwd follows, as after the GEMM): y[batch, out_d, out_h, out_w, filters] from
+ * x[batch, in_d, in_h, in_w, in_c], f[k_d, k_h, k_w, in_c, filters] (TensorFlow's layout) and
+ * bias[filters]; bwd_data overwrites dx (x's shape) from dy (y's shape) and f; bwd_filter overwrites
+ * df (f's shape) and dbias[filters] from x and dy. Equal to im2col + gemm + bias_add (+ bias_grad) up
+ * to float summation order. Errors: TW_ERR_UNSUPPORTED when the backend has no direct convolution; the
+ * backend's own. */
+tw_status tw_conv_fwd(tw_backend *b, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
+                      tw_tensor f, tw_tensor bias, tw_error *err);
+tw_status tw_conv_bwd_data(tw_backend *b, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
+                           tw_tensor f, tw_error *err);
+tw_status tw_conv_bwd_filter(tw_backend *b, const tw_window *w, int filters, tw_tensor df,
+                             tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err);
+
 /* y[batch, out_d, out_h, out_w, in_c] = max over each window of x; argmax (int32, same shape as y)
  * holds the flat index into x of each maximum (padding never wins). bwd: dx (zeroed first) gets dy
  * at the argmax positions. */
@@ -251,6 +279,9 @@ tw_status tw_sum_squares(tw_backend *b, tw_tensor out, tw_tensor x, size_t n, tw
  * view); then, when u->ema, ema = shadow of the new params. */
 tw_status tw_update_step(tw_backend *b, const tw_update *u, tw_tensor params, tw_tensor grads,
                          tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err);
+
+/* 1 when b's all-reduce may run over disjoint ranges from several threads at once (allreduce_split). */
+int tw_backend_allreduce_splits(const tw_backend *b);
 
 /* Every backend's bufs[i] ([n] fp32) becomes the mean over the group (all of one kind). */
 tw_status tw_backend_allreduce_avg(tw_backend *const *towers, int n_towers, const tw_tensor *bufs,

@@ -3,7 +3,7 @@
  * Owns: host buffers (aligned_alloc, 64-byte aligned), the loops around elementwise.h's per-element
  * formulas, the window walks of im2col/col2im/max-pool, the row reductions of the losses, the fused
  * update and the host all-reduce. GEMM is OpenBLAS's cblas_sgemm (a tuned, threaded library beats a
- * loop of our own); the other loops are written here because no library has them with TensorFlow's
+ * loop of our own); direct convolutions are oneDNN's (cpu_conv.c says why); the other loops are written here because no library has them with TensorFlow's
  * formulas and a summation order the CUDA backend can match. Every sum runs in a fixed order in float
  * (sum_squares in double), so results do not depend on thread timing.
  *
@@ -13,8 +13,10 @@
  * TW_ERR_NOMEM instead of the hang) and then makes that first call, on a WARM_UP-sized product, while it is.
  *
  * Does not own: argument checks (the wrappers in backend.c make them before an op runs, so the ops
- * assume valid views, sizes and windows) or threads beyond OpenBLAS's own. It is the reference the CUDA
- * backend is tested against. */
+ * assume valid views, sizes and windows) or threads beyond OpenBLAS's and oneDNN's own. It is the
+ * reference the CUDA backend is tested against: im2col and col2im stay for that (the CUDA backend
+ * convolves through them) while the engine convolves here through conv_* (summation order differs from
+ * the im2col + gemm route only as two GEMM orders do). */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
 #include "backend.h"
 
@@ -25,7 +27,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* The ops keep no per-instance state; ctx is unused. */
+#include "cpu_conv.h"
+
+/* ctx is the instance's oneDNN state (tw_cpu_conv); only the conv_* ops use it. */
 
 /* Host address of a view. */
 static float *f32(tw_tensor t) { return (float *)(void *)((char *)t.buf->data + t.offset); }
@@ -34,12 +38,13 @@ static int32_t *i32(tw_tensor t) { return (int32_t *)(void *)((char *)t.buf->dat
 
 /* ---- lifecycle and memory ---- */
 
-/* Each of `concurrent` towers gets an equal share of the cores for OpenBLAS (at least one). */
+/* Each of `concurrent` towers gets an equal share of the cores for OpenBLAS and oneDNN (at least one). */
 static void cpu_plan(int concurrent)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long share = cores > concurrent ? cores / concurrent : 1;
     openblas_set_num_threads((int)share);
+    tw_cpu_conv_threads((int)share);
 }
 
 enum {
@@ -71,11 +76,14 @@ static tw_status cpu_create(int device, void **ctx, char *name, size_t name_size
     (void)device;
     *ctx = NULL;
     TW_TRY(openblas_warm_up(err));
+    tw_cpu_conv *c;
+    TW_TRY(tw_cpu_conv_create(&c, err));
+    *ctx = c;
     snprintf(name, name_size, "cpu");
     return TW_OK;
 }
 
-static void cpu_destroy(void *ctx) { (void)ctx; }
+static void cpu_destroy(void *ctx) { tw_cpu_conv_destroy(ctx); }
 
 enum { ALIGN = 64 };
 
@@ -173,6 +181,13 @@ static tw_status cpu_bias_grad(void *ctx, tw_tensor dbias, tw_tensor dy, int row
 
 /* ---- element-wise ---- */
 
+/* for (i = 0; i < n; i++) the statement given. */
+#define ACT_LOOP(...)                                                                                \
+    do {                                                                                             \
+        for (size_t i = 0; i < n; i++)                                                               \
+            __VA_ARGS__;                                                                             \
+    } while (0)
+
 /* y[n] = act(x[n]); y may be x. */
 static tw_status cpu_act_fwd(void *ctx, tw_activation a, tw_tensor y, tw_tensor x, size_t n,
                              tw_error *err)
@@ -181,8 +196,12 @@ static tw_status cpu_act_fwd(void *ctx, tw_activation a, tw_tensor y, tw_tensor 
     (void)err;
     float *py = f32(y);
     const float *px = f32(x);
-    for (size_t i = 0; i < n; i++)
-        py[i] = tw_activate(a, px[i]);
+    switch (a) { /* one loop per activation, so each vectorises (the same formula per element) */
+    case TW_ACT_RELU: ACT_LOOP(py[i] = tw_activate(TW_ACT_RELU, px[i])); break;
+    case TW_ACT_TANH: ACT_LOOP(py[i] = tw_activate(TW_ACT_TANH, px[i])); break;
+    case TW_ACT_SIGMOID: ACT_LOOP(py[i] = tw_activate(TW_ACT_SIGMOID, px[i])); break;
+    default: ACT_LOOP(py[i] = tw_activate(TW_ACT_NONE, px[i])); break;
+    }
     return TW_OK;
 }
 
@@ -194,8 +213,12 @@ static tw_status cpu_act_bwd(void *ctx, tw_activation a, tw_tensor dx, tw_tensor
     (void)err;
     float *pdx = f32(dx);
     const float *pdy = f32(dy), *py = f32(y);
-    for (size_t i = 0; i < n; i++)
-        pdx[i] = tw_activate_grad(a, pdy[i], py[i]);
+    switch (a) {
+    case TW_ACT_RELU: ACT_LOOP(pdx[i] = tw_activate_grad(TW_ACT_RELU, pdy[i], py[i])); break;
+    case TW_ACT_TANH: ACT_LOOP(pdx[i] = tw_activate_grad(TW_ACT_TANH, pdy[i], py[i])); break;
+    case TW_ACT_SIGMOID: ACT_LOOP(pdx[i] = tw_activate_grad(TW_ACT_SIGMOID, pdy[i], py[i])); break;
+    default: ACT_LOOP(pdx[i] = tw_activate_grad(TW_ACT_NONE, pdy[i], py[i])); break;
+    }
     return TW_OK;
 }
 
@@ -371,6 +394,30 @@ static tw_status cpu_maxpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw
         pdx[pa[j]] += pdy[j];
     return TW_OK;
 }
+
+/* ---- direct convolution (oneDNN 2.x, when CMake found it: TW_HAVE_DNNL, engine/CMakeLists.txt) ---- */
+
+#ifdef TW_HAVE_DNNL
+
+static tw_status cpu_conv_fwd(void *ctx, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
+                              tw_tensor f, tw_tensor bias, tw_error *err)
+{
+    return tw_cpu_conv_run(ctx, TW_CONV_FWD, w, filters, f32(x), f32(f), f32(y), f32(bias), err);
+}
+
+static tw_status cpu_conv_bwd_data(void *ctx, const tw_window *w, int filters, tw_tensor dx,
+                                   tw_tensor dy, tw_tensor f, tw_error *err)
+{
+    return tw_cpu_conv_run(ctx, TW_CONV_BWD_DATA, w, filters, f32(dy), f32(f), f32(dx), NULL, err);
+}
+
+static tw_status cpu_conv_bwd_filter(void *ctx, const tw_window *w, int filters, tw_tensor df,
+                                     tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err)
+{
+    return tw_cpu_conv_run(ctx, TW_CONV_BWD_FILTER, w, filters, f32(x), f32(dy), f32(df), f32(dbias),
+                           err);
+}
+#endif
 
 /* ---- losses ---- */
 
@@ -583,5 +630,11 @@ const tw_backend_ops tw_cpu_backend_ops = {
     .sum_squares = cpu_sum_squares,
     .update = cpu_update,
     .allreduce_avg = cpu_allreduce_avg,
+    .allreduce_split = 1, /* each call touches only its range, summed in the same order */
     .sync = cpu_sync,
+#ifdef TW_HAVE_DNNL /* without it the engine convolves through im2col + gemm (model.c) */
+    .conv_fwd = cpu_conv_fwd,
+    .conv_bwd_data = cpu_conv_bwd_data,
+    .conv_bwd_filter = cpu_conv_bwd_filter,
+#endif
 };

@@ -27,7 +27,8 @@ typedef enum {
     TW_MEM_GRADS,       /* the gradient arena */
     TW_MEM_SLOTS,       /* the optimizer's slots: none (SGD), 1 arena (momentum), 2 (Adam) */
     TW_MEM_EMA,         /* the EMA shadows (always held: evaluation and checkpoints read them) */
-    TW_MEM_ACTIVATIONS, /* layer outputs and their gradients, conv columns, pool argmax */
+    TW_MEM_ACTIVATIONS, /* layer outputs and their gradients, conv columns (the CPU, which convolves
+                           directly, holds none: an upper bound there), pool argmax */
     TW_MEM_BATCH,       /* the device batch: inputs, labels, losses, probabilities */
     /* on the host */
     TW_MEM_HOST_COPIES, /* the trainer's 4 host arenas and a checkpoint read on resume */

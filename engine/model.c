@@ -2,8 +2,9 @@
  *
  * Shapes are tracked per example as [d, h, w, c] (spatial; 2-D images have d = 1) or [n] (flat).
  * Every layer has an output view and an output-gradient view; flatten aliases its input's, so it costs
- * nothing. A convolution is im2col + one GEMM (weights [kd, kh, kw, in_c, filters] flattened to
- * [K, filters], K = kd*kh*kw*in_c, channel fastest, as TensorFlow's HWIO layout). */
+ * nothing. A convolution is the backend's direct convolution where it has one (the CPU's oneDNN), else
+ * im2col + one GEMM (weights [kd, kh, kw, in_c, filters] flattened to [K, filters], K = kd*kh*kw*in_c,
+ * channel fastest, as TensorFlow's HWIO layout); tw_replica_size_of counts the columns either way. */
 #include "model.h"
 
 #include <limits.h>
@@ -484,7 +485,8 @@ tw_status tw_replica_size_of(const tw_model *m, int batch, tw_replica_size *out,
     for (int i = 0; i < m->n_layers; i++) {
         uint64_t act, work;
         if (!layer_floats(&m->layers[i], (int)rows, &act, &work) ||
-            !add_buffers(&out->activations, act, 2) || !add_buffers(&out->activations, work, 1))
+            !add_buffers(&out->activations, act, 2) || !add_buffers(&out->activations, work, 1) ||
+            (m->layers[i].k_cols && !add_buffers(&out->columns, work, 1)))
             return layer_error(err, i, &m->layers[i], "too large for this batch_size (over 2^31 - 1 "
                                "GEMM rows, or over 2^64 bytes)");
     }
@@ -522,6 +524,8 @@ static tw_status alloc_layer(tw_replica *r, int i, tw_error *err)
     TW_TRY(alloc_floats(r, act, &s->dout_buf, err));
     s->out = tw_tensor_of(s->out_buf);
     s->dout = tw_tensor_of(s->dout_buf);
+    if (l->k_cols && tw_backend_has_conv(r->b))
+        return TW_OK; /* a direct convolution needs no columns */
     return work ? alloc_floats(r, work, &s->work, err) : TW_OK; /* int32 argmax: same byte size */
 }
 
@@ -639,12 +643,17 @@ static tw_status conv_fwd(tw_replica *r, const layer *l, int i, int rows, tw_ten
                           tw_error *err)
 {
     tw_window w = window_for(l, rows);
-    tw_tensor cols = tw_tensor_of(r->ls[i].work), y = r->ls[i].out;
+    tw_tensor y = r->ls[i].out, f = param_view(r, base, l->w_param), bias = param_view(r, base,
+                                                                                        l->b_param);
     int R = rows * l->out_spatial, F = l->cfg->filters;
-    TW_TRY(tw_im2col(r->b, &w, cols, layer_input(r, i), err));
-    TW_TRY(tw_gemm(r->b, 0, 0, R, F, l->k_cols, 1.0f, cols, param_view(r, base, l->w_param), 0.0f,
-                   y, err));
-    TW_TRY(tw_bias_add(r->b, y, param_view(r, base, l->b_param), R, F, err));
+    if (tw_backend_has_conv(r->b)) {
+        TW_TRY(tw_conv_fwd(r->b, &w, F, y, layer_input(r, i), f, bias, err));
+    } else {
+        tw_tensor cols = tw_tensor_of(r->ls[i].work);
+        TW_TRY(tw_im2col(r->b, &w, cols, layer_input(r, i), err));
+        TW_TRY(tw_gemm(r->b, 0, 0, R, F, l->k_cols, 1.0f, cols, f, 0.0f, y, err));
+        TW_TRY(tw_bias_add(r->b, y, bias, R, F, err));
+    }
     return tw_act_fwd(r->b, l->cfg->activation, y, y, (size_t)R * F, err);
 }
 
@@ -713,15 +722,33 @@ static tw_status dense_bwd(tw_replica *r, const layer *l, int i, int rows, tw_er
                    l->w_param), 0.0f, r->ls[i - 1].dout, err);
 }
 
+/* conv_bwd through the backend's direct convolution: filter and bias gradients in one pass, then (unless
+ * first) the input gradient. */
+static tw_status conv_bwd_direct(tw_replica *r, const layer *l, int i, const tw_window *w,
+                                 tw_error *err)
+{
+    tw_tensor dz = r->ls[i].dout;
+    int F = l->cfg->filters;
+    tw_tensor grads = tw_replica_grads(r);
+    TW_TRY(tw_conv_bwd_filter(r->b, w, F, param_view(r, grads, l->w_param),
+                              param_view(r, grads, l->b_param), layer_input(r, i), dz, err));
+    if (!needs_input_grad(r->m, i))
+        return TW_OK;
+    return tw_conv_bwd_data(r->b, w, F, r->ls[i - 1].dout, dz,
+                            param_view(r, tw_replica_params(r), l->w_param), err);
+}
+
 static tw_status conv_bwd(tw_replica *r, const layer *l, int i, int rows, tw_error *err)
 {
     tw_window w = window_for(l, rows);
     tw_tensor dz = r->ls[i].dout, cols = tw_tensor_of(r->ls[i].work), grads = tw_replica_grads(r);
     int R = rows * l->out_spatial, F = l->cfg->filters, K = l->k_cols;
     TW_TRY(tw_act_bwd(r->b, l->cfg->activation, dz, dz, r->ls[i].out, (size_t)R * F, err));
+    if (tw_backend_has_conv(r->b))
+        return conv_bwd_direct(r, l, i, &w, err);
+    TW_TRY(tw_bias_grad(r->b, param_view(r, grads, l->b_param), dz, R, F, err));
     TW_TRY(tw_gemm(r->b, 1, 0, K, F, R, 1.0f, cols, dz, 0.0f, param_view(r, grads, l->w_param),
                    err));
-    TW_TRY(tw_bias_grad(r->b, param_view(r, grads, l->b_param), dz, R, F, err));
     if (!needs_input_grad(r->m, i))
         return TW_OK;
     TW_TRY(tw_gemm(r->b, 0, 1, R, K, F, 1.0f, dz, param_view(r, tw_replica_params(r), l->w_param),

@@ -76,11 +76,14 @@ tw_status tw_replica_create(const tw_model *m, tw_backend *b, int batch, tw_repl
 void tw_replica_destroy(tw_replica *r); /* NULL-safe */
 
 /* What tw_replica_create(m, b, batch) allocates on its backend, in bytes, computed without allocating
- * (the same rule the allocation follows). Errors: TW_ERR_INVALID when a size passes 2^64 bytes. */
+ * (the same rule the allocation follows), on a backend that convolves through im2col; one with a direct
+ * convolution (tw_backend_has_conv) holds `columns` bytes less. Errors: TW_ERR_INVALID when a size
+ * passes 2^64 bytes. */
 typedef struct {
     uint64_t arena;       /* one arena: [tw_model_param_floats] fp32 */
     int arenas;           /* arenas held: params, grads, EMA, and the optimizer's 0, 1 or 2 slots */
     uint64_t activations; /* every layer's output and its gradient, conv columns, pool argmax */
+    uint64_t columns;     /* the conv columns within activations */
     uint64_t batch;       /* inputs, labels, per-example losses, probabilities */
 } tw_replica_size;
 tw_status tw_replica_size_of(const tw_model *m, int batch, tw_replica_size *out, tw_error *err);

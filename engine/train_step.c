@@ -1,9 +1,9 @@
 /* train_step.c — the training step's mechanics and the bench. See train_step.h.
  *
  * One step: the caller puts towers × batch_size examples in the host batch; tower t runs forward and
- * backward on its slice (on its own thread when there are several); the gradient arenas are averaged
- * across towers; every tower applies the same fused update (optimizer + L2 + EMA), so the replicas stay
- * identical. Everything random is a function of (seed, step, tower). tw_train_bench runs the same step
+ * backward on its slice (on its own persistent thread when there are several: tower_pool.h); the
+ * gradient arenas are averaged across towers; every tower applies the same fused update (optimizer + L2
+ * + EMA), so the replicas stay identical. Everything random is a function of (seed, step, tower). tw_train_bench runs the same step
  * on a synthetic batch, without input or output, and times it and its all-reduce between syncs of every
  * tower.
  *
@@ -22,11 +22,11 @@
 #include "train_step.h"
 
 #include <math.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "child.h"
+#include "tower_pool.h"
 #include "trainer.h"
 
 static double now(void) { return tw_child_now(); }
@@ -129,6 +129,8 @@ tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
         TW_TRY(tw_replica_create(T->m, T->b[t], T->c->batch_size, &T->r[t], err));
     }
     T->graphs = T->c->cuda_graphs && tw_backend_has_graphs(T->b[0]);
+    if (T->n > 1)
+        TW_TRY(tw_tower_pool_create(T->n, &T->pool, err));
     TW_TRY(alloc_batches(T, err));
     return tw_backend_alloc(T->b[0], sizeof(float), &T->scalar, err);
 }
@@ -156,6 +158,7 @@ tw_status tw_towers_init_params(tw_towers *T, tw_error *err)
 
 void tw_towers_destroy(tw_towers *T)
 {
+    tw_tower_pool_destroy(T->pool);
     for (int t = 0; t < T->n; t++)
         tw_replica_destroy(T->r[t]);
     if (T->b[0])
@@ -175,13 +178,17 @@ void tw_towers_destroy(tw_towers *T)
 typedef tw_status (*tower_fn)(tw_towers *T, int t, double *out, tw_error *err);
 
 typedef struct {
-    tw_towers *T;
-    int t;
-    tower_fn fn;
     double out;
     tw_status status;
     tw_error err;
 } tower_job;
+
+/* One phase on every tower: fn, and each tower's result. */
+typedef struct {
+    tw_towers *T;
+    tower_fn fn;
+    tower_job jobs[TW_MAX_TOWERS];
+} tower_phase;
 
 static uint64_t dropout_seed(const tw_towers *T, int t)
 {
@@ -243,39 +250,33 @@ static tw_status tower_update(tw_towers *T, int t, double *unused, tw_error *err
     return on_device(T, t, GRAPH_UPDATE, apply_update, err);
 }
 
-static void *tower_main(void *arg)
+static void tower_main(void *arg, int t)
 {
-    tower_job *j = arg;
-    j->status = j->fn(j->T, j->t, &j->out, &j->err);
-    return NULL;
+    tower_phase *ph = arg;
+    tower_job *j = &ph->jobs[t];
+    j->status = ph->fn(ph->T, t, &j->out, &j->err);
 }
 
-/* Runs fn on every tower, each on its own thread when there are several; *sum = the outputs' sum. */
+/* Runs fn on every tower, each on its own thread of T->pool when there are several; *sum = the
+ * outputs' sum. */
 static tw_status for_each_tower(tw_towers *T, tower_fn fn, double *sum, tw_error *err)
 {
-    tower_job jobs[TW_MAX_TOWERS];
-    pthread_t threads[TW_MAX_TOWERS];
-    int started[TW_MAX_TOWERS] = {0};
-    for (int t = 0; t < T->n; t++) {
-        jobs[t] = (tower_job){.T = T, .t = t, .fn = fn};
-        tw_error_clear(&jobs[t].err);
-        if (t > 0)
-            started[t] = pthread_create(&threads[t], NULL, tower_main, &jobs[t]) == 0;
-        if (t > 0 && !started[t])
-            tower_main(&jobs[t]);
-    }
-    tower_main(&jobs[0]);
+    tower_phase ph = {.T = T, .fn = fn};
+    for (int t = 0; t < T->n; t++)
+        tw_error_clear(&ph.jobs[t].err);
+    if (T->pool)
+        tw_tower_pool_run(T->pool, tower_main, &ph);
+    else
+        tower_main(&ph, 0);
     tw_status s = TW_OK;
     *sum = 0;
     for (int t = 0; t < T->n; t++) {
-        if (started[t])
-            pthread_join(threads[t], NULL);
-        if (jobs[t].status != TW_OK && s == TW_OK) {
-            s = jobs[t].status;
+        if (ph.jobs[t].status != TW_OK && s == TW_OK) {
+            s = ph.jobs[t].status;
             if (err)
-                *err = jobs[t].err;
+                *err = ph.jobs[t].err;
         }
-        *sum += jobs[t].out;
+        *sum += ph.jobs[t].out;
     }
     return s;
 }
@@ -326,14 +327,32 @@ static tw_status synced(tw_towers *T, phase_fn fn, double *out, double *seconds,
     return TW_OK;
 }
 
-/* Every tower's gradient arena becomes the mean over the towers. */
+/* Averages values [lo, hi) of every tower's gradient arena over the towers. */
+static tw_status average_range(tw_towers *T, size_t lo, size_t hi, tw_error *err)
+{
+    tw_tensor grads[TW_MAX_TOWERS];
+    for (int t = 0; t < T->n; t++)
+        grads[t] = tw_tensor_at(tw_replica_grads(T->r[t]), lo);
+    return hi > lo ? tw_backend_allreduce_avg(T->b, T->n, grads, hi - lo, err) : TW_OK;
+}
+
+/* Tower t's share of the all-reduce: its 1/n of the arena. */
+static tw_status tower_average(tw_towers *T, int t, double *unused, tw_error *err)
+{
+    *unused = 0;
+    return average_range(T, T->P * (size_t)t / (size_t)T->n, T->P * (size_t)(t + 1) / (size_t)T->n,
+                         err);
+}
+
+/* Every tower's gradient arena becomes the mean over the towers: split across the towers' threads where
+ * the backend allows it (the CPU: every value is summed in the same order either way), else in one
+ * call for the group. */
 static tw_status average_gradients(tw_towers *T, double *unused, tw_error *err)
 {
     *unused = 0;
-    tw_tensor grads[TW_MAX_TOWERS];
-    for (int t = 0; t < T->n; t++)
-        grads[t] = tw_replica_grads(T->r[t]);
-    return tw_backend_allreduce_avg(T->b, T->n, grads, T->P, err);
+    if (T->pool && tw_backend_allreduce_splits(T->b[0]))
+        return for_each_tower(T, tower_average, unused, err);
+    return average_range(T, 0, T->P, err);
 }
 
 void tw_towers_next_batch(tw_towers *T)

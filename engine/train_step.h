@@ -41,6 +41,7 @@ typedef struct {
     tw_update update;               /* the update of the step in progress */
     int bench;                      /* one batch buffer, filled once; the all-reduce timed */
     double allreduce_time;          /* bench: seconds of this step's all-reduce, between syncs */
+    struct tw_tower_pool *pool;     /* owned: the towers' threads (NULL with one tower) */
 } tw_towers;
 
 /* Creates c's model into T (no device touched): m, n, in_size, P, label_values. Errors: TW_ERR_INVALID

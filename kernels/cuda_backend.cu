@@ -477,6 +477,7 @@ extern "C" const tw_backend_ops tw_cuda_backend_ops = {
     .sum_squares = tw_cuda_sum_squares,
     .update = tw_cuda_update,
     .allreduce_avg = tw_cuda_allreduce_avg,
+    .allreduce_split = 0, /* NCCL: one call for the whole group */
     .sync = cuda_sync,
     .alloc_host = cuda_alloc_host,
     .free_host = cuda_free_host,
@@ -484,4 +485,7 @@ extern "C" const tw_backend_ops tw_cuda_backend_ops = {
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .replay = cuda_replay,
+    .conv_fwd = nullptr, /* the engine convolves through im2col + cuBLAS */
+    .conv_bwd_data = nullptr,
+    .conv_bwd_filter = nullptr,
 };

@@ -8,7 +8,14 @@ for the benchmark's own commands (never in tests or CI). The OpenBLAS core in us
 
 Each side runs --repeat times; the best run is reported (this VM's timings are noisy).
 
+--cnn instead compares the Fashion CNN (examples/fashion_cnn.json, batch 100): `tower bench` of its step
+(1 and 2 towers, synthetic data) against the same model in TensorFlow with the seeds' tf.data input
+(tf_fashion_cnn.py), alternating Tower and TensorFlow, --repeat rounds, under both OpenBLAS kernels (the
+machine's preset OPENBLAS_CORETYPE, Haswell where none is set, then unset); examples/s, the ratio (Tower's
+better tower count over TensorFlow) and peak RSS per round.
+
 usage: python tests/bench/bench_train.py [--build build] [--steps 3000] [--repeat 3] [--native]
+       python tests/bench/bench_train.py --cnn [--build build] [--steps 100] [--repeat 3]
 """
 import argparse
 import json
@@ -74,13 +81,47 @@ def tower_rate(tower, cfg, logdir, env):
     return sorted(rates[1:])[len(rates[1:]) // 2]  # median, the first report excluded (warm-up)
 
 
+def tower_cnn(tower, steps, env):
+    """{towers: examples/s} of `tower bench` on the Fashion CNN, and its peak RSS (MiB)."""
+    cmd = [tower, "bench", "--config", ROOT / "examples" / "fashion_cnn.json", "--backend", "cpu",
+           "--towers", "1", "--towers", "2", "--steps", steps, "--warmup", 5, "--json"]
+    proc = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, env=env)
+    out = proc.stdout.read()
+    _, status, ru = os.wait4(proc.pid, 0)
+    if status:
+        sys.exit(f"failed: {' '.join(map(str, cmd))}")
+    rates = {r["towers"]: r["examples_per_s"] for r in json.loads(out)["results"]}
+    return rates, ru.ru_maxrss / 1024
+
+
+def cnn_main(a, env, tower, train):
+    """The Fashion CNN, Tower and TensorFlow alternately, per OpenBLAS kernel and round."""
+    preset = env.get("OPENBLAS_CORETYPE") or "Haswell"  # these machines' preset
+    unset = {k: v for k, v in env.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+    kernels = [(preset, dict(env, OPENBLAS_CORETYPE=preset)), ("unset", unset)]
+    print("| OpenBLAS kernel | round | tower 1 ex/s | tower 2 ex/s | TensorFlow ex/s | ratio (best) | "
+          "tower peak MiB | TF peak MiB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, kenv in kernels:
+        for i in range(a.repeat):
+            ours, rss = tower_cnn(tower, a.steps, kenv)
+            tf = json.loads(run([sys.executable, HERE / "tf_fashion_cnn.py", train, a.steps], kenv)[0]
+                            .strip().splitlines()[-1])
+            best = max(ours.values())
+            print(f"| {name} | {i + 1} | {ours[1]:,.0f} | {ours[2]:,.0f} | "
+                  f"{tf['examples_per_sec']:,.0f} | {best / tf['examples_per_sec']:.2f}x | {rss:.0f} | "
+                  f"{tf['peak_rss_mib']:.0f} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=str(ROOT / "build"))
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=None, help="3000 (MLP) or 100 (--cnn)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--native", action="store_true")
+    ap.add_argument("--cnn", action="store_true")
     a = ap.parse_args()
+    a.steps = a.steps or (100 if a.cnn else 3000)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     if a.native:
         env.pop("OPENBLAS_CORETYPE", None)
@@ -91,6 +132,8 @@ def main():
     train = tmp / "train.tfrecord"
     run([tower, "convert", "--images", FASHION / "train-images-idx3-ubyte.gz", "--labels",
          FASHION / "train-labels-idx1-ubyte.gz", "-o", train], env)
+    if a.cnn:
+        return cnn_main(a, env, tower, train)
     seed = json.loads((ROOT / "examples" / "seed_mlp.json").read_text())
     seed["dataset"]["train"] = str(train)
     seed["dataset"].pop("test")

@@ -423,17 +423,28 @@ typedef struct {
     int filters;
     float *x; /* [batch, in_d, in_h, in_w, in_c] */
     float *f; /* [k_d * k_h * k_w * in_c, filters] (TensorFlow's [k_d, k_h, k_w, in_c, filters]) */
+    float *b; /* [filters] bias */
     float *r; /* [rows, filters]: the loss is <y, r> */
+    int direct; /* 1: the backend's direct convolution (tw_conv_*); 0: im2col + gemm */
 } conv_case;
 
-/* y[rows, filters] = im2col(x) f through the backend. */
+/* y[rows, filters] = conv(x, f) + b through the backend: tw_conv_fwd or im2col(x) f + bias_add. */
 static void conv_fwd(const conv_case *c, float *y)
 {
     size_t rows = win_rows(&c->w), k = win_taps(&c->w) * (size_t)c->w.in_c;
     tw_buffer *x = dev_from(c->x, win_x(&c->w)), *f = dev_from(c->f, k * c->filters);
     tw_buffer *cols = dev_new(rows * k), *yb = dev_new(rows * c->filters);
-    OK(tw_im2col(B, &c->w, view(cols), view(x), &E));
-    OK(tw_gemm(B, 0, 0, (int)rows, c->filters, (int)k, 1.0f, view(cols), view(f), 0.0f, view(yb), &E));
+    tw_buffer *bb = dev_from(c->b, (size_t)c->filters);
+    if (c->direct) {
+        dev_fill_nan(yb, rows * c->filters); /* overwritten */
+        OK(tw_conv_fwd(B, &c->w, c->filters, view(yb), view(x), view(f), view(bb), &E));
+    } else {
+        OK(tw_im2col(B, &c->w, view(cols), view(x), &E));
+        OK(tw_gemm(B, 0, 0, (int)rows, c->filters, (int)k, 1.0f, view(cols), view(f), 0.0f, view(yb),
+                   &E));
+        OK(tw_bias_add(B, view(yb), view(bb), (int)rows, c->filters, &E));
+    }
+    tw_backend_free(B, bb);
     dev_read(y, yb, rows * c->filters);
     tw_backend_free(B, x);
     tw_backend_free(B, f);
@@ -459,7 +470,7 @@ static void conv_ref(const conv_case *c, double *y)
     int F = c->filters, C = w->in_c;
     for (size_t row = 0; row < win_rows(w); row++)
         for (int fo = 0; fo < F; fo++) {
-            double s = 0.0;
+            double s = c->b[fo];
             for (size_t t = 0; t < win_taps(w); t++) {
                 long at = ref_tap(w, row, t);
                 for (int ch = 0; at >= 0 && ch < C; ch++)
@@ -469,46 +480,83 @@ static void conv_ref(const conv_case *c, double *y)
         }
 }
 
-/* Convolution forward against the direct formula; dx = col2im(dy f^T) and df = im2col(x)^T dy against
- * finite differences. */
-static void check_conv(tw_window w, int filters)
+/* The input, filter and bias gradients of conv_fwd for output gradient dy: tw_conv_bwd_data/filter,
+ * or dx = col2im(dy f^T), df = im2col(x)^T dy and bias_grad. */
+static void conv_bwd(const conv_case *c, tw_buffer *x, tw_buffer *f, tw_buffer *dy, tw_buffer *dx,
+                     tw_buffer *df, tw_buffer *db)
 {
-    conv_case c = {.w = w, .filters = filters};
+    const tw_window *w = &c->w;
+    size_t rows = win_rows(w), k = win_taps(w) * (size_t)w->in_c;
+    if (c->direct) {
+        dev_fill_nan(dx, win_x(w)); /* all overwrite */
+        dev_fill_nan(df, k * c->filters);
+        dev_fill_nan(db, (size_t)c->filters);
+        OK(tw_conv_bwd_filter(B, w, c->filters, view(df), view(db), view(x), view(dy), &E));
+        OK(tw_conv_bwd_data(B, w, c->filters, view(dx), view(dy), view(f), &E));
+        return;
+    }
+    OK(tw_bias_grad(B, view(db), view(dy), (int)rows, c->filters, &E));
+    tw_buffer *cols = dev_new(rows * k), *dcols = dev_new(rows * k);
+    OK(tw_im2col(B, w, view(cols), view(x), &E));
+    OK(tw_gemm(B, 1, 0, (int)k, c->filters, (int)rows, 1.0f, view(cols), view(dy), 0.0f, view(df),
+               &E));
+    OK(tw_gemm(B, 0, 1, (int)rows, (int)k, c->filters, 1.0f, view(dy), view(f), 0.0f, view(dcols),
+               &E));
+    OK(tw_col2im(B, w, view(dx), view(dcols), &E));
+    tw_backend_free(B, cols);
+    tw_backend_free(B, dcols);
+}
+
+/* Convolution forward against the direct formula, its input, filter and bias gradients against finite
+ * differences, by one route. */
+static void check_conv_route(tw_window w, int filters, int direct)
+{
+    conv_case c = {.w = w, .filters = filters, .direct = direct};
     size_t rows = win_rows(&w), k = win_taps(&w) * (size_t)w.in_c, nx = win_x(&w);
     size_t nf = k * filters, ny = rows * filters;
     c.x = floats(nx);
     c.f = floats(nf);
+    c.b = floats((size_t)filters);
     c.r = floats(ny);
     fill(c.x, nx, -1, 1);
     fill(c.f, nf, -1, 1);
+    fill(c.b, (size_t)filters, -1, 1);
     fill(c.r, ny, -1, 1);
-    float *y = floats(ny), *gx = floats(nx), *gf = floats(nf);
+    float *y = floats(ny), *gx = floats(nx), *gf = floats(nf), *gb = floats((size_t)filters);
     double *want = calloc(ny, sizeof *want);
     conv_fwd(&c, y);
     conv_ref(&c, want);
     assert_all_near(y, want, ny, 1e-5, 1e-5, "conv y");
 
     tw_buffer *x = dev_from(c.x, nx), *f = dev_from(c.f, nf), *dy = dev_from(c.r, ny);
-    tw_buffer *cols = dev_new(rows * k), *dcols = dev_new(rows * k), *dx = dev_new(nx),
-              *df = dev_new(nf);
-    OK(tw_im2col(B, &w, view(cols), view(x), &E));
-    OK(tw_gemm(B, 1, 0, (int)k, filters, (int)rows, 1.0f, view(cols), view(dy), 0.0f, view(df), &E));
-    OK(tw_gemm(B, 0, 1, (int)rows, (int)k, filters, 1.0f, view(dy), view(f), 0.0f, view(dcols), &E));
-    OK(tw_col2im(B, &w, view(dx), view(dcols), &E));
+    tw_buffer *dx = dev_new(nx), *df = dev_new(nf), *db = dev_new((size_t)filters);
+    conv_bwd(&c, x, f, dy, dx, df, db);
     dev_read(gx, dx, nx);
     dev_read(gf, df, nf);
-    check_fd("conv dx", c.x, nx, gx, conv_loss, &c);
-    check_fd("conv df", c.f, nf, gf, conv_loss, &c);
-    tw_buffer *bufs[] = {x, f, dy, cols, dcols, dx, df};
-    for (size_t i = 0; i < 7; i++)
+    dev_read(gb, db, (size_t)filters);
+    check_fd(direct ? "direct conv dx" : "conv dx", c.x, nx, gx, conv_loss, &c);
+    check_fd(direct ? "direct conv df" : "conv df", c.f, nf, gf, conv_loss, &c);
+    check_fd(direct ? "direct conv db" : "conv db", c.b, (size_t)filters, gb, conv_loss, &c);
+    tw_buffer *bufs[] = {x, f, dy, dx, df, db};
+    for (size_t i = 0; i < 6; i++)
         tw_backend_free(B, bufs[i]);
     free(c.x);
     free(c.f);
+    free(c.b);
     free(c.r);
     free(y);
     free(gx);
     free(gf);
+    free(gb);
     free(want);
+}
+
+/* check_conv_route by both routes (the CPU backend has the direct one). */
+static void check_conv(tw_window w, int filters)
+{
+    assert_true(tw_backend_has_conv(B));
+    check_conv_route(w, filters, 0);
+    check_conv_route(w, filters, 1);
 }
 
 /* 2-D SAME at stride 2, k3: 6x7 -> 3x4 (h pads 0 before and 1 after, w 1 and 1), and the transpose
@@ -539,6 +587,21 @@ static void test_conv3d_valid(void **state)
     assert_int_equal(w.out_h, 2);
     assert_int_equal(w.out_w, 3);
     check_conv(w, 3);
+}
+
+/* 3-D SAME at stride 2 (asymmetric padding in d, h and w): 5x6x5 k3 -> 3x3x3; 2-D VALID at stride 2
+ * that leaves a row and a column of the input over: 7x8 k2 -> 3x4 (the last row unused). */
+static void test_conv_same3d_valid_leftover(void **state)
+{
+    (void)state;
+    tw_window w = window3d(1, 5, 6, 5, 2, 3, 3, 3, 2, 1);
+    assert_int_equal(w.out_d, 3);
+    assert_int_equal(w.out_h, 3);
+    check_conv(w, 4);
+    w = window2d(2, 7, 8, 3, 2, 2, 0);
+    assert_int_equal(w.out_h, 3);
+    assert_int_equal(w.out_w, 4);
+    check_conv(w, 5);
 }
 
 /* <im2col(x), c> == <x, col2im(c)> for padded, strided, 2-D and 3-D windows; col2im zeroes dx first. */
@@ -1191,6 +1254,7 @@ int main(void)
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_conv2d_same_stride2),
         cmocka_unit_test(test_conv3d_valid),
+        cmocka_unit_test(test_conv_same3d_valid_leftover),
         cmocka_unit_test(test_col2im_adjoint),
         cmocka_unit_test(test_maxpool2d),
         cmocka_unit_test(test_maxpool3d),

@@ -1,0 +1,343 @@
+/* cpu_conv.c — the CPU backend's convolutions through oneDNN. See cpu_conv.h.
+ *
+ * Why a library: oneDNN's JIT kernels (the ones TensorFlow and PyTorch run on CPUs) convolve without
+ * materialising im2col's columns and use every core in each direction; a loop of our own would be the
+ * im2col + sgemm this replaces, at half of TensorFlow's speed on the Fashion CNN (issue 13).
+ *
+ * Primitives: forward (prop forward_training, with the bias), backward data and backward weights (with the
+ * bias gradient, from the same pass over dy), each described with
+ * the activations in NHWC / NDHWC as they lie and the filters in the layout the primitive prefers
+ * (format "any"); a cached reorder turns Tower's DHWIO filters into it (forward, backward data) or the
+ * primitive's filter gradient back into DHWIO (backward weights). A 2-D window (depth 1 throughout) is
+ * described in 2-D. Padding: pad_* before, and after whatever completes the last window (never
+ * negative: a VALID window that leaves input over drops it, as oneDNN's floor division does).
+ * Scratchpads are user-managed, one per cached primitive, so instances never share memory.
+ *
+ * Determinism: for a fixed thread count and machine, oneDNN's CPU convolutions split the work and reduce
+ * partial filter gradients in a fixed order, so a step gives the same bits run to run (bit-exact resume,
+ * test_trainer.c). Threads: Debian's libdnnl runs on OpenMP (libgomp), whose thread count is per calling
+ * thread; each call sets it to tw_cpu_conv_threads' value through the omp_set_num_threads of the runtime
+ * libdnnl loaded (found with dlsym, so the engine links no OpenMP runtime of its own, which with clang
+ * would be a second one). */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
+#include "cpu_conv.h"
+
+#include <dlfcn.h>
+#include <dnnl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { CACHE_MAX = 64 }; /* primitives one instance keeps: 3 per conv layer and batch size */
+
+typedef struct entry {
+    tw_window w;
+    int filters;
+    tw_conv_dir dir;
+    dnnl_primitive_t prim;
+    dnnl_primitive_t reorder;  /* filters DHWIO <-> the primitive's layout; NULL when they agree */
+    dnnl_memory_t a, out;      /* the activation arguments (handles set per call) */
+    dnnl_memory_t user_f;      /* the filters (or their gradient) in DHWIO, handle set per call */
+    dnnl_memory_t prim_f;      /* the same in the primitive's layout (== user_f when they agree) */
+    dnnl_memory_t b;           /* BWD_FILTER: dy; else NULL (b is the filters) */
+    dnnl_memory_t bias;        /* FWD: the bias, BWD_FILTER: its gradient; else NULL */
+    dnnl_memory_t scratch;     /* NULL when the primitive needs none */
+    void *prim_f_buf, *scratch_buf; /* owned */
+    struct entry *next;
+} entry;
+
+struct tw_cpu_conv {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    entry *cache; /* most recently created first */
+    int cached;
+};
+
+static atomic_int conv_threads;
+
+void tw_cpu_conv_threads(int threads) { atomic_store(&conv_threads, threads); }
+
+/* Sets this thread's OpenMP team size for oneDNN (no-op before tw_cpu_conv_threads or without OpenMP). */
+static void apply_threads(void)
+{
+    static void (*set_num)(int);
+    static atomic_int looked;
+    int n = atomic_load(&conv_threads);
+    if (n <= 0)
+        return;
+    if (!atomic_load(&looked)) {
+        *(void **)&set_num = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
+        atomic_store(&looked, 1);
+    }
+    if (set_num)
+        set_num(n);
+}
+
+#define DN(call)                                                                                     \
+    do {                                                                                             \
+        dnnl_status_t st_ = (call);                                                                  \
+        if (st_ != dnnl_success)                                                                     \
+            return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "oneDNN: %s failed (status %d)",    \
+                                #call, (int)st_);                                                    \
+    } while (0)
+
+tw_status tw_cpu_conv_create(tw_cpu_conv **out, tw_error *err)
+{
+    tw_cpu_conv *c = calloc(1, sizeof *c);
+    if (!c)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: out of memory for oneDNN state");
+    dnnl_status_t st = dnnl_engine_create(&c->engine, dnnl_cpu, 0);
+    if (st == dnnl_success)
+        st = dnnl_stream_create(&c->stream, c->engine, dnnl_stream_default_flags);
+    if (st != dnnl_success) {
+        tw_cpu_conv_destroy(c);
+        return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "oneDNN: no CPU engine (status %d)", st);
+    }
+    *out = c;
+    return TW_OK;
+}
+
+static void entry_destroy(entry *e)
+{
+    dnnl_primitive_destroy(e->prim);
+    dnnl_primitive_destroy(e->reorder);
+    if (e->prim_f != e->user_f)
+        dnnl_memory_destroy(e->prim_f);
+    dnnl_memory_destroy(e->user_f);
+    dnnl_memory_destroy(e->a);
+    dnnl_memory_destroy(e->b);
+    dnnl_memory_destroy(e->out);
+    dnnl_memory_destroy(e->bias);
+    dnnl_memory_destroy(e->scratch);
+    free(e->prim_f_buf);
+    free(e->scratch_buf);
+    free(e);
+}
+
+void tw_cpu_conv_destroy(tw_cpu_conv *c)
+{
+    if (!c)
+        return;
+    for (entry *e = c->cache, *next; e; e = next) {
+        next = e->next;
+        entry_destroy(e);
+    }
+    dnnl_stream_destroy(c->stream);
+    dnnl_engine_destroy(c->engine);
+    free(c);
+}
+
+/* The oneDNN descriptions of one window: activations x [N, C, (D,) H, W] and y [N, F, (D,) OH, OW] in
+ * NHWC / NDHWC, filters [F, C, (KD,) KH, KW] in (D)HWIO, and the spatial strides and paddings. */
+typedef struct {
+    int nd; /* 4 (2-D) or 5 */
+    dnnl_memory_desc_t x, y, f_user, f_any, bias; /* bias [F] */
+    dnnl_dims_t strides, pad_l, pad_r;
+} geometry;
+
+static long pad_after(int in, int k, int s, int pad, int out)
+{
+    long r = (long)(out - 1) * s + k - in - pad;
+    return r > 0 ? r : 0;
+}
+
+static tw_status geometry_of(const tw_window *w, int filters, geometry *g, tw_error *err)
+{
+    int three = w->in_d != 1 || w->k_d != 1 || w->out_d != 1;
+    int sp = three ? 3 : 2, at = 0;
+    int in[3] = {w->in_d, w->in_h, w->in_w}, k[3] = {w->k_d, w->k_h, w->k_w};
+    int s[3] = {w->s_d, w->s_h, w->s_w}, p[3] = {w->pad_d, w->pad_h, w->pad_w};
+    int o[3] = {w->out_d, w->out_h, w->out_w};
+    dnnl_dims_t xd = {w->batch, w->in_c}, yd = {w->batch, filters}, fd = {filters, w->in_c};
+    g->nd = sp + 2;
+    for (int i = 3 - sp; i < 3; i++, at++) {
+        xd[2 + at] = in[i];
+        yd[2 + at] = o[i];
+        fd[2 + at] = k[i];
+        g->strides[at] = s[i];
+        g->pad_l[at] = p[i];
+        g->pad_r[at] = pad_after(in[i], k[i], s[i], p[i], o[i]);
+    }
+    dnnl_format_tag_t act = three ? dnnl_ndhwc : dnnl_nhwc, fil = three ? dnnl_dhwio : dnnl_hwio;
+    DN(dnnl_memory_desc_init_by_tag(&g->x, g->nd, xd, dnnl_f32, act));
+    DN(dnnl_memory_desc_init_by_tag(&g->y, g->nd, yd, dnnl_f32, act));
+    DN(dnnl_memory_desc_init_by_tag(&g->f_user, g->nd, fd, dnnl_f32, fil));
+    DN(dnnl_memory_desc_init_by_tag(&g->f_any, g->nd, fd, dnnl_f32, dnnl_format_tag_any));
+    const dnnl_dims_t bd = {filters};
+    DN(dnnl_memory_desc_init_by_tag(&g->bias, 1, bd, dnnl_f32, dnnl_a));
+    return TW_OK;
+}
+
+/* The primitive descriptor of direction dir (backward ones with the forward one as their hint). */
+static tw_status describe(const tw_cpu_conv *c, tw_conv_dir dir, const geometry *g,
+                          dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd, tw_error *err)
+{
+    dnnl_convolution_desc_t fwd, bwd;
+    dnnl_primitive_desc_t hint = NULL;
+    DN(dnnl_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &g->x,
+                                          &g->f_any, &g->bias, &g->y, g->strides, g->pad_l, g->pad_r));
+    if (dir == TW_CONV_FWD) {
+        DN(dnnl_primitive_desc_create(pd, &fwd, attr, c->engine, NULL));
+        return TW_OK;
+    }
+    if (dir == TW_CONV_BWD_DATA)
+        DN(dnnl_convolution_backward_data_desc_init(&bwd, dnnl_convolution_direct, &g->x, &g->f_any,
+                                                    &g->y, g->strides, g->pad_l, g->pad_r));
+    else
+        DN(dnnl_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &g->x,
+                                                       &g->f_any, &g->bias, &g->y, g->strides, g->pad_l,
+                                                       g->pad_r));
+    DN(dnnl_primitive_desc_create(&hint, &fwd, NULL, c->engine, NULL));
+    dnnl_status_t st = dnnl_primitive_desc_create(pd, &bwd, attr, c->engine, hint);
+    dnnl_primitive_desc_destroy(hint);
+    DN(st);
+    return TW_OK;
+}
+
+static tw_status alloc_memory(const tw_cpu_conv *c, const dnnl_memory_desc_t *md, void **buf,
+                              dnnl_memory_t *mem, tw_error *err)
+{
+    size_t bytes = dnnl_memory_desc_get_size(md);
+    *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!*buf)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: cannot allocate %zu bytes", bytes);
+    DN(dnnl_memory_create(mem, md, c->engine, *buf));
+    return TW_OK;
+}
+
+/* The memories and the filter reorder of e, whose primitive descriptor is pd. */
+static tw_status bind(const tw_cpu_conv *c, entry *e, const geometry *g, const_dnnl_primitive_desc_t pd,
+                      tw_error *err)
+{
+    int grad = e->dir == TW_CONV_BWD_FILTER;
+    const dnnl_memory_desc_t *pf =
+        dnnl_primitive_desc_query_md(pd, grad ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    const dnnl_memory_desc_t *a = e->dir == TW_CONV_BWD_DATA ? &g->y : &g->x;
+    const dnnl_memory_desc_t *out = e->dir == TW_CONV_FWD ? &g->y : &g->x; /* not for grad */
+    DN(dnnl_memory_create(&e->a, a, c->engine, DNNL_MEMORY_NONE));
+    DN(dnnl_memory_create(&e->user_f, &g->f_user, c->engine, DNNL_MEMORY_NONE));
+    if (grad)
+        DN(dnnl_memory_create(&e->b, &g->y, c->engine, DNNL_MEMORY_NONE));
+    else
+        DN(dnnl_memory_create(&e->out, out, c->engine, DNNL_MEMORY_NONE));
+    if (e->dir != TW_CONV_BWD_DATA)
+        DN(dnnl_memory_create(&e->bias, &g->bias, c->engine, DNNL_MEMORY_NONE));
+    if (sp && dnnl_memory_desc_get_size(sp) > 0)
+        TW_TRY(alloc_memory(c, sp, &e->scratch_buf, &e->scratch, err));
+    if (dnnl_memory_desc_equal(pf, &g->f_user)) {
+        e->prim_f = e->user_f;
+        return TW_OK;
+    }
+    TW_TRY(alloc_memory(c, pf, &e->prim_f_buf, &e->prim_f, err));
+    dnnl_primitive_desc_t rpd;
+    DN(dnnl_reorder_primitive_desc_create(&rpd, grad ? pf : &g->f_user, c->engine,
+                                          grad ? &g->f_user : pf, c->engine, NULL));
+    dnnl_status_t st = dnnl_primitive_create(&e->reorder, rpd);
+    dnnl_primitive_desc_destroy(rpd);
+    DN(st);
+    return TW_OK;
+}
+
+/* Creates e's primitive, memories and reorder. */
+static tw_status build(const tw_cpu_conv *c, entry *e, tw_error *err)
+{
+    geometry g;
+    dnnl_primitive_attr_t attr;
+    dnnl_primitive_desc_t pd = NULL;
+    TW_TRY(geometry_of(&e->w, e->filters, &g, err));
+    DN(dnnl_primitive_attr_create(&attr));
+    dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    tw_status s = st == dnnl_success ? describe(c, e->dir, &g, attr, &pd, err)
+                                     : tw_error_set(err, TW_ERR_INTERNAL, NULL, -1,
+                                                    "oneDNN: scratchpad mode failed (status %d)", st);
+    dnnl_primitive_attr_destroy(attr);
+    if (s == TW_OK)
+        s = bind(c, e, &g, pd, err);
+    if (s == TW_OK && (st = dnnl_primitive_create(&e->prim, pd)) != dnnl_success)
+        s = tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "oneDNN: primitive creation failed (status %d)",
+                         st);
+    dnnl_primitive_desc_destroy(pd);
+    return s;
+}
+
+/* The cached entry of (w, filters, dir), built on first use; the oldest goes when the cache is full. */
+static tw_status lookup(tw_cpu_conv *c, tw_conv_dir dir, const tw_window *w, int filters, entry **out,
+                        tw_error *err)
+{
+    for (entry *e = c->cache; e; e = e->next)
+        if (e->dir == dir && e->filters == filters && memcmp(&e->w, w, sizeof *w) == 0) {
+            *out = e;
+            return TW_OK;
+        }
+    if (c->cached == CACHE_MAX) { /* drop the oldest, the last in the list */
+        entry **last = &c->cache;
+        while ((*last)->next)
+            last = &(*last)->next;
+        entry_destroy(*last);
+        *last = NULL;
+        c->cached--;
+    }
+    entry *e = calloc(1, sizeof *e);
+    if (!e)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: out of memory for a oneDNN primitive");
+    e->w = *w;
+    e->filters = filters;
+    e->dir = dir;
+    tw_status s = build(c, e, err);
+    if (s != TW_OK) {
+        entry_destroy(e);
+        return s;
+    }
+    e->next = c->cache;
+    c->cache = e;
+    c->cached++;
+    *out = e;
+    return TW_OK;
+}
+
+static tw_status exec(tw_cpu_conv *c, dnnl_primitive_t p, int nargs, const dnnl_exec_arg_t *args,
+                      tw_error *err)
+{
+    DN(dnnl_primitive_execute(p, c->stream, nargs, args));
+    return TW_OK;
+}
+
+static tw_status reorder(tw_cpu_conv *c, const entry *e, dnnl_memory_t from, dnnl_memory_t to,
+                         tw_error *err)
+{
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
+    return exec(c, e->reorder, 2, args, err);
+}
+
+tw_status tw_cpu_conv_run(tw_cpu_conv *c, tw_conv_dir dir, const tw_window *w, int filters,
+                          const float *a, const float *b, float *out, float *bias, tw_error *err)
+{
+    entry *e = NULL;
+    apply_threads();
+    TW_TRY(lookup(c, dir, w, filters, &e, err));
+    int grad = dir == TW_CONV_BWD_FILTER;
+    DN(dnnl_memory_set_data_handle(e->a, (void *)a));
+    DN(dnnl_memory_set_data_handle(grad ? e->b : e->user_f, (void *)b));
+    DN(dnnl_memory_set_data_handle(grad ? e->user_f : e->out, out));
+    if (e->bias)
+        DN(dnnl_memory_set_data_handle(e->bias, bias));
+    if (!grad && e->reorder)
+        TW_TRY(reorder(c, e, e->user_f, e->prim_f, err));
+    static const int arg_a[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_SRC};
+    static const int arg_b[] = {DNNL_ARG_WEIGHTS, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST};
+    static const int arg_out[] = {DNNL_ARG_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_WEIGHTS};
+    dnnl_exec_arg_t args[5] = {{arg_a[dir], e->a},
+                               {arg_b[dir], grad ? e->b : e->prim_f},
+                               {arg_out[dir], grad ? e->prim_f : e->out}};
+    int n = 3;
+    if (e->bias)
+        args[n++] = (dnnl_exec_arg_t){grad ? DNNL_ARG_DIFF_BIAS : DNNL_ARG_BIAS, e->bias};
+    if (e->scratch)
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
+    TW_TRY(exec(c, e->prim, n, args, err));
+    if (grad && e->reorder)
+        TW_TRY(reorder(c, e, e->prim_f, e->user_f, err));
+    DN(dnnl_stream_wait(c->stream));
+    return TW_OK;
+}

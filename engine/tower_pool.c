@@ -1,0 +1,110 @@
+/* tower_pool.c — persistent worker threads for the towers of a step. See tower_pool.h.
+ *
+ * One mutex and two condition variables: a run bumps `generation` and wakes the workers; each runs its
+ * job, and the last to finish wakes the caller. Workers never miss a run: they compare the generation
+ * they last ran with the current one under the mutex. */
+#include "tower_pool.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { MAX_JOBS = 64 };
+
+typedef struct {
+    struct tw_tower_pool *p;
+    int t;
+} worker;
+
+struct tw_tower_pool {
+    int n, started;            /* jobs per run; worker threads running */
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned long generation;  /* runs begun */
+    int pending;               /* workers still busy with this run */
+    int stop;
+    void (*job)(void *, int);
+    void *arg;
+    pthread_t threads[MAX_JOBS];
+    worker workers[MAX_JOBS];
+};
+
+static void *worker_main(void *v)
+{
+    worker *w = v;
+    struct tw_tower_pool *p = w->p;
+    unsigned long seen = 0;
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->stop && p->generation == seen)
+            pthread_cond_wait(&p->go, &p->mu);
+        if (p->stop)
+            break;
+        seen = p->generation;
+        pthread_mutex_unlock(&p->mu);
+        p->job(p->arg, w->t);
+        pthread_mutex_lock(&p->mu);
+        if (--p->pending == 0)
+            pthread_cond_signal(&p->done);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+tw_status tw_tower_pool_create(int n, tw_tower_pool **out, tw_error *err)
+{
+    if (n < 1 || n > MAX_JOBS)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "tower pool: %d jobs outside 1..%d", n,
+                            MAX_JOBS);
+    tw_tower_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "tower pool: out of memory");
+    p->n = n;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->go, NULL);
+    pthread_cond_init(&p->done, NULL);
+    for (int t = 1; t < n; t++) {
+        p->workers[t] = (worker){p, t};
+        int e = pthread_create(&p->threads[t], NULL, worker_main, &p->workers[t]);
+        if (e) {
+            tw_tower_pool_destroy(p);
+            return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "tower pool: cannot start thread %d: %s",
+                                t, strerror(e));
+        }
+        p->started = t;
+    }
+    *out = p;
+    return TW_OK;
+}
+
+void tw_tower_pool_destroy(tw_tower_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (int t = 1; t <= p->started; t++)
+        pthread_join(p->threads[t], NULL);
+    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->go);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}
+
+void tw_tower_pool_run(tw_tower_pool *p, void (*job)(void *arg, int t), void *arg)
+{
+    pthread_mutex_lock(&p->mu);
+    p->job = job;
+    p->arg = arg;
+    p->pending = p->n - 1;
+    p->generation++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    job(arg, 0);
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}

@@ -1,0 +1,26 @@
+/* tower_pool.h — persistent worker threads for the towers of a step (tower_pool.c).
+ *
+ * Owns: n - 1 threads created once (tw_tower_pool_create) that wait for work, so a step starts no
+ * thread (creating threads every step cost the CPU towers their speed, and every new thread made
+ * OpenMP build a new team for oneDNN). Job t = 0 runs on the calling thread, job t on worker t, always
+ * the same one, so each tower keeps its thread (and its thread-local state: OpenMP teams, CUDA's current
+ * device) from step to step. Does not own: what the jobs do or their errors (the caller's). */
+#ifndef TW_TOWER_POOL_H
+#define TW_TOWER_POOL_H
+
+#include "status.h"
+
+typedef struct tw_tower_pool tw_tower_pool;
+
+/* A pool for n jobs per run (n >= 1; n = 1 creates no thread). Caller owns *out. Errors: TW_ERR_NOMEM,
+ * TW_ERR_INTERNAL when a thread cannot be created (naming the error). */
+tw_status tw_tower_pool_create(int n, tw_tower_pool **out, tw_error *err);
+
+/* Stops and joins the workers (after the last run has returned). NULL-safe. */
+void tw_tower_pool_destroy(tw_tower_pool *p);
+
+/* Runs job(arg, t) for every t in [0, n), t = 0 on the caller, and returns when all have returned.
+ * One run at a time per pool (one caller thread). */
+void tw_tower_pool_run(tw_tower_pool *p, void (*job)(void *arg, int t), void *arg);
+
+#endif

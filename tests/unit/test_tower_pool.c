@@ -1,0 +1,75 @@
+/* test_tower_pool.c — the towers' persistent threads (engine/tower_pool.h): every job of a run runs once,
+ * job 0 on the caller, job t > 0 on a thread of its own that stays the same from run to run (no thread
+ * is created per step), and a one-job pool starts no thread. */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "tower_pool.h"
+
+enum { JOBS = 4, RUNS = 50 };
+
+typedef struct {
+    pthread_t self[JOBS]; /* the thread each job ran on in this run */
+    int count[JOBS];      /* times each job ran, over all runs */
+} record;
+
+static void job(void *arg, int t)
+{
+    record *r = arg;
+    r->self[t] = pthread_self();
+    r->count[t]++;
+}
+
+static void test_same_threads_every_run(void **state)
+{
+    (void)state;
+    tw_tower_pool *p;
+    tw_error err;
+    assert_int_equal(tw_tower_pool_create(JOBS, &p, &err), TW_OK);
+    record r = {0};
+    pthread_t first[JOBS];
+    for (int run = 0; run < RUNS; run++) {
+        tw_tower_pool_run(p, job, &r);
+        for (int t = 0; t < JOBS; t++) {
+            assert_int_equal(r.count[t], run + 1); /* every job ran, once, before run returned */
+            if (run == 0)
+                first[t] = r.self[t];
+            assert_true(pthread_equal(r.self[t], first[t])); /* the same thread as the first run */
+        }
+    }
+    assert_true(pthread_equal(first[0], pthread_self()));
+    for (int t = 1; t < JOBS; t++) {
+        assert_false(pthread_equal(first[t], pthread_self()));
+        for (int u = 1; u < t; u++)
+            assert_false(pthread_equal(first[t], first[u]));
+    }
+    tw_tower_pool_destroy(p);
+}
+
+static void test_one_job_on_caller(void **state)
+{
+    (void)state;
+    tw_tower_pool *p;
+    tw_error err;
+    assert_int_equal(tw_tower_pool_create(1, &p, &err), TW_OK);
+    record r = {0};
+    tw_tower_pool_run(p, job, &r);
+    assert_int_equal(r.count[0], 1);
+    assert_true(pthread_equal(r.self[0], pthread_self()));
+    tw_tower_pool_destroy(p);
+    assert_int_equal(tw_tower_pool_create(0, &p, &err), TW_ERR_INVALID);
+    tw_tower_pool_destroy(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_same_threads_every_run),
+        cmocka_unit_test(test_one_job_on_caller),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
