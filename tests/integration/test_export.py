@@ -214,7 +214,9 @@ def test_onnx_fashion_cnn_matches_tower(tower_bin, run_tower, tmp_path, fashion)
     del c["dataset"]["test"]
     _, _, logdir, _ = train(tower_bin, tmp_path, c, name="cnn")
     images, _ = fashion_test_split()
-    onnx_matches_tower(run_tower, tmp_path, checkpoint_of(logdir), images, "ema")
+    tower = onnx_matches_tower(run_tower, tmp_path, checkpoint_of(logdir), images, "ema")
+    # onnxruntime's top-1 (equal to tower.argmax) is `tower predict`'s on all 10,000 images
+    assert np.array_equal(predict_top1(run_tower, tmp_path, checkpoint_of(logdir), images, "ema"), tower.argmax(1))
 
 
 def test_onnx_3d_cnn_regression_matches_tower(tower_bin, run_tower, tmp_path):
@@ -242,6 +244,11 @@ def test_onnx_3d_cnn_regression_matches_tower(tower_bin, run_tower, tmp_path):
     xs, _ = blob_volumes(256, seed=2)
     outs = {w: onnx_matches_tower(run_tower, tmp_path, checkpoint_of(logdir), xs[..., None], w)
             for w in ("raw", "ema")}
+    np.save(tmp_path / "volumes.npy", xs[..., None])  # `tower predict`'s outputs: onnxruntime's within 1e-5
+    res = run_tower("predict", checkpoint_of(logdir), tmp_path / "volumes.npy", "--weights", "ema", "--json")
+    assert res.returncode == 0, res.stderr
+    predicted = np.array([p["outputs"] for p in json.loads(res.stdout)["predictions"]], dtype=np.float32)
+    assert np.all(np.abs(predicted - outs["ema"]) <= 1e-5 * np.maximum(1, np.abs(outs["ema"])))
     # --input scaled: no Mul, the graph takes the values as the model sees them (here: pixels * 1/255)
     scaled = xs[..., None].astype(np.float32) * np.float32(1 / 255)
     out = onnx_matches_tower(run_tower, tmp_path, checkpoint_of(logdir), scaled, "raw", "--input", "scaled")
