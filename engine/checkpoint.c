@@ -312,6 +312,15 @@ tw_status tw_checkpoint_list(const char *dir, tw_ckpt_listing *out, tw_error *er
     return s;
 }
 
+const tw_ckpt_entry *tw_checkpoint_listing_find(const tw_ckpt_listing *l, int64_t step)
+{
+    const int64_t want = step >= 0 ? step : l->latest;
+    for (size_t i = 0; i < l->n && want >= 0; i++)
+        if (l->entries[i].step == want)
+            return &l->entries[i];
+    return NULL;
+}
+
 void tw_checkpoint_listing_free(tw_ckpt_listing *l)
 {
     free(l->entries);

@@ -64,6 +64,10 @@ typedef struct {
  * after an error). Errors: TW_ERR_IO (a symlink on the way under a confined data folder, a folder
  * that cannot be read), TW_ERR_NOMEM. */
 tw_status tw_checkpoint_list(const char *dir, tw_ckpt_listing *out, tw_error *err);
+
+/* The listed checkpoint of step (step < 0: the one `latest` names), borrowed from l; NULL when l holds
+ * none (no such step, or no valid `latest`). */
+const tw_ckpt_entry *tw_checkpoint_listing_find(const tw_ckpt_listing *l, int64_t step);
 void tw_checkpoint_listing_free(tw_ckpt_listing *l);
 
 /* The file name dir/latest holds into name[TW_CKPT_NAME_BYTES], read without touching anything (nor

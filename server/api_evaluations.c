@@ -221,13 +221,13 @@ static tw_status find_checkpoint(tw_server *S, job_request *q, const json_t *at,
     *code = TW_API_INTERNAL;
     TW_TRY(tw_checkpoint_list(dir, &l, err));
     q->step = json_is_integer(at) ? json_integer_value(at) : l.latest;
-    for (size_t i = 0; i < l.n && q->step >= 0; i++)
-        if (l.entries[i].step == q->step) {
-            snprintf(q->checkpoint, sizeof q->checkpoint, "%s/%s", dir, l.entries[i].file);
-            tw_checkpoint_listing_free(&l);
-            return TW_OK;
-        }
+    const tw_ckpt_entry *e = tw_checkpoint_listing_find(&l, q->step);
+    const int found = e != NULL;
+    if (found)
+        snprintf(q->checkpoint, sizeof q->checkpoint, "%s/%s", dir, e->file);
     tw_checkpoint_listing_free(&l);
+    if (found)
+        return TW_OK;
     *code = TW_API_NOT_FOUND;
     char step[32];
     snprintf(step, sizeof step, "%lld", (long long)q->step);

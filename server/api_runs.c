@@ -78,15 +78,12 @@ static tw_status parent_checkpoint(tw_server *S, const char *ref, const json_t *
     tw_checkpoint_dir_of(run, dir, sizeof dir);
     tw_ckpt_listing l;
     if ((s = tw_checkpoint_list(dir, &l, err)) == TW_OK) {
-        int64_t want = json_is_integer(at) ? json_integer_value(at) : l.latest;
-        s = bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.checkpoint",
-                "that run keeps no such checkpoint (GET /api/v1/runs/{id}/checkpoints lists them)");
-        for (size_t i = 0; i < l.n; i++)
-            if (l.entries[i].step == want && want >= 0) {
-                snprintf(path, PATH_MAX + 300, "%s/%s", dir, l.entries[i].file);
-                tw_error_clear(err);
-                s = TW_OK;
-            }
+        const tw_ckpt_entry *e = tw_checkpoint_listing_find(&l, json_is_integer(at) ? json_integer_value(at) : -1);
+        if (e)
+            snprintf(path, PATH_MAX + 300, "%s/%s", dir, e->file);
+        else
+            s = bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.checkpoint",
+                    "that run keeps no such checkpoint (GET /api/v1/runs/{id}/checkpoints lists them)");
     }
     tw_checkpoint_listing_free(&l);
     return s;
@@ -944,15 +941,12 @@ int tw_api_run_checkpoint_file(tw_server *S, tw_req *r, int64_t step, const char
     tw_ckpt_listing l;
     if (checkpoint_listing(S, r, dir, &l) != 0)
         return -1;
-    const int64_t want = step >= 0 ? step : l.latest;
-    const char *file = NULL;
-    for (size_t i = 0; i < l.n && want >= 0; i++)
-        if (l.entries[i].step == want)
-            file = l.entries[i].file;
-    if (file)
-        snprintf(path, size, "%s/%s", dir, file);
+    const tw_ckpt_entry *e = tw_checkpoint_listing_find(&l, step);
+    const int found = e != NULL;
+    if (found)
+        snprintf(path, size, "%s/%s", dir, e->file);
     tw_checkpoint_listing_free(&l);
-    if (file)
+    if (found)
         return 0;
     if (step < 0)
         tw_reply_error(r, TW_API_NOT_FOUND, "run '%s' has no checkpoint yet", tw_req_param(r, "id"));
