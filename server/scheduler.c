@@ -460,6 +460,18 @@ static int deadline_passed(tw_scheduler *s, json_t *run)
     return 1;
 }
 
+/* A new attempt starts from the metrics the run has (a resume or retry keeps the last evaluation until it
+ * evaluates again; an attempt with nothing left to train prints none), less the old attempt's rate.
+ * Returns a new reference, or NULL when out of memory. */
+static json_t *start_metrics(json_t *run)
+{
+    json_t *had = json_object_get(run, "metrics");
+    json_t *m = json_is_object(had) ? json_deep_copy(had) : json_object();
+    if (m)
+        json_object_del(m, "steps_per_sec");
+    return m;
+}
+
 static child *child_new(json_t *run, unsigned mask)
 {
     child *c = calloc(1, sizeof *c);
@@ -473,7 +485,10 @@ static child *child_new(json_t *run, unsigned mask)
     c->step = json_integer_value(json_object_get(run, "step"));
     c->restarts = (int)json_integer_value(json_object_get(run, "restarts"));
     c->max_restarts = (int)json_integer_value(json_object_get(run, "max_restarts"));
-    c->metrics = json_object();
+    if (!(c->metrics = start_metrics(run))) {
+        free(c);
+        return NULL;
+    }
     double limit = json_number_value(json_object_get(run, "deadline_s"));
     json_t *first = json_object_get(run, "first_started");
     double since = json_is_number(first) ? json_number_value(first) : tw_now_wall();

@@ -1,6 +1,7 @@
 """Faults a training child can have, and what the supervisor makes of them (docs/reliability.md rows
 P1-P3 and G1-G9), driven by the fake trainer (tests/tools/tw_faketrain.c, switches in TW_FAKE)."""
 import json
+import math
 import os
 import random
 import signal
@@ -70,6 +71,18 @@ def test_g3_retry_then_success_with_once(with_dataset):
     assert done["status"] == "succeeded" and done["restarts"] == 1 and done["step"] == 20
     assert done["reason"] is None and done["error"] is None
     assert run_steps(server, run["id"]) == list(range(1, 21))
+
+
+def test_a_retry_keeps_the_last_evaluation_until_it_evaluates_again(with_dataset):
+    """The first attempt evaluates at step 10 and fails at 11; the retry (from the checkpoint at 10) trains
+    11..15 and prints no evaluation: the run still shows the one of step 10, and its own last loss."""
+    server = with_dataset("step_ms=1,exit_at=11:12,once")
+    run = submit(server, seed_config(steps=15, checkpoint_every=10, eval_every=10)).json()
+    done = wait_run(server, run["id"])
+    assert done["status"] == "succeeded" and done["restarts"] == 1 and done["step"] == 15, done
+    m = done["metrics"]
+    assert m["eval_examples"] == 100 and m["eval_loss"] == pytest.approx(2.3 * math.exp(-10 / 200) + 0.05), m
+    assert m["loss"] == pytest.approx(2.3 * math.exp(-15 / 200) + 0.05), m
 
 
 def test_g4_out_of_memory_fails_fast(with_dataset):

@@ -7,7 +7,8 @@
  *
  * The same arguments as `tower train` (the first is ignored; --towers and --backend are checked and
  * ignored, --monitor-url, --stop-within and --input-memory are ignored; --data-root confines it as it does the trainer: base/datafs.h). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
- * (default 1000) and "checkpoint_every" (default 1000, 0 = only at the end), as engine/config.c does.
+ * (default 1000), "checkpoint_every" (default 1000, 0 = only at the end), as engine/config.c does, and
+ * "eval_every" (default 0 = never): an eval line {"step":K,"eval_loss":X,"eval_examples":100} after step K.
  * What it writes, through the real modules:
  *   - DIR/events.out.tfevents.*: a scalar "loss" per step (eventlog/events.h); a resumed run writes a new
  *     file that starts with SessionLog START at step+1, like the trainer. A failed event write only
@@ -242,7 +243,7 @@ static int parse_switches(void)
 typedef struct {
     const char *config, *logdir, *data_root;
     int resume;
-    int64_t steps, checkpoint_every;
+    int64_t steps, checkpoint_every, eval_every;
     char ckpt_dir[PATH_BYTES], steps_log[PATH_BYTES];
 } options;
 
@@ -313,6 +314,8 @@ static tw_status load_config(options *o, tw_error *err)
         s = config_int(o->config, root, "steps", 1, &o->steps, err);
     if (s == TW_OK)
         s = config_int(o->config, root, "checkpoint_every", 0, &o->checkpoint_every, err);
+    if (s == TW_OK)
+        s = config_int(o->config, root, "eval_every", 0, &o->eval_every, err);
     json_decref(root);
     return s;
 }
@@ -544,6 +547,8 @@ static tw_status step(run *R, tw_error *err)
     int n = snprintf(line, sizeof line, "step %lld\n", (long long)k);
     TW_TRY(tw_write_all(R->log_fd, line, (size_t)n, R->o->steps_log, err));
     tw_child_step(&OUT, k, loss, NULL);
+    if (R->o->eval_every > 0 && k % R->o->eval_every == 0)
+        tw_child_eval_line(&OUT, &(tw_child_eval){.step = k, .loss = loss, .examples = 100});
     int64_t every = R->o->checkpoint_every;
     if ((every > 0 && k % every == 0) || k == R->o->steps)
         TW_TRY(save(R, err));
