@@ -1,4 +1,4 @@
-/* api_runs.c — /api/v1/runs: submit, list, show, cancel, resume, priority, delete, metrics, events, log,
+/* api_runs.c — /api/v1/runs: submit, show (the list is api_runs_list.c's), cancel, resume, priority, delete, metrics, events, log,
  * checkpoints. */
 #define _GNU_SOURCE
 #include "runs.h"
@@ -425,8 +425,7 @@ static json_t *run_dataset(tw_server *S, const json_t *row)
     return ds;
 }
 
-/* tw_run_present with the run's dataset row ds (borrowed; NULL: gone) already read. */
-static json_t *present_with(tw_server *S, const json_t *row, const json_t *ds)
+json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds)
 {
     json_t *r = json_deep_copy(row);
     const char *id = json_string_value(json_object_get(row, "id"));
@@ -456,7 +455,7 @@ json_t *tw_run_present(tw_server *S, const json_t *row)
     if (!row)
         return NULL;
     json_t *ds = run_dataset(S, row);
-    json_t *r = present_with(S, row, ds);
+    json_t *r = tw_run_present_with(S, row, ds);
     json_decref(ds);
     return r;
 }
@@ -468,115 +467,6 @@ static json_t *run_or_404(tw_server *S, tw_req *r)
 }
 
 /* ================================ handlers ================================ */
-
-enum { MAX_FIELDS_TEXT = 1024 };
-
-/* Whether name (n bytes) is one of TW_RUN_FIELDS. */
-static int run_field(const char *name, size_t n)
-{
-    for (const char *w = TW_RUN_FIELDS; *w;) {
-        size_t len = strcspn(w, "|");
-        if (len == n && !strncmp(w, name, n))
-            return 1;
-        w += len + (w[len] == '|');
-    }
-    return 0;
-}
-
-/* ?fields=a,b as {name: true} (+ id) in *out (new; NULL when absent: every field). Replies 400 naming a
- * field that is not a run's and returns -1. */
-static int list_fields(tw_req *r, json_t **out)
-{
-    const char *text = tw_req_query(r, "fields");
-    *out = NULL;
-    if (!text)
-        return 0;
-    if (strlen(text) > MAX_FIELDS_TEXT) {
-        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'fields' is longer than 1024 characters");
-        return -1;
-    }
-    json_t *fields = json_pack("{s:b}", "id", 1);
-    for (const char *w = text;; w++) {
-        size_t n = strcspn(w, ",");
-        char name[MAX_FIELDS_TEXT + 1];
-        snprintf(name, sizeof name, "%.*s", (int)n, w);
-        if (!run_field(w, n)) {
-            tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'fields': '%s' is not a field of a run "
-                            "(fields: %s, comma-separated)", name, TW_RUN_FIELDS);
-            json_decref(fields);
-            return -1;
-        }
-        json_object_set_new(fields, name, json_true());
-        w += n;
-        if (!*w)
-            break;
-    }
-    *out = fields;
-    return 0;
-}
-
-/* The dataset row of a listed run, read once per list: datasets is {dataset_id: row or null} (the runs of a
- * list mostly share a few). Borrowed from datasets. */
-static const json_t *listed_dataset(tw_server *S, const json_t *row, json_t *datasets)
-{
-    const char *id = json_string_value(json_object_get(row, "dataset_id"));
-    json_t *ds = id ? json_object_get(datasets, id) : NULL;
-    if (!ds && id) {
-        ds = run_dataset(S, row);
-        json_object_set_new(datasets, id, ds ? ds : json_null());
-    }
-    return json_is_object(ds) ? ds : NULL;
-}
-
-/* The run row as listed: tw_run_present's, only the fields asked (all when fields is NULL); a config not
- * asked for is never copied, nor a dataset read unless one of its fields is asked. */
-static json_t *listed(tw_server *S, json_t *row, const json_t *fields, json_t *datasets)
-{
-    int dataset = !fields || json_object_get(fields, "dataset") || json_object_get(fields, "class_names") ||
-                  json_object_get(fields, "warnings");
-    const json_t *ds = dataset ? listed_dataset(S, row, datasets) : NULL;
-    if (!fields)
-        return present_with(S, row, ds);
-    if (!json_object_get(fields, "config"))
-        json_object_del(row, "config"); /* null: not read (tw_store_run_list) */
-    json_t *all = present_with(S, row, ds), *shown = json_object();
-    const char *key;
-    json_t *v;
-    json_object_foreach(all, key, v) if (json_object_get(fields, key)) json_object_set(shown, key, v);
-    json_decref(all);
-    return shown;
-}
-
-void tw_api_runs_list(tw_server *S, tw_req *r)
-{
-    long limit, offset;
-    const char *status = tw_req_query(r, "status");
-    tw_run_state state = tw_run_state_named(status);
-    if (status && state == TW_RUN_STATES) {
-        tw_reply_error(r, TW_API_INVALID_ARGUMENT,
-                       "query parameter 'status' must be queued, running, succeeded, failed or cancelled");
-        return;
-    }
-    json_t *fields;
-    if (tw_req_query_int(r, "limit", 1, 1000, 50, &limit) || tw_req_query_int(r, "offset", 0, 1L << 40, 0, &offset) ||
-        list_fields(r, &fields))
-        return;
-    json_t *page;
-    tw_error err;
-    int with_config = !fields || json_object_get(fields, "config");
-    if (tw_store_run_list(S->store, status ? &state : NULL, limit, offset, with_config, &page, &err) != TW_OK) {
-        json_decref(fields);
-        tw_reply_status(r, &err);
-        return;
-    }
-    json_t *rows = json_object_get(page, "runs"), *shown = json_array(), *row, *datasets = json_object();
-    size_t i;
-    json_array_foreach(rows, i, row) json_array_append_new(shown, listed(S, row, fields, datasets));
-    json_object_set_new(page, "runs", shown);
-    json_decref(datasets);
-    json_decref(fields);
-    tw_reply_json(r, 200, page);
-}
 
 void tw_api_runs_create(tw_server *S, tw_req *r)
 {

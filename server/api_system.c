@@ -99,9 +99,9 @@ static const struct {
     {"weights", "{\"type\": \"string\", \"enum\": [\"raw\", \"ema\"]}"},
     {"top_k", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000, \"default\": 5}"},
     {"format", "{\"type\": \"string\", \"enum\": [\"tf\", \"onnx\"]}"},
-    {"fields", "{\"type\": \"string\", \"maxLength\": 1024, \"pattern\": \"^(" TW_RUN_FIELDS ")(,(" TW_RUN_FIELDS
-               "))*$\", \"description\": \"the run fields each listed run shows (id always): a list without a "
-               "config is cheaper to build and send; absent, every field\"}"},
+    {"fields", "{\"type\": \"string\", \"maxLength\": 1024, \"pattern\": \"^(all|[*]|(" TW_RUN_FIELDS ")(,(" TW_RUN_FIELDS
+               "))*)$\", \"description\": \"the run fields each listed run shows (id always); all or *: every field;"
+               " absent, every field but config and class_names (on the run's own route)\"}"},
 };
 
 /* names.c's rule (tw_name_valid) as a pattern: what a run or dataset name and a dataset reference are. */
@@ -129,8 +129,8 @@ static const char *const REPLY_SCHEMAS[][2] = {
                 " {\"type\": \"array\", \"items\": {\"type\": \"number\"}}}}}}}"},
     {"RunList", "{\"type\": \"object\", \"required\": [\"runs\", \"total\", \"limit\", \"offset\"], \"properties\":"
                 " {\"runs\": {\"type\": \"array\", \"items\": {\"anyOf\": [{\"$ref\": \"#/components/schemas/Run\"},"
-                " {\"type\": \"object\", \"required\": [\"id\"], \"description\": \"with ?fields: those fields of a"
-                " Run\"}]}}, \"total\": {\"type\": \"integer\"}, \"limit\": {\"type\": \"integer\"}, \"offset\": {\"type\": \"integer\"}}}"},
+                " {\"type\": \"object\", \"required\": [\"id\"], \"description\": \"a Run without config and class_names"
+                " (the default), or with ?fields those fields of a Run\"}]}}, \"total\": {\"type\": \"integer\"}, \"limit\": {\"type\": \"integer\"}, \"offset\": {\"type\": \"integer\"}}}"},
     {"RunCreated", "{\"type\": \"object\", \"required\": [\"id\", \"status\", \"logdir\"], \"properties\": {\"id\":"
                    " {\"$ref\": \"#/components/schemas/RunId\"}, \"status\": {\"$ref\": \"#/components/schemas/RunState\"},"
                    " \"logdir\": {\"type\": \"string\"}, \"warnings\": {\"type\": \"array\", \"items\": {\"type\":"

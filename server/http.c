@@ -334,6 +334,19 @@ void tw_reply_stream(tw_req *r, const char *content_type, tw_stream_next next, v
     store_reply(r, 200, resp, content_type);
 }
 
+void tw_reply_pieces(tw_req *r, const char *content_type, tw_stream_next next, void (*done)(void *), void *ctx)
+{
+    _Static_assert(TW_STREAM_END == MHD_CONTENT_READER_END_OF_STREAM, "the end of a stream is libmicrohttpd's");
+    _Static_assert(TW_STREAM_ABORT == MHD_CONTENT_READER_END_WITH_ERROR, "an aborted stream is libmicrohttpd's");
+    struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 32 * 1024, next, ctx, done);
+    if (!resp) {
+        done(ctx);
+        tw_reply_error(r, TW_API_UNAVAILABLE, "out of memory");
+        return;
+    }
+    store_reply(r, 200, resp, content_type);
+}
+
 tw_api_code tw_api_code_for(const tw_error *err)
 {
     switch (err->status) {

@@ -111,6 +111,13 @@ typedef ssize_t (*tw_stream_next)(void *ctx, uint64_t pos, char *buf, size_t max
 void tw_reply_stream(tw_req *r, const char *content_type, tw_stream_next next, void (*done)(void *),
                      void *ctx);
 
+/* A 200 body made piece by piece (a long list: api_runs_list.c), never held whole: next() as above, or -2
+ * to abort the reply (the connection closes before the body's end, so the client sees it incomplete,
+ * never a shorter well-formed body); done(ctx) runs when the reply ends for any reason, or at once when
+ * it cannot be made. Not an event stream: not counted against opt.sse_limit. */
+enum { TW_STREAM_END = -1, TW_STREAM_ABORT = -2 };
+void tw_reply_pieces(tw_req *r, const char *content_type, tw_stream_next next, void (*done)(void *), void *ctx);
+
 /* The envelope code for an engine/eventlog error (TW_ERR_CORRUPT -> DATASET_CORRUPT, ...). */
 tw_api_code tw_api_code_for(const tw_error *err);
 

@@ -17,7 +17,7 @@ const tw_route TW_ROUTES[] = {
     {"GET", "/api/v1/datasets/{id}", tw_api_dataset_get, 0, NULL, 200, "Show a dataset", "dataset", NULL},
     {"DELETE", "/api/v1/datasets/{id}", tw_api_dataset_delete, 0, NULL, 204, "Delete a dataset no queued or running run uses", "204", NULL},
     {"GET", "/api/v1/datasets/{id}/samples", tw_api_dataset_samples, 0, NULL, 200, "A few decoded examples; ?n=16", "{shape, samples: [{label, pixels | features}]}", "n"},
-    {"GET", "/api/v1/runs", tw_api_runs_list, 0, NULL, 200, "List runs, newest first; ?status=S&limit=50&offset=0&fields=id,name,status (default: every field)", "{runs: [run], total, limit, offset}", "status limit offset fields"},
+    {"GET", "/api/v1/runs", tw_api_runs_list, 0, NULL, 200, "List runs, newest first, streamed; ?status=S&limit=50&offset=0&fields=id,name,status|all (default: every field but config and class_names)", "{total, limit, offset, runs: [run]}", "status limit offset fields"},
     {"POST", "/api/v1/runs", tw_api_runs_create, JSON, NULL, 201, "Submit a run (the tower train config with \"dataset\" naming a dataset)", "{id, status, logdir}", NULL},
     {"GET", "/api/v1/runs/{id}", tw_api_run_get, 0, NULL, 200, "Show a run", "run", NULL},
     {"DELETE", "/api/v1/runs/{id}", tw_api_run_delete, 0, NULL, 204, "Delete a finished run and its files", "204", NULL},

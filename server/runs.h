@@ -1,4 +1,4 @@
-/* runs.h — the run routes (api_runs.c) and the one submission path they share with the demo.
+/* runs.h — the run routes (api_runs.c; the list: api_runs_list.c) and the one submission path they share with the demo.
  *
  * Owns: decoding a submission (the engine config with "dataset" naming an uploaded dataset, plus the
  * server keys "name", "max_restarts", "deadline_s"), validating it with the engine's own parser before
@@ -22,9 +22,12 @@ tw_status tw_runs_submit_demo(tw_server *S, tw_error *err);
 
 /* A run row as the API shows it (new JSON): a running run whose cancel was asked shows "cancelling". */
 json_t *tw_run_present(tw_server *S, const json_t *row);
+/* tw_run_present with the run's dataset row ds (borrowed; NULL: gone) already read (the list reads each
+ * dataset once: api_runs_list.c). */
+json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds);
 
 /* The keys of a presented run (tw_run_present) that GET /api/v1/runs?fields=a,b may choose, '|' between
- * them (the OpenAPI pattern of `fields` is built from it). */
+ * them (the OpenAPI pattern of `fields` is built from it; "all" or "*" chooses every one). */
 #define TW_RUN_FIELDS                                                                                        \
     "id|name|dataset|status|priority|reason|error|config|towers|steps|step|metrics|devices|eta_s|created|"   \
     "started|first_started|finished|restarts|max_restarts|deadline_s|not_before|folder|logdir|tensorboard|" \

@@ -532,33 +532,48 @@ tw_status tw_store_run_by_key(tw_store *st, const char *idem_key, const char *id
                         "Idempotency-Key: this key was used with a different request body");
 }
 
-tw_status tw_store_run_list(tw_store *st, const tw_run_state *state, long limit, long offset, int with_config,
-                            json_t **out, tw_error *err)
+/* The page's total (from run_counts, kept by triggers: no count over the runs) and the seq range of its
+ * rows, in one statement: one read, consistent. */
+tw_status tw_store_run_page_open(tw_store *st, const tw_run_state *state, long limit, long offset, tw_run_page *p,
+                                 tw_error *err)
 {
     const char *status = state ? tw_run_state_name(*state) : NULL;
-    json_t *rows = NULL, *total = NULL;
+    json_t *rows, *got;
     tw_status s = query(st, &rows, err,
-                        with_config ? "SELECT " RUN_COLUMNS " FROM runs WHERE ?1 IS NULL OR status = ?1 "
-                                      "ORDER BY seq DESC LIMIT ?2 OFFSET ?3"
-                                    : "SELECT " RUN_COLUMNS_HEAD "NULL AS config" RUN_COLUMNS_TAIL " FROM runs "
-                                      "WHERE ?1 IS NULL OR status = ?1 ORDER BY seq DESC LIMIT ?2 OFFSET ?3",
+                        "SELECT (SELECT coalesce(sum(n), 0) FROM run_counts WHERE ?1 IS NULL OR status = ?1) AS total,"
+                        " max(seq) AS hi, min(seq) AS lo, count(*) AS n FROM (SELECT seq FROM runs"
+                        " WHERE ?1 IS NULL OR status = ?1 ORDER BY seq DESC LIMIT ?2 OFFSET ?3)",
                         "Sii", status, (int64_t)limit, (int64_t)offset);
-    if (s == TW_OK) {
-        json_t *counted;
-        s = query(st, &counted, err, "SELECT count(*) AS n FROM runs WHERE ?1 IS NULL OR status = ?1", "S",
-                  status);
-        s = first(s, counted, &total);
+    if ((s = first(s, rows, &got)) != TW_OK)
+        return s == TW_END ? tw_error_set(err, TW_ERR_IO, NULL, -1, "database: read: no page") : s;
+    *p = (tw_run_page){status, json_integer_value(json_object_get(got, "hi")),
+                       json_integer_value(json_object_get(got, "lo")),
+                       (long)json_integer_value(json_object_get(got, "n")),
+                       json_integer_value(json_object_get(got, "total"))};
+    json_decref(got);
+    return TW_OK;
+}
+
+tw_status tw_store_run_page_next(tw_store *st, tw_run_page *p, int n, int with_config, json_t **rows,
+                                 tw_error *err)
+{
+    n = n < 1 ? 1 : n > 64 ? 64 : n;
+    if (p->left <= 0)
+        return (*rows = json_array()) ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    TW_TRY(query(st, rows, err,
+                 with_config ? "SELECT seq, " RUN_COLUMNS " FROM runs WHERE seq BETWEEN ?1 AND ?2 AND "
+                               "(?3 IS NULL OR status = ?3) ORDER BY seq DESC LIMIT ?4"
+                             : "SELECT seq, " RUN_COLUMNS_HEAD "NULL AS config" RUN_COLUMNS_TAIL " FROM runs WHERE "
+                               "seq BETWEEN ?1 AND ?2 AND (?3 IS NULL OR status = ?3) ORDER BY seq DESC LIMIT ?4",
+                 "iiSi", p->lo, p->next, p->status, (int64_t)(n < p->left ? n : p->left)));
+    size_t i;
+    json_t *row;
+    json_array_foreach(*rows, i, row) {
+        p->next = json_integer_value(json_object_get(row, "seq")) - 1;
+        json_object_del(row, "seq");
     }
-    *out = NULL;
-    if (s == TW_OK) /* json_pack steals rows, even when it fails */
-        *out = json_pack("{s:o, s:O, s:i, s:i}", "runs", rows, "total", json_object_get(total, "n"), "limit",
-                         (int)limit, "offset", (int)offset);
-    else
-        json_decref(rows);
-    json_decref(total);
-    if (s == TW_OK && !*out)
-        s = tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "database: read: out of memory");
-    return s;
+    p->left = json_array_size(*rows) ? p->left - (long)json_array_size(*rows) : 0; /* none left in the range */
+    return TW_OK;
 }
 
 tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err)

@@ -109,10 +109,26 @@ tw_status tw_store_run_by_folder(tw_store *st, const char *folder, json_t **out,
  * TW_END: no run holds the key; TW_ERR_INVALID: it was used with another body (err says so). */
 tw_status tw_store_run_by_key(tw_store *st, const char *idem_key, const char *idem_body, json_t **out,
                               tw_error *err);
-/* {"runs": [...], "total", "limit", "offset"}; state may be NULL (all). with_config 0: each row's "config"
- * is null, neither read nor parsed (a list that does not show it). */
-tw_status tw_store_run_list(tw_store *st, const tw_run_state *state, long limit, long offset, int with_config,
-                            json_t **out, tw_error *err);
+/* A page of the run list (GET /api/v1/runs), read a few rows at a time so that the route can stream it
+ * (api_runs_list.c) without holding the page: tw_store_run_page_open fixes, in one read, the total and
+ * the page's range of runs (newest first: the `limit` runs from `offset`); each tw_store_run_page_next
+ * returns the next rows of that range as they are then: a run deleted meanwhile is skipped (a page may
+ * end shorter than it began), and with a state filter only the range's runs in that state then are
+ * shown; never a run outside the range, nor more than `limit`. Holds no SQLite statement or lock
+ * between calls. */
+typedef struct {
+    const char *status; /* the state filtered on (static), NULL: all */
+    int64_t next, lo;   /* the range still to read: the runs' seq from next down to lo */
+    long left;          /* rows the page may still show */
+    int64_t total;      /* runs in that state (all) at open: the list's "total" */
+} tw_run_page;
+/* state may be NULL (all). */
+tw_status tw_store_run_page_open(tw_store *st, const tw_run_state *state, long limit, long offset, tw_run_page *p,
+                                 tw_error *err);
+/* Up to n (1..64) next rows of p into *rows (a new array; empty at the page's end), newest first.
+ * with_config 0: each row's "config" is null, neither read nor parsed (a list that does not show it). */
+tw_status tw_store_run_page_next(tw_store *st, tw_run_page *p, int n, int with_config, json_t **rows,
+                                 tw_error *err);
 /* Counts by state name, every state present: {"queued": n, ...}. */
 tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err);
 /* The queued run of the highest priority, the oldest (by submission) among equals, whose back-off has

@@ -115,10 +115,25 @@ static json_t *key_row(tw_store *st, const char *key)
 static json_t *converting(tw_store *st) { READ(tw_store_datasets_converting(st, &row_, &err_), "converting"); }
 static json_t *dataset_list(tw_store *st) { READ(tw_store_dataset_list(st, &row_, &err_), "datasets"); }
 static json_t *resolve(tw_store *st, const char *n) { READ(tw_store_dataset_resolve(st, n, &row_, &err_), n); }
+/* A page of the run list read whole, as the route streams it (3 rows at a time): {"runs", "total", "limit",
+ * "offset"}. */
 static json_t *run_list(tw_store *st, const char *status, long limit, long offset)
 {
     tw_run_state state = tw_run_state_named(status);
-    READ(tw_store_run_list(st, status ? &state : NULL, limit, offset, 1, &row_, &err_), "runs");
+    tw_run_page page;
+    tw_error err;
+    if (tw_store_run_page_open(st, status ? &state : NULL, limit, offset, &page, &err) != TW_OK)
+        fail_msg("run_page_open: %s", err.message);
+    json_t *runs = json_array(), *rows = NULL;
+    do {
+        json_decref(rows);
+        if (tw_store_run_page_next(st, &page, 3, 1, &rows, &err) != TW_OK)
+            fail_msg("run_page_next: %s", err.message);
+        json_array_extend(runs, rows);
+    } while (json_array_size(rows));
+    json_decref(rows);
+    return json_pack("{s:o, s:I, s:i, s:i}", "runs", runs, "total", (json_int_t)page.total, "limit", (int)limit,
+                     "offset", (int)offset);
 }
 static json_t *run_counts(tw_store *st) { READ(tw_store_run_counts(st, &row_, &err_), "counts"); }
 static json_t *runs_in(tw_store *st, const char *status)
@@ -964,6 +979,58 @@ static void test_run_delete_only_finished(void **state)
     json_decref(p);
 }
 
+/* A page read a few rows at a time: its total and range are fixed at open; a run deleted before its turn
+ * is skipped, a run added meanwhile (newer) never shows, a run
+ * that left the filtered state is skipped, and no read goes past the page. */
+static void test_run_page_reads_as_it_goes(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    char id[8];
+    for (int i = 0; i < 10; i++) {
+        snprintf(id, sizeof id, "r%d", i);
+        add_run(f->st, id, "d1");
+    }
+    tw_run_page page;
+    json_t *rows;
+    assert_int_equal(tw_store_run_page_open(f->st, NULL, 6, 2, &page, &err), TW_OK); /* r7 .. r2 */
+    assert_int_equal(page.total, 10);
+    assert_int_equal(tw_store_run_page_next(f->st, &page, 2, 0, &rows, &err), TW_OK);
+    assert_int_equal(json_array_size(rows), 2);
+    assert_string_equal(str(json_array_get(rows, 0), "id"), "r7");
+    assert_string_equal(str(json_array_get(rows, 1), "id"), "r6");
+    expect_null(json_array_get(rows, 0), "config"); /* with_config 0 */
+    assert_null(json_object_get(json_array_get(rows, 0), "seq"));
+    json_decref(rows);
+    add_run(f->st, "rnew", "d1");
+    for (int i = 5; i >= 3; i--) { /* r5..r3 finish; r4 and r3 are deleted */
+        snprintf(id, sizeof id, "r%d", i);
+        assert_int_equal(tw_store_run_started(f->st, id, "[0]", 1.0, &err), TW_OK);
+        assert_int_equal(tw_store_run_finished(f->st, id, TW_RUN_SUCCEEDED, NULL, NULL, 2.0, &err), TW_OK);
+        if (i < 5)
+            assert_int_equal(tw_store_run_delete(f->st, id, &err), TW_OK);
+    }
+    assert_int_equal(tw_store_run_page_next(f->st, &page, 64, 1, &rows, &err), TW_OK);
+    assert_int_equal(json_array_size(rows), 2); /* r5, r2: r4 and r3 are gone, r1 and r0 past the page */
+    assert_string_equal(str(json_array_get(rows, 0), "id"), "r5");
+    assert_string_equal(str(json_array_get(rows, 1), "id"), "r2");
+    assert_true(json_is_object(json_object_get(json_array_get(rows, 0), "config")));
+    json_decref(rows);
+    assert_int_equal(tw_store_run_page_next(f->st, &page, 64, 1, &rows, &err), TW_OK);
+    assert_int_equal(json_array_size(rows), 0);
+    json_decref(rows);
+
+    tw_run_state queued = TW_RUN_QUEUED;
+    assert_int_equal(tw_store_run_page_open(f->st, &queued, 3, 0, &page, &err), TW_OK); /* rnew, r9, r8 */
+    assert_int_equal(page.total, 8);
+    assert_int_equal(tw_store_run_started(f->st, "r9", "[0]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_page_next(f->st, &page, 64, 0, &rows, &err), TW_OK);
+    assert_int_equal(json_array_size(rows), 2); /* r9 left the state: not shown, and r7 is past the page */
+    assert_string_equal(str(json_array_get(rows, 0), "id"), "rnew");
+    assert_string_equal(str(json_array_get(rows, 1), "id"), "r8");
+    json_decref(rows);
+}
+
 /* A key used again: the same canonical body finds the run, another body is refused (TW_ERR_INVALID, not
  * "found" and not "none"), and a key unknown is TW_END. */
 static void test_idempotency_body(void **state)
@@ -1088,6 +1155,8 @@ static void test_reads_tell_not_found_from_failure(void **state)
     assert_int_equal(tw_store_run_next(f->st, -1.0, &out, &err), TW_END);
     assert_null(out);
 
+    tw_run_page open_page, page; /* a page opened before the tables went: its next read fails */
+    assert_int_equal(tw_store_run_page_open(f->st, NULL, 10, 0, &open_page, &err), TW_OK);
     drop_tables(f->db, "DROP TABLE runs; DROP TABLE datasets; DROP TABLE run_counts;");
     out = NULL;
 #define FAILS(call, what)                                                                            \
@@ -1102,7 +1171,8 @@ static void test_reads_tell_not_found_from_failure(void **state)
     FAILS(tw_store_datasets_converting(f->st, &out, &err), "datasets_converting");
     FAILS(tw_store_run_get(f->st, "r1", &out, &err), "run_get");
     FAILS(tw_store_run_by_key(f->st, "k", KEY_BODY, &out, &err), "run_by_key");
-    FAILS(tw_store_run_list(f->st, NULL, 10, 0, 1, &out, &err), "run_list");
+    FAILS(tw_store_run_page_open(f->st, NULL, 10, 0, &page, &err), "run_page_open");
+    FAILS(tw_store_run_page_next(f->st, &open_page, 8, 1, &out, &err), "run_page_next");
     FAILS(tw_store_run_counts(f->st, &out, &err), "run_counts");
     FAILS(tw_store_run_next(f->st, 1e12, &out, &err), "run_next");
     FAILS(tw_store_runs_in(f->st, TW_RUN_QUEUED, &out, &err), "runs_in");
@@ -1309,6 +1379,7 @@ int main(void)
         T(test_reads_tell_not_found_from_failure),
         T(test_debris_removal_needs_a_successful_read),
         T(test_run_list_filter_and_paging),
+        T(test_run_page_reads_as_it_goes),
         T(test_run_next_order_and_back_off),
         T(test_run_next_highest_priority_first_fifo_within),
         T(test_run_resume_rules),
