@@ -468,6 +468,9 @@
   ];
 
   const picked = new Set(); /* runs ticked for the compare view; kept across visits of the runs table */
+  /* Each listed run's config (the list leaves configs out: GET /runs/{id} has it), fetched once per run for
+   * the hparam columns: id -> config, or null while its request is out. A config never changes. */
+  const configs = new Map();
 
   function viewRuns(ctx, main) {
     const filter = h('select', {id: 'runs-filter', 'aria-label': 'status filter'},
@@ -558,11 +561,28 @@
       markSorted(thead, sort);
     }
 
+    /* Gives each shown run its config: from the cache, else asked once, and the table laid out again when
+     * it comes (a run deleted meanwhile is asked again only if listed again). */
+    function withConfigs() {
+      for (const run of shown) {
+        if (configs.get(run.id)) run.config = configs.get(run.id);
+        if (configs.has(run.id)) continue;
+        configs.set(run.id, null);
+        api(`/runs/${encodeURIComponent(run.id)}`).then((full) => {
+          configs.set(run.id, full.config || {});
+          if (!ctx.alive) return;
+          for (const x of shown) if (x.id === run.id) x.config = configs.get(run.id);
+          render();
+        }).catch(() => configs.delete(run.id));
+      }
+    }
+
     async function refresh() {
       const q = filter.value ? `&status=${encodeURIComponent(filter.value)}` : '';
       const reply = await api(`/runs?limit=50${q}`);
       if (!ctx.alive) return;
       shown = reply.runs;
+      withConfigs();
       const seen = new Set(shown.map((run) => run.id));
       for (const id of rows.keys()) if (!seen.has(id)) rows.delete(id);
       if (!filter.value && reply.total <= shown.length) { /* the whole list: forget ticked runs that are gone */
