@@ -108,7 +108,7 @@ typedef struct {
     json_t *batch;      /* the rows read and not yet sent (array), from index at; NULL: none read */
     size_t at;
     long shown;         /* runs sent so far */
-    enum { HEAD, ROWS, TAIL_SENT } stage; /* the next piece to make */
+    enum { HEAD, ROWS, DONE } stage; /* the next piece to make (DONE: the tail was made) */
     char *piece;        /* the text being sent (malloc), NULL between pieces */
     size_t len, sent;
 } run_list;
@@ -204,9 +204,9 @@ static int next_piece(run_list *l)
         if (row)
             return row_piece(l, row) ? TW_STREAM_ABORT : 0;
         n = asprintf(&l->piece, "]}");
-        l->stage = TAIL_SENT;
+        l->stage = DONE;
         break;
-    case TAIL_SENT: return TW_STREAM_END;
+    case DONE: return TW_STREAM_END;
     }
     if (n < 0) {
         l->piece = NULL;
@@ -258,16 +258,18 @@ void tw_api_runs_list(tw_server *S, tw_req *r)
     if (tw_req_query_int(r, "limit", 1, 1000, 50, &limit) || tw_req_query_int(r, "offset", 0, 1L << 40, 0, &offset) ||
         list_fields(r, &fields))
         return;
-    run_list *l = calloc(1, sizeof *l);
-    tw_error err;
-    if (!l || !(l->datasets = json_object())) {
+    run_list *l = malloc(sizeof *l);
+    json_t *datasets = json_object();
+    if (!l || !datasets) {
         free(l);
+        json_decref(datasets);
         json_decref(fields);
         tw_reply_error(r, TW_API_UNAVAILABLE, "out of memory");
         return;
     }
-    *l = (run_list){.S = S, .limit = limit, .offset = offset, .fields = fields, .datasets = l->datasets,
-                    .with_config = !fields || json_object_get(fields, "config")};
+    *l = (run_list){.S = S, .limit = limit, .offset = offset, .fields = fields, .datasets = datasets,
+                    .with_config = !fields || json_object_get(fields, "config") != NULL};
+    tw_error err;
     if (tw_store_run_page_open(S->store, status ? &state : NULL, limit, offset, &l->page, &err) != TW_OK) {
         list_done(l);
         tw_reply_status(r, &err);
