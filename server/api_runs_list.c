@@ -108,7 +108,7 @@ typedef struct {
     json_t *batch;      /* the rows read and not yet sent (array), from index at; NULL: none read */
     size_t at;
     long shown;         /* runs sent so far */
-    enum { HEAD, ROWS, DONE } stage; /* the next piece to make (DONE: the tail was made) */
+    enum { HEAD, ROWS, DONE, FAILED } stage; /* the next piece to make (DONE: the tail was made) */
     char *piece;        /* the text being sent (malloc), NULL between pieces */
     size_t len, sent;
 } run_list;
@@ -138,12 +138,11 @@ static json_t *listed(run_list *l, const json_t *row)
     json_t *all = tw_run_present_with(l->S, row, dataset ? listed_dataset(l, row) : NULL);
     if (!f || !all)
         return all;
-    json_t *shown = json_object();
     const char *key;
     json_t *v;
-    json_object_foreach(all, key, v) if (json_object_get(f, key)) json_object_set(shown, key, v);
-    json_decref(all);
-    return shown;
+    void *it;
+    json_object_foreach_safe(all, it, key, v) if (!json_object_get(f, key)) json_object_del(all, key);
+    return all;
 }
 
 /* The next run of the page into *row (borrowed from l->batch; NULL at the page's end). -1 when the store
@@ -186,7 +185,7 @@ static int row_piece(run_list *l, const json_t *row)
 }
 
 /* Makes the next piece of the body into l->piece: the head (the total first), one run, or the tail.
- * 0, TW_STREAM_END when the body is complete, TW_STREAM_ABORT on a failure. */
+ * 0, TW_STREAM_END when the body is complete, TW_STREAM_ABORT on a failure (and from then on). */
 static int next_piece(run_list *l)
 {
     const json_t *row = NULL;
@@ -199,38 +198,44 @@ static int next_piece(run_list *l)
         l->stage = ROWS;
         break;
     case ROWS:
-        if (next_row(l, &row) != 0)
-            return TW_STREAM_ABORT;
+        if (next_row(l, &row) != 0) /* the store failed */
+            break;
         if (row)
-            return row_piece(l, row) ? TW_STREAM_ABORT : 0;
+            return row_piece(l, row) == 0 ? 0 : (l->stage = FAILED, TW_STREAM_ABORT);
         n = asprintf(&l->piece, "]}");
         l->stage = DONE;
         break;
     case DONE: return TW_STREAM_END;
+    case FAILED: break;
     }
     if (n < 0) {
         l->piece = NULL;
+        l->stage = FAILED;
         return TW_STREAM_ABORT;
     }
     l->len = (size_t)n;
     return 0;
 }
 
-/* tw_stream_next: copies the current piece out, making the next when it is all sent. */
+/* tw_stream_next: fills buf with the next pieces (libmicrohttpd sends what one call gives as one chunk). */
 static ssize_t list_next(void *ctx, uint64_t pos, char *buf, size_t max)
 {
     run_list *l = ctx;
+    size_t n = 0;
     (void)pos;
-    while (!l->piece || l->sent == l->len) {
-        free(l->piece);
-        l->piece = NULL;
-        int s = next_piece(l);
-        if (s)
-            return s;
+    while (n < max) {
+        if (!l->piece || l->sent == l->len) {
+            free(l->piece);
+            l->piece = NULL;
+            int s = next_piece(l);
+            if (s)
+                return n ? (ssize_t)n : s; /* the end (or the abort) comes at the next call */
+        }
+        size_t k = l->len - l->sent < max - n ? l->len - l->sent : max - n;
+        memcpy(buf + n, l->piece + l->sent, k);
+        l->sent += k;
+        n += k;
     }
-    size_t n = l->len - l->sent < max ? l->len - l->sent : max;
-    memcpy(buf, l->piece + l->sent, n);
-    l->sent += n;
     return (ssize_t)n;
 }
 
