@@ -28,7 +28,6 @@ import pathlib
 import re
 import secrets
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ import requests
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from conftest import start_server  # noqa: E402
+from helpers import copy_run_rows  # noqa: E402
 
 ROWS = ("convert", "startup", "health", "runs_list", "run_metrics", "summaries", "checkpoints")
 FULL = {"images": (60_000, 600_000, 1_200_000), "runs": (10, 1_000, 10_000), "steps": (1_000, 10_000, 50_000),
@@ -157,17 +157,7 @@ class Served:
     def grow_to(self, n):
         """Copies of the finished run until the store holds n runs (the server stopped)."""
         (db,) = [p for p in self.data.glob("*.db")]
-        con = sqlite3.connect(db)
-        cols = [r[1] for r in con.execute("PRAGMA table_info(runs)") if r[1] != "seq"]
-        row = dict(zip(cols, con.execute(f"SELECT {', '.join(cols)} FROM runs WHERE id = ?", (self.run,)).fetchone()))
-        copies = []
-        for _ in range(n - self.runs):
-            rid = "r" + secrets.token_hex(8)[:15]
-            copies.append({**row, "id": rid, "name": None, "folder": rid, "idempotency_key": None})
-        con.executemany(f"INSERT INTO runs({', '.join(cols)}) VALUES({', '.join('?' * len(cols))})",
-                        [tuple(c[k] for k in cols) for c in copies])
-        con.commit()
-        con.close()
+        copy_run_rows(db, self.run, n - self.runs)
         self.runs = n
 
 

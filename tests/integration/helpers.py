@@ -59,3 +59,24 @@ def run_dir(data, run_id):
     found = [*runs.glob(f"*-{run_id[:7]}"), *runs.glob(f"*-{run_id}")]
     assert len(found) <= 1, found
     return found[0] if found and not (runs / run_id).exists() else runs / run_id
+
+
+def copy_run_rows(db, run_id, n, **over):
+    """Inserts n copies of run run_id's row into the SQLite file db (the server stopped, or not writing):
+    each with a new id as its folder, no name and no idempotency key, and the columns in `over` replaced.
+    The store's triggers keep the per-state counts. For the tests and benchmarks of many runs."""
+    import secrets
+    import sqlite3
+    con = sqlite3.connect(db)
+    try:
+        cols = [c[1] for c in con.execute("PRAGMA table_info(runs)") if c[1] != "seq"]
+        row = dict(zip(cols, con.execute(f"SELECT {', '.join(cols)} FROM runs WHERE id = ?", (run_id,)).fetchone()))
+        copies = []
+        for _ in range(n):
+            rid = "r" + secrets.token_hex(8)[:15]
+            copies.append({**row, "id": rid, "name": None, "folder": rid, "idempotency_key": None, **over})
+        con.executemany(f"INSERT INTO runs({', '.join(cols)}) VALUES({', '.join('?' * len(cols))})",
+                        [tuple(c[k] for k in cols) for c in copies])
+        con.commit()
+    finally:
+        con.close()

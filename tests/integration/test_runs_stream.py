@@ -4,7 +4,6 @@ equal SQLite's own answer (newest first, total, limit, offset), the server's pea
 page, and runs deleted while a list streams leave it valid JSON. A real `tower serve` over a data folder
 whose runs are copies of one finished run inserted into its SQLite file (the triggers keep the counts)."""
 import json
-import secrets
 import signal
 import sqlite3
 
@@ -12,6 +11,7 @@ import pytest
 import requests
 
 from conftest import start_server
+from helpers import copy_run_rows
 from test_server import seed_config, submit, wait_dataset, wait_run
 
 RUNS = 2000
@@ -34,17 +34,9 @@ def data(tower_bin, tool, tmp_path_factory):
         server.proc.send_signal(signal.SIGTERM)
         assert server.proc.wait(timeout=60) == 0
     con = sqlite3.connect(folder / "tower.db")
-    cols = [c[1] for c in con.execute("PRAGMA table_info(runs)") if c[1] != "seq"]
-    row = dict(zip(cols, con.execute(f"SELECT {', '.join(cols)} FROM runs WHERE id = ?", (first,)).fetchone()))
-    config = json.dumps({**json.loads(row["config"]), "pad": "x" * PAD})
-    copies = []
-    for _ in range(RUNS - 1):
-        rid = "r" + secrets.token_hex(8)[:15]
-        copies.append({**row, "id": rid, "folder": rid, "config": config, "idempotency_key": None})
-    con.executemany(f"INSERT INTO runs({', '.join(cols)}) VALUES({', '.join('?' * len(cols))})",
-                    [tuple(c[k] for k in cols) for c in copies])
-    con.commit()
+    (config,) = con.execute("SELECT config FROM runs WHERE id = ?", (first,)).fetchone()
     con.close()
+    copy_run_rows(folder / "tower.db", first, RUNS - 1, config=json.dumps({**json.loads(config), "pad": "x" * PAD}))
     return folder
 
 
