@@ -1,5 +1,5 @@
-/* api_runs.c — /api/v1/runs: submit, show (the list is api_runs_list.c's), cancel, resume, priority, delete, metrics, events, log,
- * checkpoints. */
+/* api_runs.c — /api/v1/runs: submit, show, cancel, resume, priority, delete, metrics, events, log,
+ * checkpoints (the list is api_runs_list.c's). */
 #define _GNU_SOURCE
 #include "runs.h"
 

@@ -469,7 +469,8 @@
 
   const picked = new Set(); /* runs ticked for the compare view; kept across visits of the runs table */
   /* Each listed run's config (the list leaves configs out: GET /runs/{id} has it), fetched once per run for
-   * the hparam columns: id -> config, or null while its request is out. A config never changes. */
+   * the hparam columns: id -> config, or null while its request is out. What those columns show never
+   * changes (a resume changes only the config's steps). */
   const configs = new Map();
 
   function viewRuns(ctx, main) {
