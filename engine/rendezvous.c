@@ -631,7 +631,7 @@ static tw_status try_once(const tw_rendezvous *r, void *blob, size_t bytes, doub
 static tw_status join(const tw_rendezvous *r, void *blob, size_t bytes, double timeout_s,
                       double deadline, tw_error *err)
 {
-    char why[320] = "rank 0 was never reached";
+    char why[768] = "rank 0 was never reached"; /* room for MASTER_ADDR and a strerror */
     int backoff_ms = BACKOFF_MIN_MS;
     for (;;) {
         tw_status s = try_once(r, blob, bytes, deadline, why, sizeof why, err);
