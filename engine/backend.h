@@ -339,7 +339,7 @@ tw_status tw_backend_replay(tw_backend *b, int slot, tw_error *err);
  * tower i of node k being rank k*G + i (PyTorch's ProcessGroupNCCL map), and tw_backend_allreduce_avg over
  * the G towers then averages over all nodes*G. The id (TW_WORLD_ID_BYTES, NCCL's unique id) is made by
  * node 0 and reaches every node by MPI_Bcast (engine/world.h) or the TCP rendezvous
- * (engine/rendezvous.h); docs/distributed.md. */
+ * (engine/rendezvous.h); docs/rendezvous.md. */
 
 enum {
     TW_WORLD_ID_BYTES = 128,  /* NCCL_UNIQUE_ID_BYTES (the CUDA module asserts it) */

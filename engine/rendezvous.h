@@ -1,7 +1,7 @@
 /* rendezvous.h — a world of processes found without MPI: its coordinates from torchrun's environment
  * variables, and a small TCP rendezvous that hands one blob (the NCCL unique id) from rank 0 to every rank.
  *
- * Owns: the reading and validation of the world variables (the table is docs/distributed.md's, the one
+ * Owns: the reading and validation of the world variables (the table is docs/rendezvous.md's, the one
  * place the user guide points to) and the rendezvous protocol (engine/rendezvous.c's header). Does not own
  * what travels (the CUDA backend makes the NCCL id: backend.h's world ops), the MPI world (engine/world.h),
  * or the training; nothing here touches a device.

@@ -8,6 +8,7 @@ process to end or for a port to accept, each with a bound.
 import json
 import os
 import socket
+import struct
 import subprocess
 import time
 
@@ -214,3 +215,81 @@ def test_a_world_of_one_needs_no_peer(world):
     rc, out, err = finish(world({"WORLD_SIZE": "1", "RANK": "0"}, "--timeout", 1))
     assert rc == 0, err
     assert out["rank"] == 0 and out["size"] == 1 and len(out["token"]) == 256
+
+
+def raw_rank(port, rank, size, version=1, nbytes=128):
+    """A rank speaking the protocol by hand (engine/rendezvous.c's header): connects and sends its hello."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=BOUND_S)
+    s.sendall(b"TWRZ" + struct.pack(">IIII", version, size, rank, nbytes))
+    return s
+
+
+def read_answer(s, nbytes=128):
+    """(verdict, detail, blob) of rank 0's answer on s (blob only for verdict 0)."""
+    def exactly(n):
+        got = b""
+        while len(got) < n:
+            chunk = s.recv(n - len(got))
+            if not chunk:
+                raise EOFError(f"closed after {len(got)} of {n} bytes")
+            got += chunk
+        return got
+    head = exactly(16)
+    assert head[:4] == b"TWRZ" and struct.unpack(">I", head[4:8])[0] == 1
+    verdict, detail = struct.unpack(">II", head[8:16])
+    return verdict, detail, exactly(nbytes) if verdict == 0 else None
+
+
+def test_a_joined_rank_that_dies_frees_its_place(world):
+    rank0 = world({"WORLD_SIZE": "3", "RANK": "0"}, "--timeout", 30)
+    wait_listening(world.port)
+    first = raw_rank(world.port, 1, 3)
+    # a second rank 1 is refused as a duplicate: the first has joined
+    rc, _, err = finish(world({"WORLD_SIZE": "3", "RANK": "1"}, "--timeout", 30))
+    assert rc == 1 and "already joined" in err, err
+    first.close()  # the joined rank dies
+    end = time.monotonic() + BOUND_S
+    rank2 = None
+    while True:  # its restart is refused until rank 0 has seen it go, then taken
+        again = raw_rank(world.port, 1, 3)
+        again.settimeout(0.2 if rank2 is None else BOUND_S)
+        try:
+            verdict, detail, token = read_answer(again)
+        except socket.timeout:  # no answer yet: it joined (or rank 0 is slow), rank 2 completes the world
+            if rank2 is None:
+                rank2 = world({"WORLD_SIZE": "3", "RANK": "2"}, "--timeout", 30)
+            again.settimeout(BOUND_S)
+            verdict, detail, token = read_answer(again)
+        again.close()
+        if verdict == 0:
+            break
+        assert (verdict, detail) == (4, 1)  # DUPLICATE of rank 1: rank 0 has not seen it go yet
+        assert time.monotonic() < end, "the dead rank's place was never freed"
+    results = []
+    for p in (rank0, rank2):
+        rc, out, err = finish(p)
+        assert rc == 0, err
+        results.append(out)
+    results.append({"rank": 1, "size": 3, "token": token.hex()})
+    assert_one_token(results, 3)
+
+
+def test_another_protocol_version_is_refused(world):
+    rank0 = world({"WORLD_SIZE": "2", "RANK": "0"}, "--timeout", 30)
+    wait_listening(world.port)
+    s = raw_rank(world.port, 1, 2, version=7)
+    verdict, detail, _ = read_answer(s)
+    s.close()
+    assert (verdict, detail) == (1, 1)  # BAD_VERSION, rank 0 speaks 1
+    rc, _, err = finish(world({"WORLD_SIZE": "2", "RANK": "1"}, "--timeout", 30))
+    assert rc == 0, err
+    assert finish(rank0)[0] == 0
+
+
+def test_ranks_that_joined_hear_that_rank_0_gave_up(world):
+    rank0 = world({"WORLD_SIZE": "3", "RANK": "0"}, "--timeout", 2)
+    rank1 = world({"WORLD_SIZE": "3", "RANK": "1"}, "--timeout", 50)
+    rc, _, err = finish(rank0)
+    assert rc == 1 and "missing rank 2" in err, err
+    rc, _, err = finish(rank1)  # long before its own 50 s
+    assert rc == 1 and "its rendezvous timed out with 2 of 3 ranks" in err, err
