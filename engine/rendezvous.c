@@ -5,10 +5,11 @@
  * the MPI route (engine/world.h: MPI_Bcast does the same job where mpirun or srun+PMIx start the world).
  *
  * Why hand-written: NCCL leaves the id's journey to the caller ("broadcasting it to other processes using
- * MPI or another parallel environment using, for example, sockets"), and no library packaged here does it
- * without MPI: PyTorch's TCPStore is C++ inside libtorch, Gloo wants a store of its own, PMIx is the very
- * piece missing from Slurm installs this path serves (/work/shared/FORMATS.md part 2 §4: llm.c's
- * get_nccl_id_via_tcp is the same ~100 lines). It is one listening socket, one message each way.
+ * MPI or another parallel environment using, for example, sockets": NCCL's user guide, "Creating a
+ * communicator"), and no library packaged here does it without MPI: PyTorch's TCPStore is C++ inside
+ * libtorch, Gloo wants a store of its own, PMIx is the very piece missing from the Slurm installs this path
+ * serves (llm.c's README; llm.c's own llmc/zero.cuh get_nccl_id_via_tcp is the same ~100 lines). It is one
+ * listening socket, one message each way.
  *
  * Protocol (every integer a big-endian uint32):
  *   peer -> rank 0   hello:  "TWRZ", version 1, world size, rank, blob bytes             (20 bytes)

@@ -4,8 +4,8 @@
  * Owns: the NCCL clique of a group of instances (struct tw_cuda_group: ncclCommInitAll over their
  * devices, created on the group's first all-reduce and kept while its members live), the world's
  * communicators (backend.h's world_id: ncclGetUniqueId; world_join: ncclCommInitRank of every local
- * instance inside one ncclGroupStart/End, node*G + i of nodes*G ranks, as /work/shared/FORMATS.md part 2
- * §4.3 and PyTorch's ProcessGroupNCCL do: the group is then a world group), the averaging
+ * instance inside one ncclGroupStart/End, node*G + i of nodes*G ranks, the rank map of PyTorch's
+ * ProcessGroupNCCL::getNCCLComm: the group is then a world group), the averaging
  * itself (ncclAllReduce with ncclAvg, in place, one call per instance on that instance's stream, inside
  * ncclGroupStart/End because one thread drives every GPU), the asynchronous-error poll that the waits of
  * cuda_backend.cu run while a collective is in flight (ncclCommGetAsyncError; on an error every
