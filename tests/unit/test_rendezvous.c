@@ -119,42 +119,46 @@ static void test_rank_from_launchers(void **state)
     assert_string_equal(r.rank_from, "RANK");
 }
 
+/* One bad environment: the variables beside a valid MASTER_ADDR=h, MASTER_PORT=80 (NULL value: unset),
+ * and what the message must contain. */
+typedef struct {
+    const char *vars[8]; /* name, value, name, value, ... */
+    const char *named;
+} bad_case;
+
 static void test_bad_variables(void **state)
 {
     (void)state;
-    env("MASTER_ADDR", "h", "MASTER_PORT", "80", "WORLD_SIZE", "2", "RANK", "2", NULL);
-    expect_error("RANK=2 is not below WORLD_SIZE=2");
-    env("MASTER_ADDR", "h", "MASTER_PORT", "0", "WORLD_SIZE", "2", "RANK", "1", NULL);
-    expect_error("MASTER_PORT=0 is outside 1..65535");
-    env("MASTER_ADDR", "h", "MASTER_PORT", "99999999999", "WORLD_SIZE", "2", "RANK", "1", NULL);
-    expect_error("MASTER_PORT='99999999999' is not a decimal number");
-    env("MASTER_ADDR", "h", "MASTER_PORT", "+80", "WORLD_SIZE", "2", "RANK", "1", NULL);
-    expect_error("MASTER_PORT='+80'");
-    env("MASTER_ADDR", "h", "MASTER_PORT", "80", "WORLD_SIZE", "4097", "RANK", "1", NULL);
-    expect_error("WORLD_SIZE=4097 is outside 1..4096");
-    env("MASTER_ADDR", "h", "MASTER_PORT", "80", "WORLD_SIZE", "", "RANK", "1", NULL);
-    expect_error("WORLD_SIZE=''");
-    env("MASTER_ADDR", "h", "MASTER_PORT", "80", "WORLD_SIZE", "2", "RANK", "1\n", NULL);
-    expect_error("RANK='(unprintable)'");
-    env("MASTER_ADDR", "h", "MASTER_PORT", "80", "SLURM_PROCID", "x", "SLURM_NTASKS", "2", NULL);
-    expect_error("SLURM_PROCID='x'");
-    env("MASTER_ADDR", "h", "MASTER_PORT", "80", "SLURM_PROCID", "1", "SLURM_NTASKS", "1", NULL);
-    expect_error("SLURM_PROCID=1 is not below SLURM_NTASKS=1");
-    env("MASTER_ADDR", "h", "MASTER_PORT", "80", "JOB_COMPLETION_INDEX", "1", NULL);
-    expect_error("WORLD_SIZE is not set (JOB_COMPLETION_INDEX=1");
-    env("MASTER_PORT", "80", "WORLD_SIZE", "2", "RANK", "1", NULL);
-    expect_error("MASTER_ADDR is not set");
-    env("MASTER_ADDR", "", "MASTER_PORT", "80", "WORLD_SIZE", "2", "RANK", "1", NULL);
-    expect_error("MASTER_ADDR is empty");
-    char long_addr[TW_RENDEZVOUS_ADDR_MAX + 1];
+    static char long_addr[TW_RENDEZVOUS_ADDR_MAX + 1];
     memset(long_addr, 'a', sizeof long_addr - 1);
-    long_addr[sizeof long_addr - 1] = '\0';
-    env("MASTER_ADDR", long_addr, "MASTER_PORT", "80", "WORLD_SIZE", "2", "RANK", "1", NULL);
-    expect_error("MASTER_ADDR=");
-    env("MASTER_ADDR", "h", "WORLD_SIZE", "2", "RANK", "1", NULL);
-    expect_error("MASTER_PORT is not set");
-    env("MASTER_ADDR", "h", "MASTER_PORT", "80", "WORLD_SIZE", "2", NULL);
-    expect_error("RANK is not set");
+    static const bad_case cases[] = {
+        {{"WORLD_SIZE", "2", "RANK", "2"}, "RANK=2 is not below WORLD_SIZE=2"},
+        {{"MASTER_PORT", "0", "WORLD_SIZE", "2", "RANK", "1"}, "MASTER_PORT=0 is outside 1..65535"},
+        {{"MASTER_PORT", "99999999999", "WORLD_SIZE", "2", "RANK", "1"},
+         "MASTER_PORT='99999999999' is not a decimal number"},
+        {{"MASTER_PORT", "+80", "WORLD_SIZE", "2", "RANK", "1"}, "MASTER_PORT='+80'"},
+        {{"WORLD_SIZE", "4097", "RANK", "1"}, "WORLD_SIZE=4097 is outside 1..4096"},
+        {{"WORLD_SIZE", "", "RANK", "1"}, "WORLD_SIZE=''"},
+        {{"WORLD_SIZE", "2", "RANK", "1\n"}, "RANK='(unprintable)'"},
+        {{"SLURM_PROCID", "x", "SLURM_NTASKS", "2"}, "SLURM_PROCID='x'"},
+        {{"SLURM_PROCID", "1", "SLURM_NTASKS", "1"}, "SLURM_PROCID=1 is not below SLURM_NTASKS=1"},
+        {{"JOB_COMPLETION_INDEX", "1"}, "WORLD_SIZE is not set (JOB_COMPLETION_INDEX=1"},
+        {{"MASTER_ADDR", NULL, "WORLD_SIZE", "2", "RANK", "1"}, "MASTER_ADDR is not set"},
+        {{"MASTER_ADDR", "", "WORLD_SIZE", "2", "RANK", "1"}, "MASTER_ADDR is empty"},
+        {{"MASTER_ADDR", long_addr, "WORLD_SIZE", "2", "RANK", "1"}, "MASTER_ADDR="},
+        {{"MASTER_PORT", NULL, "WORLD_SIZE", "2", "RANK", "1"}, "MASTER_PORT is not set"},
+        {{"WORLD_SIZE", "2"}, "RANK is not set"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        env("MASTER_ADDR", "h", "MASTER_PORT", "80", NULL);
+        for (int v = 0; v < 8 && cases[c].vars[v]; v += 2) {
+            if (cases[c].vars[v + 1])
+                setenv(cases[c].vars[v], cases[c].vars[v + 1], 1);
+            else
+                unsetenv(cases[c].vars[v]);
+        }
+        expect_error(cases[c].named);
+    }
 }
 
 static void test_share_arguments(void **state)
