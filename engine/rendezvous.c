@@ -325,7 +325,7 @@ static void accept_one(server *sv)
     if (fd < 0)
         return; /* gone before it was accepted, or out of descriptors: it can try again */
     if (sv->n_wait == MAX_PENDING)
-        drop_pending(sv, 0); /* the oldest silent connection makes room */
+        drop_pending(sv, 0); /* a connection still silent makes room (a rank says hello at once) */
     sv->wait[sv->n_wait++] = (pending){.fd = fd};
 }
 
@@ -430,8 +430,8 @@ static tw_status timeout_error(const server *sv, double timeout_s, tw_error *err
                                    rank);
     int left = sv->r->size - 1 - sv->joined - listed;
     tw_error_set(err, TW_ERR_IO, NULL, -1,
-                 "rendezvous: timed out after %gs on %s:%d: %d of %d ranks joined rank 0; missing "
-                 "rank %s%s", timeout_s, sv->r->addr, sv->r->port, sv->joined + 1, sv->r->size,
+                 "rendezvous: timed out after %gs on %s:%d: %d of %d ranks came (rank 0 included); "
+                 "missing rank %s%s", timeout_s, sv->r->addr, sv->r->port, sv->joined + 1, sv->r->size,
                  missing, left > 0 ? ", ..." : "");
     return timed_out(err);
 }

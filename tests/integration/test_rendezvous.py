@@ -148,7 +148,7 @@ def test_a_missing_rank_0_ends_the_peers_with_a_timeout(world):
 
 def test_rank_0_times_out_naming_the_missing_ranks(world):
     rc, _, err = finish(world({"WORLD_SIZE": "4", "RANK": "0"}, "--timeout", 1))
-    assert rc == 1 and "1 of 4 ranks joined" in err and "missing rank 1, 2, 3" in err, err
+    assert rc == 1 and "1 of 4 ranks came" in err and "missing rank 1, 2, 3" in err, err
 
 
 def test_stray_connections_do_not_break_the_world(world):
