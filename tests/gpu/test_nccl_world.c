@@ -174,7 +174,7 @@ static pid_t spawn_rank(int rank, int port)
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 8, sizeof *env);
+    char **env = calloc(n + 6, sizeof *env);
     char vars[5][64];
     size_t k = 0;
     for (size_t i = 0; env && i < n; i++) {
@@ -191,10 +191,6 @@ static pid_t spawn_rank(int rank, int port)
     snprintf(vars[4], 64, "WORLD_SIZE=2");
     for (int v = 0; env && v < 5; v++)
         env[k++] = vars[v];
-    if (env && !getenv("NCCL_SOCKET_IFNAME")) /* loopback, unless the machine says otherwise */
-        env[k++] = "NCCL_SOCKET_IFNAME=lo";
-    if (env && !getenv("NCCL_IB_DISABLE"))
-        env[k++] = "NCCL_IB_DISABLE=1";
     pid_t pid = -1;
     char *argv[] = {"test_nccl_world", NULL};
     if (!env || posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, env) != 0)
@@ -225,7 +221,7 @@ static void wait_ranks(const pid_t *pids)
     }
     for (int r = 0; r < 2; r++) {
         char line[80];
-        snprintf(line, sizeof line, "rank %d exited 0 (status %d)", r, status[r]);
+        snprintf(line, sizeof line, "rank %d ended with exit 0 (wait status %d)", r, status[r]);
         expect(WIFEXITED(status[r]) && WEXITSTATUS(status[r]) == 0, line, NULL);
     }
 }
@@ -242,6 +238,8 @@ int main(void)
         printf("SKIP: no CUDA device: %s\n", e.message);
         return 77;
     }
+    setenv("NCCL_SOCKET_IFNAME", "lo", 0); /* loopback sockets, unless the caller says otherwise */
+    setenv("NCCL_IB_DISABLE", "1", 0);
     world_of_one();
     int port = free_port();
     fflush(stdout);
