@@ -765,3 +765,52 @@ tw_status tw_backend_replay(tw_backend *b, int slot, tw_error *err)
     TW_TRY(check_slot(__func__, slot, err));
     return b->ops->replay(b->ctx, slot, err);
 }
+
+/* ---- a world of processes ---- */
+
+int tw_backend_has_world(const tw_backend *b) { return b && b->ops->world_id && b->ops->world_join; }
+
+static tw_status check_world(const char *op, const tw_backend *b, tw_error *err)
+{
+    TW_TRY(check_backend(op, b, err));
+    if (!tw_backend_has_world(b))
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
+                            "%s: the %s backend cannot join a world of processes", op, b->ops->kind);
+    return TW_OK;
+}
+
+tw_status tw_backend_world_id(tw_backend *b, void *id, tw_error *err)
+{
+    TW_TRY(check_world(__func__, b, err));
+    if (!id)
+        return fail(err, __func__, "argument id is NULL");
+    return b->ops->world_id(b->ctx, id, err);
+}
+
+tw_status tw_backend_world_join(tw_backend *const *towers, int n_towers, const void *id, int node,
+                                int nodes, tw_error *err)
+{
+    const char *op = __func__;
+    if (!towers || n_towers < 1 || !id)
+        return fail(err, op, "towers (%d) and id are needed", n_towers);
+    if (nodes < 1 || nodes > TW_WORLD_MAX_NODES || node < 0 || node >= nodes)
+        return fail(err, op, "node %d of %d nodes: node must be in [0, nodes), nodes in [1, %d]", node,
+                    nodes, (int)TW_WORLD_MAX_NODES);
+    for (int i = 0; i < n_towers; i++) {
+        TW_TRY(check_world(op, towers[i], err));
+        if (towers[i]->ops != towers[0]->ops)
+            return fail(err, op, "towers[%d] is a %s backend, towers[0] a %s one", i,
+                        towers[i]->ops->kind, towers[0]->ops->kind);
+        for (int j = 0; j < i; j++)
+            if (towers[j] == towers[i])
+                return fail(err, op, "towers[%d] and towers[%d] are the same instance", j, i);
+    }
+    void **ctxs = malloc((size_t)n_towers * sizeof *ctxs);
+    if (!ctxs)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "%s: out of memory", op);
+    for (int i = 0; i < n_towers; i++)
+        ctxs[i] = towers[i]->ctx;
+    tw_status s = towers[0]->ops->world_join((void *const *)ctxs, n_towers, id, node, nodes, err);
+    free(ctxs);
+    return s;
+}

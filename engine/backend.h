@@ -138,6 +138,11 @@ struct tw_backend_ops {
                                tw_tensor f, tw_error *err);
     tw_status (*conv_bwd_filter)(void *ctx, const tw_window *w, int filters, tw_tensor df,
                                  tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err);
+    /* Optional world of processes (NULL: not offered; the CPU backend's processes average through MPI,
+     * engine/world.h). The wrappers below check the arguments. */
+    tw_status (*world_id)(void *ctx, void *id, tw_error *err);
+    tw_status (*world_join)(void *const *ctxs, int n_ctx, const void *id, int node, int nodes,
+                            tw_error *err);
 };
 
 /* ---- lifecycle (backend.c) and registry (backend_reg.c: the one file that loads the CUDA module) ---- */
@@ -327,6 +332,39 @@ enum { TW_GRAPH_SLOTS = 4 }; /* graphs one instance keeps, slot 0 .. TW_GRAPH_SL
 tw_status tw_backend_capture_begin(tw_backend *b, tw_error *err);
 tw_status tw_backend_capture_end(tw_backend *b, int slot, int ok, tw_error *err);
 tw_status tw_backend_replay(tw_backend *b, int slot, tw_error *err);
+
+/* ---- a world of processes (optional ops: the CUDA backend's NCCL communicators across nodes) ----
+ *
+ * One process per node drives its G local towers; a world of `nodes` such processes has nodes*G ranks,
+ * tower i of node k being rank k*G + i (PyTorch's ProcessGroupNCCL map), and tw_backend_allreduce_avg over
+ * the G towers then averages over all nodes*G. The id (TW_WORLD_ID_BYTES, NCCL's unique id) is made by
+ * node 0 and reaches every node by MPI_Bcast (engine/world.h) or the TCP rendezvous
+ * (engine/rendezvous.h); docs/rendezvous.md. */
+
+enum {
+    TW_WORLD_ID_BYTES = 128,  /* NCCL_UNIQUE_ID_BYTES (the CUDA module asserts it) */
+    TW_WORLD_MAX_NODES = 4096, /* processes in one world */
+};
+
+/* 1 when b's kind can join a world of processes (world_id and world_join). */
+int tw_backend_has_world(const tw_backend *b);
+
+/* id[TW_WORLD_ID_BYTES] = a new world's id (ncclGetUniqueId), made on node 0 only, before any node
+ * joins. Errors: TW_ERR_UNSUPPORTED when b's kind has no worlds; the backend's own. */
+tw_status tw_backend_world_id(tw_backend *b, void *id, tw_error *err);
+
+/* Makes towers[0..n_towers) (one process's towers, one GPU each, every node with the same n_towers) ranks
+ * node*n_towers + i of the world `id` of `nodes` nodes; every node calls it at the same time with the
+ * same id (NCCL's ncclCommInitRank inside ncclGroupStart/End: it returns once the whole world is
+ * connected). From then on tw_backend_allreduce_avg over exactly these towers, in this order, averages
+ * over the whole world (even for one tower), and an all-reduce over any other set of them is refused;
+ * the world ends when one of them is destroyed. An asynchronous failure of the world is a sticky error
+ * of the backend (kernels/cuda_backend.h), and the communicators are aborted so no rank hangs.
+ * Errors: TW_ERR_INVALID for bad arguments (node outside [0, nodes), nodes outside
+ * [1, TW_WORLD_MAX_NODES], towers of different kinds or repeated); TW_ERR_UNSUPPORTED when the
+ * kind has no worlds or two towers share a GPU; the backend's own. */
+tw_status tw_backend_world_join(tw_backend *const *towers, int n_towers, const void *id, int node,
+                                int nodes, tw_error *err);
 
 /* The CPU backend's table (cpu_backend.c). */
 extern const tw_backend_ops tw_cpu_backend_ops;

@@ -488,4 +488,6 @@ extern "C" const tw_backend_ops tw_cuda_backend_ops = {
     .conv_fwd = nullptr, /* the engine convolves through im2col + cuBLAS */
     .conv_bwd_data = nullptr,
     .conv_bwd_filter = nullptr,
+    .world_id = tw_cuda_world_id,
+    .world_join = tw_cuda_world_join,
 };

@@ -52,7 +52,8 @@ struct tw_cuda_ctx {
     int *flag_dev;               /* [4] int32 device: {bad, row, label, classes} of the first label
                                     outside [0, classes) a loss kernel saw since the last wait */
     volatile int *flag;          /* [4] int32 pinned host: flag_dev as copied by the last wait */
-    struct tw_cuda_group *group; /* the NCCL clique this instance is in, or NULL (cuda_allreduce.cu) */
+    struct tw_cuda_group *group; /* the NCCL clique or world this instance is in, or NULL
+                                    (cuda_allreduce.cu) */
     int nccl_pending;            /* an all-reduce was issued since the last wait */
 };
 
@@ -164,8 +165,9 @@ tw_status tw_cuda_update(void *ctx, const tw_update *u, tw_tensor params, tw_ten
 /* ---- NCCL (cuda_allreduce.cu) ---- */
 
 /* backend.h's allreduce_avg: one NCCL clique per group of instances (ncclCommInitAll over their
- * devices, created on the group's first call), ncclAllReduce with ncclAvg in place on each instance's
- * stream inside ncclGroupStart/End; returns once enqueued. One instance: nothing to do. */
+ * devices, created on the group's first call) or the world they joined, ncclAllReduce with ncclAvg in
+ * place on each instance's stream inside ncclGroupStart/End; returns once enqueued. One instance
+ * outside a world: nothing to do. */
 tw_status tw_cuda_allreduce_avg(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
                                 tw_error *err);
 
@@ -173,6 +175,13 @@ tw_status tw_cuda_allreduce_avg(void *const *ctxs, int n_ctx, const tw_tensor *b
  * asynchronous error; else aborts every communicator of the group (ncclCommAbort, so no rank hangs)
  * and returns the sticky error. */
 tw_status tw_cuda_group_poll(tw_cuda_ctx *ctx, tw_error *err);
+
+/* backend.h's world_id and world_join: ncclGetUniqueId; ncclCommInitRank of rank node*n_ctx + i of
+ * nodes*n_ctx for each instance, inside ncclGroupStart/End, the instances' group from then on (its
+ * all-reduce, poll and abort are the clique's). */
+tw_status tw_cuda_world_id(void *ctx, void *id, tw_error *err);
+tw_status tw_cuda_world_join(void *const *ctxs, int n_ctx, const void *id, int node, int nodes,
+                             tw_error *err);
 
 /* Ends the group ctx is in, if any (ncclCommDestroy of every communicator, or nothing after an abort);
  * its other members create a new one on their next all-reduce. Called by destroy. */
