@@ -2,10 +2,10 @@
  *
  * Owns: host buffers (aligned_alloc, 64-byte aligned), the loops around elementwise.h's per-element
  * formulas, the window walks of im2col/col2im/max-pool, the row reductions of the losses, the fused
- * update and the host all-reduce. GEMM is OpenBLAS's cblas_sgemm (a tuned, threaded library beats a
- * loop of our own); direct convolutions are oneDNN's (cpu_conv.c says why); the other loops are written here because no library has them with TensorFlow's
- * formulas and a summation order the CUDA backend can match. Every sum runs in a fixed order in float
- * (sum_squares in double), so results do not depend on thread timing.
+ * update and the host all-reduce. GEMM is a tuned library's (cpu_gemm.c: oneDNN's, else OpenBLAS's);
+ * direct convolutions are oneDNN's (cpu_conv.c says why); the other loops are written here because no
+ * library has them with TensorFlow's formulas and a summation order the CUDA backend can match. Every
+ * sum runs in a fixed order in float (sum_squares in double), so results do not depend on thread timing.
  *
  * OpenBLAS maps its GEMM buffers on its first call and, when that mmap fails (an address-space limit,
  * RLIMIT_AS, already spent on the data), spins forever instead of failing. So cpu_create first checks
@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cpu_conv.h"
+#include "cpu_gemm.h"
 
 /* ctx is the instance's oneDNN state (tw_cpu_conv); only the conv_* ops use it. */
 
@@ -45,6 +46,7 @@ static void cpu_plan(int concurrent)
     long share = cores > concurrent ? cores / concurrent : 1;
     openblas_set_num_threads((int)share);
     tw_cpu_conv_threads((int)share);
+    tw_cpu_gemm_threads((int)share);
 }
 
 enum {
@@ -144,10 +146,7 @@ static tw_status cpu_gemm(void *ctx, int trans_a, int trans_b, int m, int n, int
                           tw_tensor a, tw_tensor b, float beta, tw_tensor c, tw_error *err)
 {
     (void)ctx;
-    (void)err;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, f32(a), trans_a ? m : k, f32(b), trans_b ? k : n, beta, f32(c), n);
-    return TW_OK;
+    return tw_cpu_sgemm(trans_a, trans_b, m, n, k, alpha, f32(a), f32(b), beta, f32(c), err);
 }
 
 /* y[rows, cols] += bias[cols]. */
