@@ -524,46 +524,64 @@ static tw_status cpu_sum_squares(void *ctx, tw_tensor out, tw_tensor x, size_t n
 
 /* ---- update and collectives ---- */
 
-/* The optimizer step over w[n] with gradients g[n] + l2 w[n]; s1/s2 are the slots the kind uses. */
-static void step_range(const tw_update *u, float l2, float *w, const float *g, float *s1, float *s2,
-                       size_t n)
+/* The arrays of one update over a range; they never overlap (separate arenas). s1/s2: the slots the
+ * kind uses (else NULL); e: the EMA shadows, or NULL without EMA. */
+typedef struct {
+    float *restrict w;
+    const float *restrict g;
+    float *restrict s1, *restrict s2, *restrict e;
+} update_range;
+
+/* for (i = 0; i < n; i++) w[i] = the new weight STEP (an expression of i), and e[i] follows it, in the
+ * same pass (one loop each way, so each vectorises). */
+#define UPDATE_LOOP(STEP)                                                                             \
+    do {                                                                                             \
+        if (r.e) {                                                                                   \
+            for (size_t i = 0; i < n; i++) {                                                         \
+                float v_ = (STEP);                                                                   \
+                r.w[i] = v_;                                                                         \
+                r.e[i] = tw_ema(r.e[i], v_, u->ema_decay);                                           \
+            }                                                                                        \
+        } else {                                                                                     \
+            for (size_t i = 0; i < n; i++)                                                           \
+                r.w[i] = (STEP);                                                                     \
+        }                                                                                            \
+    } while (0)
+
+/* The optimizer step over r.w[n] with gradients r.g[n] + l2 r.w[n], the shadows in the same pass. */
+static void step_range(const tw_update *u, float l2, update_range r, size_t n)
 {
     switch (u->kind) {
-    case TW_OPT_SGD:
-        for (size_t i = 0; i < n; i++)
-            w[i] = tw_sgd(w[i], tw_l2_grad(g[i], w[i], l2), u->lr);
-        break;
+    case TW_OPT_SGD: UPDATE_LOOP(tw_sgd(r.w[i], tw_l2_grad(r.g[i], r.w[i], l2), u->lr)); break;
     case TW_OPT_MOMENTUM:
-        for (size_t i = 0; i < n; i++)
-            w[i] = tw_momentum(w[i], tw_l2_grad(g[i], w[i], l2), &s1[i], u->lr, u->momentum);
+        UPDATE_LOOP(tw_momentum(r.w[i], tw_l2_grad(r.g[i], r.w[i], l2), &r.s1[i], u->lr, u->momentum));
         break;
     case TW_OPT_ADAM:
-        for (size_t i = 0; i < n; i++)
-            w[i] = tw_adam(w[i], tw_l2_grad(g[i], w[i], l2), &s1[i], &s2[i], u->adam_alpha, u->beta1,
-                           u->beta2, u->epsilon);
+        UPDATE_LOOP(tw_adam(r.w[i], tw_l2_grad(r.g[i], r.w[i], l2), &r.s1[i], &r.s2[i], u->adam_alpha,
+                            u->beta1, u->beta2, u->epsilon));
         break;
     }
 }
 
-/* params[n] -= step(grads[n] + L2 on the first l2_count); then ema[n] follows the new params. Slots
- * the kind does not use are never touched (they may be empty views). */
+/* The range r moved on by k values (NULL arrays stay NULL). */
+static update_range range_from(update_range r, size_t k)
+{
+    return (update_range){r.w + k, r.g + k, r.s1 ? r.s1 + k : NULL, r.s2 ? r.s2 + k : NULL,
+                          r.e ? r.e + k : NULL};
+}
+
+/* params[n] -= step(grads[n] + L2 on the first l2_count); ema[n] follows the new params in the same
+ * pass. Slots the kind does not use are never touched (they may be empty views). */
 static tw_status cpu_update(void *ctx, const tw_update *u, tw_tensor params, tw_tensor grads,
                             tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err)
 {
     (void)ctx;
     (void)err;
-    float *w = f32(params);
-    const float *g = f32(grads);
-    float *s1 = u->kind != TW_OPT_SGD ? f32(slot1) : NULL;
-    float *s2 = u->kind == TW_OPT_ADAM ? f32(slot2) : NULL;
+    update_range r = {f32(params), f32(grads), u->kind != TW_OPT_SGD ? f32(slot1) : NULL,
+                      u->kind == TW_OPT_ADAM ? f32(slot2) : NULL, u->ema ? f32(ema) : NULL};
     size_t k = u->l2_count;
-    step_range(u, u->l2, w, g, s1, s2, k);
-    step_range(u, 0.0f, w + k, g + k, s1 ? s1 + k : NULL, s2 ? s2 + k : NULL, n - k);
-    if (u->ema) {
-        float *e = f32(ema);
-        for (size_t i = 0; i < n; i++)
-            e[i] = tw_ema(e[i], w[i], u->ema_decay);
-    }
+    step_range(u, u->l2, r, k);
+    step_range(u, 0.0f, range_from(r, k), n - k);
     return TW_OK;
 }
 
