@@ -609,26 +609,32 @@ static tw_status cpu_update(void *ctx, const tw_update *u, tw_tensor params, tw_
 enum { REDUCE_BLOCK = 1024 };
 
 /* Every bufs[t] ([n] fp32, host) becomes (bufs[0] + bufs[1] + ... + bufs[n_ctx-1]) * (1 / n_ctx),
- * summed in that order in float, so every tower gets bit-identical values. */
+ * summed in that order in float, so every tower gets bit-identical values. Block by block, in plain
+ * loops that vectorise (the memcpy calls this had were inlined as rep movsq, 60% of its time). */
 static tw_status cpu_allreduce_avg(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
                                    tw_error *err)
 {
     (void)ctxs;
     (void)err;
+    if (n_ctx < 2)
+        return TW_OK; /* the mean of one */
     float acc[REDUCE_BLOCK];
     float inv = 1.0f / (float)n_ctx;
     for (size_t at = 0; at < n; at += REDUCE_BLOCK) {
         size_t len = n - at < REDUCE_BLOCK ? n - at : REDUCE_BLOCK;
-        memcpy(acc, f32(bufs[0]) + at, len * sizeof *acc);
-        for (int t = 1; t < n_ctx; t++) {
+        const float *b0 = f32(bufs[0]) + at, *b1 = f32(bufs[1]) + at;
+        for (size_t i = 0; i < len; i++)
+            acc[i] = b0[i] + b1[i];
+        for (int t = 2; t < n_ctx; t++) {
             const float *src = f32(bufs[t]) + at;
             for (size_t i = 0; i < len; i++)
                 acc[i] += src[i];
         }
-        for (size_t i = 0; i < len; i++)
-            acc[i] *= inv;
-        for (int t = 0; t < n_ctx; t++)
-            memcpy(f32(bufs[t]) + at, acc, len * sizeof *acc);
+        for (int t = 0; t < n_ctx; t++) {
+            float *dst = f32(bufs[t]) + at;
+            for (size_t i = 0; i < len; i++)
+                dst[i] = acc[i] * inv;
+        }
     }
     return TW_OK;
 }
