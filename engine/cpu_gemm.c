@@ -2,12 +2,13 @@
  *
  * Why oneDNN first: its dnnl_sgemm JIT-compiles for the CPU's real instruction set (AVX-512 on these
  * VMs), while OpenBLAS runs whatever core it detects or OPENBLAS_CORETYPE names (SSE3 "Prescott" when
- * detection fails, Haswell as preset here). Measured one thread each (/tmp harness in issue 13's report,
- * OPENBLAS_CORETYPE=Haswell), oneDNN was 1.2x to 2x faster on every dense shape of the seed MLP (batch
- * 32: 784-500-10, forward, backward data and weights) and of the Fashion CNN's dense layers (batch 100:
- * 3136-1024-10), so every shape goes to oneDNN where the build has it (TW_HAVE_DNNL); without it (the
- * cpu_conv_none.c build) OpenBLAS multiplies. The route depends on the build only, never on timing, so
- * a run and its resume multiply alike.
+ * detection fails, Haswell as preset here). Measured one thread each (`tw_bench engine-gemm` against
+ * `tw_bench gemm`, OPENBLAS_CORETYPE=Haswell), oneDNN was 1.2x to 2x faster on every dense shape of the
+ * seed MLP (batch 32: 784-500-10, forward, backward data and weights) and of the Fashion CNN's dense
+ * layers (batch 100: 3136-1024-10), so every shape goes to oneDNN where the build has it (TW_HAVE_DNNL);
+ * without it (the cpu_conv_none.c build) OpenBLAS multiplies. The route depends on the build only and
+ * the thread count on the shape and the plan's share only (apply_threads), never on timing, so a run
+ * and its resume multiply alike.
  *
  * Determinism: for a fixed shape and thread count, both libraries split the work and sum in a fixed
  * order (bit-exact resume, test_trainer.c). Threads: Debian's libdnnl runs on OpenMP (libgomp), whose
@@ -35,7 +36,7 @@ void tw_cpu_gemm_threads(int threads) { atomic_store(&gemm_threads, threads); }
  * (12.5 M at batch 32) on one, the Fashion CNN's first dense layer (321 M at batch 100) on the share. On
  * these shared 2-core VMs an OpenMP team costs more than it gives on the small products (its threads
  * spin at the barrier while the other core runs another tower or process: 1.2 GFLOP/s instead of 38 on
- * one thread for 32 x 500 x 784, /tmp harness in issue 13's report). */
+ * one thread for 32 x 500 x 784 with the machine busy). */
 enum { MACS_PER_THREAD = 1 << 25 };
 
 /* Sets this thread's OpenMP team size for an m x n x k product (no-op without OpenMP). */
