@@ -61,6 +61,9 @@ tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alph
     apply_threads(m, n, k);
     dnnl_status_t s = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a,
                                  trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+    if (s == dnnl_out_of_memory) /* its packing buffers, e.g. under an address-space limit */
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "oneDNN: out of memory in dnnl_sgemm(%d x %d x %d)",
+                            m, n, k);
     if (s != dnnl_success)
         return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1,
                             "oneDNN: dnnl_sgemm(%d x %d x %d) failed (status %d)", m, n, k, (int)s);
