@@ -2,10 +2,10 @@
  *
  * Owns: host buffers (aligned_alloc, 64-byte aligned), the loops around elementwise.h's per-element
  * formulas, the window walks of im2col/col2im/max-pool, the row reductions of the losses, the fused
- * update and the host all-reduce. GEMM is OpenBLAS's cblas_sgemm (a tuned, threaded library beats a
- * loop of our own); direct convolutions are oneDNN's (cpu_conv.c says why); the other loops are written here because no library has them with TensorFlow's
- * formulas and a summation order the CUDA backend can match. Every sum runs in a fixed order in float
- * (sum_squares in double), so results do not depend on thread timing.
+ * update and the host all-reduce. GEMM is a tuned library's (cpu_gemm.c: oneDNN's, else OpenBLAS's);
+ * direct convolutions are oneDNN's (cpu_conv.c says why); the other loops are written here because no
+ * library has them with TensorFlow's formulas and a summation order the CUDA backend can match. Every
+ * sum runs in a fixed order in float (sum_squares in double), so results do not depend on thread timing.
  *
  * OpenBLAS maps its GEMM buffers on its first call and, when that mmap fails (an address-space limit,
  * RLIMIT_AS, already spent on the data), spins forever instead of failing. So cpu_create first checks
@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "cpu_conv.h"
+#include "cpu_gemm.h"
 
 /* ctx is the instance's oneDNN state (tw_cpu_conv); only the conv_* ops use it. */
 
@@ -45,6 +46,7 @@ static void cpu_plan(int concurrent)
     long share = cores > concurrent ? cores / concurrent : 1;
     openblas_set_num_threads((int)share);
     tw_cpu_conv_threads((int)share);
+    tw_cpu_gemm_threads((int)share);
 }
 
 enum {
@@ -144,10 +146,7 @@ static tw_status cpu_gemm(void *ctx, int trans_a, int trans_b, int m, int n, int
                           tw_tensor a, tw_tensor b, float beta, tw_tensor c, tw_error *err)
 {
     (void)ctx;
-    (void)err;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, f32(a), trans_a ? m : k, f32(b), trans_b ? k : n, beta, f32(c), n);
-    return TW_OK;
+    return tw_cpu_sgemm(trans_a, trans_b, m, n, k, alpha, f32(a), f32(b), beta, f32(c), err);
 }
 
 /* y[rows, cols] += bias[cols]. */
@@ -188,6 +187,33 @@ static tw_status cpu_bias_grad(void *ctx, tw_tensor dbias, tw_tensor dy, int row
             __VA_ARGS__;                                                                             \
     } while (0)
 
+/* y[n] = act(x[n]): one loop per activation, so each vectorises (the same formula per element). */
+static inline void act_fwd_loop(tw_activation a, float *y, const float *x, size_t n)
+{
+    switch (a) {
+    case TW_ACT_RELU: ACT_LOOP(y[i] = tw_activate(TW_ACT_RELU, x[i])); break;
+    case TW_ACT_TANH: ACT_LOOP(y[i] = tw_activate(TW_ACT_TANH, x[i])); break;
+    case TW_ACT_SIGMOID: ACT_LOOP(y[i] = tw_activate(TW_ACT_SIGMOID, x[i])); break;
+    default: ACT_LOOP(y[i] = tw_activate(TW_ACT_NONE, x[i])); break;
+    }
+}
+
+/* dx[n] = act'(y[n]) dy[n], likewise. */
+static inline void act_bwd_loop(tw_activation a, float *dx, const float *dy, const float *y, size_t n)
+{
+    switch (a) {
+    case TW_ACT_RELU: ACT_LOOP(dx[i] = tw_activate_grad(TW_ACT_RELU, dy[i], y[i])); break;
+    case TW_ACT_TANH: ACT_LOOP(dx[i] = tw_activate_grad(TW_ACT_TANH, dy[i], y[i])); break;
+    case TW_ACT_SIGMOID: ACT_LOOP(dx[i] = tw_activate_grad(TW_ACT_SIGMOID, dy[i], y[i])); break;
+    default: ACT_LOOP(dx[i] = tw_activate_grad(TW_ACT_NONE, dy[i], y[i])); break;
+    }
+}
+
+/* The ops below run in place (y = x, dx = dy) in every layer. GCC's run-time overlap check treats an
+ * exact alias as an overlap and falls back to its scalar loop (ReLU's backward was 9% of the seed MLP's
+ * step so, its branch mispredicted), so the in-place case passes one pointer for both: the same address
+ * read and written at i is no dependence, and the loop vectorises. */
+
 /* y[n] = act(x[n]); y may be x. */
 static tw_status cpu_act_fwd(void *ctx, tw_activation a, tw_tensor y, tw_tensor x, size_t n,
                              tw_error *err)
@@ -195,13 +221,10 @@ static tw_status cpu_act_fwd(void *ctx, tw_activation a, tw_tensor y, tw_tensor 
     (void)ctx;
     (void)err;
     float *py = f32(y);
-    const float *px = f32(x);
-    switch (a) { /* one loop per activation, so each vectorises (the same formula per element) */
-    case TW_ACT_RELU: ACT_LOOP(py[i] = tw_activate(TW_ACT_RELU, px[i])); break;
-    case TW_ACT_TANH: ACT_LOOP(py[i] = tw_activate(TW_ACT_TANH, px[i])); break;
-    case TW_ACT_SIGMOID: ACT_LOOP(py[i] = tw_activate(TW_ACT_SIGMOID, px[i])); break;
-    default: ACT_LOOP(py[i] = tw_activate(TW_ACT_NONE, px[i])); break;
-    }
+    if (py == f32(x))
+        act_fwd_loop(a, py, py, n);
+    else
+        act_fwd_loop(a, py, f32(x), n);
     return TW_OK;
 }
 
@@ -212,13 +235,10 @@ static tw_status cpu_act_bwd(void *ctx, tw_activation a, tw_tensor dx, tw_tensor
     (void)ctx;
     (void)err;
     float *pdx = f32(dx);
-    const float *pdy = f32(dy), *py = f32(y);
-    switch (a) {
-    case TW_ACT_RELU: ACT_LOOP(pdx[i] = tw_activate_grad(TW_ACT_RELU, pdy[i], py[i])); break;
-    case TW_ACT_TANH: ACT_LOOP(pdx[i] = tw_activate_grad(TW_ACT_TANH, pdy[i], py[i])); break;
-    case TW_ACT_SIGMOID: ACT_LOOP(pdx[i] = tw_activate_grad(TW_ACT_SIGMOID, pdy[i], py[i])); break;
-    default: ACT_LOOP(pdx[i] = tw_activate_grad(TW_ACT_NONE, pdy[i], py[i])); break;
-    }
+    if (pdx == f32(dy))
+        act_bwd_loop(a, pdx, pdx, f32(y), n);
+    else
+        act_bwd_loop(a, pdx, f32(dy), f32(y), n);
     return TW_OK;
 }
 
@@ -525,72 +545,96 @@ static tw_status cpu_sum_squares(void *ctx, tw_tensor out, tw_tensor x, size_t n
 
 /* ---- update and collectives ---- */
 
-/* The optimizer step over w[n] with gradients g[n] + l2 w[n]; s1/s2 are the slots the kind uses. */
-static void step_range(const tw_update *u, float l2, float *w, const float *g, float *s1, float *s2,
-                       size_t n)
+/* The arrays of one update over a range; they never overlap (separate arenas). s1/s2: the slots the
+ * kind uses (else NULL); e: the EMA shadows, or NULL without EMA. */
+typedef struct {
+    float *restrict w;
+    const float *restrict g;
+    float *restrict s1, *restrict s2, *restrict e;
+} update_range;
+
+/* for (i = 0; i < n; i++) w[i] = the new weight STEP (an expression of i), and e[i] follows it, in the
+ * same pass (one loop each way, so each vectorises). */
+#define UPDATE_LOOP(STEP)                                                                             \
+    do {                                                                                             \
+        if (r.e) {                                                                                   \
+            for (size_t i = 0; i < n; i++) {                                                         \
+                float v_ = (STEP);                                                                   \
+                r.w[i] = v_;                                                                         \
+                r.e[i] = tw_ema(r.e[i], v_, u->ema_decay);                                           \
+            }                                                                                        \
+        } else {                                                                                     \
+            for (size_t i = 0; i < n; i++)                                                           \
+                r.w[i] = (STEP);                                                                     \
+        }                                                                                            \
+    } while (0)
+
+/* The optimizer step over r.w[n] with gradients r.g[n] + l2 r.w[n], the shadows in the same pass. */
+static void step_range(const tw_update *u, float l2, update_range r, size_t n)
 {
     switch (u->kind) {
-    case TW_OPT_SGD:
-        for (size_t i = 0; i < n; i++)
-            w[i] = tw_sgd(w[i], tw_l2_grad(g[i], w[i], l2), u->lr);
-        break;
+    case TW_OPT_SGD: UPDATE_LOOP(tw_sgd(r.w[i], tw_l2_grad(r.g[i], r.w[i], l2), u->lr)); break;
     case TW_OPT_MOMENTUM:
-        for (size_t i = 0; i < n; i++)
-            w[i] = tw_momentum(w[i], tw_l2_grad(g[i], w[i], l2), &s1[i], u->lr, u->momentum);
+        UPDATE_LOOP(tw_momentum(r.w[i], tw_l2_grad(r.g[i], r.w[i], l2), &r.s1[i], u->lr, u->momentum));
         break;
     case TW_OPT_ADAM:
-        for (size_t i = 0; i < n; i++)
-            w[i] = tw_adam(w[i], tw_l2_grad(g[i], w[i], l2), &s1[i], &s2[i], u->adam_alpha, u->beta1,
-                           u->beta2, u->epsilon);
+        UPDATE_LOOP(tw_adam(r.w[i], tw_l2_grad(r.g[i], r.w[i], l2), &r.s1[i], &r.s2[i], u->adam_alpha,
+                            u->beta1, u->beta2, u->epsilon));
         break;
     }
 }
 
-/* params[n] -= step(grads[n] + L2 on the first l2_count); then ema[n] follows the new params. Slots
- * the kind does not use are never touched (they may be empty views). */
+/* The range r moved on by k values (NULL arrays stay NULL). */
+static update_range range_from(update_range r, size_t k)
+{
+    return (update_range){r.w + k, r.g + k, r.s1 ? r.s1 + k : NULL, r.s2 ? r.s2 + k : NULL,
+                          r.e ? r.e + k : NULL};
+}
+
+/* params[n] -= step(grads[n] + L2 on the first l2_count); ema[n] follows the new params in the same
+ * pass. Slots the kind does not use are never touched (they may be empty views). */
 static tw_status cpu_update(void *ctx, const tw_update *u, tw_tensor params, tw_tensor grads,
                             tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err)
 {
     (void)ctx;
     (void)err;
-    float *w = f32(params);
-    const float *g = f32(grads);
-    float *s1 = u->kind != TW_OPT_SGD ? f32(slot1) : NULL;
-    float *s2 = u->kind == TW_OPT_ADAM ? f32(slot2) : NULL;
+    update_range r = {f32(params), f32(grads), u->kind != TW_OPT_SGD ? f32(slot1) : NULL,
+                      u->kind == TW_OPT_ADAM ? f32(slot2) : NULL, u->ema ? f32(ema) : NULL};
     size_t k = u->l2_count;
-    step_range(u, u->l2, w, g, s1, s2, k);
-    step_range(u, 0.0f, w + k, g + k, s1 ? s1 + k : NULL, s2 ? s2 + k : NULL, n - k);
-    if (u->ema) {
-        float *e = f32(ema);
-        for (size_t i = 0; i < n; i++)
-            e[i] = tw_ema(e[i], w[i], u->ema_decay);
-    }
+    step_range(u, u->l2, r, k);
+    step_range(u, 0.0f, range_from(r, k), n - k);
     return TW_OK;
 }
 
 enum { REDUCE_BLOCK = 1024 };
 
 /* Every bufs[t] ([n] fp32, host) becomes (bufs[0] + bufs[1] + ... + bufs[n_ctx-1]) * (1 / n_ctx),
- * summed in that order in float, so every tower gets bit-identical values. */
+ * summed in that order in float, so every tower gets bit-identical values. Block by block, in plain
+ * loops that vectorise (the memcpy calls this had were inlined as rep movsq, 60% of its time). */
 static tw_status cpu_allreduce_avg(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
                                    tw_error *err)
 {
     (void)ctxs;
     (void)err;
+    if (n_ctx < 2)
+        return TW_OK; /* the mean of one */
     float acc[REDUCE_BLOCK];
     float inv = 1.0f / (float)n_ctx;
     for (size_t at = 0; at < n; at += REDUCE_BLOCK) {
         size_t len = n - at < REDUCE_BLOCK ? n - at : REDUCE_BLOCK;
-        memcpy(acc, f32(bufs[0]) + at, len * sizeof *acc);
-        for (int t = 1; t < n_ctx; t++) {
+        const float *b0 = f32(bufs[0]) + at, *b1 = f32(bufs[1]) + at;
+        for (size_t i = 0; i < len; i++)
+            acc[i] = b0[i] + b1[i];
+        for (int t = 2; t < n_ctx; t++) {
             const float *src = f32(bufs[t]) + at;
             for (size_t i = 0; i < len; i++)
                 acc[i] += src[i];
         }
-        for (size_t i = 0; i < len; i++)
-            acc[i] *= inv;
-        for (int t = 0; t < n_ctx; t++)
-            memcpy(f32(bufs[t]) + at, acc, len * sizeof *acc);
+        for (int t = 0; t < n_ctx; t++) {
+            float *dst = f32(bufs[t]) + at;
+            for (size_t i = 0; i < len; i++)
+                dst[i] = acc[i] * inv;
+        }
     }
     return TW_OK;
 }

@@ -1,7 +1,8 @@
 """Training-speed benchmark (not a test): examples/s of the seed's MLP (examples/seed_mlp.json: 784-500-10
 relu, SGD with decay, L2, EMA, batch 32 per tower) with 1 and 2 towers, `tower train` side by side with the
 same graph in TensorFlow (tf_seed_train.py) on the same data and machine; the fraction of the machine's
-OpenBLAS sgemm throughput, measured on the step's own GEMM shapes, that a tower step reaches; peak memory.
+sgemm throughput (the best of OpenBLAS and the CPU backend's GEMM), measured on the step's own GEMM shapes,
+that a tower step reaches; peak memory.
 
 These machines preset OPENBLAS_CORETYPE (and OPENBLAS_L2_SIZE) to an older kernel; --native unsets both
 for the benchmark's own commands (never in tests or CI). The OpenBLAS core in use is printed.
@@ -50,14 +51,17 @@ def peak_rss(cmd, env):
 
 
 def gemm_gflops(bench, shape, env):
-    out, _ = run([bench, "gemm", *shape], env)
+    """tw_bench's measurement of one shape: (m, n, k, ta, tb) through OpenBLAS, or ("engine-gemm", m, n,
+    k, ta, tb, threads) through the CPU backend's GEMM."""
+    out, _ = run([bench, *([] if shape[0] == "engine-gemm" else ["gemm"]), *shape], env)
     return json.loads(out)
 
 
 def sgemm_limit(bench, env, towers):
     """Examples/s if a step did nothing but its GEMMs at the best measured sgemm speed of each shape,
-    with each tower's share of the cores (1 to cores/towers OpenBLAS threads; small shapes are often
-    faster on one) and the towers' GEMMs running side by side."""
+    with each tower's share of the cores (1 to cores/towers threads; small shapes are often faster on
+    one) and the towers' GEMMs running side by side. The best of OpenBLAS and the CPU backend's own GEMM
+    (oneDNN's where the build has it, which beats OpenBLAS's preset kernel), so the bound stays a bound."""
     share = max(1, (os.cpu_count() or 1) // towers)
     b = BATCH
     shapes = [  # (m, n, k, trans_a, trans_b) of one tower step
@@ -69,8 +73,10 @@ def sgemm_limit(bench, env, towers):
     for m, n, k, ta, tb in shapes:
         runs = [gemm_gflops(bench, (m, n, k, ta, tb), dict(env, OPENBLAS_NUM_THREADS=str(t)))
                 for t in sorted({1, share})]
+        runs += [gemm_gflops(bench, ("engine-gemm", m, n, k, ta, tb, t), env)
+                 for t in sorted({1, share})]
         seconds += 2.0 * m * n * k / (max(g["gflops"] for g in runs) * 1e9)
-        core = runs[0]["openblas_core"]
+        core = runs[0]["openblas_core"]  # runs[0]: OpenBLAS's, on one thread
     return towers * b / seconds, core
 
 

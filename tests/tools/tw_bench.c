@@ -4,7 +4,10 @@
  *   tw_bench read FILE [LABEL]  reads every record of a TFRecord file and parses it as an Example,
  *                               touching the label and every byte of image_raw, as a trainer would
  *   tw_bench gemm M N K [TA TB] OpenBLAS sgemm throughput on that shape (row-major, optional
- *                               transposes), and the OpenBLAS core it ran on */
+ *                               transposes), and the OpenBLAS core it ran on
+ *   tw_bench engine-gemm M N K TA TB THREADS
+ *                               the same through the CPU backend's own GEMM (cpu_gemm.h: oneDNN's where
+ *                               the build has it) with that thread share */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +15,7 @@
 
 #include <cblas.h>
 
+#include "cpu_gemm.h"
 #include "crc32c.h"
 #include "example.h"
 #include "tfrecord.h"
@@ -96,30 +100,58 @@ static int bench_read(const char *path, const char *label_name)
     return 0;
 }
 
-static int bench_gemm(int m, int n, int k, int ta, int tb)
+/* GFLOP/s of m x n x k products through cblas_sgemm (engine 0) or tw_cpu_sgemm (engine 1), repeated
+ * for half a second. */
+static double gemm_rate(int engine, int m, int n, int k, int ta, int tb)
 {
     float *a = calloc((size_t)m * k, sizeof(float)), *b = calloc((size_t)k * n, sizeof(float));
     float *c = calloc((size_t)m * n, sizeof(float));
+    double rate = -1;
     if (!a || !b || !c)
-        return 1;
+        goto out;
     for (size_t i = 0; i < (size_t)m * k; i++)
         a[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < (size_t)k * n; i++)
         b[i] = (float)(i % 5) * 0.1f;
     int reps = 0;
     double t0 = now(), dt;
+    tw_error err;
     do {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                    n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n);
+        if (!engine)
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                        m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n);
+        else if (tw_cpu_sgemm(ta, tb, m, n, k, 1.0f, a, b, 0.0f, c, &err) != TW_OK)
+            goto out;
         reps++;
     } while ((dt = now() - t0) < 0.5);
-    printf("{\"bench\":\"sgemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"ta\":%d,\"tb\":%d,"
-           "\"gflops\":%.2f,\"openblas_core\":\"%s\",\"threads\":%d}\n",
-           m, n, k, ta, tb, 2.0 * m * n * k * reps / dt / 1e9, openblas_get_corename(),
-           openblas_get_num_threads());
+    rate = 2.0 * m * n * k * reps / dt / 1e9;
+out:
     free(a);
     free(b);
     free(c);
+    return rate;
+}
+
+static int bench_gemm(int m, int n, int k, int ta, int tb)
+{
+    double rate = gemm_rate(0, m, n, k, ta, tb);
+    if (rate < 0)
+        return 1;
+    printf("{\"bench\":\"sgemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"ta\":%d,\"tb\":%d,"
+           "\"gflops\":%.2f,\"openblas_core\":\"%s\",\"threads\":%d}\n",
+           m, n, k, ta, tb, rate, openblas_get_corename(), openblas_get_num_threads());
+    return 0;
+}
+
+static int bench_engine_gemm(int m, int n, int k, int ta, int tb, int threads)
+{
+    tw_cpu_gemm_threads(threads);
+    double rate = gemm_rate(1, m, n, k, ta, tb);
+    if (rate < 0)
+        return 1;
+    printf("{\"bench\":\"engine_sgemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"ta\":%d,\"tb\":%d,"
+           "\"gflops\":%.2f,\"threads\":%d}\n",
+           m, n, k, ta, tb, rate, threads);
     return 0;
 }
 
@@ -128,11 +160,14 @@ int main(int argc, char **argv)
     if (argc >= 5 && !strcmp(argv[1], "gemm"))
         return bench_gemm(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), argc > 5 && atoi(argv[5]),
                           argc > 6 && atoi(argv[6]));
+    if (argc >= 8 && !strcmp(argv[1], "engine-gemm"))
+        return bench_engine_gemm(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]),
+                                 atoi(argv[6]), atoi(argv[7]));
     if (argc >= 2 && !strcmp(argv[1], "crc"))
         return bench_crc(argc > 2 ? (size_t)atoi(argv[2]) : 64);
     if (argc >= 3 && !strcmp(argv[1], "read"))
         return bench_read(argv[2], argc > 3 ? argv[3] : "label");
     fprintf(stderr, "usage: tw_bench crc [MiB] | tw_bench read FILE [LABEL] | "
-                    "tw_bench gemm M N K [TA TB]\n");
+                    "tw_bench gemm M N K [TA TB] | tw_bench engine-gemm M N K TA TB THREADS\n");
     return 2;
 }

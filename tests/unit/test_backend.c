@@ -182,6 +182,38 @@ static void test_gemm_transposes(void **state)
         }
 }
 
+/* A product large enough for the CPU backend's threaded GEMM (more than 32 M multiply-adds, with the
+ * plan's share of the cores for one tower): near the reference in double, and the same bits on a second
+ * run (a resumed run multiplies alike). */
+static void test_gemm_large(void **state)
+{
+    (void)state;
+    enum { M = 256, N = 520, K = 512 };
+    OK(tw_backend_plan("cpu", 1, &E));
+    float *a = floats(M * K), *b = floats(K * N), *got = floats(M * N), *again = floats(M * N);
+    double *want = malloc(M * N * sizeof *want);
+    assert_non_null(want);
+    fill(a, M * K, -1, 1);
+    fill(b, K * N, -1, 1);
+    tw_buffer *va = dev_from(a, M * K), *vb = dev_from(b, K * N), *vc = dev_new(M * N);
+    /* a weight gradient's shape: a transposed, the sum over the batch */
+    OK(tw_gemm(B, 1, 0, M, N, K, 1.0f, view(va), view(vb), 0.0f, view(vc), &E));
+    dev_read(got, vc, M * N);
+    OK(tw_gemm(B, 1, 0, M, N, K, 1.0f, view(va), view(vb), 0.0f, view(vc), &E));
+    dev_read(again, vc, M * N);
+    assert_memory_equal(got, again, M * N * sizeof *got);
+    gemm_ref(1, 0, M, N, K, 1.0, a, b, 0.0, NULL, want);
+    assert_all_near(got, want, M * N, 1e-4, 1e-4, "large gemm");
+    tw_backend_free(B, va);
+    tw_backend_free(B, vb);
+    tw_backend_free(B, vc);
+    free(a);
+    free(b);
+    free(got);
+    free(again);
+    free(want);
+}
+
 enum { DR = 4, DI = 5, DO = 3 }; /* dense: rows, inputs, outputs */
 
 typedef struct {
@@ -328,6 +360,40 @@ static void test_activations(void **state)
         tw_backend_free(B, y);
         tw_backend_free(B, dy);
         tw_backend_free(B, dx);
+    }
+}
+
+/* Each activation in place (y = x, dx = dy, as every layer calls them) gives the same bits as out of
+ * place, with NaN, infinities and signed zeros among the values. */
+static void test_activations_in_place(void **state)
+{
+    (void)state;
+    enum { IN = 1000 };
+    const tw_activation acts[] = {TW_ACT_NONE, TW_ACT_RELU, TW_ACT_TANH, TW_ACT_SIGMOID};
+    const float special[] = {NAN, INFINITY, -INFINITY, 0.0f, -0.0f, 1e-30f, -1e-30f};
+    float x[IN], d[IN], out[IN], in_place[IN];
+    fill(x, IN, -4, 4);
+    fill(d, IN, -1, 1);
+    for (size_t i = 0; i < 7; i++) {
+        x[i * 3] = d[i * 5 + 1] = special[i];
+        d[i * 3] = x[i * 5 + 1] = special[i];
+    }
+    for (size_t k = 0; k < 4; k++) {
+        tw_buffer *bx = dev_from(x, IN), *by = dev_new(IN), *bd = dev_from(d, IN), *bdx = dev_new(IN);
+        OK(tw_act_fwd(B, acts[k], view(by), view(bx), IN, &E));
+        dev_read(out, by, IN);
+        OK(tw_act_fwd(B, acts[k], view(bx), view(bx), IN, &E));
+        dev_read(in_place, bx, IN);
+        assert_memory_equal(out, in_place, sizeof out);
+        OK(tw_act_bwd(B, acts[k], view(bdx), view(bd), view(by), IN, &E));
+        dev_read(out, bdx, IN);
+        OK(tw_act_bwd(B, acts[k], view(bd), view(bd), view(by), IN, &E));
+        dev_read(in_place, bd, IN);
+        assert_memory_equal(out, in_place, sizeof out);
+        tw_backend_free(B, bx);
+        tw_backend_free(B, by);
+        tw_backend_free(B, bd);
+        tw_backend_free(B, bdx);
     }
 }
 
@@ -1033,6 +1099,36 @@ static void test_update_l2_range(void **state)
     tw_backend_free(B, e);
 }
 
+/* Momentum and Adam without EMA (the update's other loop): params and slots the same bits as with it,
+ * the shadows untouched. */
+static void test_update_without_ema(void **state)
+{
+    (void)state;
+    for (int kind = TW_OPT_MOMENTUM; kind <= TW_OPT_ADAM; kind++) {
+        float w[UN], g[UN], with[4 * UN], without[4 * UN];
+        fill(w, UN, -1, 1);
+        fill(g, UN, -1, 1);
+        for (int ema = 1; ema >= 0; ema--) {
+            tw_buffer *arena = dev_new(4 * UN), *grads = dev_from(g, UN);
+            tw_tensor p = view(arena);
+            OK(tw_backend_zero(B, p, 4 * UN * sizeof(float), &E));
+            OK(tw_backend_upload(B, p, w, sizeof w, &E));
+            OK(tw_backend_upload(B, tw_tensor_at(p, 3 * UN), w, sizeof w, &E));
+            tw_update u = {.kind = kind, .lr = 0.1f, .momentum = 0.9f, .adam_alpha = 0.01f, .beta1 = 0.9f,
+                           .beta2 = 0.999f, .epsilon = 1e-8f, .l2 = 0.05f, .l2_count = UL2, .ema = ema,
+                           .ema_decay = 0.5f};
+            OK(tw_update_step(B, &u, p, view(grads), tw_tensor_at(p, UN), tw_tensor_at(p, 2 * UN),
+                              tw_tensor_at(p, 3 * UN), UN, &E));
+            dev_read(ema ? with : without, arena, 4 * UN);
+            tw_backend_free(B, arena);
+            tw_backend_free(B, grads);
+        }
+        assert_memory_equal(with, without, 3 * UN * sizeof(float));
+        assert_memory_equal(without + 3 * UN, w, sizeof w);
+        assert_memory_not_equal(with + 3 * UN, w, sizeof w);
+    }
+}
+
 /* ---- collectives ---- */
 
 /* Three towers' buffers (one at an offset) all become ((b0 + b1) + b2) * (1/3) in float, bit for bit,
@@ -1248,9 +1344,11 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_transposes),
+        cmocka_unit_test(test_gemm_large),
         cmocka_unit_test(test_dense_gradients),
         cmocka_unit_test(test_bias_grad_order),
         cmocka_unit_test(test_activations),
+        cmocka_unit_test(test_activations_in_place),
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_conv2d_same_stride2),
         cmocka_unit_test(test_conv3d_valid),
@@ -1266,6 +1364,7 @@ int main(void)
         cmocka_unit_test(test_update_momentum),
         cmocka_unit_test(test_update_adam),
         cmocka_unit_test(test_update_l2_range),
+        cmocka_unit_test(test_update_without_ema),
         cmocka_unit_test(test_allreduce_avg),
         cmocka_unit_test(test_wrapper_checks),
         cmocka_unit_test(test_optional_ops),

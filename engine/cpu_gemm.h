@@ -1,0 +1,21 @@
+/* cpu_gemm.h — the CPU backend's single-precision GEMM (cpu_gemm.c); internal to the CPU backend.
+ *
+ * Owns: which library multiplies (oneDNN's dnnl_sgemm or OpenBLAS's cblas_sgemm, chosen by the build,
+ * never by timing) and the thread count each calling thread gives it. Does not own:
+ * argument checks (backend.c) or OpenBLAS's warm-up (cpu_backend.c). */
+#ifndef TW_CPU_GEMM_H
+#define TW_CPU_GEMM_H
+
+#include "status.h"
+
+/* c[m, n] = alpha op(a)[m, k] op(b)[k, n] + beta c; a stored [m, k] or [k, m] (trans_a), b stored
+ * [k, n] or [n, k] (trans_b); row-major, packed. beta 0 overwrites c (never reads it, so a NaN there
+ * does not survive). Errors: TW_ERR_NOMEM when oneDNN cannot allocate its buffers, else
+ * TW_ERR_INTERNAL naming oneDNN's status. */
+tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                       const float *b, float beta, float *c, tw_error *err);
+
+/* The threads every later GEMM uses, per calling thread (process-wide; tw_backend_plan's share). */
+void tw_cpu_gemm_threads(int threads);
+
+#endif
