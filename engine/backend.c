@@ -531,6 +531,28 @@ tw_status tw_maxpool_bwd(tw_backend *b, const tw_window *w, tw_tensor dx, tw_ten
     return b->ops->maxpool_bwd(b->ctx, w, dx, dy, argmax, err);
 }
 
+int tw_backend_has_maxpool_bwd_relu(const tw_backend *b) { return b && b->ops->maxpool_bwd_relu; }
+
+tw_status tw_maxpool_bwd_relu(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy,
+                              tw_tensor argmax, tw_tensor x, tw_error *err)
+{
+    const char *op = __func__;
+    window_sizes sz;
+    TW_TRY(check_backend(op, b, err));
+    if (!tw_backend_has_maxpool_bwd_relu(b))
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "%s: the %s backend has no fused "
+                            "max-pool backward", op, b->ops->kind);
+    TW_TRY(check_pool(op, w, &sz, err));
+    TW_TRY(check_f32(op, "dx", dx, sz.x, err));
+    TW_TRY(check_f32(op, "dy", dy, sz.y, err));
+    TW_TRY(check_i32(op, "argmax", argmax, sz.y, err));
+    TW_TRY(check_f32(op, "x", x, sz.x, err));
+    TW_TRY(check_disjoint(op, "dx", dx, sz.x, "dy", dy, sz.y, err));
+    TW_TRY(check_disjoint(op, "dx", dx, sz.x, "argmax", argmax, sz.y, err));
+    TW_TRY(check_disjoint(op, "dx", dx, sz.x, "x", x, sz.x, err));
+    return b->ops->maxpool_bwd_relu(b->ctx, w, dx, dy, argmax, x, err);
+}
+
 tw_status tw_xent_fwd(tw_backend *b, tw_tensor loss, tw_tensor probs, tw_tensor logits,
                       tw_tensor labels, int rows, int classes, tw_error *err)
 {
