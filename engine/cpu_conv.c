@@ -27,6 +27,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { CACHE_MAX = 64 }; /* primitives one instance keeps: 3 per conv layer and batch size */
 
@@ -56,6 +57,14 @@ struct tw_cpu_conv {
 static atomic_int conv_threads;
 
 void tw_cpu_conv_threads(int threads) { atomic_store(&conv_threads, threads); }
+
+void tw_cpu_conv_process_init(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") ||
+        setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+        return;
+    execv("/proc/self/exe", argv);
+}
 
 /* Sets this thread's OpenMP team size for oneDNN (no-op before tw_cpu_conv_threads or without OpenMP). */
 static void apply_threads(void)

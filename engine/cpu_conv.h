@@ -1,4 +1,5 @@
-/* cpu_conv.h — the CPU backend's convolutions through oneDNN (cpu_conv.c); internal to the CPU backend.
+/* cpu_conv.h — the CPU backend's convolutions through oneDNN (cpu_conv.c); internal to the CPU backend
+ * (and main, which calls tw_cpu_conv_process_init).
  *
  * Owns: one oneDNN engine and stream per CPU backend instance and its cache of convolution primitives,
  * one per (window, filters, direction), created on first use and executed on every later call. Layouts
@@ -26,6 +27,14 @@ void tw_cpu_conv_destroy(tw_cpu_conv *c); /* NULL-safe */
 
 /* The threads each instance's convolutions use from now on (process-wide; tw_backend_plan's share). */
 void tw_cpu_conv_threads(int threads);
+
+/* Called by main before a command that computes on the CPU, with main's argv: where neither
+ * OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, sets OMP_WAIT_POLICY=passive and re-executes the program
+ * (/proc/self/exe, the same argv and pid), since libgomp reads them once, as it loads. Its default
+ * has each idle OpenMP thread spin for a long while after every oneDNN call, on the core OpenBLAS's
+ * threads and Tower's own loops need next. Returns where nothing is to be done or exec fails (the
+ * process then runs on with the default policy). */
+void tw_cpu_conv_process_init(char **argv);
 
 /* One convolution of direction dir over window w with `filters` outputs per position; a, b and out are
  * host arrays of the shapes above. Errors: TW_ERR_INTERNAL naming the oneDNN call that failed;

@@ -140,3 +140,43 @@ def test_cuda_backend_without_a_gpu_says_why(run_tower):
         return
     assert "no CUDA device" in res.stderr or "no CUDA backend" in res.stderr, res.stderr
     assert res.stdout == ""
+
+
+def environ_of(pid):
+    """The environment process pid was executed with ({} once it has exited)."""
+    try:
+        raw = open(f"/proc/{pid}/environ", "rb").read()
+    except OSError:
+        return {}
+    return dict(v.split("=", 1) for v in raw.decode().split("\0") if "=" in v)
+
+
+@pytest.mark.parametrize("given, want", [({}, "passive"), ({"OMP_WAIT_POLICY": "active"}, "active"),
+                                         ({"GOMP_SPINCOUNT": "1000"}, None)])
+def test_cpu_commands_run_with_libgomp_passive_unless_set(tower_bin, given, want):
+    """libgomp (oneDNN's OpenMP) reads its wait policy once, as it loads: `tower bench` (as train,
+    evaluate, predict) re-executes itself, same pid, with OMP_WAIT_POLICY=passive where neither it nor
+    GOMP_SPINCOUNT is set, so that idle OpenMP threads sleep instead of spinning on the cores OpenBLAS
+    needs next; a policy the user set stays. Polls the process's environment until it shows passive,
+    or, where the user set one, through the whole run."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    p = subprocess.Popen([str(tower_bin), "bench", "--backend", "cpu", "--config",
+                          str(ROOT / "examples/seed_mlp.json"), "--towers", "1", "--steps", "300",
+                          "--warmup", "0"], env={**env, **given}, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    seen = []
+    try:
+        while p.poll() is None:
+            e = environ_of(p.pid)
+            if e:
+                seen.append(e.get("OMP_WAIT_POLICY"))
+            if want == "passive" and seen and seen[-1] == "passive":
+                break
+    finally:
+        p.kill()
+        p.wait()
+    assert seen
+    if want == "passive":
+        assert seen[-1] == "passive"
+    else:
+        assert set(seen) == {want}
