@@ -18,7 +18,20 @@
  * test_trainer.c). Threads: Debian's libdnnl runs on OpenMP (libgomp), whose thread count is per calling
  * thread; each call sets it to tw_cpu_conv_threads' value through the omp_set_num_threads of the runtime
  * libdnnl loaded (found with dlsym, so the engine links no OpenMP runtime of its own, which with clang
- * would be a second one). */
+ * would be a second one). libgomp's default wait policy spins an idle thread for milliseconds after each
+ * call, on the core OpenBLAS's own (pthread) worker and the next op need: tw_cpu_conv_process_init has
+ * main re-execute with OMP_WAIT_POLICY=passive (22-25 % less CPU per Fashion CNN step, faster in every
+ * alternating round, issue 13).
+ *
+ * Measured and left out (issue 13, single-threaded oneDNN on the Fashion CNN's shapes, best of 20, on
+ * the shared 2-core VM): blocked activations (format "any": nChw16c) made the first convolution
+ * 0.8 ms faster each way but the second no faster (12.1 / 17.3 / 15.0 ms fwd / bwd data / bwd weights
+ * against 14.2 / 10.3 / 16.4 ms in NHWC), before the reorders they would need at the pools, which would
+ * then be oneDNN's too: not kept. oneDNN's max pooling was slower than cpu_backend.c's loop (backward
+ * 1.1-1.8 ms against 0.9 ms on 28x28x32) and does not keep Tower's NaN rule. The ReLU post-op would save
+ * only the forward activation's one pass (about 2 ms of CPU per step) and turns a NaN into 0 (checked:
+ * brgconv's post-op maps NaN, -inf, -1 to 0), where Tower's and TensorFlow's x < 0 ? 0 : x keep it for
+ * the loss check: not used. The ReLU's backward instead rides on the pool's (tw_maxpool_bwd_relu). */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include "cpu_conv.h"
 

@@ -5,8 +5,8 @@
  * one per (window, filters, direction), created on first use and executed on every later call. Layouts
  * are Tower's: activations NHWC / NDHWC, filters [kd, kh, kw, in_c, filters] (TensorFlow's DHWIO).
  * Does not own: argument checks (backend.c) or the activation (act_fwd/act_bwd follow, as on every
- * backend: oneDNN's ReLU post-op computes alpha * x below 0, not TensorFlow's and Tower's 0, which
- * differs for -inf and signed zeros). */
+ * backend: oneDNN's ReLU post-op turns a NaN into 0, where TensorFlow's and Tower's ReLU keep it; see
+ * cpu_conv.c). */
 #ifndef TW_CPU_CONV_H
 #define TW_CPU_CONV_H
 
