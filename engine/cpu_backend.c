@@ -413,17 +413,25 @@ static tw_status cpu_maxpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw
 
 /* maxpool_bwd, then dx = relu'(x) dx: the scatter, then the ReLU factor at the argmax positions alone.
  * Every other position holds 0, which the factor (0 or 1) keeps; the factor is idempotent (a position
- * several windows chose gets it more than once), so dx is bit for bit act_bwd's over all of it. */
+ * several windows chose gets it more than once), so dx is bit for bit act_bwd's over all of it. Where
+ * the windows do not overlap (stride >= kernel: each position is chosen at most once), both happen in
+ * the one pass over the outputs, in the same order per position. */
 static tw_status cpu_maxpool_bwd_relu(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy,
                                       tw_tensor argmax, tw_tensor x, tw_error *err)
 {
     (void)ctx;
     (void)err;
     float *pdx = f32(dx);
-    const float *px = f32(x);
+    const float *px = f32(x), *pdy = f32(dy);
     const int32_t *pa = i32(argmax);
     size_t n = window_rows(w) * (size_t)w->in_c;
-    maxpool_scatter(w, pdx, f32(dy), pa);
+    if (w->s_d >= w->k_d && w->s_h >= w->k_h && w->s_w >= w->k_w) {
+        memset(pdx, 0, window_inputs(w) * sizeof *pdx);
+        for (size_t j = 0; j < n; j++)
+            pdx[pa[j]] = tw_activate_grad(TW_ACT_RELU, pdx[pa[j]] + pdy[j], px[pa[j]]);
+        return TW_OK;
+    }
+    maxpool_scatter(w, pdx, pdy, pa);
     for (size_t j = 0; j < n; j++)
         pdx[pa[j]] = tw_activate_grad(TW_ACT_RELU, pdx[pa[j]], px[pa[j]]);
     return TW_OK;
