@@ -350,9 +350,8 @@ static tw_status cpu_col2im(void *ctx, const tw_window *w, tw_tensor dx, tw_tens
  * from -FLT_MAX, while its gradient goes to that first-tap NaN: Tower does not copy the disagreement,
  * and lets that NaN through to the loss check rather than swallow more of them.
  * Speed: each row starts from its first input tap, and later taps select through a mask (max_tap), so
- * the channel loop vectorises. oneDNN's pooling was no faster on the Fashion CNN's pools, skips a
- * first-tap NaN, and keeps its own workspace instead of this argmax (which the tests and the CUDA
- * backend share). */
+ * the channel loop vectorises (cpu_conv.c has the comparison with oneDNN's pooling, which skips even a
+ * first-tap NaN, checked, and keeps its own workspace instead of this argmax). */
 
 /* y[c], argmax[c] = x[c], at + c where x is strictly greater; the rest stays. */
 static void max_tap(float *restrict y, int32_t *restrict argmax, const float *restrict x, int32_t at,

@@ -23,15 +23,19 @@
  * main re-execute with OMP_WAIT_POLICY=passive (22-25 % less CPU per Fashion CNN step, faster in every
  * alternating round, issue 13).
  *
- * Measured and left out (issue 13, single-threaded oneDNN on the Fashion CNN's shapes, best of 20, on
- * the shared 2-core VM): blocked activations (format "any": nChw16c) made the first convolution
- * 0.8 ms faster each way but the second no faster (12.1 / 17.3 / 15.0 ms fwd / bwd data / bwd weights
- * against 14.2 / 10.3 / 16.4 ms in NHWC), before the reorders they would need at the pools, which would
- * then be oneDNN's too: not kept. oneDNN's max pooling was slower than cpu_backend.c's loop (backward
- * 1.1-1.8 ms against 0.9 ms on 28x28x32) and does not keep Tower's NaN rule. The ReLU post-op would save
- * only the forward activation's one pass (about 2 ms of CPU per step) and turns a NaN into 0 (checked:
- * brgconv's post-op maps NaN, -inf, -1 to 0), where Tower's and TensorFlow's x < 0 ? 0 : x keep it for
- * the loss check: not used. The ReLU's backward instead rides on the pool's (tw_maxpool_bwd_relu). */
+ * Measured and left out (issue 13, oneDNN on the Fashion CNN's shapes, best of 20, on the shared 2-core
+ * VM): blocked activations (format "any": nChw16c) made the first convolution 0.8 ms faster each way;
+ * the second, 12.1 / 17.3 / 15.0 ms fwd / bwd data / bwd weights against 14.2 / 10.3 / 16.4 ms in NHWC
+ * on one thread (on two, a noisier run, blocked was ahead in all three), before the reorders and the
+ * oneDNN pooling they would need. All convolutions are 22 ms of an 89 ms step (DNNL_VERBOSE, 1 tower,
+ * quiet moment), so that rework was not done. oneDNN's max pooling (forward training with its workspace,
+ * and backward) on the first pool, 100x28x28x32: forward 2.1 ms on one thread, 1.4 ms on two, against
+ * 1.9 ms for cpu_backend.c's loop on one; backward 1.8 / 1.1 ms against 0.9 ms; it skips every NaN
+ * (checked: a first-tap NaN too, against Tower's rule) and its workspace is not the argmax the CUDA
+ * backend and the tests share: not used. The ReLU post-op would save only the forward activation's one
+ * pass (about 2 ms of CPU per step) and turns a NaN into 0 (checked: brgconv's post-op maps NaN, -inf,
+ * -1 to 0), where Tower's and TensorFlow's x < 0 ? 0 : x keep it for the loss check: not used. The
+ * ReLU's backward instead rides on the pool's (tw_maxpool_bwd_relu). */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include "cpu_conv.h"
 
