@@ -19,9 +19,12 @@
  * thread; each call sets it to tw_cpu_conv_threads' value through the omp_set_num_threads of the runtime
  * libdnnl loaded (found with dlsym, so the engine links no OpenMP runtime of its own, which with clang
  * would be a second one). libgomp's default wait policy spins an idle thread for milliseconds after each
- * call, on the core OpenBLAS's own (pthread) worker and the next op need: tw_cpu_conv_process_init has
- * main re-execute with OMP_WAIT_POLICY=passive (22-25 % less CPU per Fashion CNN step, faster in every
- * alternating round, issue 13).
+ * call, on the core OpenBLAS's own (pthread) worker and the next op need, and that worker in turn loops
+ * on sched_yield for 2^28 cycles after each sgemm: tw_cpu_conv_process_init has main re-execute with
+ * OMP_WAIT_POLICY=passive (22-25 % less user CPU per Fashion CNN step, faster in every alternating
+ * round) and OPENBLAS_THREAD_TIMEOUT=4 (then 1.5-1.8 s less system CPU over 40 steps, faster in 6 of 6
+ * rounds; issue 13). With 2 towers each tower's libraries run one thread (tw_backend_plan), so neither
+ * has idle threads to park.
  *
  * Measured and left out (issue 13, oneDNN on the Fashion CNN's shapes, best of 20, on the shared 2-core
  * VM): blocked activations (format "any": nChw16c) made the first convolution 0.8 ms faster each way;
@@ -75,12 +78,25 @@ static atomic_int conv_threads;
 
 void tw_cpu_conv_threads(int threads) { atomic_store(&conv_threads, threads); }
 
+/* The wait settings libgomp and OpenBLAS read once, as they load, and Tower's value for each where the
+ * user set neither it nor `also`. */
+static const struct {
+    const char *name, *value, *also;
+} WAIT_ENV[] = {
+    {"OMP_WAIT_POLICY", "passive", "GOMP_SPINCOUNT"}, /* an idle OpenMP thread sleeps at once */
+    {"OPENBLAS_THREAD_TIMEOUT", "4", NULL},           /* an idle OpenBLAS thread sleeps after 2^4
+                                                         cycles of sched_yield, not 2^28 */
+};
+
 void tw_cpu_conv_process_init(char **argv)
 {
-    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") ||
-        setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
-        return;
-    execv("/proc/self/exe", argv);
+    int set = 0;
+    for (size_t i = 0; i < sizeof WAIT_ENV / sizeof WAIT_ENV[0]; i++)
+        if (!getenv(WAIT_ENV[i].name) && !(WAIT_ENV[i].also && getenv(WAIT_ENV[i].also)) &&
+            setenv(WAIT_ENV[i].name, WAIT_ENV[i].value, 1) == 0)
+            set = 1;
+    if (set)
+        execv("/proc/self/exe", argv);
 }
 
 /* Sets this thread's OpenMP team size for oneDNN (no-op before tw_cpu_conv_threads or without OpenMP). */

@@ -28,12 +28,13 @@ void tw_cpu_conv_destroy(tw_cpu_conv *c); /* NULL-safe */
 /* The threads each instance's convolutions use from now on (process-wide; tw_backend_plan's share). */
 void tw_cpu_conv_threads(int threads);
 
-/* Called by main before a command that computes on the CPU, with main's argv: where neither
- * OMP_WAIT_POLICY nor GOMP_SPINCOUNT is set, sets OMP_WAIT_POLICY=passive and re-executes the program
- * (/proc/self/exe, the same argv and pid), since libgomp reads them once, as it loads. Its default
- * has each idle OpenMP thread spin for a long while after every oneDNN call, on the core OpenBLAS's
- * threads and Tower's own loops need next. Returns where nothing is to be done or exec fails (the
- * process then runs on with the default policy). */
+/* Called by main before a command that computes on the CPU, with main's argv: sets OMP_WAIT_POLICY=passive
+ * (unless it or GOMP_SPINCOUNT is set) and OPENBLAS_THREAD_TIMEOUT=4 (unless set) and, where it set
+ * one, re-executes the program (/proc/self/exe, the same argv and pid), since libgomp and OpenBLAS read
+ * them once, as they load. Their defaults have each idle thread spin for a long while after every
+ * oneDNN call or sgemm, on the core the other library's thread and Tower's own loops need next (see
+ * cpu_conv.c). Returns where nothing is to be done or exec fails (the process then runs on with the
+ * libraries' defaults). */
 void tw_cpu_conv_process_init(char **argv);
 
 /* One convolution of direction dir over window w with `filters` outputs per position; a, b and out are

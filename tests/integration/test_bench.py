@@ -151,15 +151,23 @@ def environ_of(pid):
     return dict(v.split("=", 1) for v in raw.decode().split("\0") if "=" in v)
 
 
-@pytest.mark.parametrize("given, want", [({}, "passive"), ({"OMP_WAIT_POLICY": "active"}, "active"),
-                                         ({"GOMP_SPINCOUNT": "1000"}, None)])
-def test_cpu_commands_run_with_libgomp_passive_unless_set(tower_bin, given, want):
-    """libgomp (oneDNN's OpenMP) reads its wait policy once, as it loads: `tower bench` (as train,
-    evaluate, predict) re-executes itself, same pid, with OMP_WAIT_POLICY=passive where neither it nor
-    GOMP_SPINCOUNT is set, so that idle OpenMP threads sleep instead of spinning on the cores OpenBLAS
-    needs next; a policy the user set stays. Polls the process's environment until it shows passive,
-    or, where the user set one, through the whole run."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT")
+
+
+@pytest.mark.parametrize("given, want", [
+    ({}, {"OMP_WAIT_POLICY": "passive", "OPENBLAS_THREAD_TIMEOUT": "4"}),
+    ({"OMP_WAIT_POLICY": "active"}, {"OMP_WAIT_POLICY": "active", "OPENBLAS_THREAD_TIMEOUT": "4"}),
+    ({"GOMP_SPINCOUNT": "1000"}, {"OMP_WAIT_POLICY": None, "OPENBLAS_THREAD_TIMEOUT": "4"}),
+    ({"OPENBLAS_THREAD_TIMEOUT": "28"}, {"OMP_WAIT_POLICY": "passive", "OPENBLAS_THREAD_TIMEOUT": "28"}),
+])
+def test_cpu_commands_park_idle_library_threads_unless_set(tower_bin, given, want):
+    """libgomp (oneDNN's OpenMP) and OpenBLAS read their idle-thread settings once, as they load:
+    `tower bench` (as train, evaluate, predict) re-executes itself, same pid, with
+    OMP_WAIT_POLICY=passive (unless it or GOMP_SPINCOUNT is set) and OPENBLAS_THREAD_TIMEOUT=4 (unless
+    set), so that one library's idle threads sleep instead of spinning on the cores the other needs; a
+    value the user set stays. Polls the process's environment until it shows the wanted values; a
+    value the user set must show in every read."""
+    env = {k: v for k, v in os.environ.items() if k not in WAIT_VARS}
     p = subprocess.Popen([str(tower_bin), "bench", "--backend", "cpu", "--config",
                           str(ROOT / "examples/seed_mlp.json"), "--towers", "1", "--steps", "300",
                           "--warmup", "0"], env={**env, **given}, stdout=subprocess.DEVNULL,
@@ -169,14 +177,12 @@ def test_cpu_commands_run_with_libgomp_passive_unless_set(tower_bin, given, want
         while p.poll() is None:
             e = environ_of(p.pid)
             if e:
-                seen.append(e.get("OMP_WAIT_POLICY"))
-            if want == "passive" and seen and seen[-1] == "passive":
+                seen.append({k: e.get(k) for k in want})
+            if seen and seen[-1] == want:
                 break
     finally:
         p.kill()
         p.wait()
-    assert seen
-    if want == "passive":
-        assert seen[-1] == "passive"
-    else:
-        assert set(seen) == {want}
+    assert seen and seen[-1] == want
+    for k, v in given.items():
+        assert all(s.get(k, v) == v for s in seen)
