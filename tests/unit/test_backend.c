@@ -642,14 +642,34 @@ typedef struct {
     tw_window w;
     float *x; /* [batch, in_d, in_h, in_w, in_c], distinct values 0.01 apart */
     float *r; /* [rows, in_c]: the loss is <y, r> */
+    int relu; /* 1: y = maxpool(relu(x)), the ReLU through tw_act_fwd; 0: y = maxpool(x) */
 } pool_case;
+
+/* c->x: the values (i - n/2) * 0.01 + offset shuffled, c->r uniform in [-1, 1); caller frees both. */
+static void pool_case_fill(pool_case *c, float offset)
+{
+    size_t nx = win_x(&c->w), ny = win_rows(&c->w) * c->w.in_c;
+    c->x = floats(nx);
+    c->r = floats(ny);
+    for (size_t i = 0; i < nx; i++)
+        c->x[i] = ((float)i - (float)nx / 2) * 0.01f + offset;
+    for (size_t i = nx - 1; i > 0; i--) { /* shuffle */
+        size_t j = urand(i + 1);
+        float t = c->x[i];
+        c->x[i] = c->x[j];
+        c->x[j] = t;
+    }
+    fill(c->r, ny, -1, 1);
+}
 
 static double pool_loss(void *ctx)
 {
     pool_case *c = ctx;
-    size_t ny = win_rows(&c->w) * c->w.in_c;
-    tw_buffer *x = dev_from(c->x, win_x(&c->w)), *y = dev_new(ny), *am = dev_new(ny);
+    size_t nx = win_x(&c->w), ny = win_rows(&c->w) * c->w.in_c;
+    tw_buffer *x = dev_from(c->x, nx), *y = dev_new(ny), *am = dev_new(ny);
     float *hy = floats(ny);
+    if (c->relu)
+        OK(tw_act_fwd(B, TW_ACT_RELU, view(x), view(x), nx, &E));
     OK(tw_maxpool_fwd(B, &c->w, view(y), view(am), view(x), &E));
     dev_read(hy, y, ny);
     double l = dot(hy, c->r, ny);
@@ -683,19 +703,7 @@ static void check_pool(tw_window w)
 {
     pool_case c = {.w = w};
     size_t nx = win_x(&w), ny = win_rows(&w) * w.in_c;
-    c.x = floats(nx);
-    c.r = floats(ny);
-    for (size_t i = 0; i < nx; i++)
-        c.x[i] = (float)i;
-    for (size_t i = nx - 1; i > 0; i--) { /* shuffle */
-        size_t j = urand(i + 1);
-        float t = c.x[i];
-        c.x[i] = c.x[j];
-        c.x[j] = t;
-    }
-    for (size_t i = 0; i < nx; i++)
-        c.x[i] = (c.x[i] - (float)nx / 2) * 0.01f;
-    fill(c.r, ny, -1, 1);
+    pool_case_fill(&c, 0.0f);
     float *y = floats(ny), *want = floats(ny), *gx = floats(nx);
     int32_t *am = calloc(ny, sizeof *am), *want_am = calloc(ny, sizeof *want_am);
     tw_buffer *bx = dev_from(c.x, nx), *by = dev_new(ny), *bam = dev_new(ny), *bdy = dev_from(c.r, ny);
@@ -737,43 +745,15 @@ static void test_maxpool3d(void **state)
     check_pool(window3d(1, 5, 4, 5, 2, 3, 3, 3, 2, 1)); /* SAME, overlapping */
 }
 
-/* <maxpool(relu(x)), r> with the ReLU through tw_act_fwd (c->x is the input before it). */
-static double pool_relu_loss(void *ctx)
-{
-    pool_case *c = ctx;
-    size_t nx = win_x(&c->w), ny = win_rows(&c->w) * c->w.in_c;
-    tw_buffer *x = dev_from(c->x, nx), *y = dev_new(ny), *am = dev_new(ny);
-    float *hy = floats(ny);
-    OK(tw_act_fwd(B, TW_ACT_RELU, view(x), view(x), nx, &E));
-    OK(tw_maxpool_fwd(B, &c->w, view(y), view(am), view(x), &E));
-    dev_read(hy, y, ny);
-    double l = dot(hy, c->r, ny);
-    tw_backend_free(B, x);
-    tw_backend_free(B, y);
-    tw_backend_free(B, am);
-    free(hy);
-    return l;
-}
-
 /* tw_maxpool_bwd_relu over window w: bit for bit tw_maxpool_bwd then tw_act_bwd(RELU) over all of dx
  * (dy holding infinities, signed zeros, NaN and values whose sum overflows where windows overlap), and
  * the gradient of <maxpool(relu(x)), r> against finite differences. x: distinct values 0.01 apart,
  * half of them negative, none within a step of 0, so no step moves a ReLU kink or a window's winner. */
 static void check_pool_relu(tw_window w)
 {
-    pool_case c = {.w = w};
+    pool_case c = {.w = w, .relu = 1};
     size_t nx = win_x(&w), ny = win_rows(&w) * w.in_c;
-    c.x = floats(nx);
-    c.r = floats(ny);
-    for (size_t i = 0; i < nx; i++)
-        c.x[i] = ((float)i - (float)nx / 2) * 0.01f + 0.005f;
-    for (size_t i = nx - 1; i > 0; i--) { /* shuffle */
-        size_t j = urand(i + 1);
-        float t = c.x[i];
-        c.x[i] = c.x[j];
-        c.x[j] = t;
-    }
-    fill(c.r, ny, -1, 1);
+    pool_case_fill(&c, 0.005f);
     float *dy = floats(ny), *two = floats(nx), *one = floats(nx);
     memcpy(dy, c.r, ny * sizeof *dy);
     const float special[] = {INFINITY, -INFINITY, -0.0f, 0.0f, NAN, FLT_MAX, FLT_MAX};
@@ -793,7 +773,7 @@ static void check_pool_relu(tw_window w)
     assert_memory_equal(one, two, nx * sizeof *one);
     OK(tw_maxpool_bwd_relu(B, &w, view(bgx), view(br), view(bam), view(bx), &E));
     dev_read(one, bgx, nx);
-    check_fd("maxpool relu dx", c.x, nx, one, pool_relu_loss, &c);
+    check_fd("maxpool relu dx", c.x, nx, one, pool_loss, &c);
     tw_buffer *bufs[] = {bx, by, bam, bdy, bdx, bgx, br};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         tw_backend_free(B, bufs[i]);
