@@ -426,14 +426,22 @@ typedef struct {
     size_t x, y, f;
 } conv_sizes;
 
+/* b exists and offers the optional op (offered: 1), else TW_ERR_UNSUPPORTED naming `what`. */
+static tw_status check_offers(const char *op, const tw_backend *b, int offered, const char *what,
+                              tw_error *err)
+{
+    TW_TRY(check_backend(op, b, err));
+    if (!offered)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "%s: the %s backend has no %s", op,
+                            b->ops->kind, what);
+    return TW_OK;
+}
+
 static tw_status check_conv(const char *op, const tw_backend *b, const tw_window *w, int filters,
                             conv_sizes *cs, tw_error *err)
 {
     window_sizes sz;
-    TW_TRY(check_backend(op, b, err));
-    if (!tw_backend_has_conv(b))
-        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "%s: the %s backend has no direct "
-                            "convolution", op, b->ops->kind);
+    TW_TRY(check_offers(op, b, tw_backend_has_conv(b), "direct convolution", err));
     TW_TRY(check_window(op, w, &sz, err));
     TW_TRY(check_dim(op, "filters", filters, err));
     cs->x = sz.x;
@@ -516,19 +524,40 @@ tw_status tw_maxpool_fwd(tw_backend *b, const tw_window *w, tw_tensor y, tw_tens
     return b->ops->maxpool_fwd(b->ctx, w, y, argmax, x, err);
 }
 
+/* The arguments of a max-pool backward (its backend checked already). */
+static tw_status check_pool_bwd(const char *op, const tw_window *w, tw_tensor dx, tw_tensor dy,
+                                tw_tensor argmax, window_sizes *sz, tw_error *err)
+{
+    TW_TRY(check_pool(op, w, sz, err));
+    TW_TRY(check_f32(op, "dx", dx, sz->x, err));
+    TW_TRY(check_f32(op, "dy", dy, sz->y, err));
+    TW_TRY(check_i32(op, "argmax", argmax, sz->y, err));
+    TW_TRY(check_disjoint(op, "dx", dx, sz->x, "dy", dy, sz->y, err));
+    return check_disjoint(op, "dx", dx, sz->x, "argmax", argmax, sz->y, err);
+}
+
 tw_status tw_maxpool_bwd(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy,
                          tw_tensor argmax, tw_error *err)
 {
     const char *op = __func__;
     window_sizes sz;
     TW_TRY(check_backend(op, b, err));
-    TW_TRY(check_pool(op, w, &sz, err));
-    TW_TRY(check_f32(op, "dx", dx, sz.x, err));
-    TW_TRY(check_f32(op, "dy", dy, sz.y, err));
-    TW_TRY(check_i32(op, "argmax", argmax, sz.y, err));
-    TW_TRY(check_disjoint(op, "dx", dx, sz.x, "dy", dy, sz.y, err));
-    TW_TRY(check_disjoint(op, "dx", dx, sz.x, "argmax", argmax, sz.y, err));
+    TW_TRY(check_pool_bwd(op, w, dx, dy, argmax, &sz, err));
     return b->ops->maxpool_bwd(b->ctx, w, dx, dy, argmax, err);
+}
+
+int tw_backend_has_maxpool_bwd_relu(const tw_backend *b) { return b && b->ops->maxpool_bwd_relu; }
+
+tw_status tw_maxpool_bwd_relu(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy,
+                              tw_tensor argmax, tw_tensor x, tw_error *err)
+{
+    const char *op = __func__;
+    window_sizes sz;
+    TW_TRY(check_offers(op, b, tw_backend_has_maxpool_bwd_relu(b), "fused max-pool backward", err));
+    TW_TRY(check_pool_bwd(op, w, dx, dy, argmax, &sz, err));
+    TW_TRY(check_f32(op, "x", x, sz.x, err));
+    TW_TRY(check_disjoint(op, "dx", dx, sz.x, "x", x, sz.x, err));
+    return b->ops->maxpool_bwd_relu(b->ctx, w, dx, dy, argmax, x, err);
 }
 
 tw_status tw_xent_fwd(tw_backend *b, tw_tensor loss, tw_tensor probs, tw_tensor logits,

@@ -143,6 +143,10 @@ struct tw_backend_ops {
     tw_status (*world_id)(void *ctx, void *id, tw_error *err);
     tw_status (*world_join)(void *const *ctxs, int n_ctx, const void *id, int node, int nodes,
                             tw_error *err);
+    /* Optional max-pool backward with the ReLU before the pool folded in (NULL: the engine calls
+     * maxpool_bwd and then act_bwd; the CPU backend offers it). */
+    tw_status (*maxpool_bwd_relu)(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy,
+                                  tw_tensor argmax, tw_tensor x, tw_error *err);
 };
 
 /* ---- lifecycle (backend.c) and registry (backend_reg.c: the one file that loads the CUDA module) ---- */
@@ -258,6 +262,16 @@ tw_status tw_maxpool_fwd(tw_backend *b, const tw_window *w, tw_tensor y, tw_tens
                          tw_tensor x, tw_error *err);
 tw_status tw_maxpool_bwd(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy,
                          tw_tensor argmax, tw_error *err);
+
+/* 1 when the backend folds a ReLU into the max-pool backward (tw_maxpool_bwd_relu). */
+int tw_backend_has_maxpool_bwd_relu(const tw_backend *b);
+
+/* tw_maxpool_bwd followed by tw_act_bwd(TW_ACT_RELU, dx, dx, x) over all of dx, bit for bit, where x is
+ * the pool's input (a ReLU's output, so the pool's forward read it), in one pass over the outputs
+ * instead of a second one over every input. Errors: TW_ERR_UNSUPPORTED when the backend does not offer
+ * it; the argument checks of both. */
+tw_status tw_maxpool_bwd_relu(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy,
+                              tw_tensor argmax, tw_tensor x, tw_error *err);
 
 /* Sparse softmax cross-entropy with the max-shift (docs/formats.md §6.3): loss[rows], probs[rows, classes]
  * from logits[rows, classes] and labels[rows] (int32, each in [0, classes): the caller checks).

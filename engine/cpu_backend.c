@@ -368,50 +368,91 @@ static tw_status cpu_col2im(void *ctx, const tw_window *w, tw_tensor dx, tw_tens
  * one), so a NaN at a window's first tap is the max and carries the gradient, and a later NaN is
  * skipped. TF's forward MaxPool (checked against tf.nn.max_pool2d) instead skips every NaN, starting
  * from -FLT_MAX, while its gradient goes to that first-tap NaN: Tower does not copy the disagreement,
- * and lets that NaN through to the loss check rather than swallow more of them. */
+ * and lets that NaN through to the loss check rather than swallow more of them.
+ * Speed: each row starts from its first input tap, and later taps select through a mask (max_tap), so
+ * the channel loop vectorises (cpu_conv.c has the comparison with oneDNN's pooling, which skips even a
+ * first-tap NaN, checked, and keeps its own workspace instead of this argmax). */
+
+/* y[c], argmax[c] = x[c], at + c where x is strictly greater; the rest stays. */
+static void max_tap(float *restrict y, int32_t *restrict argmax, const float *restrict x, int32_t at,
+                    int32_t c)
+{
+    for (int32_t i = 0; i < c; i++) { /* integer masks, not branches: GCC vectorises this */
+        float v = x[i], best = y[i];
+        int32_t gt = -(int32_t)(v > best);
+        y[i] = v > best ? v : best;
+        argmax[i] = (argmax[i] & ~gt) | ((at + i) & gt);
+    }
+}
+
 static tw_status cpu_maxpool_fwd(void *ctx, const tw_window *w, tw_tensor y, tw_tensor argmax,
                                  tw_tensor x, tw_error *err)
 {
     (void)ctx;
     ptrdiff_t *offs;
     TW_TRY(taps_alloc(w, &offs, err));
-    size_t rows = window_rows(w), taps = window_taps(w), c = (size_t)w->in_c;
+    size_t rows = window_rows(w), taps = window_taps(w);
+    int32_t c = w->in_c; /* x's values fit int32 (tw_maxpool_fwd checks) */
     const float *px = f32(x);
     float *py = f32(y);
     int32_t *pa = i32(argmax);
     for (size_t r = 0; r < rows; r++, py += c, pa += c) {
         row_taps(w, r, offs);
-        for (size_t i = 0; i < c; i++)
-            pa[i] = -1;
-        for (size_t t = 0; t < taps; t++) {
-            if (offs[t] < 0)
-                continue;
-            for (size_t i = 0; i < c; i++) {
-                float v = px[offs[t] + (ptrdiff_t)i];
-                if (pa[i] < 0 || v > py[i]) {
-                    py[i] = v;
-                    pa[i] = (int32_t)(offs[t] + (ptrdiff_t)i);
-                }
-            }
-        }
+        size_t t = 0;
+        while (offs[t] < 0) /* the first input tap */
+            t++;
+        memcpy(py, px + offs[t], (size_t)c * sizeof *py);
+        for (int32_t i = 0; i < c; i++)
+            pa[i] = (int32_t)offs[t] + i;
+        for (t++; t < taps; t++)
+            if (offs[t] >= 0)
+                max_tap(py, pa, px + offs[t], (int32_t)offs[t], c);
     }
     free(offs);
     return TW_OK;
 }
 
 /* dx[batch, in_d, in_h, in_w, in_c] = 0, then dx[argmax[j]] += dy[j] for every output j in order. */
+static void maxpool_scatter(const tw_window *w, float *dx, const float *dy, const int32_t *argmax)
+{
+    size_t n = window_rows(w) * (size_t)w->in_c;
+    memset(dx, 0, window_inputs(w) * sizeof *dx);
+    for (size_t j = 0; j < n; j++)
+        dx[argmax[j]] += dy[j];
+}
+
 static tw_status cpu_maxpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy,
                                  tw_tensor argmax, tw_error *err)
 {
     (void)ctx;
     (void)err;
+    maxpool_scatter(w, f32(dx), f32(dy), i32(argmax));
+    return TW_OK;
+}
+
+/* maxpool_bwd, then dx = relu'(x) dx: the scatter, then the ReLU factor at the argmax positions alone.
+ * Every other position holds 0, which the factor (0 or 1) keeps; the factor is idempotent (a position
+ * several windows chose gets it more than once), so dx is bit for bit act_bwd's over all of it. Where
+ * the windows do not overlap (stride >= kernel: each position is chosen at most once), both happen in
+ * the one pass over the outputs, in the same order per position. */
+static tw_status cpu_maxpool_bwd_relu(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy,
+                                      tw_tensor argmax, tw_tensor x, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
     float *pdx = f32(dx);
-    const float *pdy = f32(dy);
+    const float *px = f32(x), *pdy = f32(dy);
     const int32_t *pa = i32(argmax);
     size_t n = window_rows(w) * (size_t)w->in_c;
-    memset(pdx, 0, window_inputs(w) * sizeof *pdx);
+    if (w->s_d >= w->k_d && w->s_h >= w->k_h && w->s_w >= w->k_w) {
+        memset(pdx, 0, window_inputs(w) * sizeof *pdx);
+        for (size_t j = 0; j < n; j++)
+            pdx[pa[j]] = tw_activate_grad(TW_ACT_RELU, pdx[pa[j]] + pdy[j], px[pa[j]]);
+        return TW_OK;
+    }
+    maxpool_scatter(w, pdx, pdy, pa);
     for (size_t j = 0; j < n; j++)
-        pdx[pa[j]] += pdy[j];
+        pdx[pa[j]] = tw_activate_grad(TW_ACT_RELU, pdx[pa[j]], px[pa[j]]);
     return TW_OK;
 }
 
@@ -667,6 +708,7 @@ const tw_backend_ops tw_cpu_backend_ops = {
     .col2im = cpu_col2im,
     .maxpool_fwd = cpu_maxpool_fwd,
     .maxpool_bwd = cpu_maxpool_bwd,
+    .maxpool_bwd_relu = cpu_maxpool_bwd_relu,
     .xent_fwd = cpu_xent_fwd,
     .xent_bwd = cpu_xent_bwd,
     .mse_fwd = cpu_mse_fwd,

@@ -18,7 +18,27 @@
  * test_trainer.c). Threads: Debian's libdnnl runs on OpenMP (libgomp), whose thread count is per calling
  * thread; each call sets it to tw_cpu_conv_threads' value through the omp_set_num_threads of the runtime
  * libdnnl loaded (found with dlsym, so the engine links no OpenMP runtime of its own, which with clang
- * would be a second one). */
+ * would be a second one). libgomp's default wait policy spins an idle thread for milliseconds after each
+ * call, on the core OpenBLAS's own (pthread) worker and the next op need, and that worker in turn loops
+ * on sched_yield for 2^28 cycles after each sgemm: tw_cpu_conv_process_init has main re-execute with
+ * OMP_WAIT_POLICY=passive (22-25 % less user CPU per Fashion CNN step, faster in every alternating
+ * round) and OPENBLAS_THREAD_TIMEOUT=4 (then 1.5-1.8 s less system CPU over 40 steps, faster in 6 of 6
+ * rounds; issue 13). With 2 towers each tower's libraries run one thread (tw_backend_plan), so neither
+ * has idle threads to park.
+ *
+ * Measured and left out (issue 13, oneDNN on the Fashion CNN's shapes, best of 20, on the shared 2-core
+ * VM): blocked activations (format "any": nChw16c) made the first convolution 0.8 ms faster each way;
+ * the second, 12.1 / 17.3 / 15.0 ms fwd / bwd data / bwd weights against 14.2 / 10.3 / 16.4 ms in NHWC
+ * on one thread (on two, a noisier run, blocked was ahead in all three), before the reorders and the
+ * oneDNN pooling they would need. All convolutions are 22 ms of an 89 ms step (DNNL_VERBOSE, 1 tower,
+ * quiet moment), so that rework was not done. oneDNN's max pooling (forward training with its workspace,
+ * and backward) on the first pool, 100x28x28x32: forward 2.1 ms on one thread, 1.4 ms on two, against
+ * 1.9 ms for cpu_backend.c's loop on one; backward 1.8 / 1.1 ms against 0.9 ms; it skips every NaN
+ * (checked: a first-tap NaN too, against Tower's rule) and its workspace is not the argmax the CUDA
+ * backend and the tests share: not used. The ReLU post-op would save only the forward activation's one
+ * pass (about 2 ms of CPU per step) and turns a NaN into 0 (checked: brgconv's post-op maps NaN, -inf,
+ * -1 to 0), where Tower's and TensorFlow's x < 0 ? 0 : x keep it for the loss check: not used. The
+ * ReLU's backward instead rides on the pool's (tw_maxpool_bwd_relu). */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include "cpu_conv.h"
 
@@ -27,6 +47,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 enum { CACHE_MAX = 64 }; /* primitives one instance keeps: 3 per conv layer and batch size */
 
@@ -56,6 +77,27 @@ struct tw_cpu_conv {
 static atomic_int conv_threads;
 
 void tw_cpu_conv_threads(int threads) { atomic_store(&conv_threads, threads); }
+
+/* The wait settings libgomp and OpenBLAS read once, as they load, and Tower's value for each where the
+ * user set neither it nor `also`. */
+static const struct {
+    const char *name, *value, *also;
+} WAIT_ENV[] = {
+    {"OMP_WAIT_POLICY", "passive", "GOMP_SPINCOUNT"}, /* an idle OpenMP thread sleeps at once */
+    {"OPENBLAS_THREAD_TIMEOUT", "4", NULL},           /* an idle OpenBLAS thread sleeps after 2^4
+                                                         cycles of sched_yield, not 2^28 */
+};
+
+void tw_cpu_conv_process_init(char **argv)
+{
+    int set = 0;
+    for (size_t i = 0; i < sizeof WAIT_ENV / sizeof WAIT_ENV[0]; i++)
+        if (!getenv(WAIT_ENV[i].name) && !(WAIT_ENV[i].also && getenv(WAIT_ENV[i].also)) &&
+            setenv(WAIT_ENV[i].name, WAIT_ENV[i].value, 1) == 0)
+            set = 1;
+    if (set)
+        execv("/proc/self/exe", argv);
+}
 
 /* Sets this thread's OpenMP team size for oneDNN (no-op before tw_cpu_conv_threads or without OpenMP). */
 static void apply_threads(void)

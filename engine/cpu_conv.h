@@ -1,11 +1,12 @@
-/* cpu_conv.h — the CPU backend's convolutions through oneDNN (cpu_conv.c); internal to the CPU backend.
+/* cpu_conv.h — the CPU backend's convolutions through oneDNN (cpu_conv.c); internal to the CPU backend
+ * (and main, which calls tw_cpu_conv_process_init).
  *
  * Owns: one oneDNN engine and stream per CPU backend instance and its cache of convolution primitives,
  * one per (window, filters, direction), created on first use and executed on every later call. Layouts
  * are Tower's: activations NHWC / NDHWC, filters [kd, kh, kw, in_c, filters] (TensorFlow's DHWIO).
  * Does not own: argument checks (backend.c) or the activation (act_fwd/act_bwd follow, as on every
- * backend: oneDNN's ReLU post-op computes alpha * x below 0, not TensorFlow's and Tower's 0, which
- * differs for -inf and signed zeros). */
+ * backend: oneDNN's ReLU post-op turns a NaN into 0, where TensorFlow's and Tower's ReLU keep it; see
+ * cpu_conv.c). */
 #ifndef TW_CPU_CONV_H
 #define TW_CPU_CONV_H
 
@@ -26,6 +27,15 @@ void tw_cpu_conv_destroy(tw_cpu_conv *c); /* NULL-safe */
 
 /* The threads each instance's convolutions use from now on (process-wide; tw_backend_plan's share). */
 void tw_cpu_conv_threads(int threads);
+
+/* Called by main before a command that computes on the CPU, with main's argv: sets OMP_WAIT_POLICY=passive
+ * (unless it or GOMP_SPINCOUNT is set) and OPENBLAS_THREAD_TIMEOUT=4 (unless set) and, where it set
+ * one, re-executes the program (/proc/self/exe, the same argv and pid), since libgomp and OpenBLAS read
+ * them once, as they load. Their defaults have each idle thread spin for a long while after every
+ * oneDNN call or sgemm, on the core the other library's thread and Tower's own loops need next (see
+ * cpu_conv.c). Returns where nothing is to be done or exec fails (the process then runs on with the
+ * libraries' defaults). */
+void tw_cpu_conv_process_init(char **argv);
 
 /* One convolution of direction dir over window w with `filters` outputs per position; a, b and out are
  * host arrays of the shapes above. Errors: TW_ERR_INTERNAL naming the oneDNN call that failed;

@@ -15,3 +15,5 @@ tw_status tw_cpu_conv_create(tw_cpu_conv **out, tw_error *err)
 void tw_cpu_conv_destroy(tw_cpu_conv *c) { (void)c; }
 
 void tw_cpu_conv_threads(int threads) { (void)threads; }
+
+void tw_cpu_conv_process_init(char **argv) { (void)argv; }

@@ -738,12 +738,26 @@ static tw_status conv_bwd_direct(tw_replica *r, const layer *l, int i, const tw_
                             param_view(r, tw_replica_params(r), l->w_param), err);
 }
 
+/* 1 when layer i is a max pool whose backward also applies the ReLU of the layer before it (the
+ * backend folds it in: tw_maxpool_bwd_relu), so that layer skips its own act_bwd. */
+static int pool_folds_relu(const tw_replica *r, int i)
+{
+    const tw_model *m = r->m;
+    if (i < 1 || i >= m->n_layers || !tw_backend_has_maxpool_bwd_relu(r->b))
+        return 0;
+    tw_layer_type t = m->layers[i].cfg->type, before = m->layers[i - 1].cfg->type;
+    return (t == TW_LAYER_MAX_POOL2D || t == TW_LAYER_MAX_POOL3D) &&
+           (before == TW_LAYER_CONV2D || before == TW_LAYER_CONV3D) &&
+           m->layers[i - 1].cfg->activation == TW_ACT_RELU;
+}
+
 static tw_status conv_bwd(tw_replica *r, const layer *l, int i, int rows, tw_error *err)
 {
     tw_window w = window_for(l, rows);
     tw_tensor dz = r->ls[i].dout, cols = tw_tensor_of(r->ls[i].work), grads = tw_replica_grads(r);
     int R = rows * l->out_spatial, F = l->cfg->filters, K = l->k_cols;
-    TW_TRY(tw_act_bwd(r->b, l->cfg->activation, dz, dz, r->ls[i].out, (size_t)R * F, err));
+    if (!pool_folds_relu(r, i + 1))
+        TW_TRY(tw_act_bwd(r->b, l->cfg->activation, dz, dz, r->ls[i].out, (size_t)R * F, err));
     if (tw_backend_has_conv(r->b))
         return conv_bwd_direct(r, l, i, &w, err);
     TW_TRY(tw_bias_grad(r->b, param_view(r, grads, l->b_param), dz, R, F, err));
@@ -770,6 +784,9 @@ static tw_status layer_bwd(tw_replica *r, int i, int rows, uint64_t seed, tw_err
         if (!pass_on)
             return TW_OK;
         w = window_for(l, rows);
+        if (pool_folds_relu(r, i))
+            return tw_maxpool_bwd_relu(r->b, &w, r->ls[i - 1].dout, r->ls[i].dout,
+                                       tw_tensor_of(r->ls[i].work), r->ls[i - 1].out, err);
         return tw_maxpool_bwd(r->b, &w, r->ls[i - 1].dout, r->ls[i].dout,
                               tw_tensor_of(r->ls[i].work), err);
     case TW_LAYER_DROPOUT:

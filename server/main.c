@@ -9,6 +9,7 @@
 #include "bench_main.h"
 #include "client_main.h"
 #include "convert.h"
+#include "cpu_conv.h"
 #include "devices.h"
 #include "evaluate_main.h"
 #include "export_main.h"
@@ -65,6 +66,9 @@ int main(int argc, char **argv)
         printf("tower %s\n", TW_VERSION);
         exit(0);
     }
+    if (!strcmp(argv[1], "train") || !strcmp(argv[1], "bench") || !strcmp(argv[1], "evaluate") ||
+        !strcmp(argv[1], "predict"))
+        tw_cpu_conv_process_init(argv); /* may re-execute: libgomp's wait policy (cpu_conv.h) */
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
         if (!strcmp(argv[1], COMMANDS[i].name))
             exit(COMMANDS[i].main(argc - 1, argv + 1));

@@ -140,3 +140,49 @@ def test_cuda_backend_without_a_gpu_says_why(run_tower):
         return
     assert "no CUDA device" in res.stderr or "no CUDA backend" in res.stderr, res.stderr
     assert res.stdout == ""
+
+
+def environ_of(pid):
+    """The environment process pid was executed with ({} once it has exited)."""
+    try:
+        raw = open(f"/proc/{pid}/environ", "rb").read()
+    except OSError:
+        return {}
+    return dict(v.split("=", 1) for v in raw.decode().split("\0") if "=" in v)
+
+
+WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT")
+
+
+@pytest.mark.parametrize("given, want", [
+    ({}, {"OMP_WAIT_POLICY": "passive", "OPENBLAS_THREAD_TIMEOUT": "4"}),
+    ({"OMP_WAIT_POLICY": "active"}, {"OMP_WAIT_POLICY": "active", "OPENBLAS_THREAD_TIMEOUT": "4"}),
+    ({"GOMP_SPINCOUNT": "1000"}, {"OMP_WAIT_POLICY": None, "OPENBLAS_THREAD_TIMEOUT": "4"}),
+    ({"OPENBLAS_THREAD_TIMEOUT": "28"}, {"OMP_WAIT_POLICY": "passive", "OPENBLAS_THREAD_TIMEOUT": "28"}),
+])
+def test_cpu_commands_park_idle_library_threads_unless_set(tower_bin, given, want):
+    """libgomp (oneDNN's OpenMP) and OpenBLAS read their idle-thread settings once, as they load:
+    `tower bench` (as train, evaluate, predict) re-executes itself, same pid, with
+    OMP_WAIT_POLICY=passive (unless it or GOMP_SPINCOUNT is set) and OPENBLAS_THREAD_TIMEOUT=4 (unless
+    set), so that one library's idle threads sleep instead of spinning on the cores the other needs; a
+    value the user set stays. Polls the process's environment until it shows the wanted values; a
+    value the user set must show in every read."""
+    env = {k: v for k, v in os.environ.items() if k not in WAIT_VARS}
+    p = subprocess.Popen([str(tower_bin), "bench", "--backend", "cpu", "--config",
+                          str(ROOT / "examples/seed_mlp.json"), "--towers", "1", "--steps", "300",
+                          "--warmup", "0"], env={**env, **given}, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    seen = []
+    try:
+        while p.poll() is None:
+            e = environ_of(p.pid)
+            if e:
+                seen.append({k: e.get(k) for k in want})
+            if seen and seen[-1] == want:
+                break
+    finally:
+        p.kill()
+        p.wait()
+    assert seen and seen[-1] == want
+    for k, v in given.items():
+        assert all(s.get(k, v) == v for s in seen)

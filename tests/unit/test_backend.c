@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -707,14 +708,34 @@ typedef struct {
     tw_window w;
     float *x; /* [batch, in_d, in_h, in_w, in_c], distinct values 0.01 apart */
     float *r; /* [rows, in_c]: the loss is <y, r> */
+    int relu; /* 1: y = maxpool(relu(x)), the ReLU through tw_act_fwd; 0: y = maxpool(x) */
 } pool_case;
+
+/* c->x: the values (i - n/2) * 0.01 + offset shuffled, c->r uniform in [-1, 1); caller frees both. */
+static void pool_case_fill(pool_case *c, float offset)
+{
+    size_t nx = win_x(&c->w), ny = win_rows(&c->w) * c->w.in_c;
+    c->x = floats(nx);
+    c->r = floats(ny);
+    for (size_t i = 0; i < nx; i++)
+        c->x[i] = ((float)i - (float)nx / 2) * 0.01f + offset;
+    for (size_t i = nx - 1; i > 0; i--) { /* shuffle */
+        size_t j = urand(i + 1);
+        float t = c->x[i];
+        c->x[i] = c->x[j];
+        c->x[j] = t;
+    }
+    fill(c->r, ny, -1, 1);
+}
 
 static double pool_loss(void *ctx)
 {
     pool_case *c = ctx;
-    size_t ny = win_rows(&c->w) * c->w.in_c;
-    tw_buffer *x = dev_from(c->x, win_x(&c->w)), *y = dev_new(ny), *am = dev_new(ny);
+    size_t nx = win_x(&c->w), ny = win_rows(&c->w) * c->w.in_c;
+    tw_buffer *x = dev_from(c->x, nx), *y = dev_new(ny), *am = dev_new(ny);
     float *hy = floats(ny);
+    if (c->relu)
+        OK(tw_act_fwd(B, TW_ACT_RELU, view(x), view(x), nx, &E));
     OK(tw_maxpool_fwd(B, &c->w, view(y), view(am), view(x), &E));
     dev_read(hy, y, ny);
     double l = dot(hy, c->r, ny);
@@ -748,19 +769,7 @@ static void check_pool(tw_window w)
 {
     pool_case c = {.w = w};
     size_t nx = win_x(&w), ny = win_rows(&w) * w.in_c;
-    c.x = floats(nx);
-    c.r = floats(ny);
-    for (size_t i = 0; i < nx; i++)
-        c.x[i] = (float)i;
-    for (size_t i = nx - 1; i > 0; i--) { /* shuffle */
-        size_t j = urand(i + 1);
-        float t = c.x[i];
-        c.x[i] = c.x[j];
-        c.x[j] = t;
-    }
-    for (size_t i = 0; i < nx; i++)
-        c.x[i] = (c.x[i] - (float)nx / 2) * 0.01f;
-    fill(c.r, ny, -1, 1);
+    pool_case_fill(&c, 0.0f);
     float *y = floats(ny), *want = floats(ny), *gx = floats(nx);
     int32_t *am = calloc(ny, sizeof *am), *want_am = calloc(ny, sizeof *want_am);
     tw_buffer *bx = dev_from(c.x, nx), *by = dev_new(ny), *bam = dev_new(ny), *bdy = dev_from(c.r, ny);
@@ -800,6 +809,55 @@ static void test_maxpool3d(void **state)
     (void)state;
     check_pool(window3d(2, 4, 4, 4, 2, 2, 2, 2, 2, 0)); /* VALID */
     check_pool(window3d(1, 5, 4, 5, 2, 3, 3, 3, 2, 1)); /* SAME, overlapping */
+}
+
+/* tw_maxpool_bwd_relu over window w: bit for bit tw_maxpool_bwd then tw_act_bwd(RELU) over all of dx
+ * (dy holding infinities, signed zeros, NaN and values whose sum overflows where windows overlap), and
+ * the gradient of <maxpool(relu(x)), r> against finite differences. x: distinct values 0.01 apart,
+ * half of them negative, none within a step of 0, so no step moves a ReLU kink or a window's winner. */
+static void check_pool_relu(tw_window w)
+{
+    pool_case c = {.w = w, .relu = 1};
+    size_t nx = win_x(&w), ny = win_rows(&w) * w.in_c;
+    pool_case_fill(&c, 0.005f);
+    float *dy = floats(ny), *two = floats(nx), *one = floats(nx);
+    memcpy(dy, c.r, ny * sizeof *dy);
+    const float special[] = {INFINITY, -INFINITY, -0.0f, 0.0f, NAN, FLT_MAX, FLT_MAX};
+    for (size_t i = 0; i < sizeof special / sizeof special[0] && i < ny; i++)
+        dy[urand(ny)] = special[i];
+    tw_buffer *bx = dev_from(c.x, nx), *by = dev_new(ny), *bam = dev_new(ny), *bdy = dev_from(dy, ny);
+    tw_buffer *bdx = dev_new(nx), *bgx = dev_new(nx), *br = dev_from(c.r, ny);
+    OK(tw_act_fwd(B, TW_ACT_RELU, view(bx), view(bx), nx, &E)); /* bx is now the pool's input */
+    OK(tw_maxpool_fwd(B, &w, view(by), view(bam), view(bx), &E));
+    dev_fill_nan(bdx, nx);
+    OK(tw_maxpool_bwd(B, &w, view(bdx), view(bdy), view(bam), &E));
+    OK(tw_act_bwd(B, TW_ACT_RELU, view(bdx), view(bdx), view(bx), nx, &E));
+    dev_read(two, bdx, nx);
+    dev_fill_nan(bdx, nx);
+    OK(tw_maxpool_bwd_relu(B, &w, view(bdx), view(bdy), view(bam), view(bx), &E));
+    dev_read(one, bdx, nx);
+    assert_memory_equal(one, two, nx * sizeof *one);
+    OK(tw_maxpool_bwd_relu(B, &w, view(bgx), view(br), view(bam), view(bx), &E));
+    dev_read(one, bgx, nx);
+    check_fd("maxpool relu dx", c.x, nx, one, pool_loss, &c);
+    tw_buffer *bufs[] = {bx, by, bam, bdy, bdx, bgx, br};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        tw_backend_free(B, bufs[i]);
+    free(c.x);
+    free(c.r);
+    free(dy);
+    free(two);
+    free(one);
+}
+
+static void test_maxpool_bwd_relu(void **state)
+{
+    (void)state;
+    assert_true(tw_backend_has_maxpool_bwd_relu(B));
+    check_pool_relu(window2d(2, 6, 6, 3, 2, 2, 0));             /* the CNN's 2x2 at stride 2 */
+    check_pool_relu(window2d(2, 7, 5, 3, 3, 2, 1));             /* SAME, overlapping windows */
+    check_pool_relu(window3d(2, 4, 4, 4, 2, 2, 2, 2, 2, 0));    /* 3-D VALID */
+    check_pool_relu(window3d(1, 5, 4, 5, 2, 3, 3, 3, 2, 1));    /* 3-D SAME, overlapping */
 }
 
 /* ---- losses ---- */
@@ -1232,6 +1290,8 @@ static void test_wrapper_checks(void **state)
     assert_invalid(tw_maxpool_fwd(B, &w, vc, va, view(x), &E), "tw_maxpool_fwd", "padding 2");
     w.pad_w = 0;
     assert_invalid(tw_col2im(B, &w, view(x), vs, &E), "tw_col2im", "argument cols");
+    s = tw_maxpool_bwd_relu(B, &w, view(cols), vc, va, vs, &E); /* x: 3 values of the 16 */
+    assert_invalid(s, "tw_maxpool_bwd_relu", "argument x");
     s = tw_backend_allreduce_avg(&B, 0, &va, 6, &E);
     assert_invalid(s, "tw_backend_allreduce_avg", "argument n_towers");
     assert_invalid(tw_backend_sync(NULL, &E), "tw_backend_sync", "no backend");
@@ -1356,6 +1416,7 @@ int main(void)
         cmocka_unit_test(test_col2im_adjoint),
         cmocka_unit_test(test_maxpool2d),
         cmocka_unit_test(test_maxpool3d),
+        cmocka_unit_test(test_maxpool_bwd_relu),
         cmocka_unit_test(test_xent),
         cmocka_unit_test(test_xent_bad_label),
         cmocka_unit_test(test_mse),

@@ -183,41 +183,40 @@ static double loss_at(tw_backend *b, tw_replica *r, const float *host, size_t n,
     return sum / rows;
 }
 
-/* backward's gradients match central differences of the mean loss, on a weight and a bias of each
- * layer; the replica holds the Adam slots. */
-static void test_replica_gradients_match_finite_differences(void **state)
+/* backward's gradients (of a replica of m over `rows` examples) match central differences of the mean
+ * loss at step h, on the parameters probe[n_probe] (indices into the arena); adam: the replica holds
+ * the Adam slots. */
+static void check_gradients(tw_model *m, int adam, int rows, float h, const size_t *probe,
+                            size_t n_probe)
 {
-    (void)state;
-    static tw_config c;
-    tw_model *m = model_of(MLP, &c);
     tw_backend *b;
     tw_replica *r;
-    enum { ROWS = 8 };
     assert_int_equal(tw_backend_create("cpu", 0, &b, NULL), TW_OK);
-    assert_int_equal(tw_replica_create(m, b, ROWS, &r, NULL), TW_OK);
-    assert_non_null(tw_replica_slot1(r).buf);
-    assert_non_null(tw_replica_slot2(r).buf);
-    size_t n = tw_model_param_floats(m);
-    float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), x[ROWS * 4];
-    int32_t y[ROWS];
-    for (int i = 0; i < ROWS * 4; i++)
+    assert_int_equal(tw_replica_create(m, b, rows, &r, NULL), TW_OK);
+    if (adam) {
+        assert_non_null(tw_replica_slot1(r).buf);
+        assert_non_null(tw_replica_slot2(r).buf);
+    }
+    size_t n = tw_model_param_floats(m), in = tw_model_input_size(m);
+    float *p = malloc(n * sizeof *p), *g = malloc(n * sizeof *g), *x = malloc(rows * in * sizeof *x);
+    int32_t *y = malloc(rows * sizeof *y);
+    for (size_t i = 0; i < rows * in; i++)
         x[i] = (float)((i * 37) % 17) / 8.0f - 1.0f;
-    for (int i = 0; i < ROWS; i++)
+    for (int i = 0; i < rows; i++)
         y[i] = i % 3;
     tw_model_init_params(m, 5, p);
-    assert_int_equal(tw_replica_upload_batch(r, ROWS, x, y, NULL), TW_OK);
-    loss_at(b, r, p, n, ROWS);
-    assert_int_equal(tw_replica_forward(r, ROWS, 1, 0, 1, NULL), TW_OK); /* no dropout layer */
-    assert_int_equal(tw_replica_backward(r, ROWS, 1, NULL), TW_OK);
+    assert_int_equal(tw_replica_upload_batch(r, rows, x, y, NULL), TW_OK);
+    loss_at(b, r, p, n, rows);
+    assert_int_equal(tw_replica_forward(r, rows, 1, 0, 1, NULL), TW_OK); /* no dropout layer */
+    assert_int_equal(tw_replica_backward(r, rows, 1, NULL), TW_OK);
     assert_int_equal(tw_backend_download(b, g, tw_replica_grads(r), n * sizeof *g, NULL), TW_OK);
-    const size_t probe[] = {0, 7, 21, 34, 36, 41};
-    for (size_t k = 0; k < sizeof probe / sizeof probe[0]; k++) {
+    for (size_t k = 0; k < n_probe; k++) {
         size_t i = probe[k];
-        float keep = p[i], h = 1e-2f;
+        float keep = p[i];
         p[i] = keep + h;
-        double up = loss_at(b, r, p, n, ROWS);
+        double up = loss_at(b, r, p, n, rows);
         p[i] = keep - h;
-        double down = loss_at(b, r, p, n, ROWS);
+        double down = loss_at(b, r, p, n, rows);
         p[i] = keep;
         double fd = (up - down) / (2.0 * h);
         if (fabs(fd - g[i]) > 2e-3 + 2e-2 * fabs(fd))
@@ -225,8 +224,47 @@ static void test_replica_gradients_match_finite_differences(void **state)
     }
     free(p);
     free(g);
+    free(x);
+    free(y);
     tw_replica_destroy(r);
     tw_backend_destroy(b);
+}
+
+/* On a weight and a bias of each layer; the replica holds the Adam slots. */
+static void test_replica_gradients_match_finite_differences(void **state)
+{
+    (void)state;
+    static tw_config c;
+    tw_model *m = model_of(MLP, &c);
+    check_gradients(m, 1, 8, 1e-2f, (const size_t[]){0, 7, 21, 34, 36, 41}, 6);
+    tw_model_destroy(m);
+}
+
+static const char CNN3D[] =
+    "{\"dataset\": {\"train\": \"unused.tfrecord\", \"shape\": [6, 6, 6, 1]},"
+    " \"model\": {\"layers\": [{\"type\": \"conv3d\", \"filters\": 3, \"kernel\": 3, \"padding\": \"same\","
+    "                          \"activation\": \"relu\"},"
+    "                         {\"type\": \"max_pool3d\", \"pool\": 3, \"strides\": 2, \"padding\": \"same\"},"
+    "                         {\"type\": \"conv3d\", \"filters\": 2, \"kernel\": 2, \"activation\": \"relu\"},"
+    "                         {\"type\": \"max_pool3d\", \"pool\": 2, \"strides\": 2},"
+    "                         {\"type\": \"flatten\"},"
+    "                         {\"type\": \"dense\", \"units\": 3}]},"
+    " \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1}, \"batch_size\": 2}";
+
+/* A CNN's gradients (conv + ReLU, then max pool: the CPU backend folds the ReLU's backward into the
+ * pool's, tw_maxpool_bwd_relu) on filter weights and biases of each convolution, 2-D and 3-D (the 3-D
+ * one with overlapping pool windows). */
+static void test_cnn_gradients_match_finite_differences(void **state)
+{
+    (void)state;
+    static tw_config c2, c3;
+    tw_model *m = model_of(CNN, &c2);
+    size_t w = tw_model_weight_floats(m); /* conv biases [w, w + 8), then the dense layer's */
+    check_gradients(m, 0, 4, 1e-3f, (const size_t[]){0, 13, 40, 71, w, w + 5}, 6);
+    tw_model_destroy(m);
+    m = model_of(CNN3D, &c3);
+    w = tw_model_weight_floats(m); /* conv1: 81 weights, conv2: 48 */
+    check_gradients(m, 0, 2, 1e-3f, (const size_t[]){0, 40, 80, 81, 100, 128, w, w + 3, w + 4}, 9);
     tw_model_destroy(m);
 }
 
@@ -239,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_layer_that_does_not_fit_is_named),
         cmocka_unit_test(test_init_is_seeded),
         cmocka_unit_test(test_replica_gradients_match_finite_differences),
+        cmocka_unit_test(test_cnn_gradients_match_finite_differences),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
