@@ -181,7 +181,7 @@ static void on_stop_signal(int sig)
     tw_train_request_stop();
 }
 
-/* SIGTERM and SIGINT ask the loop to stop and arm the watchdog (SIGALRM). */
+/* SIGTERM, SIGINT and SIGUSR1 ask the loop to stop and arm the watchdog (SIGALRM). */
 static void handle_stop_signals(int within)
 {
     stop_within = (unsigned)within;
@@ -191,6 +191,7 @@ static void handle_stop_signals(int within)
     sa.sa_handler = on_stop_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards it to every rank; its SIGTERM kills the job */
 }
 
 
