@@ -130,7 +130,7 @@ static void samples_image(run *R)
 {
     tw_error e;
     if (R->ev && R->T.step == 1 &&
-        tw_summary_samples(R->ev, 0, R->c, R->T.x, R->T.world_towers * R->c->batch_size, &e) != TW_OK)
+        tw_summary_samples(R->ev, 0, R->c, R->T.x, R->T.n * R->c->batch_size, &e) != TW_OK)
         events_failed(R, &e);
 }
 
@@ -694,7 +694,9 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
         }
         double loss, t0 = now();
         tw_towers_next_batch(&R->T);
-        TW_TRY(tw_input_next(R->train, R->T.world_towers * c->batch_size, R->T.x, R->T.y, err));
+        int lo = (int)tw_towers_first_row(&R->T, 0); /* this process's towers' rows of the world's batch */
+        TW_TRY(tw_input_next_rows(R->train, R->T.world_towers * c->batch_size, lo, R->T.n * c->batch_size,
+                                  R->T.x, R->T.y, err));
         TW_TRY(tw_towers_step(&R->T, &loss, err));
         R->train_time += now() - t0;
         samples_image(R);
