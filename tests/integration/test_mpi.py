@@ -221,6 +221,17 @@ def test_sigkill_of_one_rank_ends_the_world(tower_bin, tmp_path, fashion):  # no
     assert proc.returncode != 0 and proc.returncode not in FINAL_EXITS, proc.returncode
 
 
+@pytest.mark.skipif(HAVE_MPI or not MPIRUN, reason="this build has MPI (unit_world tests world_none.c in "
+                    "every build)" if HAVE_MPI else "mpirun is not installed")
+def test_a_build_without_mpi_refuses_to_run_under_mpirun(tower_bin, tmp_path, fashion):  # noqa: F811
+    res = subprocess.run(mpi_cmd(tower_bin, 2, write_config(tmp_path, "refused", mlp_config(fashion)),
+                                 tmp_path / "refused"), capture_output=True, text=True, timeout=120,
+                         env=mpi_env())
+    assert res.returncode == 2, res.stderr
+    assert "built without MPI" in res.stderr and "-DTW_MPI=ON" in res.stderr
+    assert not (tmp_path / "refused").exists()  # nothing written
+
+
 def test_configure_without_mpi_goes_on(tmp_path):
     """-DTW_MPI=OFF, and TW_MPI=ON with no MPI to be found: configure says so and succeeds (world_none.c)."""
     for args, says in ((["-DTW_MPI=OFF"], "Tower: MPI world of processes OFF"),
