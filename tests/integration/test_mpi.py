@@ -101,6 +101,19 @@ def test_two_processes_train_as_two_towers_and_as_twice_the_batch(world_run, tow
 
 
 @needs_mpi
+def test_two_processes_of_two_towers_train_as_four_towers(tower_bin, tmp_path, fashion):  # noqa: F811
+    """Local tower 1 of rank 1 is global tower 3: it gets rows [48, 64) of the world's batch of 64."""
+    lines, _, _ = run_world(tower_bin, tmp_path, mlp_config(fashion, batch_size=16, towers=2, steps=100),
+                            "two_by_two")
+    assert lines[0]["towers"] == 2 and lines[0]["processes"] == 2 and lines[0]["total_towers"] == 4
+    four, _ = run_one(tower_bin, tmp_path, mlp_config(fashion, batch_size=16, towers=4, steps=100), "four")
+    lw, l4 = losses(lines), losses(four)
+    assert sorted(lw) == list(range(1, 101)) == sorted(l4)
+    # the mean of two means of two against the mean of four: the same to rounding
+    np.testing.assert_allclose([lw[s] for s in l4], [l4[s] for s in l4], rtol=2e-4)
+
+
+@needs_mpi
 def test_only_rank_0_writes(world_run):
     lines, logdir, _ = world_run
     assert sum("backend" in l for l in lines) == 1 and sum("status" in l for l in lines) == 1
