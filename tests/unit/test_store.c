@@ -442,9 +442,12 @@ static void test_run_insert_get(void **state)
     add_dataset(f->st, "d1", "mnist", "ready");
     tw_run_new r = {.id = "r1", .name = "123", .dataset_id = "d1",
                     .config = "{\"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 10}]}, \"steps\": 500}",
-                    .idem_key = "key-1", .towers = 2, .steps = 500, .max_restarts = 4, .deadline_s = 3600.5};
+                    .idem_key = "key-1", .towers = 2, .steps = 500, .max_restarts = 4, .deadline_s = 3600.5,
+                    .processes = 2, .hosts = "[\"a:1\",\"b:1\"]"};
     assert_int_equal(tw_store_run_insert(f->st, &r, &err), TW_OK);
     json_t *g = run_row(f->st, "r1");
+    assert_int_equal(num(g, "processes"), 2); /* the launch keys (launch.h); hosts decoded as JSON */
+    assert_string_equal(json_string_value(json_array_get(json_object_get(g, "hosts"), 1)), "b:1");
     assert_non_null(g);
     assert_string_equal(str(g, "id"), "r1");
     assert_string_equal(str(g, "name"), "123"); /* a text column stays text even when it reads as JSON */
@@ -473,6 +476,8 @@ static void test_run_insert_get(void **state)
     assert_int_equal(tw_store_run_insert(f->st, &anon, &err), TW_OK);
     g = run_row(f->st, "r2");
     expect_null(g, "name");
+    assert_int_equal(num(g, "processes"), 1); /* unset: one process, no hosts */
+    assert_int_equal(json_array_size(json_object_get(g, "hosts")), 0);
     assert_true(json_is_object(json_object_get(g, "config")));
     json_decref(g);
     assert_null(run_row(f->st, "r3"));
