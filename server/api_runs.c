@@ -1130,6 +1130,8 @@ void tw_api_run_resume(tw_server *S, tw_req *r)
             s = bad(&code, TW_API_INVALID_ARGUMENT, &err, "steps", "must be an integer from 1 to 1000000000");
         steps = json_integer_value(v);
     }
+    if (s == TW_OK) /* a run of several processes needs the launcher now as at its submission */
+        s = tw_launch_usable(S->launcher, (int)json_integer_value(json_object_get(row, "processes")), &err);
     tw_run_state state = tw_store_run_state(row);
     int stopped = tw_run_state_final(state) &&
                   steps >= json_integer_value(json_object_get(row, "steps")) + (state == TW_RUN_SUCCEEDED);

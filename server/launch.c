@@ -161,6 +161,12 @@ static tw_status not_found(const tw_launcher *l, const char *key, tw_error *err)
                         "docs/scale-out.md)", key, l->word[0]);
 }
 
+tw_status tw_launch_usable(const tw_launcher *l, int processes, tw_error *err)
+{
+    char path[MAX_PATH_BYTES];
+    return processes <= 1 || resolve(l->word[0], path, sizeof path) == 0 ? TW_OK : not_found(l, "processes", err);
+}
+
 /* ================================ the submission ================================ */
 
 /* "NAME" or "NAME:SLOTS": NAME of [A-Za-z0-9._-] starting with a letter or digit (never an option),
@@ -214,9 +220,7 @@ tw_status tw_launch_take_keys(const tw_launcher *l, json_t *cfg, tw_launch_keys 
     if (json_array_size(k->hosts) && k->processes == 1)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "hosts: a run of one process runs here; hosts "
                                                            "need \"processes\" above 1");
-    char path[MAX_PATH_BYTES];
-    if (k->processes > 1 && resolve(l->word[0], path, sizeof path) != 0)
-        return not_found(l, "processes", err);
+    TW_TRY(tw_launch_usable(l, k->processes, err));
     json_object_del(cfg, "processes");
     json_object_del(cfg, "hosts");
     return TW_OK;

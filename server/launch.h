@@ -52,6 +52,10 @@ typedef struct {
  * a letter or digit, hosts with one process, or processes > 1 while l's program is not found (PATH). */
 tw_status tw_launch_take_keys(const tw_launcher *l, json_t *cfg, tw_launch_keys *k, tw_error *err);
 
+/* TW_OK when a run of `processes` can start here: one, or l's program is found (PATH); else
+ * TW_ERR_INVALID naming "processes" and the missing launcher. (A resumed run is checked again.) */
+tw_status tw_launch_usable(const tw_launcher *l, int processes, tw_error *err);
+
 /* The devices a run takes on this server: towers for one process; processes x towers when they all run
  * here (no hosts); towers when hosts spread it (this host runs at most one process's towers). */
 int tw_launch_local_towers(int towers, int processes, const json_t *hosts);

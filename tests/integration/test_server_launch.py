@@ -187,3 +187,18 @@ def test_a_bad_launcher_template_stops_serve_with_2_naming_it(tower_bin, tmp_pat
     assert got.returncode == 2, got
     shown = template.replace("\t", "\\t")  # the log escapes control characters (server/logtext.h)
     assert f"--launcher '{shown}'" in got.stderr, got.stderr
+
+
+def test_resume_needs_the_launcher_too(serve, tool, tmp_path):
+    server = fake_server(serve, tool, "step_ms=20")
+    run = submit(server, seed_config(steps=2000, processes=2)).json()
+    attempt_pids(server, run["id"], 1)
+    assert requests.post(server.api(f"/runs/{run['id']}/cancel"), timeout=10).status_code == 202
+    assert wait_run(server, run["id"])["status"] == "cancelled"
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=60) == 0
+    again = serve("--trainer", tool("tw_faketrain"), "--launcher", "tw-no-such-launcher {trainer}",
+                  data=server.data, env=MPI_ENV)
+    reply = requests.post(again.api(f"/runs/{run['id']}/resume"), json={}, timeout=10)
+    assert reply.status_code == 400 and reply.json()["error"]["message"].startswith("processes:"), reply.text
+    assert requests.get(again.api(f"/runs/{run['id']}"), timeout=10).json()["status"] == "cancelled"
