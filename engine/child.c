@@ -116,6 +116,10 @@ static void render(tw_child_out *o, const json_t *line)
 static int emit(tw_child_out *o, json_t *obj)
 {
     int rc = obj ? 0 : -1;
+    if (!o->out) {
+        json_decref(obj);
+        return rc;
+    }
     if (obj && o->terminal)
         render(o, obj);
     else if (obj && (rc = json_dumpf(obj, o->out, JSON_COMPACT | JSON_REAL_PRECISION(7))) == 0)
@@ -126,13 +130,15 @@ static int emit(tw_child_out *o, json_t *obj)
     return rc;
 }
 
-void tw_child_backend(tw_child_out *o, const char *kind, const char *const *devices, int n)
+void tw_child_backend(tw_child_out *o, const char *kind, const char *const *devices, int n,
+                      const char *world, int processes)
 {
     json_t *names = json_array();
     for (int i = 0; i < n; i++)
         json_array_append_new(names, json_string(devices[i]));
-    emit(o, json_pack("{s:s, s:o, s:I}", TW_CHILD_BACKEND, kind, TW_CHILD_DEVICES, names,
-                      TW_CHILD_TOWERS, (json_int_t)n));
+    emit(o, json_pack("{s:s, s:o, s:I, s:I, s:I, s:s}", TW_CHILD_BACKEND, kind, TW_CHILD_DEVICES, names,
+                      TW_CHILD_TOWERS, (json_int_t)n, TW_CHILD_PROCESSES, (json_int_t)processes,
+                      TW_CHILD_TOTAL_TOWERS, (json_int_t)n * processes, TW_CHILD_WORLD, world));
 }
 
 void tw_child_resumed(tw_child_out *o, const char *path, int64_t step)

@@ -8,7 +8,9 @@
  * maps the exit statuses to run states).
  *
  * The line kinds, in the order a run writes them (every line is one JSON object):
- *   backend    {"backend":KIND,"devices":[NAME...],"towers":N}           the first line of a run
+ *   backend    {"backend":KIND,"devices":[NAME...],"towers":N,"processes":P,"total_towers":N*P,
+ *               "world":"mpi"|"none"}     the first line of a run: N towers in each of P processes
+ *               (world.h; "none": one process without a launcher)
  *   resumed    {"resumed_from":PATH,"step":K}                           after a resume
  *   step       {"step":K,"loss":X[,"learning_rate":R,"examples_per_sec":E,"sec_per_batch":S,"eta_s":T]}
  *   eval       {"step":K,"eval_loss":X,"eval_examples":N[,"eval_accuracy":A][,"eval_loss_ema":X
@@ -61,7 +63,10 @@
 #define TW_CHILD_RESUMED_FROM "resumed_from"
 #define TW_CHILD_BACKEND "backend"
 #define TW_CHILD_DEVICES "devices"
-#define TW_CHILD_TOWERS "towers"
+#define TW_CHILD_TOWERS "towers"              /* per process */
+#define TW_CHILD_PROCESSES "processes"        /* the world's processes (mpirun -np) */
+#define TW_CHILD_TOTAL_TOWERS "total_towers"  /* towers of all processes */
+#define TW_CHILD_WORLD "world"                /* what joined the processes: "mpi" or "none" */
 
 /* The numeric keys of a step line the supervisor keeps as metrics (besides the "eval_" keys). */
 #define TW_CHILD_METRIC_KEYS {TW_CHILD_LOSS, TW_CHILD_LEARNING_RATE, TW_CHILD_EXAMPLES_PER_SEC}
@@ -113,7 +118,7 @@ const tw_child_failure *tw_child_failure_of(int exit_status);
 
 /* Where the lines go, and when the last one went. */
 typedef struct {
-    FILE *out;           /* borrowed */
+    FILE *out;           /* borrowed; NULL: nothing is written (the ranks of a world but rank 0) */
     double last_write;   /* CLOCK_MONOTONIC seconds of the last line (tw_child_now) */
     int terminal;        /* render the lines for a person (tw_child_use_terminal) instead of JSON */
     int64_t total_steps; /* the run's steps, for the terminal's progress line */
@@ -153,8 +158,10 @@ void tw_child_use_terminal(FILE *out, int64_t total_steps);
 void tw_child_progress(FILE *out, int64_t step, int64_t total, double eps, double loss, double eta_s);
 /* Ends a progress line before other text: "\r" and clear to the end of the line. */
 void tw_child_progress_clear(FILE *out);
-/* devices: [n] names, borrowed. */
-void tw_child_backend(tw_child_out *o, const char *kind, const char *const *devices, int n);
+/* devices: [n] names, borrowed: the towers of this process, one of `processes` in a world joined by
+ * world ("mpi", "none"). */
+void tw_child_backend(tw_child_out *o, const char *kind, const char *const *devices, int n,
+                      const char *world, int processes);
 void tw_child_resumed(tw_child_out *o, const char *path, int64_t step);
 /* rates NULL: the step line has only step and loss. */
 void tw_child_step(tw_child_out *o, int64_t step, double loss, const tw_child_rates *rates);

@@ -181,7 +181,7 @@ static void on_stop_signal(int sig)
     tw_train_request_stop();
 }
 
-/* SIGTERM and SIGINT ask the loop to stop and arm the watchdog (SIGALRM). */
+/* SIGTERM, SIGINT and SIGUSR1 ask the loop to stop and arm the watchdog (SIGALRM). */
 static void handle_stop_signals(int within)
 {
     stop_within = (unsigned)within;
@@ -191,18 +191,35 @@ static void handle_stop_signals(int within)
     sa.sa_handler = on_stop_signal;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards it to every rank; its SIGTERM kills the job */
 }
 
 
-/* Reports err on stderr and as the final JSON line; returns code. */
+static tw_world world; /* the processes this one trains with (world.h); a world of one by default */
+
+/* Leaves the world with exit status code: a failure in a world of several processes ends all of them
+ * with that code (tw_world_abort: mpirun exits with it), so that no process waits for this one. */
+static int leave(int code)
+{
+    if (code != 0 && tw_world_size(&world) > 1)
+        tw_world_abort(&world, code);
+    tw_world_finalize(&world);
+    return code;
+}
+
+/* Reports err on stderr (every rank, naming it in a world of several) and as the final JSON line (rank
+ * 0 only: the others write nothing on stdout); returns code. */
 static int fail(const tw_error *err, int code)
 {
     char msg[1200];
     tw_error_format(err, msg, sizeof msg);
-    fprintf(stderr, "tower train: %s\n", msg);
+    if (tw_world_size(&world) > 1)
+        fprintf(stderr, "tower train (rank %d of %d): %s\n", tw_world_rank(&world), tw_world_size(&world), msg);
+    else
+        fprintf(stderr, "tower train: %s\n", msg);
     tw_child_out out;
-    tw_child_init(&out, stdout);
-    return tw_child_failed(&out, tw_status_name(err->status), code, msg);
+    tw_child_init(&out, tw_world_rank(&world) == 0 ? stdout : NULL);
+    return leave(tw_child_failed(&out, tw_status_name(err->status), code, msg));
 }
 
 int tw_train_main(int argc, char **argv)
@@ -214,19 +231,26 @@ int tw_train_main(int argc, char **argv)
     static tw_config c; /* large: keep it off the stack */
     tw_error err;
     tw_error_clear(&err);
+    if (tw_world_init(&world, &err) != TW_OK) /* a launcher without MPI in this build, or MPI failed */
+        return fail(&err, err.status == TW_ERR_UNSUPPORTED ? TW_EXIT_USAGE : TW_EXIT_FAILED);
+    o.train.world = &world;
+    if (tw_world_rank(&world) != 0)
+        o.train.progress = NULL; /* only rank 0 writes the lines (trainer.h) */
     if ((o.data_root && tw_fs_confine(o.data_root, &err) != TW_OK) ||
         tw_config_load(o.config, &c, &err) != TW_OK ||
         (o.towers && tw_config_override_towers(&c, o.towers, &err) != TW_OK))
         return fail(&err, TW_EXIT_USAGE);
-    if (isatty(fileno(stdout)))
+    /* Open MPI hands its ranks a pseudo-terminal for stdout: under a launcher the lines stay JSON (the
+     * server's supervisor reads them through mpirun). */
+    if (tw_world_launched_size() == 0 && isatty(fileno(stdout)))
         tw_child_use_terminal(stdout, c.steps); /* a person reads it; a pipe keeps the JSON lines */
     handle_stop_signals(o.stop_within);
     tw_train_outcome outcome;
     if (tw_train(&c, &o.train, &outcome, &err) != TW_OK)
         return fail(&err, tw_child_exit_code(&err));
     if (outcome != TW_TRAIN_DIVERGED)
-        return 0;
+        return leave(0);
     fprintf(stderr, "tower train: the loss is not finite (NaN or Inf): stopped; the last checkpoint "
                     "is from before it\n");
-    return TW_EXIT_DIVERGED;
+    return leave(TW_EXIT_DIVERGED);
 }

@@ -21,6 +21,7 @@
  * pipeline fills one while the upload from the other may still be in flight. */
 #include "train_step.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +59,12 @@ tw_status tw_towers_model(tw_towers *T, const tw_config *c, tw_error *err)
     T->n = c->towers;
     if (T->n < 1 || T->n > TW_MAX_TOWERS)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers must be 1..%d", TW_MAX_TOWERS);
+    int procs = T->world ? tw_world_size(T->world) : 1;
+    if (procs > INT_MAX / T->n / c->batch_size)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%d processes of %d towers of batch %d are too "
+                            "many examples per step", procs, T->n, c->batch_size);
+    T->tower0 = T->world ? tw_world_tower_offset(T->world, T->n) : 0;
+    T->world_towers = T->n * procs;
     TW_TRY(tw_model_create(c, &T->m, err));
     T->in_size = tw_model_input_size(T->m);
     T->P = tw_model_param_floats(T->m);
@@ -104,11 +111,11 @@ tw_status tw_towers_check_memory(const tw_towers *T, const char *kind, const tw_
     return tw_memory_check(&need, on_gpu, &host, gpu_known ? &gpu : NULL, err);
 }
 
-/* The host batch buffers, from tower 0's backend (page-locked on CUDA); two of them, alternating by
- * step, except in the bench, which uploads the one batch it filled in every step. */
+/* The host batch buffers of the world's batch, from tower 0's backend (page-locked on CUDA); two of
+ * them, alternating by step, except in the bench, which uploads the one batch it filled in every step. */
 static tw_status alloc_batches(tw_towers *T, tw_error *err)
 {
-    size_t rows = (size_t)T->n * (size_t)T->c->batch_size;
+    size_t rows = (size_t)T->world_towers * (size_t)T->c->batch_size;
     for (int i = 0; i < (T->bench ? 1 : 2); i++) {
         void *x;
         TW_TRY(tw_backend_alloc_host(T->b[0], rows * T->in_size * sizeof(float), &x, err));
@@ -132,6 +139,8 @@ tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
     if (T->n > 1)
         TW_TRY(tw_tower_pool_create(T->n, &T->pool, err));
     TW_TRY(alloc_batches(T, err));
+    if (T->world_towers > T->n && !(T->world_grads = malloc((T->P ? T->P : 1) * sizeof(float))))
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     return tw_backend_alloc(T->b[0], sizeof(float), &T->scalar, err);
 }
 
@@ -169,6 +178,7 @@ void tw_towers_destroy(tw_towers *T)
     }
     for (int t = 0; t < T->n; t++)
         tw_backend_destroy(T->b[t]);
+    free(T->world_grads);
     tw_model_destroy(T->m);
 }
 
@@ -190,9 +200,11 @@ typedef struct {
     tower_job jobs[TW_MAX_TOWERS];
 } tower_phase;
 
+/* Tower t's dropout seed: a function of the global tower, so a world trains as one process would. */
 static uint64_t dropout_seed(const tw_towers *T, int t)
 {
-    return tw_hash64(T->c->seed ^ 0x64726f706f7574ull, (uint64_t)T->step * TW_MAX_TOWERS + (uint64_t)t);
+    return tw_hash64(T->c->seed ^ 0x64726f706f7574ull,
+                     (uint64_t)T->step * TW_MAX_TOWERS + (uint64_t)(T->tower0 + t));
 }
 
 /* The graphs of a step (module comment). */
@@ -225,12 +237,18 @@ static tw_status tower_compute(tw_towers *T, int t, tw_error *err)
     return tw_replica_backward(T->r[t], bs, seed, err);
 }
 
-/* Forward and backward on tower t's slice of the batch; *loss_sum = its summed loss. */
+size_t tw_towers_first_row(const tw_towers *T, int t)
+{
+    return (size_t)(T->tower0 + t) * (size_t)T->c->batch_size;
+}
+
+/* Forward and backward on tower t's slice of the world's batch; *loss_sum = its summed loss. */
 static tw_status tower_step(tw_towers *T, int t, double *loss_sum, tw_error *err)
 {
     int bs = T->c->batch_size;
-    const float *x = T->x + (size_t)t * bs * T->in_size;
-    const char *y = (const char *)T->y + (size_t)t * bs * T->label_values * 4;
+    size_t row = tw_towers_first_row(T, t);
+    const float *x = T->x + row * T->in_size;
+    const char *y = (const char *)T->y + row * T->label_values * 4;
     TW_TRY(tw_replica_upload_batch(T->r[t], bs, x, y, err));
     TW_TRY(on_device(T, t, GRAPH_TOWER, tower_compute, err));
     return tw_replica_loss_sum(T->r[t], bs, loss_sum, err);
@@ -281,13 +299,15 @@ static tw_status for_each_tower(tw_towers *T, tower_fn fn, double *sum, tw_error
     return s;
 }
 
-/* Forward and backward on every tower; *loss = the mean loss over the step's examples. */
+/* Forward and backward on every tower; *loss = the mean loss over the world's examples of the step. */
 static tw_status run_towers(tw_towers *T, double *loss, tw_error *err)
 {
     double sum;
     TW_TRY(for_each_tower(T, tower_step, &sum, err));
+    if (T->world)
+        TW_TRY(tw_world_sum(T->world, &sum, 1, err));
     size_t per_example = T->c->loss == TW_LOSS_MSE ? (size_t)tw_model_output_size(T->m) : 1;
-    *loss = sum / ((double)T->n * T->c->batch_size * (double)per_example);
+    *loss = sum / ((double)T->world_towers * T->c->batch_size * (double)per_example);
     return TW_OK;
 }
 
@@ -355,6 +375,27 @@ static tw_status average_gradients(tw_towers *T, double *unused, tw_error *err)
     return average_range(T, 0, T->P, err);
 }
 
+/* The towers' (identical) averaged gradients become their mean over the world's processes: tower 0's
+ * arena through the host, MPI_Allreduce (world.h), back into every tower. */
+static tw_status average_world(tw_towers *T, tw_error *err)
+{
+    size_t bytes = T->P * sizeof(float);
+    TW_TRY(tw_backend_download(T->b[0], T->world_grads, tw_replica_grads(T->r[0]), bytes, err));
+    TW_TRY(tw_world_allreduce_avg(T->world, T->world_grads, T->P, err));
+    return tw_towers_upload_all(T, tw_replica_grads, T->world_grads, err);
+}
+
+/* The gradients of every tower of every process become their mean over the world's towers: over the
+ * local towers, then over the processes (each holds the same number of towers, so the mean of the
+ * means is the mean). */
+static tw_status average_all(tw_towers *T, double *unused, tw_error *err)
+{
+    if (T->n > 1)
+        TW_TRY(average_gradients(T, unused, err));
+    *unused = 0;
+    return T->world_grads ? average_world(T, err) : TW_OK;
+}
+
 void tw_towers_next_batch(tw_towers *T)
 {
     int k = (int)(T->steps_run & 1); /* the other buffer's upload may still be in flight */
@@ -368,10 +409,10 @@ tw_status tw_towers_step(tw_towers *T, double *loss, tw_error *err)
     if (!isfinite(*loss))
         return TW_OK; /* the caller stops before this state is applied or saved */
     double unused;
-    if (T->n > 1 && T->bench)
-        TW_TRY(synced(T, average_gradients, &unused, &T->allreduce_time, err));
-    else if (T->n > 1)
-        TW_TRY(average_gradients(T, &unused, err));
+    if (T->world_towers > 1 && T->bench)
+        TW_TRY(synced(T, average_all, &unused, &T->allreduce_time, err));
+    else if (T->world_towers > 1)
+        TW_TRY(average_all(T, &unused, err));
     T->update = step_update(T);
     TW_TRY(for_each_tower(T, tower_update, &unused, err));
     T->steps_run++;
@@ -385,7 +426,7 @@ tw_status tw_towers_step(tw_towers *T, double *loss, tw_error *err)
  * (int32), or regression targets uniform in [0, 1). */
 static void synthetic_batch(tw_towers *T)
 {
-    size_t rows = (size_t)T->n * (size_t)T->c->batch_size;
+    size_t rows = (size_t)T->world_towers * (size_t)T->c->batch_size;
     uint64_t seed = T->c->seed, classes = (uint64_t)tw_model_output_size(T->m);
     for (size_t i = 0; i < rows * T->in_size; i++)
         T->x[i] = tw_uniform(seed, i);

@@ -19,20 +19,28 @@
 #include "memory.h"
 #include "model.h"
 #include "status.h"
+#include "world.h"
 
 enum { TW_MAX_TOWERS = 64 };
 
-/* The towers of a run. Zero-initialise, set bench when timing, then tw_towers_model. */
+/* The towers of a run. Zero-initialise, set bench when timing and world when several processes train
+ * together, then tw_towers_model. */
 typedef struct {
     const tw_config *c;             /* borrowed */
+    tw_world *world;                /* borrowed; NULL: a world of one. Every process of it runs n towers */
+    int tower0;                     /* the global index of tower 0 (tw_world_tower_offset) */
+    int world_towers;               /* towers of all processes: n × the world's size */
+    float *world_grads;             /* [P] host copy of the gradients for the processes' all-reduce; NULL
+                                       in a world of one */
     tw_model *m;                    /* owned */
     int n;                          /* towers */
     tw_backend *b[TW_MAX_TOWERS];   /* owned */
     tw_replica *r[TW_MAX_TOWERS];   /* owned */
     tw_buffer *scalar;              /* [1] fp32 on tower 0, for sums of squares */
     size_t in_size, label_values, P; /* floats per example, label values per example, parameter floats */
-    float *x;                       /* [n*batch, in_size] the host batch of this step: xb[0] or xb[1] */
-    void *y;                        /* [n*batch*label_values] int32 or fp32 labels: yb[0] or yb[1] */
+    float *x;                       /* [world_towers*batch, in_size] the world's host batch of this step:
+                                       xb[0] or xb[1]; global tower g trains on rows [g*batch, (g+1)*batch) */
+    void *y;                        /* [world_towers*batch*label_values] int32 or fp32 labels: yb[0] or yb[1] */
     float *xb[2];                   /* the host batch buffers (tw_backend_alloc_host on b[0]) */
     void *yb[2];
     int graphs;                     /* config's cuda_graphs and a backend with graphs */
@@ -44,7 +52,7 @@ typedef struct {
     struct tw_tower_pool *pool;     /* owned: the towers' threads (NULL with one tower) */
 } tw_towers;
 
-/* Creates c's model into T (no device touched): m, n, in_size, P, label_values. Errors: TW_ERR_INVALID
+/* Creates c's model into T (no device touched): m, n, tower0, world_towers, in_size, P, label_values. Errors: TW_ERR_INVALID
  * (towers outside 1..TW_MAX_TOWERS), the model's. */
 tw_status tw_towers_model(tw_towers *T, const tw_config *c, tw_error *err);
 
@@ -70,8 +78,15 @@ tw_status tw_towers_init_params(tw_towers *T, tw_error *err);
 /* Points x and y at the host buffer of the next step (the other one's upload may still be in flight). */
 void tw_towers_next_batch(tw_towers *T);
 
-/* One training step on the batch in x and y: *loss = the mean loss over its examples. When the loss is
- * not finite nothing is applied (step is unchanged: the caller stops); else step advances by one. */
+/* The first row of the host batch that local tower t trains on: (tower0 + t) × batch. Every process
+ * reads the world's whole batch, so each example of an epoch goes to exactly one tower of the world, as
+ * in one process with world_towers towers. */
+size_t tw_towers_first_row(const tw_towers *T, int t);
+
+/* One training step on the batch in x and y: *loss = the mean loss over the world's examples. The
+ * gradients are averaged over the local towers, then over the world's processes (every process calls it
+ * in step). When the loss is not finite nothing is applied (step is unchanged: the caller stops; the
+ * loss is the world's, so every process stops); else step advances by one. */
 tw_status tw_towers_step(tw_towers *T, double *loss, tw_error *err);
 
 #endif

@@ -67,6 +67,9 @@ typedef struct {
 
 static double now(void) { return tw_child_now(); }
 
+/* 1 on the process that writes the run's files and lines: rank 0 of the world (trainer.h). */
+static int writes(const run *R) { return !R->o->world || tw_world_rank(R->o->world) == 0; }
+
 /* Wall-clock seconds, for the HParams start and end times. */
 static double wall_now(void)
 {
@@ -127,7 +130,7 @@ static void samples_image(run *R)
 {
     tw_error e;
     if (R->ev && R->T.step == 1 &&
-        tw_summary_samples(R->ev, 0, R->c, R->T.x, R->T.n * R->c->batch_size, &e) != TW_OK)
+        tw_summary_samples(R->ev, 0, R->c, R->T.x, R->T.world_towers * R->c->batch_size, &e) != TW_OK)
         events_failed(R, &e);
 }
 
@@ -222,6 +225,8 @@ static int saved_arenas(const tw_config *c)
  * background writer (ckpt_writer.h): the step goes on while the file is written, fsynced and committed. */
 static tw_status save_checkpoint(run *R, tw_error *err)
 {
+    if (!writes(R))
+        return TW_OK;
     TW_TRY(tw_ckpt_writer_wait(R->saver, err));
     size_t np = tw_model_n_params(R->T.m), n = 0;
     tw_ckpt_tensor *t = calloc(np * CKPT_ARENAS, sizeof *t);
@@ -422,9 +427,11 @@ static void write_evaluation(run *R, int with_ema)
     json_decref(doc);
 }
 
+/* Evaluates on rank 0 only: every process holds the same weights, so its pass over the whole test set is
+ * the world's (the others go on to the next step's all-reduce and wait there). */
 static tw_status eval_and_report(run *R, tw_error *err)
 {
-    if (!R->test)
+    if (!R->test || !writes(R))
         return TW_OK;
     eval_result raw, ema = {0};
     int with_ema = R->c->ema_decay > 0;
@@ -485,14 +492,26 @@ static tw_status histograms(run *R, tw_error *err)
     return TW_OK;
 }
 
+/* The sums of the next report start at this step. */
+static tw_status start_report(run *R)
+{
+    R->loss_sum = 0;
+    R->loss_steps = 0;
+    R->train_time = 0;
+    R->step_report = R->T.step;
+    return TW_OK;
+}
+
 static tw_status report(run *R, tw_error *err)
 {
     double t = now(), dt = R->train_time, reg;
     int64_t steps = R->T.step - R->step_report;
     double xent = R->loss_steps ? R->loss_sum / (double)R->loss_steps : 0;
+    if (!writes(R))
+        return start_report(R); /* only rank 0 writes */
     TW_TRY(regularization_loss(R, &reg, err));
-    double ex_per_s = steps && dt > 0 ? (double)steps * R->T.n * R->c->batch_size / dt : 0;
-    double sec_per_batch = steps ? dt / (double)steps / R->T.n : 0;
+    double ex_per_s = steps && dt > 0 ? (double)steps * R->T.world_towers * R->c->batch_size / dt : 0;
+    double sec_per_batch = steps ? dt / (double)steps / R->T.world_towers : 0;
     double per_step = (t - R->t_start) / (double)(R->T.step - R->step_start);
     float lr = tw_learning_rate(R->c, R->T.step);
     train_scalar(R, "loss", xent + reg);
@@ -509,11 +528,7 @@ static tw_status report(run *R, tw_error *err)
                                   .sec_per_batch = sec_per_batch,
                                   .eta_s = per_step * (double)(R->c->steps - R->T.step)};
     tw_child_step(&R->out, R->T.step, xent + reg, &rates);
-    R->loss_sum = 0;
-    R->loss_steps = 0;
-    R->train_time = 0;
-    R->step_report = R->T.step;
-    return TW_OK;
+    return start_report(R);
 }
 
 /* ================================ the run ================================ */
@@ -574,6 +589,8 @@ static tw_status start_ema_events(run *R, int resumed, tw_error *e)
 
 static tw_status start_events(run *R, int resumed, tw_error *err)
 {
+    if (!writes(R))
+        return TW_OK;
     tw_events_options eo;
     tw_events_options_default(&eo);
     TW_TRY(tw_events_create(R->o->logdir, &eo, &R->ev, err));
@@ -631,6 +648,20 @@ static tw_status init_params(run *R, tw_error *err)
     return tw_towers_upload_all(&R->T, tw_replica_ema, R->host[0], err); /* shadows start at them */
 }
 
+/* Every process of the world resumed from the step rank 0 did: each reads `latest` itself, before rank 0
+ * can write anything newer (its first save follows a step, which waits for every process). */
+static tw_status agree_on_step(run *R, const char *path, tw_error *err)
+{
+    int64_t step = R->T.step;
+    if (!R->o->world)
+        return TW_OK;
+    TW_TRY(tw_world_bcast(R->o->world, &step, sizeof step, err));
+    return step == R->T.step ? TW_OK
+                             : tw_error_set(err, TW_ERR_INVALID, path, -1, "rank %d resumed at step %lld, "
+                                            "rank 0 at step %lld: the processes must share the log folder",
+                                            tw_world_rank(R->o->world), (long long)R->T.step, (long long)step);
+}
+
 static tw_status maybe_resume(run *R, int *resumed, tw_error *err)
 {
     *resumed = 0;
@@ -643,6 +674,8 @@ static tw_status maybe_resume(run *R, int *resumed, tw_error *err)
     TW_TRY(s);
     s = load_checkpoint(R, ck, err);
     if (s == TW_OK)
+        s = agree_on_step(R, tw_checkpoint_path(ck), err);
+    if (s == TW_OK)
         tw_child_resumed(&R->out, tw_checkpoint_path(ck), R->T.step);
     tw_checkpoint_free(ck);
     *resumed = s == TW_OK;
@@ -653,14 +686,15 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
 {
     const tw_config *c = R->c;
     while (R->T.step < c->steps) {
-        TW_TRY(tw_ckpt_writer_poll(R->saver, NULL, err)); /* a background save that failed ends the run */
-        if (stop_requested) {
+        if (R->saver) /* a background save that failed ends the run */
+            TW_TRY(tw_ckpt_writer_poll(R->saver, NULL, err));
+        if (R->o->world ? tw_world_any(R->o->world, stop_requested) : stop_requested) { /* all stop together */
             *outcome = TW_TRAIN_CANCELLED;
             return save_checkpoint(R, err);
         }
         double loss, t0 = now();
         tw_towers_next_batch(&R->T);
-        TW_TRY(tw_input_next(R->train, R->T.n * c->batch_size, R->T.x, R->T.y, err));
+        TW_TRY(tw_input_next(R->train, R->T.world_towers * c->batch_size, R->T.x, R->T.y, err));
         TW_TRY(tw_towers_step(&R->T, &loss, err));
         R->train_time += now() - t0;
         samples_image(R);
@@ -695,13 +729,15 @@ static tw_status setup(run *R, tw_error *err)
 {
     if (tw_checkpoint_dir_of(R->o->logdir, R->ckpt_dir, sizeof R->ckpt_dir) != 0)
         return tw_error_set(err, TW_ERR_INVALID, R->o->logdir, -1, "the log folder's path is too long");
+    R->T.world = R->o->world;
     TW_TRY(tw_towers_model(&R->T, R->c, err));
     TW_TRY(open_inputs(R, err));
     TW_TRY(open_metrics(R, err));
     tw_memory_data d = data_in_memory(R);
     TW_TRY(tw_towers_check_memory(&R->T, R->o->backend, &d, R->o->memory_limit, err));
     TW_TRY(alloc_host(R, err));
-    TW_TRY(tw_ckpt_writer_create(R->ckpt_dir, &R->saver, err));
+    if (writes(R))
+        TW_TRY(tw_ckpt_writer_create(R->ckpt_dir, &R->saver, err));
     return tw_towers_create(&R->T, R->o->backend, err);
 }
 
@@ -711,7 +747,9 @@ static void announce(run *R)
     const char *devices[TW_MAX_TOWERS];
     for (int t = 0; t < R->T.n; t++)
         devices[t] = tw_backend_name(R->T.b[t]);
-    tw_child_backend(&R->out, tw_backend_kind(R->T.b[0]), devices, R->T.n);
+    tw_world *w = R->o->world;
+    tw_child_backend(&R->out, tw_backend_kind(R->T.b[0]), devices, R->T.n, w ? w->kind : "none",
+                     w ? tw_world_size(w) : 1);
 }
 
 /* Says up front, after the backend line, when the config has no test set: no evaluation will ever run. */
@@ -790,7 +828,7 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
         announce(&R);
         warn_no_test(&R);
     }
-    if (s == TW_OK)
+    if (s == TW_OK && writes(&R))
         s = make_logdir(o->logdir, err);
     if (s == TW_OK)
         s = maybe_resume(&R, &resumed, err);

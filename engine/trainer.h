@@ -22,6 +22,7 @@
 
 #include "config.h"
 #include "status.h"
+#include "world.h"
 
 /* What the event files hold, for their readers (the server's metrics route; docs/formats.md, "Event
  * files"): the training scalars are tagged TW_TRAIN_TAGS "<name>" (train/loss, train/learning_rate, ...);
@@ -35,7 +36,11 @@ typedef struct {
     const char *logdir;   /* event files here (and in logdir/TW_EVAL_EMA_RUN); checkpoints in logdir/checkpoints */
     int resume;           /* continue from logdir/checkpoints/latest when there is one */
     const char *backend;  /* "auto", "cpu" or "cuda" */
-    FILE *progress;       /* the child protocol's lines (child.h); borrowed */
+    FILE *progress;       /* the child protocol's lines (child.h); borrowed; NULL: none (ranks but 0) */
+    tw_world *world;      /* borrowed; NULL: a world of one. Every process of it calls tw_train with the
+                             same config: each runs its towers on its share of the world's batch, the
+                             gradients and the step's loss are averaged over the world, and only rank 0
+                             evaluates and writes (event files, checkpoints, evaluation.json) */
     uint64_t memory_limit; /* bytes each device may use (memory.h's check); 0: what the machine has */
     const char *monitor_url; /* the run's status page, for TensorBoard's HParams link; NULL = none */
     uint64_t input_memory; /* bytes a dataset may take decoded in memory (tw_input_options.max_memory_bytes)
@@ -67,6 +72,7 @@ void tw_train_request_stop(void);
 
 typedef struct {
     const char *backend;  /* "auto", "cpu" or "cuda" */
+    tw_world *world;      /* borrowed; NULL: a world of one (each process times the world's step) */
     int warmup;           /* untimed steps first, >= 0 */
     int steps;            /* timed steps, >= 1 */
     double *step_s;       /* [steps] caller-owned, filled: seconds of each timed step */

@@ -25,7 +25,7 @@ static char *emit_run(int terminal)
     tw_child_out o;
     tw_child_init(&o, out);
     const char *devices[] = {"cpu"};
-    tw_child_backend(&o, "cpu", devices, 1);
+    tw_child_backend(&o, "cpu", devices, 1, "none", 1);
     tw_child_rates rates = {.learning_rate = 0.001, .examples_per_sec = 5000, .sec_per_batch = 0.01,
                             .eta_s = 125};
     tw_child_step(&o, 100, 0.5, &rates);

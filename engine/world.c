@@ -1,0 +1,114 @@
+/* world.c — the world of processes on MPI (world.h): MPI_COMM_WORLD, joined when a launcher (mpirun,
+ * srun --mpi) started the process. Built only with TW_HAVE_MPI (engine/CMakeLists.txt); world_none.c
+ * stands in otherwise.
+ *
+ * Owns: MPI_Init_thread (FUNNELED: the towers' threads never call MPI) only when the environment names a
+ * launcher, MPI_ERRORS_RETURN on the communicator (a failed collective becomes a tw_status the trainer
+ * can report before it aborts the world), the collectives in chunks of at most INT_MAX elements (MPI's
+ * counts are int), MPI_Abort. A rank that dies is noticed by mpirun, which ends the others (docs/
+ * reliability.md). Does not own what is reduced (train_step.c, trainer.c). */
+#include "world.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "child.h"
+
+enum { CHUNK = INT_MAX / 2 }; /* elements per MPI call: MPI's counts are int */
+
+/* TW_OK, or err filled with MPI's message for rc naming the call. */
+static tw_status mpi_check(int rc, const char *what, tw_error *err)
+{
+    if (rc == MPI_SUCCESS)
+        return TW_OK;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
+        snprintf(msg, sizeof msg, "MPI error %d", rc);
+    return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "%s failed: %s", what, msg);
+}
+
+static void world_of_one(tw_world *w)
+{
+    *w = (tw_world){.rank = 0, .size = 1};
+    snprintf(w->kind, sizeof w->kind, "none");
+}
+
+tw_status tw_world_init(tw_world *w, tw_error *err)
+{
+    world_of_one(w);
+    if (tw_world_launched_size() == 0)
+        return TW_OK; /* not started by a launcher: no MPI_Init (world.h) */
+    int provided;
+    TW_TRY(mpi_check(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", err));
+    w->joined = 1;
+    snprintf(w->kind, sizeof w->kind, "mpi");
+    TW_TRY(mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
+                     err));
+    TW_TRY(mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &w->rank), "MPI_Comm_rank", err));
+    TW_TRY(mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &w->size), "MPI_Comm_size", err));
+    if (provided < MPI_THREAD_FUNNELED)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
+                            "the MPI library does not support MPI_THREAD_FUNNELED (provided %d)", provided);
+    return TW_OK;
+}
+
+void tw_world_finalize(tw_world *w)
+{
+    if (w->joined)
+        MPI_Finalize();
+    w->joined = 0;
+}
+
+tw_status tw_world_allreduce_avg(tw_world *w, float *buf, size_t n, tw_error *err)
+{
+    if (w->size == 1)
+        return TW_OK;
+    const float inv = 1.0f / (float)w->size;
+    for (size_t at = 0; at < n; at += CHUNK) {
+        int len = (int)(n - at < CHUNK ? n - at : CHUNK);
+        TW_TRY(mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + at, len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+                         "MPI_Allreduce of the gradients", err));
+        for (int i = 0; i < len; i++)
+            buf[at + (size_t)i] *= inv;
+    }
+    return TW_OK;
+}
+
+tw_status tw_world_sum(tw_world *w, double *buf, size_t n, tw_error *err)
+{
+    for (size_t at = 0; w->size > 1 && at < n; at += CHUNK) {
+        int len = (int)(n - at < CHUNK ? n - at : CHUNK);
+        TW_TRY(mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + at, len, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
+                         "MPI_Allreduce of the metrics", err));
+    }
+    return TW_OK;
+}
+
+tw_status tw_world_bcast(tw_world *w, void *buf, size_t bytes, tw_error *err)
+{
+    for (size_t at = 0; w->size > 1 && at < bytes; at += CHUNK) {
+        int len = (int)(bytes - at < CHUNK ? bytes - at : CHUNK);
+        TW_TRY(mpi_check(MPI_Bcast((char *)buf + at, len, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast", err));
+    }
+    return TW_OK;
+}
+
+int tw_world_any(tw_world *w, int flag)
+{
+    int any = flag != 0;
+    if (w->size > 1 &&
+        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD) != MPI_SUCCESS)
+        tw_world_abort(w, TW_EXIT_FAILED);
+    return any;
+}
+
+_Noreturn void tw_world_abort(tw_world *w, int exit_code)
+{
+    if (w->joined && w->size > 1)
+        MPI_Abort(MPI_COMM_WORLD, exit_code);
+    _exit(exit_code);
+}

@@ -1,0 +1,75 @@
+/* world.h — the world of processes one run trains in: `mpirun -np N tower train ...` (or srun) makes N
+ * processes that train as one data-parallel run; without a launcher the world is one process.
+ *
+ * Owns: joining the world and leaving it (tw_world_init, tw_world_finalize), this process's rank and the
+ * world's size, where this process's towers sit among all towers of the world (tw_world_tower_offset:
+ * global tower = rank * local towers + local tower), and the few collectives a run needs across
+ * processes: the average of a flat fp32 buffer (the gradient arena), the sum of a few doubles (the
+ * step's loss, metrics), a broadcast from rank 0, a logical OR (the world-wide "stop now"), and the
+ * abort that ends every process of the world with one exit status. Does not own the towers inside a
+ * process and their all-reduce (train_step.c, the backends), what is averaged, or who writes (trainer.c:
+ * only rank 0 writes files and progress lines).
+ *
+ * Two implementations, one chosen at build time (engine/CMakeLists.txt): world.c on MPI (TW_MPI=ON and an
+ * MPI found: MPI_Init_thread, MPI_COMM_WORLD, MPI_Allreduce, MPI_Bcast, MPI_Abort) and world_none.c, a
+ * world of one that refuses to start when the environment says a launcher started several processes
+ * (OMPI_COMM_WORLD_SIZE or PMI_SIZE above 1): N independent runs writing into one folder would be worse
+ * than an error. world.c joins MPI only when a launcher started the process: a plain `tower train` (the
+ * server's, the tests') is a world of one without MPI_Init (Open MPI's singleton start forks a daemon). A later world (the TCP rendezvous of rendezvous.h for NCCL) implements the
+ * same functions.
+ *
+ * Collectives are called by every process of the world in the same order (a process that skips one
+ * blocks the others); errors come back as statuses, and a process that cannot go on calls
+ * tw_world_abort so that no other process waits forever. A process that dies is noticed by the launcher
+ * (mpirun ends the job). Thread-safety: one thread calls the collectives (MPI_THREAD_FUNNELED). */
+#ifndef TW_WORLD_H
+#define TW_WORLD_H
+
+#include <stddef.h>
+
+#include "status.h"
+
+typedef struct {
+    int rank;    /* this process, 0..size-1; 0 writes the run's files */
+    int size;    /* processes in the world, >= 1 */
+    int joined;  /* tw_world_init succeeded and tw_world_finalize has not run */
+    char kind[8]; /* "mpi" or "none": what joined the processes */
+} tw_world;
+
+/* Joins the world (MPI_Init when built with MPI). Once per process, before any thread is started.
+ * Errors: TW_ERR_UNSUPPORTED when a launcher started several processes and this build has no MPI (the
+ * message names the build option, TW_MPI); TW_ERR_INTERNAL when MPI cannot start. */
+tw_status tw_world_init(tw_world *w, tw_error *err);
+
+/* The processes a launcher started, from its environment (OMPI_COMM_WORLD_SIZE, PMI_SIZE); 0 when not
+ * started by one. world_env.c, shared by both worlds, as the accessors below. */
+int tw_world_launched_size(void);
+
+/* Leaves the world (MPI_Finalize); a no-op when not joined. Every process calls it on a normal exit. */
+void tw_world_finalize(tw_world *w);
+
+int tw_world_rank(const tw_world *w);
+int tw_world_size(const tw_world *w);
+
+/* The global index of this process's first tower when every process runs local_towers towers:
+ * rank * local_towers. Tower t of this process is global tower offset + t of size * local_towers. */
+int tw_world_tower_offset(const tw_world *w, int local_towers);
+
+/* buf[n] becomes the mean over the processes of every process's buf[n] (summed in fp32 by the MPI, then
+ * scaled by 1/size). Every process calls it with the same n. A world of one leaves buf as it is. */
+tw_status tw_world_allreduce_avg(tw_world *w, float *buf, size_t n, tw_error *err);
+
+/* buf[n] becomes the sum over the processes of every process's buf[n], in fp64. */
+tw_status tw_world_sum(tw_world *w, double *buf, size_t n, tw_error *err);
+
+/* buf[bytes] becomes rank 0's buf on every process. */
+tw_status tw_world_bcast(tw_world *w, void *buf, size_t bytes, tw_error *err);
+
+/* The logical OR of every process's flag (the world agrees on "stop now"); a failed collective aborts
+ * the world with TW_EXIT_FAILED (no process can go on without the answer). */
+int tw_world_any(tw_world *w, int flag);
+
+/* Ends every process of the world with exit_code (MPI_Abort; _exit in a world of one). Never returns. */
+_Noreturn void tw_world_abort(tw_world *w, int exit_code);
+
+#endif
