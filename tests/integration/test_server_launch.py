@@ -202,3 +202,40 @@ def test_resume_needs_the_launcher_too(serve, tool, tmp_path):
     reply = requests.post(again.api(f"/runs/{run['id']}/resume"), json={}, timeout=10)
     assert reply.status_code == 400 and reply.json()["error"]["message"].startswith("processes:"), reply.text
     assert requests.get(again.api(f"/runs/{run['id']}"), timeout=10).json()["status"] == "cancelled"
+
+
+def built_with_mpi():
+    from conftest import BUILD
+    tower = BUILD / "server" / "tower"
+    return tower.exists() and "libmpi" in subprocess.run(["ldd", str(tower)], capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(not built_with_mpi(), reason="tower is built without MPI (engine/world_none.c)")
+def test_the_real_trainer_in_two_processes_cancelled_resumed_and_completed(serve):
+    server = serve("--grace", "30", env=MPI_ENV)  # the trainer: this tower's `train`, under mpirun
+    upload_fashion(server)
+    steps = 2000  # a few seconds on a quiet machine: the cancel follows the first checkpoint (step 50)
+    run = submit(server, seed_config(steps=steps, summary_every=100, eval_every=steps, checkpoint_every=50,
+                                     processes=2)).json()
+    latest = helpers.run_dir(server.data, run["id"]) / "checkpoints" / "latest"
+    poll("the first checkpoint", lambda: True if latest.exists() else None, deadline_s=180)
+    assert requests.post(server.api(f"/runs/{run['id']}/cancel"), timeout=10).status_code == 202
+    cancelled = wait_run(server, run["id"], deadline_s=180)
+    assert cancelled["status"] == "cancelled" and 0 < cancelled["step"] < steps, cancelled
+    log = log_text(server, run["id"])
+    start = json.loads(next(line for line in log.splitlines() if line.startswith('{"backend"')))
+    assert start["processes"] == 2 and start["world"] == "mpi" and start["total_towers"] == 2, start
+    assert '"status":"cancelled"' in log.replace(" ", "")
+
+    assert requests.post(server.api(f"/runs/{run['id']}/resume"), json={}, timeout=10).status_code == 202
+    done = wait_run(server, run["id"], deadline_s=600)
+    assert done["status"] == "succeeded" and done["step"] == steps and done["processes"] == 2, done
+    assert done["restarts"] == 0 and done["error"] is None
+    assert 0 < done["metrics"]["loss"] < 2.3 and done["metrics"]["eval_accuracy"] > 0.5, done["metrics"]
+    log = log_text(server, run["id"])
+    assert '"resumed_from"' in log and log.count("== attempt") == 2
+    listed = requests.get(server.api(f"/runs/{run['id']}/checkpoints"), timeout=10).json()
+    assert listed["latest"] == steps
+    scalars = requests.get(server.api(f"/runs/{run['id']}/metrics"), timeout=10).json()["scalars"]
+    loss_steps = [p[0] for p in scalars["loss"]]
+    assert loss_steps == sorted(set(loss_steps)) and loss_steps[-1] == steps  # one writer, no repeats
