@@ -1,6 +1,8 @@
 /* bench_main.c — `tower bench [--config FILE ...] [--backend auto|cpu|cuda] [--towers N ...] [--steps N]
  * [--warmup N] [--graphs on|off|both] [--json]`: the training step's speed per model, tower count and
- * CUDA Graphs on or off, on synthetic data.
+ * CUDA Graphs on or off, on synthetic data. Under `mpirun -np P` the P processes time the world's step
+ * (world.h: each runs the given towers, the all-reduce spans the processes) and rank 0 reports it, the
+ * towers counted over the world.
  *
  * Owns: the command line, the default configs (built into the binary, embedded.h) and tower counts, the
  * statistics over the timed steps (median and p90 step time, examples/s, the all-reduce's time and bus
@@ -45,6 +47,8 @@ static const char USAGE[] =
     "\n"
     "The \"graphs\" column says whether the step ran as CUDA Graphs (the config's \"cuda_graphs\"; the\n"
     "first step of each measurement always runs op by op, so give --warmup 1 or more).\n"
+    "Under `mpirun -np P` the P processes time one world's step (rank 0 reports; \"towers\" counts\n"
+    "every process's, \"processes\" says P).\n"
     "Exit status: 0 ok, 2 usage or config error, 1 a backend that cannot run here (no CUDA device).\n";
 
 enum { MAX_LIST = 16, DEFAULT_STEPS = 100, DEFAULT_WARMUP = 10, MAX_STEPS = 1000000 };
@@ -60,6 +64,7 @@ typedef struct {
     int graphs[2];            /* the cuda_graphs values to measure, in order */
     int n_graphs;
     int json;
+    tw_world *world;          /* the processes timing the step together (world.h); rank 0 reports */
 } options;
 
 /* One model on one tower count. */
@@ -257,13 +262,13 @@ static void summarize(row *r, double *step_s, double *allreduce_s, int steps)
 static tw_status measure(const options *o, const char *kind, tw_config *c, const char *path,
                          int towers, int graphs, row *r, tw_error *err)
 {
-    *r = (row){.config = path, .towers = towers, .batch = c->batch_size};
+    *r = (row){.config = path, .towers = towers * tw_world_size(o->world), .batch = c->batch_size};
     TW_TRY(tw_config_override_towers(c, towers, err));
     c->cuda_graphs = graphs;
     double *t = calloc(2 * (size_t)o->steps, sizeof *t);
     if (!t)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-    tw_bench_options bo = {.backend = kind, .warmup = o->warmup, .steps = o->steps, .step_s = t,
+    tw_bench_options bo = {.backend = kind, .world = o->world, .warmup = o->warmup, .steps = o->steps, .step_s = t,
                            .allreduce_s = t + o->steps};
     tw_status s = tw_train_bench(c, &bo, &r->info, err);
     if (s == TW_OK)
@@ -309,8 +314,9 @@ static json_t *json_row(const row *r)
 {
     char name[64];
     model_name(r->config, name, sizeof name);
-    return json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:o, s:s}", "config",
+    return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:o, s:s}", "config",
                      r->config, "model", name, "backend", r->info.backend, "towers", r->towers,
+                     "processes", r->info.processes,
                      "batch_size", r->batch, "step_us_median", r->step_us, "step_us_p90",
                      r->step_p90_us, "examples_per_s", r->examples_per_s, "allreduce_us",
                      r->allreduce_us, "allreduce_bytes", (json_int_t)r->info.allreduce_bytes,
@@ -348,14 +354,16 @@ static int run_all(const options *o, const char *kind, tw_config *configs, row *
                             msg);
                     return tw_child_exit_code(&err);
                 }
-                if (!o->json && k == 0)
+                if (!o->json && k == 0 && tw_world_rank(o->world) == 0)
                     table_header(o, kind);
-                if (!o->json)
+                if (!o->json && tw_world_rank(o->world) == 0)
                     table_row(&rows[k]);
             }
         }
     }
-    return o->json ? print_json(o, kind, rows, o->n_configs * o->n_towers * o->n_graphs) : 0;
+    return o->json && tw_world_rank(o->world) == 0
+               ? print_json(o, kind, rows, o->n_configs * o->n_towers * o->n_graphs)
+               : 0;
 }
 
 int tw_bench_main(int argc, char **argv)
@@ -370,9 +378,20 @@ int tw_bench_main(int argc, char **argv)
     tw_config *configs = NULL;
     if ((rc = tower_counts(&o, kind, max)) != 0 || (rc = load_configs(&o, &configs)) != 0)
         return rc;
+    static tw_world world;
+    tw_error err;
+    if (tw_world_init(&world, &err) != TW_OK) {
+        fprintf(stderr, "tower bench: %s\n", err.message);
+        free(configs);
+        return err.status == TW_ERR_UNSUPPORTED ? TW_EXIT_USAGE : TW_EXIT_FAILED;
+    }
+    o.world = &world;
     row *rows = calloc((size_t)(o.n_configs * o.n_towers * o.n_graphs), sizeof *rows);
     rc = rows ? run_all(&o, kind, configs, rows) : TW_EXIT_OOM;
     free(rows);
     free(configs);
+    if (rc != 0 && tw_world_size(&world) > 1)
+        tw_world_abort(&world, rc); /* no process waits for this one's next step */
+    tw_world_finalize(&world);
     return rc;
 }

@@ -2,7 +2,12 @@
  * [--backend auto|cpu|cuda] [--data-root DIR] [--memory-limit BYTES] [--input-memory BYTES]
  * [--stop-within S] [--monitor-url URL]`: the command line around tw_train, and the stop watchdog.
  *
- * SIGTERM/SIGINT asks the loop to checkpoint and stop (tw_train_request_stop) and arms a watchdog
+ * Under a launcher (`mpirun -np P tower train ...`) the P processes join one world (world.h) and train one
+ * run; only rank 0 writes on stdout, and a failure on any rank ends them all with its exit status
+ * (tw_world_abort: mpirun exits with it).
+ *
+ * SIGTERM/SIGINT (or SIGUSR1, which mpirun forwards to every rank) asks the loop to checkpoint and stop
+ * (tw_train_request_stop; in a world, at the first step boundary every rank agrees on) and arms a watchdog
  * (alarm(2), no thread: it works when no thread can be started): when the process is still running
  * --stop-within seconds later (default 20, under the server's default 30 s grace; `tower serve` passes
  * two thirds of its --grace) — a step or an evaluation stuck in a library, a save on a disk that does
@@ -47,7 +52,8 @@ static const char USAGE[] =
     "\n"
     "Trains the model CONFIG.json describes. Event files go to DIR (tensorboard --logdir DIR shows\n"
     "them), checkpoints to DIR/checkpoints. One JSON object per line on stdout reports progress\n"
-    "(on a terminal: a live progress line instead).\n"
+    "(on a terminal: a live progress line instead). Under `mpirun -np P` the P processes train one run,\n"
+    "rank 0 writing; SIGUSR1 (forwarded by mpirun) stops like SIGTERM.\n"
     "\n"
     "  --logdir DIR       where the run writes (required)\n"
     "  --resume           continue from DIR/checkpoints/latest, bit-exactly, if there is one\n"

@@ -129,7 +129,8 @@ static tw_status alloc_batches(tw_towers *T, tw_error *err)
 
 tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
 {
-    TW_TRY(tw_backend_plan(backend, T->n, err));
+    int local = T->world ? tw_world_local_size(T->world) : 1; /* processes sharing this machine's cores */
+    TW_TRY(tw_backend_plan(backend, T->n * local, err));
     for (int t = 0; t < T->n; t++) {
         TW_TRY(tw_backend_create(backend, t, &T->b[t], err));
         TW_TRY(tw_backend_set_tf32(T->b[t], T->c->tf32, err));
@@ -461,7 +462,7 @@ tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench
     if (o->warmup < 0 || o->steps < 1 || !o->step_s || !o->allreduce_s)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "tw_train_bench: warmup must be >= 0, "
                             "steps >= 1, and step_s and allreduce_s [steps] arrays");
-    tw_towers T = {.bench = 1};
+    tw_towers T = {.bench = 1, .world = o->world};
     tw_status s = tw_towers_model(&T, c, err);
     if (s == TW_OK)
         s = tw_towers_check_memory(&T, o->backend, NULL, 0, err);
@@ -474,7 +475,8 @@ tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench
     if (s == TW_OK)
         s = bench_steps(&T, o, err);
     if (s == TW_OK) {
-        *info = (tw_bench_info){.allreduce_bytes = T.P * sizeof(float), .graphs = T.graphs};
+        *info = (tw_bench_info){.allreduce_bytes = T.P * sizeof(float), .graphs = T.graphs,
+                                .processes = T.world_towers / T.n};
         snprintf(info->backend, sizeof info->backend, "%s", tw_backend_kind(T.b[0]));
     }
     tw_towers_destroy(&T);

@@ -84,6 +84,7 @@ typedef struct {
     size_t allreduce_bytes; /* bytes of the gradient arena each tower all-reduces per step */
     int graphs;             /* 1 when the steps after the first ran as CUDA Graphs (the config's
                                cuda_graphs on a backend with graphs); 0 on the CPU */
+    int processes;          /* the world's processes that ran the step together (1 without a launcher) */
 } tw_bench_info;
 
 /* Runs o->warmup + o->steps training steps of c's model (c->towers towers of o->backend) on one fixed

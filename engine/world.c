@@ -31,9 +31,20 @@ static tw_status mpi_check(int rc, const char *what, tw_error *err)
     return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "%s failed: %s", what, msg);
 }
 
+/* w->local_size: the processes of the world that share this machine (MPI_COMM_TYPE_SHARED). */
+static tw_status count_local(tw_world *w, tw_error *err)
+{
+    MPI_Comm node;
+    TW_TRY(mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &node),
+                     "MPI_Comm_split_type", err));
+    tw_status s = mpi_check(MPI_Comm_size(node, &w->local_size), "MPI_Comm_size", err);
+    MPI_Comm_free(&node);
+    return s;
+}
+
 static void world_of_one(tw_world *w)
 {
-    *w = (tw_world){.rank = 0, .size = 1};
+    *w = (tw_world){.rank = 0, .size = 1, .local_size = 1};
     snprintf(w->kind, sizeof w->kind, "none");
 }
 
@@ -50,6 +61,7 @@ tw_status tw_world_init(tw_world *w, tw_error *err)
                      err));
     TW_TRY(mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &w->rank), "MPI_Comm_rank", err));
     TW_TRY(mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &w->size), "MPI_Comm_size", err));
+    TW_TRY(count_local(w, err));
     if (provided < MPI_THREAD_FUNNELED)
         return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
                             "the MPI library does not support MPI_THREAD_FUNNELED (provided %d)", provided);

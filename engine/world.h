@@ -32,6 +32,7 @@
 typedef struct {
     int rank;    /* this process, 0..size-1; 0 writes the run's files */
     int size;    /* processes in the world, >= 1 */
+    int local_size; /* processes of the world on this machine, >= 1: they share its cores */
     int joined;  /* tw_world_init succeeded and tw_world_finalize has not run */
     char kind[8]; /* "mpi" or "none": what joined the processes */
 } tw_world;
@@ -50,6 +51,7 @@ void tw_world_finalize(tw_world *w);
 
 int tw_world_rank(const tw_world *w);
 int tw_world_size(const tw_world *w);
+int tw_world_local_size(const tw_world *w);
 
 /* The global index of this process's first tower when every process runs local_towers towers:
  * rank * local_towers. Tower t of this process is global tower offset + t of size * local_towers. */

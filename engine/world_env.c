@@ -25,4 +25,6 @@ int tw_world_rank(const tw_world *w) { return w->rank; }
 
 int tw_world_size(const tw_world *w) { return w->size; }
 
+int tw_world_local_size(const tw_world *w) { return w->local_size; }
+
 int tw_world_tower_offset(const tw_world *w, int local_towers) { return w->rank * local_towers; }

@@ -9,7 +9,7 @@
 
 tw_status tw_world_init(tw_world *w, tw_error *err)
 {
-    *w = (tw_world){.rank = 0, .size = 1};
+    *w = (tw_world){.rank = 0, .size = 1, .local_size = 1};
     snprintf(w->kind, sizeof w->kind, "none");
     int n = tw_world_launched_size();
     if (n > 1)

@@ -142,7 +142,8 @@ def test_sigterm_checkpoints_and_cancels(tower_bin, tmp_path, fashion):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         announced = next_line(proc)  # which backend and devices the towers run on
-        assert announced == {"backend": "cpu", "devices": ["cpu"], "towers": 1}
+        assert announced == {"backend": "cpu", "devices": ["cpu"], "towers": 1, "processes": 1,
+                             "total_towers": 1, "world": "none"}
         first = next_line(proc)  # the step-0 evaluation: training has begun
         assert first["step"] == 0
         assert next_line(proc)["step"] == 20

@@ -44,7 +44,8 @@ static void test_a_pipe_gets_the_json_lines(void **state)
     (void)state;
     char *text = emit_run(0);
     assert_string_equal(text,
-                        "{\"backend\":\"cpu\",\"devices\":[\"cpu\"],\"towers\":1}\n"
+                        "{\"backend\":\"cpu\",\"devices\":[\"cpu\"],\"towers\":1,\"processes\":1,"
+                        "\"total_towers\":1,\"world\":\"none\"}\n"
                         "{\"step\":100,\"loss\":0.5,\"learning_rate\":0.001,\"examples_per_sec\":5000.0,"
                         "\"sec_per_batch\":0.01,\"eta_s\":125.0}\n"
                         "{\"heartbeat\":true,\"step\":100}\n"
@@ -58,7 +59,8 @@ static void test_a_terminal_gets_the_progress_line(void **state)
     (void)state;
     char *text = emit_run(1);
     assert_string_equal(text,
-                        "\r\033[Kbackend cpu, devices [\"cpu\"], towers 1\n"
+                        "\r\033[Kbackend cpu, devices [\"cpu\"], towers 1, processes 1, total_towers 1, "
+                        "world none\n"
                         "\r\033[Kstep 100/300  5000 ex/s  loss 0.5000  ETA 2m05s"
                         "\r\033[Keval at step 150: loss 0.25 examples 10000 accuracy 0.875\n"
                         "\r\033[Kstatus completed, step 300, seconds 2.5\n");
