@@ -272,8 +272,10 @@ static char **lay_out(const tw_launcher *l, const char *program, const char *pro
         t++;
     int keep_optional = *hosts != 0;
     for (int i = 0; i < l->n; i++)
-        if (!l->optional[i] || keep_optional) {
-            words += strcmp(l->word[i], TRAINER) ? 1 : t;
+        if (!strcmp(l->word[i], TRAINER))
+            words += t;
+        else if (!l->optional[i] || keep_optional) {
+            words++;
             bytes += (i ? fill(l->word[i], procs, hosts, NULL) : strlen(program)) + 1;
         }
     char **argv = malloc(words * sizeof *argv + bytes);
