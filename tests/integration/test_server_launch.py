@@ -239,3 +239,17 @@ def test_the_real_trainer_in_two_processes_cancelled_resumed_and_completed(serve
     scalars = requests.get(server.api(f"/runs/{run['id']}/metrics"), timeout=10).json()["scalars"]
     loss_steps = [p[0] for p in scalars["loss"]]
     assert loss_steps == sorted(set(loss_steps)) and loss_steps[-1] == steps  # one writer, no repeats
+
+
+def test_server_shutdown_stops_every_rank_and_the_run_resumes_at_the_next_start(serve, tool):
+    server = fake_server(serve, tool, "step_ms=20")
+    run = submit(server, seed_config(steps=300, checkpoint_every=50, processes=2)).json()
+    leader, ranks = attempt_pids(server, run["id"], 1)
+    server.proc.send_signal(signal.SIGTERM)
+    assert server.proc.wait(timeout=60) == 0
+    for pid in (leader, *ranks.values()):
+        assert not pid_alive(pid), pid
+    again = serve("--trainer", tool("tw_faketrain"), *FAST, data=server.data, env={**MPI_ENV, "TW_FAKE": "step_ms=5"})
+    done = wait_run(again, run["id"])
+    assert done["status"] == "succeeded" and done["step"] == 300 and done["processes"] == 2, done
+    assert steps_log(again, run["id"]) == [f"step {k}" for k in range(1, 301)] + [""]
