@@ -43,8 +43,12 @@
  * the prefetch thread while that runs and to the caller otherwise; the two meet only in the ring of
  * prepared batches, under one mutex. Each prepared batch carries the producer's position after it,
  * so tell() reports what the caller has received. Anything that moves the position (seek, rewind, a
- * new batch size, switching between next and next_once) stops the thread, puts the producer at the
- * caller's position and lets the next call start a new thread. */
+ * new batch size or slice, switching between next and next_once) stops the thread, puts the producer at the
+ * caller's position and lets the next call start a new thread.
+ *
+ * A world of processes (world.h) shards the stream by global tower: every process opens the same file
+ * with the same seed, so all see the same order, and each takes only its towers' rows of the world's
+ * batch (tw_input_next_rows); the rows of other towers are produced without being converted. */
 #include "input.h"
 
 #include <errno.h>
@@ -79,11 +83,17 @@ typedef struct {
     size_t cap, filled;         /* streaming: slots in the buffer, slots holding an example */
 } producer;
 
+/* What the caller takes from each batch of `batch` examples: rows [lo, lo + rows) (tw_input_next_rows;
+ * all of them otherwise); once: one pass (evaluation). */
+typedef struct {
+    int batch, lo, rows, once;
+} request;
+
 /* A batch prepared by the prefetch thread. */
 typedef struct {
-    float *x;                   /* [batch, example_size] fp32 */
-    label *y;                   /* [batch] */
-    int got;                    /* examples in it; < batch only at the end of a one-pass run */
+    float *x;                   /* [rows, example_size] fp32 */
+    label *y;                   /* [rows] */
+    int got;                    /* examples in it; < rows only at the end of a one-pass run */
     tw_input_position end;      /* the producer's position after it */
     uint64_t count;             /* the producer's count after it */
 } prepared;
@@ -96,7 +106,7 @@ typedef struct {
     pthread_cond_t changed;     /* a batch was added or taken, or stop was set */
     prepared *ring;             /* [slots] */
     int slots, head, fill;
-    int batch, once;            /* what the running thread prepares; fixed while it runs */
+    request req;                /* what the running thread prepares; fixed while it runs */
     int stop;                   /* caller -> thread: exit */
     int done;                   /* thread -> caller: nothing more comes; status says why */
     tw_status status;           /* TW_END after a one-pass iteration, else the error */
@@ -513,15 +523,17 @@ static tw_status produce_one(tw_input *in, float *x, label *y, tw_error *err)
     return TW_OK;
 }
 
-/* Produces up to `batch` examples into x [batch, example_size] and y [batch]; *got of them.
- * Continues across epochs, unless `once`: then it stops at the end of epoch 0. */
-static tw_status produce(tw_input *in, int batch, int once, float *x, label *y, int *got,
-                         tw_error *err)
+/* Produces up to r->batch examples, of which rows [lo, lo + rows) go into x [rows, example_size] and y
+ * [rows] (*got of them) and the others are skipped. Continues across epochs, unless r->once: then it
+ * stops at the end of epoch 0. */
+static tw_status produce(tw_input *in, const request *r, float *x, label *y, int *got, tw_error *err)
 {
     *got = 0;
-    for (int k = 0; k < batch && !(once && in->p.pos.epoch > 0); k++) {
-        TW_TRY(produce_one(in, x + (size_t)k * in->o.example_size, y + k, err));
-        (*got)++;
+    for (int k = 0; k < r->batch && !(r->once && in->p.pos.epoch > 0); k++) {
+        int kept = k >= r->lo && k < r->lo + r->rows;
+        TW_TRY(produce_one(in, kept ? x + (size_t)*got * in->o.example_size : NULL, kept ? y + *got : NULL,
+                           err));
+        *got += kept;
     }
     return TW_OK;
 }
@@ -572,12 +584,12 @@ static void *prefetch_main(void *arg)
             break;
         tw_error e;
         tw_error_clear(&e);
-        tw_status s = produce(in, f->batch, f->once, b->x, b->y, &b->got, &e);
+        tw_status s = produce(in, &f->req, b->x, b->y, &b->got, &e);
         b->end = in->p.pos;
         b->count = in->p.count;
         pthread_mutex_lock(&f->mu);
         f->fill += s == TW_OK;
-        if (s != TW_OK || (f->once && b->got < f->batch)) {
+        if (s != TW_OK || (f->req.once && b->got < f->req.rows)) {
             f->done = 1;
             f->status = s == TW_OK ? TW_END : s;
             f->error = e;
@@ -600,6 +612,7 @@ static void free_ring(prefetch *f)
     f->slots = 0;
 }
 
+/* The ring of prefetch_batches batches of `batch` rows. */
 static tw_status alloc_ring(tw_input *in, int batch, tw_error *err)
 {
     prefetch *f = &in->f;
@@ -619,13 +632,12 @@ static tw_status alloc_ring(tw_input *in, int batch, tw_error *err)
                         batch);
 }
 
-/* Starts a thread that prepares batches of `batch` (one-pass when `once`) from the producer. */
-static tw_status start_prefetch(tw_input *in, int batch, int once, tw_error *err)
+/* Starts a thread that prepares the batches of r from the producer. */
+static tw_status start_prefetch(tw_input *in, const request *r, tw_error *err)
 {
     prefetch *f = &in->f;
-    TW_TRY(alloc_ring(in, batch, err));
-    f->batch = batch;
-    f->once = once;
+    TW_TRY(alloc_ring(in, r->rows, err));
+    f->req = *r;
     f->head = f->fill = f->stop = f->done = 0;
     f->status = TW_OK;
     int rc = pthread_create(&f->thread, NULL, prefetch_main, in);
@@ -686,37 +698,40 @@ static tw_status take_prepared(tw_input *in, float *x, void *labels, int *got, t
 
 /* ---- the caller's side ---- */
 
-/* Makes the next batches of (batch, once) come from a producer at the caller's position: a thread
- * that prepares exactly those, or no thread when prefetch_batches is 0. */
-static tw_status prepare(tw_input *in, int batch, int once, tw_error *err)
+/* Makes the next batches of r come from a producer at the caller's position: a thread that prepares
+ * exactly those, or no thread when prefetch_batches is 0. */
+static tw_status prepare(tw_input *in, const request *r, tw_error *err)
 {
     prefetch *f = &in->f;
-    if (f->running && f->batch == batch && f->once == once)
+    if (f->running && !memcmp(&f->req, r, sizeof *r))
         return TW_OK;
     if (f->running) {
         stop_prefetch(in);
         TW_TRY(producer_seek(in, in->pos, err));
     }
-    return in->o.prefetch_batches ? start_prefetch(in, batch, once, err) : TW_OK;
+    return in->o.prefetch_batches ? start_prefetch(in, r, err) : TW_OK;
 }
 
-static tw_status next_batch(tw_input *in, int batch, int once, float *x, void *labels, int *got,
+static tw_status next_batch(tw_input *in, const request *r, float *x, void *labels, int *got,
                             tw_error *err)
 {
     *got = 0;
-    if (batch < 1)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "batch must be >= 1, not %d", batch);
+    if (r->batch < 1)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "batch must be >= 1, not %d", r->batch);
+    if (r->lo < 0 || r->rows < 1 || r->rows > r->batch - r->lo)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "rows [%d, %d + %d) are not inside a batch of %d",
+                            r->lo, r->lo, r->rows, r->batch);
     tw_error e;
     tw_error_clear(&e);
     tw_status s = in->failed;
     if (s != TW_OK)
         e = in->failure;
     else
-        s = prepare(in, batch, once, &e);
+        s = prepare(in, r, &e);
     if (s == TW_OK && in->f.running) {
         s = take_prepared(in, x, labels, got, &e);
     } else if (s == TW_OK) {
-        s = produce(in, batch, once, x, labels, got, &e);
+        s = produce(in, r, x, labels, got, &e);
         in->pos = in->p.pos;
         in->count = in->p.count;
     }
@@ -731,14 +746,22 @@ static tw_status next_batch(tw_input *in, int batch, int once, float *x, void *l
 
 tw_status tw_input_next(tw_input *in, int batch, float *x, void *labels, tw_error *err)
 {
+    return tw_input_next_rows(in, batch, 0, batch, x, labels, err);
+}
+
+tw_status tw_input_next_rows(tw_input *in, int batch, int lo, int rows, float *x, void *labels,
+                             tw_error *err)
+{
+    const request r = {.batch = batch, .lo = lo, .rows = rows};
     int got;
-    return next_batch(in, batch, 0, x, labels, &got, err);
+    return next_batch(in, &r, x, labels, &got, err);
 }
 
 tw_status tw_input_next_once(tw_input *in, int batch, float *x, void *labels, int *got,
                              tw_error *err)
 {
-    return next_batch(in, batch, 1, x, labels, got, err);
+    const request r = {.batch = batch, .rows = batch, .once = 1};
+    return next_batch(in, &r, x, labels, got, err);
 }
 
 tw_status tw_input_seek(tw_input *in, const tw_input_position *pos, tw_error *err)

@@ -66,6 +66,14 @@ int tw_input_in_memory(const tw_input *in);
  * streaming, I/O) is sticky: later calls return it until tw_input_seek or tw_input_rewind. */
 tw_status tw_input_next(tw_input *in, int batch, float *x, void *labels, tw_error *err);
 
+/* Like tw_input_next(batch), but only rows [lo, lo + rows) of the batch are wanted: x [rows,
+ * example_size] and labels [rows] receive them and the other examples are skipped unconverted; the
+ * position after it is the same. The processes of a world (world.h) each take their towers' rows of the
+ * world's batch this way, so every example of an epoch reaches exactly one tower. Errors: TW_ERR_INVALID
+ * when [lo, lo + rows) is not inside [0, batch) or rows < 1; tw_input_next's. */
+tw_status tw_input_next_rows(tw_input *in, int batch, int lo, int rows, float *x, void *labels,
+                             tw_error *err);
+
 /* For evaluation (shuffle = 0): the next up-to-`batch` examples of a single pass; *got = 0 at the end.
  * tw_input_rewind starts the pass again. */
 tw_status tw_input_next_once(tw_input *in, int batch, float *x, void *labels, int *got,

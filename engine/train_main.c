@@ -26,6 +26,9 @@
  *   14  a damaged or wrong input file (TW_ERR_CORRUPT, TW_ERR_TRUNCATED or TW_ERR_TOO_LARGE: the dataset,
  *       or the checkpoint being resumed; a label outside the classes; the message names the file)
  *   15  did not stop within --stop-within seconds of SIGTERM/SIGINT (the watchdog above)
+ * Under mpirun the launcher's exit status is the first of these a rank aborts the world with
+ * (tw_world_abort), or 128 + the signal when a rank is killed by one (137 for SIGKILL: outside the table,
+ * so the server retries it as a crash; docs/reliability.md G13).
  * Progress is the child protocol's lines on stdout (child.h), each flushed as written; on a terminal
  * (isatty) the same emitter renders them as a live progress line instead. A failure ends
  * with its failed line; the message also goes to stderr as one line naming the key or file. */

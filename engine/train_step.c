@@ -111,11 +111,11 @@ tw_status tw_towers_check_memory(const tw_towers *T, const char *kind, const tw_
     return tw_memory_check(&need, on_gpu, &host, gpu_known ? &gpu : NULL, err);
 }
 
-/* The host batch buffers of the world's batch, from tower 0's backend (page-locked on CUDA); two of
- * them, alternating by step, except in the bench, which uploads the one batch it filled in every step. */
+/* The host batch buffers, from tower 0's backend (page-locked on CUDA); two of them, alternating by
+ * step, except in the bench, which uploads the one batch it filled in every step. */
 static tw_status alloc_batches(tw_towers *T, tw_error *err)
 {
-    size_t rows = (size_t)T->world_towers * (size_t)T->c->batch_size;
+    size_t rows = (size_t)T->n * (size_t)T->c->batch_size;
     for (int i = 0; i < (T->bench ? 1 : 2); i++) {
         void *x;
         TW_TRY(tw_backend_alloc_host(T->b[0], rows * T->in_size * sizeof(float), &x, err));
@@ -243,13 +243,12 @@ size_t tw_towers_first_row(const tw_towers *T, int t)
     return (size_t)(T->tower0 + t) * (size_t)T->c->batch_size;
 }
 
-/* Forward and backward on tower t's slice of the world's batch; *loss_sum = its summed loss. */
+/* Forward and backward on tower t's slice of the batch; *loss_sum = its summed loss. */
 static tw_status tower_step(tw_towers *T, int t, double *loss_sum, tw_error *err)
 {
     int bs = T->c->batch_size;
-    size_t row = tw_towers_first_row(T, t);
-    const float *x = T->x + row * T->in_size;
-    const char *y = (const char *)T->y + row * T->label_values * 4;
+    const float *x = T->x + (size_t)t * bs * T->in_size;
+    const char *y = (const char *)T->y + (size_t)t * bs * T->label_values * 4;
     TW_TRY(tw_replica_upload_batch(T->r[t], bs, x, y, err));
     TW_TRY(on_device(T, t, GRAPH_TOWER, tower_compute, err));
     return tw_replica_loss_sum(T->r[t], bs, loss_sum, err);
@@ -427,7 +426,7 @@ tw_status tw_towers_step(tw_towers *T, double *loss, tw_error *err)
  * (int32), or regression targets uniform in [0, 1). */
 static void synthetic_batch(tw_towers *T)
 {
-    size_t rows = (size_t)T->world_towers * (size_t)T->c->batch_size;
+    size_t rows = (size_t)T->n * (size_t)T->c->batch_size;
     uint64_t seed = T->c->seed, classes = (uint64_t)tw_model_output_size(T->m);
     for (size_t i = 0; i < rows * T->in_size; i++)
         T->x[i] = tw_uniform(seed, i);

@@ -38,9 +38,9 @@ typedef struct {
     tw_replica *r[TW_MAX_TOWERS];   /* owned */
     tw_buffer *scalar;              /* [1] fp32 on tower 0, for sums of squares */
     size_t in_size, label_values, P; /* floats per example, label values per example, parameter floats */
-    float *x;                       /* [world_towers*batch, in_size] the world's host batch of this step:
-                                       xb[0] or xb[1]; global tower g trains on rows [g*batch, (g+1)*batch) */
-    void *y;                        /* [world_towers*batch*label_values] int32 or fp32 labels: yb[0] or yb[1] */
+    float *x;                       /* [n*batch, in_size] the host batch of this step: xb[0] or xb[1]; this
+                                       process's rows of the world's batch (tw_towers_first_row) */
+    void *y;                        /* [n*batch*label_values] int32 or fp32 labels: yb[0] or yb[1] */
     float *xb[2];                   /* the host batch buffers (tw_backend_alloc_host on b[0]) */
     void *yb[2];
     int graphs;                     /* config's cuda_graphs and a backend with graphs */
@@ -78,9 +78,10 @@ tw_status tw_towers_init_params(tw_towers *T, tw_error *err);
 /* Points x and y at the host buffer of the next step (the other one's upload may still be in flight). */
 void tw_towers_next_batch(tw_towers *T);
 
-/* The first row of the host batch that local tower t trains on: (tower0 + t) × batch. Every process
- * reads the world's whole batch, so each example of an epoch goes to exactly one tower of the world, as
- * in one process with world_towers towers. */
+/* The row of the world's batch (world_towers × batch examples a step) where local tower t's examples
+ * start: (tower0 + t) × batch. Each process takes rows [first_row(0), first_row(0) + n × batch) of it
+ * from the input (tw_input_next_rows), so each example of an epoch goes to exactly one tower of the
+ * world, the one it would go to in one process with world_towers towers. */
 size_t tw_towers_first_row(const tw_towers *T, int t);
 
 /* One training step on the batch in x and y: *loss = the mean loss over the world's examples. The

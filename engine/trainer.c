@@ -130,7 +130,7 @@ static void samples_image(run *R)
 {
     tw_error e;
     if (R->ev && R->T.step == 1 &&
-        tw_summary_samples(R->ev, 0, R->c, R->T.x, R->T.world_towers * R->c->batch_size, &e) != TW_OK)
+        tw_summary_samples(R->ev, 0, R->c, R->T.x, R->T.n * R->c->batch_size, &e) != TW_OK)
         events_failed(R, &e);
 }
 
@@ -648,20 +648,6 @@ static tw_status init_params(run *R, tw_error *err)
     return tw_towers_upload_all(&R->T, tw_replica_ema, R->host[0], err); /* shadows start at them */
 }
 
-/* Every process of the world resumed from the step rank 0 did: each reads `latest` itself, before rank 0
- * can write anything newer (its first save follows a step, which waits for every process). */
-static tw_status agree_on_step(run *R, const char *path, tw_error *err)
-{
-    int64_t step = R->T.step;
-    if (!R->o->world)
-        return TW_OK;
-    TW_TRY(tw_world_bcast(R->o->world, &step, sizeof step, err));
-    return step == R->T.step ? TW_OK
-                             : tw_error_set(err, TW_ERR_INVALID, path, -1, "rank %d resumed at step %lld, "
-                                            "rank 0 at step %lld: the processes must share the log folder",
-                                            tw_world_rank(R->o->world), (long long)R->T.step, (long long)step);
-}
-
 static tw_status maybe_resume(run *R, int *resumed, tw_error *err)
 {
     *resumed = 0;
@@ -674,12 +660,37 @@ static tw_status maybe_resume(run *R, int *resumed, tw_error *err)
     TW_TRY(s);
     s = load_checkpoint(R, ck, err);
     if (s == TW_OK)
-        s = agree_on_step(R, tw_checkpoint_path(ck), err);
-    if (s == TW_OK)
         tw_child_resumed(&R->out, tw_checkpoint_path(ck), R->T.step);
     tw_checkpoint_free(ck);
     *resumed = s == TW_OK;
     return s;
+}
+
+/* Rank 0's start on every process of the world: the step, whether it resumed, the data position and
+ * every saved arena (params, EMA, optimizer slots), from a checkpoint or the initial values. Only rank 0
+ * reads `latest` or init_from, so nothing races with its writes and the log folder need not be shared. */
+static tw_status share_start(run *R, int *resumed, tw_error *err)
+{
+    tw_world *w = R->o->world;
+    if (!w || tw_world_size(w) == 1)
+        return TW_OK;
+    tw_input_position pos = tw_input_tell(R->train);
+    uint64_t head[4] = {(uint64_t)R->T.step, (uint64_t)*resumed, pos.epoch, pos.consumed};
+    TW_TRY(tw_world_bcast(w, head, sizeof head, err));
+    for (int a = 0; a < saved_arenas(R->c); a++) {
+        size_t bytes = R->T.P * sizeof(float);
+        if (writes(R))
+            TW_TRY(tw_backend_download(R->T.b[0], R->host[a], ARENAS[a](R->T.r[0]), bytes, err));
+        TW_TRY(tw_world_bcast(w, R->host[a], bytes, err));
+        if (!writes(R))
+            TW_TRY(tw_towers_upload_all(&R->T, ARENAS[a], R->host[a], err));
+    }
+    if (writes(R))
+        return TW_OK;
+    R->T.step = (int64_t)head[0];
+    *resumed = (int)head[1];
+    pos = (tw_input_position){.epoch = head[2], .consumed = head[3]};
+    return tw_input_seek(R->train, &pos, err);
 }
 
 static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
@@ -694,7 +705,9 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
         }
         double loss, t0 = now();
         tw_towers_next_batch(&R->T);
-        TW_TRY(tw_input_next(R->train, R->T.world_towers * c->batch_size, R->T.x, R->T.y, err));
+        int lo = (int)tw_towers_first_row(&R->T, 0); /* this process's towers' rows of the world's batch */
+        TW_TRY(tw_input_next_rows(R->train, R->T.world_towers * c->batch_size, lo, R->T.n * c->batch_size,
+                                  R->T.x, R->T.y, err));
         TW_TRY(tw_towers_step(&R->T, &loss, err));
         R->train_time += now() - t0;
         samples_image(R);
@@ -830,8 +843,10 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
     }
     if (s == TW_OK && writes(&R))
         s = make_logdir(o->logdir, err);
-    if (s == TW_OK)
+    if (s == TW_OK && writes(&R))
         s = maybe_resume(&R, &resumed, err);
+    if (s == TW_OK)
+        s = share_start(&R, &resumed, err); /* the other ranks start where rank 0 does */
     if (s == TW_OK)
         s = start_events(&R, resumed, err);
     if (s == TW_OK && !resumed && R.c->eval_every > 0)

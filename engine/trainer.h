@@ -40,7 +40,8 @@ typedef struct {
     tw_world *world;      /* borrowed; NULL: a world of one. Every process of it calls tw_train with the
                              same config: each runs its towers on its share of the world's batch, the
                              gradients and the step's loss are averaged over the world, and only rank 0
-                             evaluates and writes (event files, checkpoints, evaluation.json) */
+                             reads the checkpoint it resumes from (and broadcasts it), evaluates and
+                             writes (event files, checkpoints, evaluation.json) */
     uint64_t memory_limit; /* bytes each device may use (memory.h's check); 0: what the machine has */
     const char *monitor_url; /* the run's status page, for TensorBoard's HParams link; NULL = none */
     uint64_t input_memory; /* bytes a dataset may take decoded in memory (tw_input_options.max_memory_bytes)

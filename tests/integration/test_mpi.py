@@ -4,8 +4,9 @@ Against the real launcher (Open MPI's mpirun, --oversubscribe on this small mach
 two processes of one tower train the seed MLP to the losses of one process of two towers (exactly: the same
 sums in the same order) and of one tower with twice the batch; only rank 0 writes (one events file per
 sub-run, one set of lines on stdout); a stop (SIGUSR1, which mpirun forwards to every rank, or SIGTERM to
-mpirun, which kills the job after it) checkpoints at a step boundary every rank agreed on, and the resumed
-run ends bit-exactly where an uninterrupted one does (losses and the final safetensors); SIGKILL of one
+mpirun, which sends it on and SIGKILLs the ranks odls_base_sigkill_timeout seconds later) checkpoints at a
+step boundary every rank agreed on, and the resumed run ends bit-exactly where an uninterrupted one does
+(losses and the final safetensors); SIGKILL of one
 rank ends the other and mpirun promptly with a status the server retries. Skipped, saying why, only when the
 build has no MPI (TW_HAVE_MPI in the build's CMakeCache.txt) or mpirun is missing; the configure test at
 the end runs in every build: without MPI the build goes on (world_none.c).
@@ -100,6 +101,19 @@ def test_two_processes_train_as_two_towers_and_as_twice_the_batch(world_run, tow
 
 
 @needs_mpi
+def test_two_processes_of_two_towers_train_as_four_towers(tower_bin, tmp_path, fashion):  # noqa: F811
+    """Local tower 1 of rank 1 is global tower 3: it gets rows [48, 64) of the world's batch of 64."""
+    lines, _, _ = run_world(tower_bin, tmp_path, mlp_config(fashion, batch_size=16, towers=2, steps=100),
+                            "two_by_two")
+    assert lines[0]["towers"] == 2 and lines[0]["processes"] == 2 and lines[0]["total_towers"] == 4
+    four, _ = run_one(tower_bin, tmp_path, mlp_config(fashion, batch_size=16, towers=4, steps=100), "four")
+    lw, l4 = losses(lines), losses(four)
+    assert sorted(lw) == list(range(1, 101)) == sorted(l4)
+    # the mean of two means of two against the mean of four: the same to rounding
+    np.testing.assert_allclose([lw[s] for s in l4], [l4[s] for s in l4], rtol=2e-4)
+
+
+@needs_mpi
 def test_only_rank_0_writes(world_run):
     lines, logdir, _ = world_run
     assert sum("backend" in l for l in lines) == 1 and sum("status" in l for l in lines) == 1
@@ -126,8 +140,8 @@ def test_tensorboard_reads_the_world_run(world_run, tmp_path):
     np.testing.assert_allclose([r[2] for r in rows], [want[s] for s in range(1, 201)], rtol=1e-6)
 
 
-def stop_config(fashion):  # noqa: F811
-    return mlp_config(fashion, batch_size=16, steps=2000, summary_every=10, eval_every=0,
+def stop_config(fashion, steps):  # noqa: F811
+    return mlp_config(fashion, batch_size=16, steps=steps, summary_every=10, eval_every=0,
                       checkpoint_every=100000, optimizer={"type": "adam", "learning_rate": 0.001})
 
 
@@ -136,14 +150,19 @@ def tensors(logdir, step):
     return load_file(str(logdir / "checkpoints" / f"ckpt-{step:010d}.safetensors"))
 
 
+# SIGTERM to mpirun: it sends SIGTERM on to each rank and SIGKILLs it --mca odls_base_sigkill_timeout
+# seconds later (default 1, too short for a checkpoint on a loaded machine).
+STOPS = {"SIGUSR1": [], "SIGTERM": ["--mca", "odls_base_sigkill_timeout", "5"]}
+
+
 @needs_mpi
-@pytest.mark.parametrize("sig", ["SIGUSR1", "SIGTERM"])
+@pytest.mark.parametrize("sig", sorted(STOPS))
 def test_a_stopped_world_resumes_bit_exactly(tower_bin, tmp_path, fashion, sig):  # noqa: F811
-    config = stop_config(fashion)
-    whole, whole_dir, _ = run_world(tower_bin, tmp_path, config, "whole")
-    path, logdir = write_config(tmp_path, "split", config), tmp_path / "split"
-    proc = subprocess.Popen(mpi_cmd(tower_bin, 2, path, logdir), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=mpi_env())
+    """A world that never ends by itself is stopped after step 100; the same config with k + 200 steps
+    (k: the stop's checkpoint), resumed, ends where an uninterrupted run of k + 200 steps ends."""
+    path, logdir = write_config(tmp_path, "split", stop_config(fashion, 10**8)), tmp_path / "split"
+    proc = subprocess.Popen([MPIRUN, *STOPS[sig], *mpi_cmd(tower_bin, 2, path, logdir)[1:]],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=mpi_env())
     first = []
     for line in proc.stdout:  # the world is training: stop it
         first.append(json.loads(line))
@@ -156,22 +175,26 @@ def test_a_stopped_world_resumes_bit_exactly(tower_bin, tmp_path, fashion, sig):
     if sig == "SIGUSR1":  # forwarded to every rank: they agree, rank 0 checkpoints, all exit 0
         assert proc.returncode == 0, err[-3000:]
         assert first[-1]["status"] == "cancelled", first[-3:]
-    # SIGTERM: mpirun sends it on to the ranks, which stop the same way, and exits 1 itself (its job was
-    # killed); its last forwarded lines may be lost, the checkpoint is what counts
+    # SIGTERM: the ranks stop the same way, but mpirun exits 1 itself (it killed its job) and its last
+    # forwarded lines may be lost: the checkpoint is what counts
+    assert (logdir / "checkpoints" / "latest").exists(), err[-3000:]
     stopped = int((logdir / "checkpoints" / "latest").read_text().strip().rsplit("-", 1)[-1].split(".")[0])
-    assert 100 <= stopped < 2000
+    assert stopped >= 100
+    end = stopped + 200
+    whole, whole_dir, _ = run_world(tower_bin, tmp_path, stop_config(fashion, end), "whole")
+    path.write_text(json.dumps(stop_config(fashion, end)))
     res = subprocess.run(mpi_cmd(tower_bin, 2, path, logdir, "--resume"), capture_output=True,
                          text=True, timeout=600, env=mpi_env())
     assert res.returncode == 0, res.stderr[-3000:]
     second = [json.loads(l) for l in res.stdout.splitlines()]
     assert second[1]["step"] == stopped and second[1]["resumed_from"], second[:2]
     lw, l2 = losses(whole), losses(second)
-    assert sorted(l2) and min(l2) > stopped and max(l2) == 2000
+    assert min(l2) > stopped and max(l2) == end
     # exactly equal, from the first report whose 10 steps all ran after the resume (a step line's loss is
     # the mean since the previous line)
     full = [s for s in sorted(l2) if s - 10 >= stopped]
-    assert len(full) >= 10 and [l2[s] for s in full] == [lw[s] for s in full]
-    a, b = tensors(whole_dir, 2000), tensors(logdir, 2000)
+    assert len(full) >= 19 and [l2[s] for s in full] == [lw[s] for s in full]
+    a, b = tensors(whole_dir, end), tensors(logdir, end)
     assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)
     assert len(list(logdir.glob("events.out.tfevents.*"))) == 2  # one per attempt, rank 0's
 
@@ -209,6 +232,17 @@ def test_sigkill_of_one_rank_ends_the_world(tower_bin, tmp_path, fashion):  # no
     # Open MPI's mpirun exits 128 + 9 = 137 for a rank killed by SIGKILL: outside engine/child.h's table,
     # which the server reads as a crash and retries from the checkpoint (docs/reliability.md)
     assert proc.returncode != 0 and proc.returncode not in FINAL_EXITS, proc.returncode
+
+
+@pytest.mark.skipif(HAVE_MPI or not MPIRUN, reason="this build has MPI (unit_world tests world_none.c in "
+                    "every build)" if HAVE_MPI else "mpirun is not installed")
+def test_a_build_without_mpi_refuses_to_run_under_mpirun(tower_bin, tmp_path, fashion):  # noqa: F811
+    res = subprocess.run(mpi_cmd(tower_bin, 2, write_config(tmp_path, "refused", mlp_config(fashion)),
+                                 tmp_path / "refused"), capture_output=True, text=True, timeout=120,
+                         env=mpi_env())
+    assert res.returncode == 2, res.stderr
+    assert "built without MPI" in res.stderr and "-DTW_MPI=ON" in res.stderr
+    assert not (tmp_path / "refused").exists()  # nothing written
 
 
 def test_configure_without_mpi_goes_on(tmp_path):

@@ -349,6 +349,52 @@ static void test_shuffle_is_a_seeded_permutation_per_epoch(void **state)
     }
 }
 
+/* A world of 3 processes of 2 towers of 2 (a world batch of 12, over a file of 50: epochs end inside
+ * batches): each process's rows (tw_input_next_rows) are the rows of its towers in one reader's whole
+ * batches, shuffled or not, in memory or streamed, with or without the prefetch thread; the position
+ * after each batch is the whole reader's; a slice outside the batch is refused. */
+static void test_rows_of_a_world_batch(void **state)
+{
+    (void)state;
+    enum { PROCS = 3, ROWS = 4, WORLD = PROCS * ROWS, STEPS = 12 };
+    char path[600];
+    make_path(path, sizeof path, "slices");
+    write_file(path, TW_COMPRESSION_NONE, 50, IMG_FLOATS, LAB_INT, NULL, NULL);
+    for (int mode = 0; mode < 8; mode++) {
+        tw_input_options o = options(path);
+        o.shuffle = mode & 1;
+        o.seed = 11;
+        o.prefetch_batches = mode & 2 ? 2 : 0;
+        if (mode & 4)
+            streaming(&o, 16);
+        tw_input *whole = open_ok(&o), *rank[PROCS];
+        for (int r = 0; r < PROCS; r++)
+            rank[r] = open_ok(&o);
+        for (int step = 0; step < STEPS; step++) {
+            float x[WORLD * E], xr[ROWS * E];
+            int32_t y[WORLD], yr[ROWS];
+            assert_int_equal(tw_input_next(whole, WORLD, x, y, NULL), TW_OK);
+            for (int r = 0; r < PROCS; r++) {
+                assert_int_equal(tw_input_next_rows(rank[r], WORLD, r * ROWS, ROWS, xr, yr, NULL), TW_OK);
+                assert_memory_equal(xr, x + r * ROWS * E, sizeof xr);
+                assert_memory_equal(yr, y + r * ROWS, sizeof yr);
+                tw_input_position a = tw_input_tell(whole), b = tw_input_tell(rank[r]);
+                assert_true(a.epoch == b.epoch && a.consumed == b.consumed);
+            }
+        }
+        tw_error err;
+        float xr[ROWS * E];
+        int32_t yr[ROWS];
+        assert_int_equal(tw_input_next_rows(rank[0], WORLD, WORLD - 2, ROWS, xr, yr, &err), TW_ERR_INVALID);
+        assert_non_null(strstr(err.message, "not inside a batch of 12"));
+        assert_int_equal(tw_input_next_rows(rank[0], WORLD, -1, ROWS, xr, yr, &err), TW_ERR_INVALID);
+        assert_int_equal(tw_input_next_rows(rank[0], WORLD, 0, 0, xr, yr, &err), TW_ERR_INVALID);
+        tw_input_close(whole);
+        for (int r = 0; r < PROCS; r++)
+            tw_input_close(rank[r]);
+    }
+}
+
 static void test_batch_size_change_with_prefetch(void **state)
 {
     (void)state;
@@ -769,6 +815,7 @@ int main(void)
         cmocka_unit_test(test_compressed_input),
         cmocka_unit_test(test_repeat_across_epochs),
         cmocka_unit_test(test_shuffle_is_a_seeded_permutation_per_epoch),
+        cmocka_unit_test(test_rows_of_a_world_batch),
         cmocka_unit_test(test_batch_size_change_with_prefetch),
         cmocka_unit_test(test_tell_seek_reproduces_batches),
         cmocka_unit_test(test_seek_past_the_end),
