@@ -26,8 +26,9 @@
 enum { TW_LAUNCH_MAX_PROCESSES = 64, TW_LAUNCH_MAX_HOSTS = 64, TW_LAUNCH_MAX_HOST_BYTES = 253 };
 
 /* --bind-to none: each process runs its towers as threads, which one core per rank (Open MPI's default
- * binding for two processes) would starve. --oversubscribe: more processes than cores on one machine. */
-#define TW_LAUNCH_DEFAULT "mpirun -np {processes} --oversubscribe --bind-to none [--host {hosts}] {trainer}"
+ * binding for two processes) would starve. --oversubscribe: more processes than cores on one machine.
+ * --quiet: no banners on stderr, so a run's last stderr line (its error) stays the trainer's. */
+#define TW_LAUNCH_DEFAULT "mpirun --quiet -np {processes} --oversubscribe --bind-to none [--host {hosts}] {trainer}"
 
 /* Open MPI's mpirun SIGKILLs the ranks this long after forwarding a SIGTERM (default 1 s, before a
  * checkpoint could be written); the server sets it to its --grace in a launched run's environment. */

@@ -76,8 +76,8 @@ def test_two_processes_start_through_mpirun_in_one_session_and_cancel_resume_com
     leader, ranks = attempt_pids(server, run["id"], 1)
     argv = cmdline(leader)
     assert pathlib.Path(argv[0]).name == "mpirun", argv
-    assert argv[1:6] == ["-np", "2", "--oversubscribe", "--bind-to", "none"], argv
-    assert argv[6] == str(tool("tw_faketrain")) and argv[7] == "train" and "--resume" in argv
+    assert argv[1:7] == ["--quiet", "-np", "2", "--oversubscribe", "--bind-to", "none"], argv
+    assert argv[7] == str(tool("tw_faketrain")) and argv[8] == "train" and "--resume" in argv
     for rank, pid in ranks.items():
         state, _, pgrp, session = stat_fields(pid)
         # mpirun puts each rank in a process group of its own, never out of the session the server made

@@ -47,9 +47,9 @@ static void test_default_without_and_with_hosts(void **state)
     if (access("/usr/bin/mpirun", X_OK) != 0) /* Open MPI is a test dependency: without it, nothing to resolve */
         skip();
     argv_of(NULL, 2, "[]", got, sizeof got);
-    assert_string_equal(got, "mpirun|-np|2|--oversubscribe|--bind-to|none|/opt/tower|train|cfg.json|--logdir|/d/runs/x");
+    assert_string_equal(got, "mpirun|--quiet|-np|2|--oversubscribe|--bind-to|none|/opt/tower|train|cfg.json|--logdir|/d/runs/x");
     argv_of(NULL, 4, "[\"a:2\", \"b.example.org:2\"]", got, sizeof got);
-    assert_string_equal(got, "mpirun|-np|4|--oversubscribe|--bind-to|none|--host|a:2,b.example.org:2|/opt/tower|"
+    assert_string_equal(got, "mpirun|--quiet|-np|4|--oversubscribe|--bind-to|none|--host|a:2,b.example.org:2|/opt/tower|"
                              "train|cfg.json|--logdir|/d/runs/x");
 }
 
