@@ -20,6 +20,7 @@
 #include "datafs.h"
 #include "datasets.h"
 #include "events_read.h"
+#include "launch.h"
 #include "logtext.h"
 #include "memory.h"
 #include "model.h"
@@ -41,6 +42,7 @@ typedef struct {
     double deadline_s;
     int priority;
     json_t *dataset_row; /* owned */
+    tw_launch_keys launch; /* "processes", "hosts" (launch.h); its hosts owned */
 } server_keys;
 
 static tw_status bad(tw_api_code *code, tw_api_code c, tw_error *err, const char *key, const char *msg)
@@ -158,6 +160,8 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
     }
     if ((v = json_object_get(cfg, "priority")))
         TW_TRY(priority_of(v, &k->priority, code, err));
+    *code = TW_API_INVALID_ARGUMENT;
+    TW_TRY(tw_launch_take_keys(S->launcher, cfg, &k->launch, err));
     json_t *ds = json_object_get(cfg, "dataset");
     json_t *ref = json_is_object(ds) ? json_object_get(ds, "name") : ds;
     if (!json_is_string(ref))
@@ -233,6 +237,16 @@ static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset
     if (s == TW_OK)
         s = check_memory(S, c, dataset_row, err);
     return s;
+}
+
+/* A run of several processes on a GPU server needs its towers on this host's GPUs (launch.h's count). */
+static tw_status launch_devices(tw_server *S, const tw_launch_keys *k, int towers, tw_error *err)
+{
+    int gpus = tw_scheduler_gpu_count(S->sched), local = tw_launch_local_towers(towers, k->processes, k->hosts);
+    if (gpus > 0 && k->processes > 1 && local > gpus)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "processes: %d processes x %d towers need %d GPUs here, "
+                            "this server has %d", k->processes, towers, local, gpus);
+    return TW_OK;
 }
 
 /* Creates the new run's folder DATA/runs/<folder> (tw_run_folder_name of id and name, may be NULL; the
@@ -319,13 +333,16 @@ static tw_status submit_new(tw_server *S, const json_t *body, const char *idem_k
     if (s == TW_OK)
         s = validate(S, cfg, k.dataset_row, &c, code, err);
     if (s == TW_OK)
+        s = launch_devices(S, &k.launch, c.towers, err);
+    if (s == TW_OK)
         s = write_config(S, id, k.name, folder, cfg, err);
     char *sub_text = json_dumps(submitted, JSON_COMPACT | JSON_REAL_PRECISION(15)); /* 0.1, not 0.1000…01 */
+    char *hosts = json_dumps(k.launch.hosts, JSON_COMPACT);
     if (s == TW_OK) {
         tw_run_new n = {.id = id, .name = k.name, .folder = folder, .dataset_id = json_string_value(json_object_get(k.dataset_row, "id")),
                         .config = sub_text, .idem_key = idem_key, .idem_body = idem_body, .towers = c.towers,
                         .steps = c.steps, .max_restarts = k.max_restarts, .deadline_s = k.deadline_s,
-                        .priority = k.priority};
+                        .priority = k.priority, .processes = k.launch.processes, .hosts = hosts};
         s = tw_store_run_insert(S->store, &n, err);
         if (s != TW_OK) {
             char dir[PATH_MAX];
@@ -338,9 +355,11 @@ static tw_status submit_new(tw_server *S, const json_t *body, const char *idem_k
     if (s != TW_OK && s != TW_END && err->status == TW_ERR_IO)
         *code = tw_api_code_for(err);
     free(sub_text);
+    free(hosts);
     json_decref(submitted);
     json_decref(cfg);
     json_decref(k.dataset_row);
+    json_decref(k.launch.hosts);
     if (s == TW_END && (s = keyed_run(S, idem_key, idem_body, run, code, err)) == TW_END) {
         *code = TW_API_CONFLICT; /* the winner was deleted already: only a retry can tell */
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "Idempotency-Key: a concurrent request used it; retry");
@@ -1001,6 +1020,8 @@ void tw_api_run_resume(tw_server *S, tw_req *r)
             s = bad(&code, TW_API_INVALID_ARGUMENT, &err, "steps", "must be an integer from 1 to 1000000000");
         steps = json_integer_value(v);
     }
+    if (s == TW_OK) /* a run of several processes needs the launcher now as at its submission */
+        s = tw_launch_usable(S->launcher, (int)json_integer_value(json_object_get(row, "processes")), &err);
     tw_run_state state = tw_store_run_state(row);
     int stopped = tw_run_state_final(state) &&
                   steps >= json_integer_value(json_object_get(row, "steps")) + (state == TW_RUN_SUCCEEDED);

@@ -12,6 +12,7 @@
 #include "api.h"
 #include "assets.h"
 #include "config.h"
+#include "launch.h"
 #include "runs.h"
 #include "scalars_cache.h"
 #include "scheduler.h"
@@ -202,13 +203,17 @@ static const char *const REPLY_SCHEMAS[][2] = {
             " \"class_names\": {\"type\": [\"array\", \"null\"], \"items\": {\"type\": \"string\"}, \"description\":"
             " \"the dataset's class names: name k is class k's\"}, \"warnings\": {\"type\": \"array\", \"items\": {\"type\":"
             " \"string\"}, \"description\": \"e.g. the dataset has no test split: the run is never evaluated\"},"
+            " \"processes\": {\"type\": \"integer\", \"minimum\": 1, \"description\": \"processes the run trains"
+            " in (1: the trainer alone; more: started by the server's --launcher)\"}, \"hosts\": {\"type\":"
+            " \"array\", \"items\": {\"type\": \"string\"}, \"description\": \"the hosts given to the launcher\"},"
             " \"config\": {\"type\": \"object\", \"description\": \"the run config"
             " as submitted\"}}}"},
 };
 
 /* The run config a POST /api/v1/runs takes: the engine's schema without the file paths, with "dataset"
  * naming an uploaded dataset (a name or id, or an object with "name" and the engine's dataset keys as
- * overrides), the server's keys name, max_restarts, deadline_s, priority (api_runs.c, take_server_keys)
+ * overrides), the server's keys name, max_restarts, deadline_s, priority (api_runs.c, take_server_keys),
+ * processes and hosts (launch.h)
  * and "init_from" naming a run, not a file (api_runs.c, take_init_from). */
 static json_t *run_config_schema(void)
 {
@@ -224,6 +229,12 @@ static json_t *run_config_schema(void)
     json_object_set_new(props, "max_restarts", json_pack("{s:s, s:i, s:i}", "type", "integer", "minimum", 0, "maximum", 100));
     json_object_set_new(props, "deadline_s", json_pack("{s:s, s:i, s:f}", "type", "number", "minimum", 0, "maximum", 1e8));
     json_object_set_new(props, "priority", json_pack("{s:s}", "$ref", "#/components/schemas/RunPriority"));
+    json_object_set_new(props, "processes", json_pack("{s:s, s:i, s:i}", "type", "integer", "minimum", 1, "maximum",
+                                                      TW_LAUNCH_MAX_PROCESSES));
+    json_object_set_new(props, "hosts", json_pack("{s:s, s:i, s:{s:s, s:s, s:i}}", "type", "array", "maxItems",
+                                                  TW_LAUNCH_MAX_HOSTS, "items", "type", "string", "pattern",
+                                                  "^[A-Za-z0-9][A-Za-z0-9._-]*(:[1-9][0-9]{0,3})?$", "maxLength",
+                                                  TW_LAUNCH_MAX_HOST_BYTES));
     json_object_set_new(props, "init_from", json_pack("{s:[{s:s}, {s:s}]}", "anyOf", "$ref", "#/components/schemas/InitFrom",
                                                       "type", "null"));
     json_object_del(s, "$schema");

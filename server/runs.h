@@ -1,7 +1,7 @@
 /* runs.h — the run routes (api_runs.c; the list: api_runs_list.c) and the one submission path they share with the demo.
  *
  * Owns: decoding a submission (the engine config with "dataset" naming an uploaded dataset, plus the
- * server keys "name", "max_restarts", "deadline_s"), validating it with the engine's own parser before
+ * server keys "name", "max_restarts", "deadline_s", "priority", "processes", "hosts"), validating it with the engine's own parser before
  * anything is stored, writing DIR/runs/<id>/config.json (durable) and then the row (the commit), the run
  * as the API shows it, and the handlers of every /api/v1/runs route. */
 #ifndef TW_RUNS_H
@@ -31,7 +31,7 @@ json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds);
 #define TW_RUN_FIELDS                                                                                        \
     "id|name|dataset|status|priority|reason|error|config|towers|steps|step|metrics|devices|eta_s|created|"   \
     "started|first_started|finished|restarts|max_restarts|deadline_s|not_before|folder|logdir|tensorboard|" \
-    "tensorboard_url|class_names|warnings"
+    "tensorboard_url|class_names|warnings|processes|hosts"
 
 void tw_api_runs_list(tw_server *S, tw_req *r);
 void tw_api_runs_create(tw_server *S, tw_req *r);

@@ -13,7 +13,14 @@
  * ESRCH: the zombies reaped too); then what its pipes hold is read and the run is settled. This thread is
  * the only one in the server that forks, so it reaps every child of the process (waitid(P_ALL)): a
  * process that left its run's group (setsid, setpgid) is out of the run's reach, but its zombie is reaped.
- * Cancel, timeout, deadline and shutdown signal the whole group (SIGTERM, SIGKILL after the grace). */
+ * Cancel, timeout, deadline and shutdown signal the whole group (SIGTERM, SIGKILL after the grace).
+ *
+ * A run of several processes (launch.h) starts its launcher (mpirun, srun) in a session of its own
+ * instead: mpirun moves each local rank into a process group of its own, but never out of the session,
+ * so such a run's group is its session: signals go to the leader's group and to every process of the
+ * session (/proc; a SIGTERM to the ranks alone: signal_group), and the run is over when both are empty.
+ * The launcher's environment gets TW_LAUNCH_SIGKILL_ENV set to the grace, so a SIGTERM that does reach
+ * mpirun does not make it SIGKILL the ranks one second later, before they checkpointed. */
 #define _GNU_SOURCE
 #include "scheduler.h"
 
@@ -32,6 +39,7 @@
 #include "datafs.h"
 #include "devices.h"
 #include "hparams.h"
+#include "launch.h"
 #include "logtext.h"
 #include "store.h"
 #include "checkpoint.h"
@@ -82,6 +90,8 @@ typedef struct {
     char last_error[600];    /* the last error line the child printed, else its last stderr line */
     int json_error;          /* last_error came from a JSON error line (it wins over stderr) */
     char *eval_out;          /* an evaluation job's child (`tower evaluate`): its --out file; NULL: a run */
+    int processes;           /* > 1: started through the launcher, in a session of its own (launch.h) */
+    json_t *hosts;           /* the run's host list for the launcher (owned; empty: none) */
 } child;
 
 struct tw_scheduler {
@@ -270,13 +280,14 @@ static tw_status remove_temporaries(const char *logdir, tw_error *err)
     return tw_checkpoint_remove_temporaries(dir, err);
 }
 
-/* The child's environment: ours, with CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set. Caller frees. */
-static char **child_env(const char *visible)
+/* The child's environment: ours, with CUDA_VISIBLE_DEVICES and CUDA_DEVICE_ORDER set, and `extra`
+ * ("NAME=VALUE", may be NULL) added. Caller frees. */
+static char **child_env(const char *visible, char *extra)
 {
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 3, sizeof *env);
+    char **env = calloc(n + 4, sizeof *env);
     if (!env)
         return NULL;
     size_t k = 0;
@@ -288,13 +299,18 @@ static char **child_env(const char *visible)
     snprintf(vis, sizeof vis, "CUDA_VISIBLE_DEVICES=%s", visible);
     env[k++] = order;
     env[k++] = vis;
+    env[k] = extra;
     return env;
 }
 
-/* In the child between fork and exec: only async-signal-safe calls. */
-static void exec_child(char **argv, char **env, int out_w, int err_w, pid_t parent)
+/* In the child between fork and exec: only async-signal-safe calls. own_session: setsid (a launched
+ * run), else a process group of its own. */
+static void exec_child(char **argv, char **env, int out_w, int err_w, pid_t parent, int own_session)
 {
-    setpgid(0, 0);
+    if (own_session)
+        setsid();
+    else
+        setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent)
         _exit(127);
@@ -323,7 +339,22 @@ static int monitor_url(tw_server *S, const char *id, char *buf, size_t size)
     return n > 0 && (size_t)n < size ? 0 : -1;
 }
 
-static tw_status fork_child(child *c, char **argv, const char *visible, const char *logpath, tw_error *why);
+static tw_status fork_child(child *c, char **argv, const char *visible, char *extra_env, const char *logpath,
+                            tw_error *why);
+
+/* Starts trainer (argv) through the server's launcher for a run of c->processes > 1 (launch.h). */
+static tw_status spawn_launched(tw_scheduler *s, child *c, char **trainer, const char *visible,
+                                const char *logpath, tw_error *why)
+{
+    char **argv;
+    TW_TRY(tw_launch_argv(s->S->launcher, c->processes, c->hosts, trainer, &argv, why));
+    static __thread char sigkill[64];
+    double grace = ceil(s->S->opt.grace);
+    snprintf(sigkill, sizeof sigkill, "%s=%.0f", TW_LAUNCH_SIGKILL_ENV, grace < 1 ? 1 : grace);
+    tw_status st = fork_child(c, argv, visible, sigkill, logpath, why);
+    free(argv);
+    return st;
+}
 
 /* The trainer's --stop-within (two thirds of the grace, at least 1 s: it ends itself before the SIGKILL,
  * engine/train_main.c) and --input-memory (the serve default; 2 GiB, the trainer's own, when unset). */
@@ -352,27 +383,30 @@ static tw_status spawn(tw_scheduler *s, child *c, const char *visible, int gpu, 
                     "--stop-within", within, "--input-memory", budget,
                     monitor_url(S, c->id, monitor, sizeof monitor) == 0 ? "--monitor-url" : NULL, monitor,
                     NULL};
-    return fork_child(c, argv, visible, logpath, why);
+    return c->processes > 1 ? spawn_launched(s, c, argv, visible, logpath, why)
+                            : fork_child(c, argv, visible, NULL, logpath, why);
 }
 
-/* Opens the child's log (append), forks and execs argv in a process group of its own with its stdout and
- * stderr on c's pipes. */
-static tw_status fork_child(child *c, char **argv, const char *visible, const char *logpath, tw_error *why)
+/* Opens the child's log (append), forks and execs argv in a process group of its own (a session for a
+ * launched run) with its stdout and stderr on c's pipes and extra_env (may be NULL) in its environment. */
+static tw_status fork_child(child *c, char **argv, const char *visible, char *extra_env, const char *logpath,
+                            tw_error *why)
 {
     c->log_fd = tw_fs_open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (c->log_fd < 0)
         return tw_fs_error(why, logpath, "cannot open the run's log");
     int out[2] = {-1, -1}, err[2] = {-1, -1};
-    char **env = child_env(visible);
+    char **env = child_env(visible, extra_env);
     if (!env || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
         goto fail;
     pid_t parent = getpid();
     c->pid = fork();
     if (c->pid == 0)
-        exec_child(argv, env, out[1], err[1], parent);
+        exec_child(argv, env, out[1], err[1], parent, c->processes > 1);
     if (c->pid < 0)
         goto fail;
-    setpgid(c->pid, c->pid);
+    if (c->processes <= 1) /* (a session leader makes its own group: setsid would fail after this) */
+        setpgid(c->pid, c->pid);
     close(out[1]);
     close(err[1]);
     c->in[OUT].fd = out[0];
@@ -485,7 +519,10 @@ static child *child_new(json_t *run, unsigned mask)
     c->step = json_integer_value(json_object_get(run, "step"));
     c->restarts = (int)json_integer_value(json_object_get(run, "restarts"));
     c->max_restarts = (int)json_integer_value(json_object_get(run, "max_restarts"));
+    c->processes = (int)json_integer_value(json_object_get(run, "processes"));
+    c->hosts = json_incref(json_object_get(run, "hosts"));
     if (!(c->metrics = start_metrics(run))) {
+        json_decref(c->hosts);
         free(c);
         return NULL;
     }
@@ -513,7 +550,9 @@ static int start_next(tw_scheduler *s)
     int done = 1;
     unsigned mask;
     if (deadline_passed(s, run)) {
-    } else if (!(mask = pick_devices(s, (int)json_integer_value(json_object_get(run, "towers"))))) {
+    } else if (!(mask = pick_devices(s, tw_launch_local_towers((int)json_integer_value(json_object_get(run, "towers")),
+                                                               (int)json_integer_value(json_object_get(run, "processes")),
+                                                               json_object_get(run, "hosts"))))) {
         done = 0; /* FIFO: the head waits for its devices */
     } else {
         child *c = child_new(run, mask);
@@ -527,8 +566,10 @@ static int start_next(tw_scheduler *s)
             tw_error_format(&err, msg, sizeof msg);
             tw_log("tower serve: run %s: %s", json_string_value(json_object_get(run, "id")), msg);
             fail_now(s, json_string_value(json_object_get(run, "id")), "crashed", "SPAWN_FAILED", msg);
-            if (c)
+            if (c) {
                 json_decref(c->metrics);
+                json_decref(c->hosts);
+            }
             free(c);
         } else {
             s->kids[s->n_kids++] = c;
@@ -546,10 +587,25 @@ static int start_next(tw_scheduler *s)
 
 /* ================================ watching and finishing ================================ */
 
+/* sig to the run's group and, for a launched run, to every process of its session (its ranks, in groups
+ * of their own); to the leader itself while it has not made its session yet (fork to setsid). A SIGTERM
+ * goes to the ranks alone when the session has any: they checkpoint and exit, and mpirun follows with
+ * their last lines forwarded, where a SIGTERM of its own makes it abort the job and hold their output
+ * until it is killed. A launcher whose ranks run elsewhere (srun) gets it, to forward. */
 static void signal_group(child *c, int sig)
 {
-    if (c->pid > 0)
-        kill(-c->pid, sig);
+    if (c->pid <= 0)
+        return;
+    if (c->processes > 1 && tw_launch_session_signal(c->pid, sig) > 0 && sig == SIGTERM)
+        return;
+    if (kill(-c->pid, sig) != 0 && errno == ESRCH && c->processes > 1 && !c->exited)
+        kill(c->pid, sig);
+}
+
+/* 1 when no process of the run is left, zombies included: its group, and for a launched run its session. */
+static int group_gone(const child *c)
+{
+    return kill(-c->pid, 0) != 0 && errno == ESRCH && (c->processes <= 1 || !tw_launch_session_signal(c->pid, 0));
 }
 
 static void terminate(child *c, const char *reason, double now)
@@ -695,6 +751,7 @@ static void child_free(child *c)
     if (c->log_fd >= 0)
         close(c->log_fd);
     json_decref(c->metrics);
+    json_decref(c->hosts);
     free(c->eval_out);
     free(c);
 }
@@ -719,7 +776,7 @@ static void reap_children(tw_scheduler *s)
             return;
         child *c = find_leader(s, si.si_pid);
         if (c)
-            kill(-c->pid, SIGKILL);
+            signal_group(c, SIGKILL);
         int status;
         if (waitpid(si.si_pid, &status, WNOHANG) != si.si_pid)
             return;
@@ -749,7 +806,7 @@ static void reap(tw_scheduler *s, int finish_runs)
     reap_children(s);
     for (int i = 0; i < s->n_kids;) {
         child *c = s->kids[i];
-        if (c->exited && !c->group_gone && kill(-c->pid, 0) != 0 && errno == ESRCH)
+        if (c->exited && !c->group_gone && group_gone(c))
             c->group_gone = 1;
         if (!c->group_gone) {
             i++;
@@ -976,7 +1033,7 @@ static tw_status spawn_evaluation(tw_scheduler *s, child *c, const json_t *row, 
                     (char *)json_string_value(json_object_get(row, "weights")), "--out", c->eval_out,
                     "--image-feature", (char *)job_text(job, "image_feature"), "--label-feature",
                     (char *)job_text(job, "label_feature"), "--data-root", S->data, NULL};
-    return fork_child(c, argv, "", job_text(job, "log"), why);
+    return fork_child(c, argv, "", NULL, job_text(job, "log"), why);
 }
 
 /* Starts the oldest queued evaluation job when none runs. */

@@ -1,6 +1,7 @@
 /* serve_main.c — `tower serve`: options, the data folder, start-up recovery, the threads, shutdown.
  *
- * Start-up order: refuse a data folder on NFS (SQLite locking), lock it (one server per data folder:
+ * Start-up order: split the --launcher template (launch.h; malformed: exit 2), refuse a data folder
+ * on NFS (SQLite locking), lock it (one server per data folder:
  * DIR/tower.lock), open the store, requeue runs a dead server left running (they resume from their
  * checkpoints), remove folders of uploads and submissions that never committed, restart interrupted
  * conversions, optionally register the demo, then start the scheduler and the HTTP daemon and print one
@@ -26,6 +27,7 @@
 #include "datafs.h"
 #include "datasets.h"
 #include "http.h"
+#include "launch.h"
 #include "logtext.h"
 #include "predict_cache.h"
 #include "scalars_cache.h"
@@ -67,6 +69,10 @@ static const char USAGE[] =
     "  --backoff-cap S           longest retry delay (default 300)\n"
     "  --max-restarts N          retries of a run that does not say (default 3)\n"
     "  --trainer PATH            program run for each run (default: this binary's `train`)\n"
+    "  --launcher 'TEMPLATE'     how a run of \"processes\" > 1 starts, split at spaces (no shell):\n"
+    "                            {processes}, {hosts} (inside [...], kept when the run names hosts),\n"
+    "                            {trainer}; Slurm: 'srun --ntasks={processes} {trainer}' (docs/scale-out.md).\n"
+    "                            Default: '" TW_LAUNCH_DEFAULT "'\n"
     "  --memory-limit BYTES      memory a run's device has, for the 400 on a model too large for it\n"
     "                            (default: the CPU's RAM capped by the cgroup limit)\n"
     "  --input-memory BYTES      memory a run's dataset may take decoded before it is streamed instead,\n"
@@ -75,7 +81,7 @@ static const char USAGE[] =
 enum {
     O_LISTEN = 256, O_DATA, O_TOKEN, O_INSECURE, O_NO_DEMO, O_MAX_UPLOAD, O_MAX_DATASET, O_MIN_FREE, O_CONN_LIMIT,
     O_PER_IP, O_CONN_TIMEOUT, O_HEADER_TIMEOUT, O_SSE_LIMIT, O_ORIGIN, O_TB_URL, O_HEARTBEAT, O_GRACE, O_BACKOFF, O_BACKOFF_CAP, O_MAX_RESTARTS, O_TRAINER,
-    O_MEMORY_LIMIT, O_INPUT_MEMORY, O_HELP
+    O_LAUNCHER, O_MEMORY_LIMIT, O_INPUT_MEMORY, O_HELP
 };
 
 static int number(const char *opt, const char *v, double lo, double hi, double *out)
@@ -112,6 +118,7 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
         {"heartbeat-timeout", required_argument, 0, O_HEARTBEAT}, {"grace", required_argument, 0, O_GRACE},
         {"backoff", required_argument, 0, O_BACKOFF}, {"backoff-cap", required_argument, 0, O_BACKOFF_CAP},
         {"max-restarts", required_argument, 0, O_MAX_RESTARTS}, {"trainer", required_argument, 0, O_TRAINER},
+        {"launcher", required_argument, 0, O_LAUNCHER},
         {"memory-limit", required_argument, 0, O_MEMORY_LIMIT}, {"input-memory", required_argument, 0, O_INPUT_MEMORY},
         {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
     tw_serve_options_default(o);
@@ -132,6 +139,7 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
         case O_INSECURE: o->insecure = 1; break;
         case O_NO_DEMO: o->demo = 0; break;
         case O_TRAINER: o->trainer = optarg; break;
+        case O_LAUNCHER: o->launcher = optarg; break;
         case O_MAX_UPLOAD: bad = number(name, optarg, 1, 1e15, &v); o->max_upload = (uint64_t)v; break;
         case O_MAX_DATASET: bad = number(name, optarg, 1, 1e15, &v); o->max_dataset = (uint64_t)v; break;
         case O_MIN_FREE: bad = number(name, optarg, 0, 1e18, &v); o->min_free = (uint64_t)v; break;
@@ -238,6 +246,7 @@ static void store_failed(void *arg, const tw_error *err) { tw_server_fatal(arg, 
 
 static tw_status start(tw_server *S, int *port, tw_error *err)
 {
+    TW_TRY(tw_launcher_parse(S->opt.launcher, &S->launcher, err)); /* a bad template: exit 2, naming it */
     TW_TRY(make_dirs(S, err));
     TW_TRY(lock_data(S, err));
     static const char chartjs[] = "/usr/share/javascript/chart.js/chart.min.js"; /* Debian libjs-chart.js */
@@ -275,6 +284,7 @@ static void stop(tw_server *S)
     tw_scheduler_destroy(S->sched);
     tw_datasets_stop(S);
     tw_store_close(S->store);
+    tw_launcher_destroy(S->launcher);
 }
 
 /* SIGTERM and SIGINT write a byte here. A handler, not a signalfd: threads that libraries started before

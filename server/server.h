@@ -26,6 +26,7 @@ typedef struct {
     const char *data;          /* the data folder (created if missing) */
     const char *token;         /* bearer token for POST/DELETE; NULL = none */
     const char *trainer;       /* program run as `TRAINER train CONFIG --logdir DIR ...`; NULL = this binary */
+    const char *launcher;      /* how a run of processes > 1 starts (launch.h's template); NULL = mpirun */
     int insecure;              /* allow a non-loopback listen address without a token */
     int demo;                  /* on an empty data folder: register Fashion-MNIST and queue the seed MLP */
     uint64_t max_upload;       /* bytes per upload body */
@@ -67,6 +68,7 @@ typedef struct tw_server {
     struct tw_converter *converter; /* datasets.c: the background conversion worker */
     struct tw_predict_cache *predict; /* predict_cache.c: the models opened for prediction */
     struct tw_scalars_cache *scalars; /* scalars_cache.c: runs' scalar series, read incrementally */
+    struct tw_launcher *launcher;  /* launch.c: opt.launcher split into words at start-up */
     atomic_int fatal;              /* set when the store cannot persist: main stops the process */
     int lock_fd;                   /* DIR/tower.lock, flock'd for the process's life (serve_main.c) */
     int wake_fd[2];                /* main's self-pipe: a byte = stop */

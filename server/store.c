@@ -3,7 +3,7 @@
  * Every statement is prepared once (keyed by its text's address: they are literals) and bound with a
  * small format string ("s" text, "S" text or NULL, "i" int64, "d" double). Rows become JSON objects
  * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. The schema's version is
- * PRAGMA user_version (6), and an older database is migrated at open. */
+ * PRAGMA user_version (7), and an older database is migrated at open. */
 #define _GNU_SOURCE
 #include "store.h"
 
@@ -92,7 +92,14 @@ static const char MIGRATE_6[] =
     " BEGIN DELETE FROM evaluations WHERE run_id = OLD.id; END;"
     "PRAGMA user_version = 6;";
 
-static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices", "job", "result"};
+/* Version 7 keeps how many processes a run trains in and the hosts it names (launch.h); older runs: one
+ * process, no hosts. */
+static const char MIGRATE_7[] =
+    "ALTER TABLE runs ADD COLUMN processes INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE runs ADD COLUMN hosts TEXT NOT NULL DEFAULT '[]';"
+    "PRAGMA user_version = 7;";
+
+static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices", "job", "result", "hosts"};
 
 /* The names the states are stored and shown as (the statements below spell the ones they test in SQL). */
 static const char *const RUN_STATES[TW_RUN_STATES] = {
@@ -338,6 +345,8 @@ static int migrate(sqlite3 *db)
         rc = sqlite3_exec(db, MIGRATE_5, NULL, NULL, NULL);
     if (rc == SQLITE_OK && version < 6)
         rc = sqlite3_exec(db, MIGRATE_6, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && version < 7)
+        rc = sqlite3_exec(db, MIGRATE_7, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
@@ -474,7 +483,7 @@ tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)
 #define RUN_COLUMNS_TAIL                                                                           \
     ", towers, steps, step, metrics, devices,"                                                     \
     " eta_s, created, started, first_started, finished, restarts, max_restarts, deadline_s,"       \
-    " not_before, priority, folder"
+    " not_before, priority, folder, processes, hosts"
 
 tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
 {
@@ -483,12 +492,14 @@ tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
     int changed = 0, ext = 0;
     tw_status s = exec_ext(st, &changed, &ext, err,
                            "INSERT INTO runs(id, name, dataset_id, status, config, towers, steps, created, "
-                           "max_restarts, deadline_s, idempotency_key, idempotency_body, priority, folder) "
-                           "SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, COALESCE(?13, ?1) "
+                           "max_restarts, deadline_s, idempotency_key, idempotency_body, priority, folder, "
+                           "processes, hosts) "
+                           "SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, COALESCE(?13, ?1), "
+                           "MAX(?14, 1), COALESCE(?15, '[]') "
                            "WHERE EXISTS (SELECT 1 FROM datasets WHERE id = ?3 AND status = 'ready')",
-                           "sSssiididSSiS", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
+                           "sSssiididSSiSiS", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
                            ts.tv_sec + ts.tv_nsec * 1e-9, (int64_t)r->max_restarts, r->deadline_s, r->idem_key,
-                           r->idem_body, (int64_t)r->priority, r->folder);
+                           r->idem_body, (int64_t)r->priority, r->folder, (int64_t)r->processes, r->hosts);
     if (s != TW_OK && r->idem_key && ext == SQLITE_CONSTRAINT_UNIQUE && strstr(err->message, "idempotency_key")) {
         tw_error_clear(err);
         return TW_END;

@@ -94,6 +94,8 @@ typedef struct {
     int max_restarts;
     double deadline_s; /* 0 = none */
     int priority;      /* higher runs first (tw_store_run_next) */
+    int processes;     /* processes it trains in (launch.h); 0 = 1 */
+    const char *hosts; /* JSON text of its host list (launch.h); NULL = none, "[]" */
 } tw_run_new;
 
 /* Inserts a queued run in one statement that commits only while its dataset exists and is "ready" (the

@@ -392,6 +392,16 @@ def test_runtime_packages_ship_what_tower_serves():
         assert owner(path) in runtime, path
 
 
+def test_runtime_packages_ship_the_default_launcher():
+    """A run of "processes" > 1 starts through mpirun (server/launch.h's default --launcher): the runtime
+    image has it (Open MPI's libraries come with it), and the build has Open MPI's headers."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        pytest.skip("Open MPI is not installed here")
+    assert owner(os.path.realpath(mpirun)) in set(deps_list("--runtime")), mpirun
+    assert "libopenmpi-dev" in deps_list()
+
+
 # ----------------------------------------------------------- the entrypoint against a real server
 
 def test_health_needs_no_token(serve):

@@ -61,7 +61,13 @@
  *   forge          at start-up write a stderr line holding terminal escapes (ESC, BEL) and a failed line
  *                  whose message echoes a value with newlines and ESC, as a trainer quoting a bad config
  *                  value would, then exit 2: what a log must show without a forged line or a raw escape
- * Example: TW_FAKE=step_ms=50,exit_at=7:12,once */
+ * Example: TW_FAKE=step_ms=50,exit_at=7:12,once
+ *
+ * Under mpirun (OMPI_COMM_WORLD_RANK set: a run of "processes" > 1, server/launch.h) every rank first
+ * writes {"rank":R,"rank_pid":PID} to stdout in one write. Rank 0 is then the trainer above; any other
+ * rank only steps (step_ms each, from the latest checkpoint's step with --resume) until "steps" or a
+ * SIGTERM/SIGINT and exits 0: it writes nothing and the fault switches do not apply to it, as only
+ * rank 0 of the real trainer prints the protocol's lines and writes files. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -571,6 +577,39 @@ static void finish(run *R)
         close(R->log_fd);
 }
 
+/* Under mpirun: {"rank":R,"rank_pid":PID} in one write. Returns the rank (0 without mpirun). */
+static int announce_rank(void)
+{
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    int64_t rank = 0;
+    if (!r || !parse_i64(r, 0, &rank))
+        return 0;
+    char line[64];
+    int n = snprintf(line, sizeof line, "{\"rank\":%lld,\"rank_pid\":%d}\n", (long long)rank, (int)getpid());
+    ssize_t w = write(STDOUT_FILENO, line, (size_t)n);
+    (void)w;
+    return (int)rank;
+}
+
+/* A rank other than 0: steps without a word until "steps" or a stop. Returns the exit status (0). */
+static int follow(const options *o)
+{
+    int64_t step = 0;
+    tw_checkpoint *ck;
+    tw_error err;
+    if (o->resume && tw_checkpoint_open_latest(o->ckpt_dir, &ck, &err) == TW_OK) {
+        const char *meta = tw_checkpoint_meta(ck, "step");
+        if (!meta || !parse_i64(meta, 0, &step))
+            step = 0;
+        tw_checkpoint_free(ck);
+    }
+    while (!stop_requested && step < o->steps) {
+        sleep_ms(F.step_ms);
+        step++;
+    }
+    return 0;
+}
+
 /* Returns the exit status. */
 static int train(options *o)
 {
@@ -618,6 +657,8 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    if (announce_rank() != 0)
+        return follow(&o);
     if (start_helper() != 0)
         return fail_with("INTERNAL", "helper: fork failed", 1);
     if (F.forge)

@@ -214,7 +214,7 @@ static void test_open_creates_schema_in_wal_mode(void **state)
 {
     fixture *f = *state;
     expect_peek(f->db, "PRAGMA journal_mode", "wal");
-    expect_peek(f->db, "PRAGMA user_version", "6");
+    expect_peek(f->db, "PRAGMA user_version", "7");
     expect_peek(f->db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'idempotency_body'", "1");
     expect_peek(f->db,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
@@ -457,9 +457,12 @@ static void test_run_insert_get(void **state)
     add_dataset(f->st, "d1", "mnist", "ready");
     tw_run_new r = {.id = "r1", .name = "123", .dataset_id = "d1",
                     .config = "{\"model\": {\"layers\": [{\"type\": \"dense\", \"units\": 10}]}, \"steps\": 500}",
-                    .idem_key = "key-1", .towers = 2, .steps = 500, .max_restarts = 4, .deadline_s = 3600.5};
+                    .idem_key = "key-1", .towers = 2, .steps = 500, .max_restarts = 4, .deadline_s = 3600.5,
+                    .processes = 2, .hosts = "[\"a:1\",\"b:1\"]"};
     assert_int_equal(tw_store_run_insert(f->st, &r, &err), TW_OK);
     json_t *g = run_row(f->st, "r1");
+    assert_int_equal(num(g, "processes"), 2); /* the launch keys (launch.h); hosts decoded as JSON */
+    assert_string_equal(json_string_value(json_array_get(json_object_get(g, "hosts"), 1)), "b:1");
     assert_non_null(g);
     assert_string_equal(str(g, "id"), "r1");
     assert_string_equal(str(g, "name"), "123"); /* a text column stays text even when it reads as JSON */
@@ -488,6 +491,8 @@ static void test_run_insert_get(void **state)
     assert_int_equal(tw_store_run_insert(f->st, &anon, &err), TW_OK);
     g = run_row(f->st, "r2");
     expect_null(g, "name");
+    assert_int_equal(num(g, "processes"), 1); /* unset: one process, no hosts */
+    assert_int_equal(json_array_size(json_object_get(g, "hosts")), 0);
     assert_true(json_is_object(json_object_get(g, "config")));
     json_decref(g);
     assert_null(run_row(f->st, "r3"));
@@ -1107,8 +1112,9 @@ static void test_migrates_version_1(void **state)
     sqlite3_close(c);
     tw_error err;
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "6");
+    expect_peek(path, "PRAGMA user_version", "7");
     expect_peek(path, "SELECT priority FROM runs WHERE id = 'rold'", "0");
+    expect_peek(path, "SELECT processes || ' ' || hosts FROM runs WHERE id = 'rold'", "1 []"); /* one process */
     expect_peek(path, "SELECT n FROM run_counts WHERE status = 'queued'", "1"); /* counted from the rows */
     expect_peek(path, "SELECT folder FROM runs WHERE id = 'rold'", "rold"); /* an old run's folder: its id */
     expect_peek(path, "SELECT count(*) FROM evaluations", "0");
@@ -1116,9 +1122,9 @@ static void test_migrates_version_1(void **state)
     assert_int_equal(tw_store_run_by_key(f->st, "old-key", "{\"any\":1}", &r, &err), TW_OK);
     assert_string_equal(str(r, "id"), "rold");
     json_decref(r);
-    tw_store_close(f->st); /* and opening a version-6 database again changes nothing */
+    tw_store_close(f->st); /* and opening a version-7 database again changes nothing */
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "6");
+    expect_peek(path, "PRAGMA user_version", "7");
 }
 
 /* Drops the store's tables through a second connection: every later read of them fails for real. */
