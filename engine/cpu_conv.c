@@ -16,9 +16,9 @@
  * Determinism: for a fixed thread count and machine, oneDNN's CPU convolutions split the work and reduce
  * partial filter gradients in a fixed order, so a step gives the same bits run to run (bit-exact resume,
  * test_trainer.c). Threads: Debian's libdnnl runs on OpenMP (libgomp), whose thread count is per calling
- * thread; each call sets it to tw_cpu_conv_threads' value through the omp_set_num_threads of the runtime
- * libdnnl loaded (found with dlsym, so the engine links no OpenMP runtime of its own, which with clang
- * would be a second one). libgomp's default wait policy spins an idle thread for milliseconds after each
+ * thread; each call sets it to tw_cpu_conv_threads' value (tw_cpu_omp_team, cpu_gemm.h: the
+ * omp_set_num_threads of the runtime libdnnl loaded, found with dlsym, so the engine links no OpenMP
+ * runtime of its own, which with clang would be a second one). libgomp's default wait policy spins an idle thread for milliseconds after each
  * call, on the core OpenBLAS's own (pthread) worker and the next op need, and that worker in turn loops
  * on sched_yield for 2^28 cycles after each sgemm: tw_cpu_conv_process_init has main re-execute with
  * OMP_WAIT_POLICY=passive (22-25 % less user CPU per Fashion CNN step, faster in every alternating
@@ -39,10 +39,10 @@
  * pass (about 2 ms of CPU per step) and turns a NaN into 0 (checked: brgconv's post-op maps NaN, -inf,
  * -1 to 0), where Tower's and TensorFlow's x < 0 ? 0 : x keep it for the loss check: not used. The
  * ReLU's backward instead rides on the pool's (tw_maxpool_bwd_relu). */
-#define _GNU_SOURCE /* RTLD_DEFAULT */
+#define _GNU_SOURCE
 #include "cpu_conv.h"
+#include "cpu_gemm.h"
 
-#include <dlfcn.h>
 #include <dnnl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -102,17 +102,9 @@ void tw_cpu_conv_process_init(char **argv)
 /* Sets this thread's OpenMP team size for oneDNN (no-op before tw_cpu_conv_threads or without OpenMP). */
 static void apply_threads(void)
 {
-    static void (*set_num)(int);
-    static atomic_int looked;
     int n = atomic_load(&conv_threads);
-    if (n <= 0)
-        return;
-    if (!atomic_load(&looked)) {
-        *(void **)&set_num = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
-        atomic_store(&looked, 1);
-    }
-    if (set_num)
-        set_num(n);
+    if (n > 0)
+        tw_cpu_omp_team(n);
 }
 
 #define DN(call)                                                                                     \

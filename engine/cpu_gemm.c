@@ -39,20 +39,24 @@ void tw_cpu_gemm_threads(int threads) { atomic_store(&gemm_threads, threads); }
  * one thread for 32 x 500 x 784 with the machine busy). */
 enum { MACS_PER_THREAD = 1 << 25 };
 
-/* Sets this thread's OpenMP team size for an m x n x k product (no-op without OpenMP). */
-static void apply_threads(int m, int n, int k)
+void tw_cpu_omp_team(int threads)
 {
     static void (*set_num)(int);
     static atomic_int looked;
-    int share = atomic_load(&gemm_threads);
-    double fit = (double)m * n * k / MACS_PER_THREAD;
-    int threads = fit < share ? (int)fit : share;
     if (!atomic_load(&looked)) {
         *(void **)&set_num = dlsym(RTLD_DEFAULT, "omp_set_num_threads");
         atomic_store(&looked, 1);
     }
     if (set_num)
         set_num(threads > 1 ? threads : 1);
+}
+
+/* Sets this thread's OpenMP team size for an m x n x k product. */
+static void apply_threads(int m, int n, int k)
+{
+    int share = atomic_load(&gemm_threads);
+    double fit = (double)m * n * k / MACS_PER_THREAD;
+    tw_cpu_omp_team(fit < share ? (int)fit : share);
 }
 
 tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,

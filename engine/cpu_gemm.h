@@ -15,6 +15,11 @@
 tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                        const float *b, float beta, float *c, tw_error *err);
 
+/* oneDNN builds only: this thread's OpenMP team size for oneDNN's next calls (at least 1), through the
+ * omp_set_num_threads of the runtime libdnnl loaded (dlsym: the engine links none of its own); a no-op
+ * when there is none. Shared with the convolutions (cpu_conv.c). */
+void tw_cpu_omp_team(int threads);
+
 /* The threads every later GEMM uses, per calling thread (process-wide; tw_backend_plan's share). */
 void tw_cpu_gemm_threads(int threads);
 

@@ -127,6 +127,22 @@ static tw_status alloc_batches(tw_towers *T, tw_error *err)
     return TW_OK;
 }
 
+/* On a backend with worlds of its own (CUDA: NCCL), the processes' towers join one: rank 0 makes the id,
+ * tw_world_bcast hands it to every process (MPI_Bcast), each joins as node `rank`; the towers' all-reduce
+ * then averages over every tower of the world on the devices, with no copy through the host. */
+static tw_status join_device_world(tw_towers *T, tw_error *err)
+{
+    if (T->world_towers == T->n || !tw_backend_has_world(T->b[0]))
+        return TW_OK;
+    unsigned char id[TW_WORLD_ID_BYTES] = {0};
+    if (tw_world_rank(T->world) == 0)
+        TW_TRY(tw_backend_world_id(T->b[0], id, err));
+    TW_TRY(tw_world_bcast(T->world, id, sizeof id, err));
+    TW_TRY(tw_backend_world_join(T->b, T->n, id, tw_world_rank(T->world), tw_world_size(T->world), err));
+    T->device_world = 1;
+    return TW_OK;
+}
+
 tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
 {
     int local = T->world ? tw_world_local_size(T->world) : 1; /* processes sharing this machine's cores */
@@ -140,7 +156,8 @@ tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
     if (T->n > 1)
         TW_TRY(tw_tower_pool_create(T->n, &T->pool, err));
     TW_TRY(alloc_batches(T, err));
-    if (T->world_towers > T->n && !(T->world_grads = malloc((T->P ? T->P : 1) * sizeof(float))))
+    TW_TRY(join_device_world(T, err));
+    if (T->world_towers > T->n && !T->device_world && !(T->world_grads = malloc((T->P ? T->P : 1) * sizeof(float))))
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     return tw_backend_alloc(T->b[0], sizeof(float), &T->scalar, err);
 }
@@ -385,11 +402,15 @@ static tw_status average_world(tw_towers *T, tw_error *err)
     return tw_towers_upload_all(T, tw_replica_grads, T->world_grads, err);
 }
 
-/* The gradients of every tower of every process become their mean over the world's towers: over the
- * local towers, then over the processes (each holds the same number of towers, so the mean of the
- * means is the mean). */
+/* The gradients of every tower of every process become their mean over the world's towers: in a device
+ * world by the backend's all-reduce alone; else over the local towers, then over the processes (each
+ * holds the same number of towers, so the mean of the means is the mean). */
 static tw_status average_all(tw_towers *T, double *unused, tw_error *err)
 {
+    if (T->device_world) { /* one call over the world's towers, even for one local tower */
+        *unused = 0;
+        return average_range(T, 0, T->P, err);
+    }
     if (T->n > 1)
         TW_TRY(average_gradients(T, unused, err));
     *unused = 0;

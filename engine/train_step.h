@@ -31,7 +31,9 @@ typedef struct {
     int tower0;                     /* the global index of tower 0 (tw_world_tower_offset) */
     int world_towers;               /* towers of all processes: n × the world's size */
     float *world_grads;             /* [P] host copy of the gradients for the processes' all-reduce; NULL
-                                       in a world of one */
+                                       in a world of one or a device world */
+    int device_world;               /* the towers joined the backend's world of processes (CUDA: one NCCL
+                                       world of every process's GPUs): its all-reduce averages over all */
     tw_model *m;                    /* owned */
     int n;                          /* towers */
     tw_backend *b[TW_MAX_TOWERS];   /* owned */

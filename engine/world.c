@@ -51,8 +51,8 @@ static void world_of_one(tw_world *w)
 tw_status tw_world_init(tw_world *w, tw_error *err)
 {
     world_of_one(w);
-    if (tw_world_launched_size() == 0)
-        return TW_OK; /* not started by a launcher: no MPI_Init (world.h) */
+    if (tw_world_launched_size() == 0) /* not started by a launcher: no MPI_Init (world.h) */
+        return tw_world_refuse_rendezvous(err);
     int provided;
     TW_TRY(mpi_check(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", err));
     w->joined = 1;

@@ -46,6 +46,12 @@ tw_status tw_world_init(tw_world *w, tw_error *err);
  * started by one. world_env.c, shared by both worlds, as the accessors below. */
 int tw_world_launched_size(void);
 
+/* TW_ERR_UNSUPPORTED when, without a launcher, torchrun's variables (rendezvous.h: WORLD_SIZE, RANK,
+ * MASTER_ADDR, MASTER_PORT) describe a world of several processes, which training cannot join yet; their
+ * own errors when they are malformed (naming the variable); else TW_OK. Both tw_world_init call it
+ * when no launcher started the process. */
+tw_status tw_world_refuse_rendezvous(tw_error *err);
+
 /* Leaves the world (MPI_Finalize); a no-op when not joined. Every process calls it on a normal exit. */
 void tw_world_finalize(tw_world *w);
 

@@ -17,7 +17,7 @@ tw_status tw_world_init(tw_world *w, tw_error *err)
                             "started as one of %d processes (mpirun/srun), but this tower was built "
                             "without MPI: install libopenmpi-dev and rebuild with -DTW_MPI=ON, or run one "
                             "process with --towers N", n);
-    return TW_OK;
+    return n == 0 ? tw_world_refuse_rendezvous(err) : TW_OK;
 }
 
 void tw_world_finalize(tw_world *w) { w->joined = 0; }

@@ -490,4 +490,5 @@ extern "C" const tw_backend_ops tw_cuda_backend_ops = {
     .conv_bwd_filter = nullptr,
     .world_id = tw_cuda_world_id,
     .world_join = tw_cuda_world_join,
+    .maxpool_bwd_relu = nullptr, /* the engine calls maxpool_bwd, then act_bwd */
 };

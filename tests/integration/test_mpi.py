@@ -247,6 +247,20 @@ def test_a_build_without_mpi_refuses_to_run_under_mpirun(tower_bin, tmp_path, fa
     assert not (tmp_path / "refused").exists()  # nothing written
 
 
+@pytest.mark.parametrize("size_var", ["WORLD_SIZE", "SLURM_NTASKS"])
+def test_torchrun_variables_alone_are_refused_not_run_as_independent_runs(tower_bin, tmp_path, fashion, size_var):  # noqa: F811
+    """Without a launcher, torchrun's variables of a world of 2 (training joins worlds through MPI only):
+    exit 2 naming the variable, nothing written, rather than two runs in one folder."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM_"))}
+    env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", size_var: "2",
+                "RANK" if size_var == "WORLD_SIZE" else "SLURM_PROCID": "0"})
+    res = subprocess.run([str(tower_bin), "train", write_config(tmp_path, "tr", mlp_config(fashion)),
+                          "--logdir", str(tmp_path / "tr")], capture_output=True, text=True, timeout=120, env=env)
+    assert res.returncode == 2, res.stderr
+    assert f"{size_var}=2" in res.stderr and "MPI only" in res.stderr, res.stderr
+    assert not (tmp_path / "tr").exists()
+
+
 def test_configure_without_mpi_goes_on(tmp_path):
     """-DTW_MPI=OFF, and TW_MPI=ON with no MPI to be found: configure says so and succeeds (world_none.c)."""
     for args, says in ((["-DTW_MPI=OFF"], "Tower: MPI world of processes OFF"),
