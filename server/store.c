@@ -324,8 +324,9 @@ static tw_status first(tw_status s, json_t *rows, json_t **out)
 }
 
 /* Brings a database of an older version to this one: the version is read and changed in one write
- * transaction, so two openers never both migrate. An SQLite result code. */
-static int migrate(sqlite3 *db)
+ * transaction, so two openers never both migrate. An SQLite result code; on failure why holds SQLite's
+ * message (taken before the rollback, which clears it). */
+static int migrate(sqlite3 *db, char *why, size_t why_size)
 {
     sqlite3_stmt *stmt = NULL;
     int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
@@ -349,8 +350,10 @@ static int migrate(sqlite3 *db)
         rc = sqlite3_exec(db, MIGRATE_7, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    if (rc != SQLITE_OK)
+    if (rc != SQLITE_OK) {
+        snprintf(why, why_size, "%s", sqlite3_errmsg(db));
         sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
+    }
     return rc;
 }
 
@@ -368,11 +371,12 @@ tw_status tw_store_open(const char *path, tw_store **out, tw_error *err)
                                         "PRAGMA busy_timeout=5000", SCHEMA};
     for (size_t i = 0; rc == SQLITE_OK && i < sizeof setup / sizeof setup[0]; i++)
         rc = sqlite3_exec(st->db, setup[i], NULL, NULL, NULL);
+    char why[256] = "";
     if (rc == SQLITE_OK)
-        rc = migrate(st->db);
+        rc = migrate(st->db, why, sizeof why);
     if (rc != SQLITE_OK) {
         tw_status s = tw_error_set(err, TW_ERR_IO, path, -1, "cannot open the database: %s",
-                                   st->db ? sqlite3_errmsg(st->db) : "out of memory");
+                                   why[0] ? why : st->db ? sqlite3_errmsg(st->db) : "out of memory");
         tw_store_close(st);
         return s;
     }

@@ -28,7 +28,9 @@ def make_old(data, run):
     """The data folder as an older Tower left it: the run's folder its bare id, no folder column."""
     pathlib.Path(run["logdir"]).rename(data / "runs" / run["id"])
     db = sqlite3.connect(data / "tower.db")
-    db.executescript("DROP INDEX runs_folder; ALTER TABLE runs DROP COLUMN folder; PRAGMA user_version = 3;")
+    db.executescript("DROP INDEX runs_folder; ALTER TABLE runs DROP COLUMN folder;"  # the columns after v3
+                     "ALTER TABLE runs DROP COLUMN processes; ALTER TABLE runs DROP COLUMN hosts;"
+                     "PRAGMA user_version = 3;")
     db.close()
 
 
