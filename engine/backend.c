@@ -205,14 +205,13 @@ tw_status tw_backend_create(const char *kind, int device, tw_backend **out, tw_e
     return TW_OK;
 }
 
-tw_status tw_backend_plan(const char *kind, int concurrent, tw_error *err)
+tw_status tw_backend_plan(const char *kind, int concurrent, int *threads, tw_error *err)
 {
     if (concurrent < 1)
         return fail(err, "tw_backend_plan", "concurrent must be >= 1, got %d", concurrent);
     const tw_backend_ops *ops;
     TW_TRY(tw_backend_find(kind, &ops, err));
-    if (ops->plan)
-        ops->plan(concurrent);
+    *threads = ops->plan ? ops->plan(concurrent) : 1;
     return TW_OK;
 }
 
@@ -692,6 +691,27 @@ static tw_status check_group(const char *op, tw_backend *const *towers, int n_to
         TW_TRY(check_f32(op, arg, bufs[i], n, err));
     }
     return TW_OK;
+}
+
+int tw_backend_has_update_mean(const tw_backend *b) { return b && b->ops->update_mean; }
+
+tw_status tw_update_mean(tw_backend *b, const tw_update *u, tw_tensor params, const tw_tensor *grads,
+                         int n_grads, tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n,
+                         tw_error *err)
+{
+    TW_TRY(check_backend(__func__, b, err));
+    if (!b->ops->update_mean)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "%s: the %s backend has no fused "
+                            "all-reduce and update", __func__, b->ops->kind);
+    if (!grads)
+        return fail(err, __func__, "argument grads is NULL");
+    TW_TRY(check_dim(__func__, "n_grads", n_grads, err));
+    for (int i = 0; i < n_grads; i++) {
+        TW_TRY(check_update(__func__, u, params, grads[i], slot1, slot2, ema, n, err));
+        for (int j = 0; j < i; j++)
+            TW_TRY(check_disjoint(__func__, "grads", grads[i], n, "grads", grads[j], n, err));
+    }
+    return b->ops->update_mean(b->ctx, u, params, grads, n_grads, slot1, slot2, ema, n, err);
 }
 
 int tw_backend_allreduce_splits(const tw_backend *b) { return b && b->ops->allreduce_split; }

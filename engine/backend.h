@@ -81,7 +81,8 @@ typedef struct tw_backend tw_backend;
  * wrappers below before an op is called, so ops may assume valid views and sizes. */
 struct tw_backend_ops {
     const char *kind; /* "cpu", "cuda" */
-    void (*plan)(int concurrent); /* how many instances will compute at once (may be NULL) */
+    /* How many instances will compute at once; returns the threads each may use (may be NULL: 1). */
+    int (*plan)(int concurrent);
     tw_status (*create)(int device, void **ctx, char *name, size_t name_size, tw_error *err);
     void (*destroy)(void *ctx);
     tw_status (*alloc)(void *ctx, size_t bytes, tw_buffer **out, tw_error *err);
@@ -121,6 +122,11 @@ struct tw_backend_ops {
                         tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err);
     tw_status (*allreduce_avg)(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
                                tw_error *err);
+    /* Optional (NULL: not offered; the CPU offers it): the all-reduce and the update in one pass over
+     * host memory (tw_update_mean says what). */
+    tw_status (*update_mean)(void *ctx, const tw_update *u, tw_tensor params, const tw_tensor *grads,
+                             int n_grads, tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n,
+                             tw_error *err);
     int allreduce_split; /* 1: allreduce_avg over disjoint ranges may run concurrently (host memory) */
     tw_status (*sync)(void *ctx, tw_error *err);
     /* Optional (NULL: not offered; the CPU backend offers none of them). */
@@ -194,8 +200,9 @@ tw_status tw_backend_device_info(int device, tw_device_info *out, tw_error *err)
 
 /* Tells a kind that `concurrent` instances will compute at the same time (one per tower), before they
  * are created, so it can share the machine among them (the CPU backend gives each tower its share of the
- * cores for OpenBLAS instead of letting every tower's GEMMs oversubscribe them). Process-wide. */
-tw_status tw_backend_plan(const char *kind, int concurrent, tw_error *err);
+ * cores for OpenBLAS instead of letting every tower's GEMMs oversubscribe them). Process-wide.
+ * *threads = the threads each instance may use (its share of the cores; 1 on a device backend). */
+tw_status tw_backend_plan(const char *kind, int concurrent, int *threads, tw_error *err);
 
 /* ---- memory ---- */
 
@@ -298,6 +305,19 @@ tw_status tw_sum_squares(tw_backend *b, tw_tensor out, tw_tensor x, size_t n, tw
  * view); then, when u->ema, ema = shadow of the new params. */
 tw_status tw_update_step(tw_backend *b, const tw_update *u, tw_tensor params, tw_tensor grads,
                          tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err);
+
+/* 1 when b offers tw_update_mean (the CPU). */
+int tw_backend_has_update_mean(const tw_backend *b);
+
+/* tw_update_step from the mean of grads[0..n_grads) (each [n] fp32): the mean is summed in that order in
+ * float and scaled by 1/n_grads exactly as tw_backend_allreduce_avg does (one gradient: itself), written
+ * into grads[0], and applied in the same pass. The towers share params, slots and ema (one update for
+ * all); calls over disjoint ranges may run from several threads at once (each its share of the arenas,
+ * with u->l2_count counted from the range's start; the same instance b may serve them all: the op
+ * keeps no state). TW_ERR_UNSUPPORTED where b does not offer it. */
+tw_status tw_update_mean(tw_backend *b, const tw_update *u, tw_tensor params, const tw_tensor *grads,
+                         int n_grads, tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n,
+                         tw_error *err);
 
 /* 1 when b's all-reduce may run over disjoint ranges from several threads at once (allreduce_split). */
 int tw_backend_allreduce_splits(const tw_backend *b);

@@ -2,7 +2,7 @@
  *
  * Owns: host buffers (aligned_alloc, 64-byte aligned), the loops around elementwise.h's per-element
  * formulas, the window walks of im2col/col2im/max-pool, the row reductions of the losses, the fused
- * update and the host all-reduce. GEMM is a tuned library's (cpu_gemm.c: oneDNN's, else OpenBLAS's);
+ * update, the host all-reduce, and the two in one pass over the towers' shared state (update_mean). GEMM is a tuned library's (cpu_gemm.c: oneDNN's, else OpenBLAS's);
  * direct convolutions are oneDNN's (cpu_conv.c says why); the other loops are written here because no
  * library has them with TensorFlow's formulas and a summation order the CUDA backend can match. Every
  * sum runs in a fixed order in float (sum_squares in double), so results do not depend on thread timing.
@@ -39,13 +39,15 @@ static int32_t *i32(tw_tensor t) { return (int32_t *)(void *)((char *)t.buf->dat
 
 /* ---- lifecycle and memory ---- */
 
-/* Each of `concurrent` towers gets an equal share of the cores for OpenBLAS and oneDNN (at least one). */
-static void cpu_plan(int concurrent)
+/* Each of `concurrent` towers gets an equal share of the cores for OpenBLAS and oneDNN (at least one);
+ * returns that share. */
+static int cpu_plan(int concurrent)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long share = cores > concurrent ? cores / concurrent : 1;
     tw_cpu_gemm_threads((int)share);
     tw_cpu_conv_threads((int)share);
+    return (int)share;
 }
 
 enum {
@@ -648,9 +650,34 @@ static tw_status cpu_update(void *ctx, const tw_update *u, tw_tensor params, tw_
 
 enum { REDUCE_BLOCK = 1024 };
 
-/* Every bufs[t] ([n] fp32, host) becomes (bufs[0] + bufs[1] + ... + bufs[n_ctx-1]) * (1 / n_ctx),
- * summed in that order in float, so every tower gets bit-identical values. Block by block, in plain
- * loops that vectorise (the memcpy calls this had were inlined as rep movsq, 60% of its time). */
+/* acc[len] = (bufs[0] + bufs[1] + ... + bufs[n-1]) * (1 / n) over values [at, at + len), summed in that
+ * order in float (n = 1: bufs[0] itself); acc may be bufs[0]'s own values. The one formula of the mean,
+ * shared by the all-reduce and the fused update so that both give bit-identical values. Plain loops
+ * that vectorise (the memcpy calls this had were inlined as rep movsq, 60% of the all-reduce). */
+static void mean_block(const tw_tensor *bufs, int n, size_t at, size_t len, float *acc)
+{
+    const float *b0 = f32(bufs[0]) + at;
+    if (n < 2) {
+        if (acc != b0)
+            for (size_t i = 0; i < len; i++)
+                acc[i] = b0[i];
+        return;
+    }
+    const float *b1 = f32(bufs[1]) + at;
+    for (size_t i = 0; i < len; i++)
+        acc[i] = b0[i] + b1[i];
+    for (int t = 2; t < n; t++) {
+        const float *src = f32(bufs[t]) + at;
+        for (size_t i = 0; i < len; i++)
+            acc[i] += src[i];
+    }
+    float inv = 1.0f / (float)n;
+    for (size_t i = 0; i < len; i++)
+        acc[i] *= inv;
+}
+
+/* Every bufs[t] ([n] fp32, host) becomes their mean (mean_block), so every tower gets bit-identical
+ * values; block by block. */
 static tw_status cpu_allreduce_avg(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
                                    tw_error *err)
 {
@@ -659,22 +686,36 @@ static tw_status cpu_allreduce_avg(void *const *ctxs, int n_ctx, const tw_tensor
     if (n_ctx < 2)
         return TW_OK; /* the mean of one */
     float acc[REDUCE_BLOCK];
-    float inv = 1.0f / (float)n_ctx;
     for (size_t at = 0; at < n; at += REDUCE_BLOCK) {
         size_t len = n - at < REDUCE_BLOCK ? n - at : REDUCE_BLOCK;
-        const float *b0 = f32(bufs[0]) + at, *b1 = f32(bufs[1]) + at;
-        for (size_t i = 0; i < len; i++)
-            acc[i] = b0[i] + b1[i];
-        for (int t = 2; t < n_ctx; t++) {
-            const float *src = f32(bufs[t]) + at;
-            for (size_t i = 0; i < len; i++)
-                acc[i] += src[i];
-        }
+        mean_block(bufs, n_ctx, at, len, acc);
         for (int t = 0; t < n_ctx; t++) {
             float *dst = f32(bufs[t]) + at;
             for (size_t i = 0; i < len; i++)
-                dst[i] = acc[i] * inv;
+                dst[i] = acc[i];
         }
+    }
+    return TW_OK;
+}
+
+/* The update from the mean of grads[n_grads] (backend.h's tw_update_mean): block by block, the mean
+ * into grads[0]'s block, then the step over it while the block is still in the cache. */
+static tw_status cpu_update_mean(void *ctx, const tw_update *u, tw_tensor params, const tw_tensor *grads,
+                                 int n_grads, tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n,
+                                 tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    update_range r = {f32(params), f32(grads[0]), u->kind != TW_OPT_SGD ? f32(slot1) : NULL,
+                      u->kind == TW_OPT_ADAM ? f32(slot2) : NULL, u->ema ? f32(ema) : NULL};
+    for (size_t at = 0; at < n; at += REDUCE_BLOCK) {
+        size_t len = n - at < REDUCE_BLOCK ? n - at : REDUCE_BLOCK;
+        mean_block(grads, n_grads, at, len, f32(grads[0]) + at);
+        size_t k = u->l2_count > at ? u->l2_count - at : 0; /* the block's weights under L2 */
+        k = k < len ? k : len;
+        update_range b = range_from(r, at);
+        step_range(u, u->l2, b, k);
+        step_range(u, 0.0f, range_from(b, k), len - k);
     }
     return TW_OK;
 }
@@ -715,6 +756,7 @@ const tw_backend_ops tw_cpu_backend_ops = {
     .sum_squares = cpu_sum_squares,
     .update = cpu_update,
     .allreduce_avg = cpu_allreduce_avg,
+    .update_mean = cpu_update_mean,
     .allreduce_split = 1, /* each call touches only its range, summed in the same order */
     .sync = cpu_sync,
 #ifdef TW_HAVE_DNNL /* without it the engine convolves through im2col + gemm (model.c) */

@@ -413,7 +413,8 @@ struct tw_replica {
     const tw_model *m;        /* borrowed */
     tw_backend *b;            /* borrowed */
     int batch;
-    tw_buffer *arena[N_ARENAS];
+    tw_buffer *arena[N_ARENAS]; /* owned, except those `shares` borrows */
+    const tw_replica *shares; /* borrowed: the replica whose params, slots and EMA this one uses, or NULL */
     tw_buffer *x, *labels, *loss, *probs; /* [batch, in] ; [batch*outs] ; [batch] ; [batch, outs] */
     float *host_loss;         /* [batch] host copy of loss, owned */
     layer_state ls[TW_MAX_LAYERS];
@@ -493,11 +494,14 @@ tw_status tw_replica_size_of(const tw_model *m, int batch, tw_replica_size *out,
     return TW_OK;
 }
 
+/* 1 when r holds arena a itself (not borrowed from the replica it shares with). */
+static int arena_owned(const tw_replica *r, int a) { return !r->shares || a == ARENA_GRADS; }
+
 uint64_t tw_replica_bytes(const tw_replica *r)
 {
     uint64_t sum = 0;
     for (int a = 0; a < N_ARENAS; a++)
-        sum += r->arena[a] ? r->arena[a]->bytes : 0;
+        sum += r->arena[a] && arena_owned(r, a) ? r->arena[a]->bytes : 0;
     const tw_buffer *bufs[4] = {r->x, r->labels, r->loss, r->probs};
     for (int i = 0; i < 4; i++)
         sum += bufs[i]->bytes;
@@ -536,7 +540,9 @@ static tw_status replica_alloc(tw_replica *r, tw_error *err)
     TW_TRY(tw_replica_size_of(m, r->batch, &size, err));
     uint64_t outs = (uint64_t)tw_model_output_size(m), rows = (uint64_t)r->batch;
     for (int a = 0; a < N_ARENAS; a++)
-        if (arena_held(m, a))
+        if (arena_held(m, a) && !arena_owned(r, a))
+            r->arena[a] = r->shares->arena[a];
+        else if (arena_held(m, a))
             TW_TRY(alloc_floats(r, m->param_floats, &r->arena[a], err));
     TW_TRY(alloc_floats(r, rows * tw_model_input_size(m), &r->x, err));
     TW_TRY(alloc_floats(r, rows * outs, &r->labels, err));
@@ -550,13 +556,23 @@ static tw_status replica_alloc(tw_replica *r, tw_error *err)
 tw_status tw_replica_create(const tw_model *m, tw_backend *b, int batch, tw_replica **out,
                             tw_error *err)
 {
+    return tw_replica_create_sharing(m, b, batch, NULL, out, err);
+}
+
+tw_status tw_replica_create_sharing(const tw_model *m, tw_backend *b, int batch, const tw_replica *shares,
+                                    tw_replica **out, tw_error *err)
+{
     *out = NULL;
+    if (shares && shares->m != m)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "a replica shares arenas only with a replica "
+                            "of the same model");
     tw_replica *r = calloc(1, sizeof *r);
     if (!r)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     r->m = m;
     r->b = b;
     r->batch = batch;
+    r->shares = shares;
     tw_status s = (r->host_loss = malloc((size_t)batch * sizeof(float)))
                       ? replica_alloc(r, err)
                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
@@ -578,7 +594,8 @@ void tw_replica_destroy(tw_replica *r)
         tw_backend_free(r->b, r->ls[i].work);
     }
     for (int a = 0; a < N_ARENAS; a++)
-        tw_backend_free(r->b, r->arena[a]);
+        if (arena_owned(r, a))
+            tw_backend_free(r->b, r->arena[a]);
     tw_backend_free(r->b, r->x);
     tw_backend_free(r->b, r->labels);
     tw_backend_free(r->b, r->loss);

@@ -75,6 +75,14 @@ tw_status tw_replica_create(const tw_model *m, tw_backend *b, int batch, tw_repl
                             tw_error *err);
 void tw_replica_destroy(tw_replica *r); /* NULL-safe */
 
+/* As tw_replica_create, but the new replica uses shares's params, optimizer slots and EMA shadows (its
+ * own gradients, activations and batch): one copy of the state for the towers of a backend in host
+ * memory, updated once per step (tw_update_mean). shares (borrowed) must be of model m, on a backend of
+ * the same memory, and outlive the new replica; whatever is written to the shared arenas through either
+ * is seen by both. NULL: tw_replica_create. */
+tw_status tw_replica_create_sharing(const tw_model *m, tw_backend *b, int batch, const tw_replica *shares,
+                                    tw_replica **out, tw_error *err);
+
 /* What tw_replica_create(m, b, batch) allocates on its backend, in bytes, computed without allocating
  * (the same rule the allocation follows), on a backend that convolves through im2col; one with a direct
  * convolution (tw_backend_has_conv) holds `columns` bytes less. Errors: TW_ERR_INVALID when a size

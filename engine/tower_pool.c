@@ -17,7 +17,8 @@ typedef struct {
 } worker;
 
 struct tw_tower_pool {
-    int n, started;            /* jobs per run; worker threads running */
+    int n, started;            /* the most jobs per run; worker threads running */
+    int jobs;                  /* jobs of the current run: workers 1..jobs-1 take part */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
     unsigned long generation;  /* runs begun */
@@ -41,6 +42,8 @@ static void *worker_main(void *v)
         if (p->stop)
             break;
         seen = p->generation;
+        if (w->t >= p->jobs)
+            continue; /* not in this run */
         pthread_mutex_unlock(&p->mu);
         p->job(p->arg, w->t);
         pthread_mutex_lock(&p->mu);
@@ -93,12 +96,18 @@ void tw_tower_pool_destroy(tw_tower_pool *p)
     free(p);
 }
 
-void tw_tower_pool_run(tw_tower_pool *p, void (*job)(void *arg, int t), void *arg)
+void tw_tower_pool_run(tw_tower_pool *p, int jobs, void (*job)(void *arg, int t), void *arg)
 {
+    jobs = jobs < 1 ? 1 : jobs > p->n ? p->n : jobs;
+    if (jobs == 1) {
+        job(arg, 0);
+        return;
+    }
     pthread_mutex_lock(&p->mu);
     p->job = job;
     p->arg = arg;
-    p->pending = p->n - 1;
+    p->jobs = jobs;
+    p->pending = jobs - 1;
     p->generation++;
     pthread_cond_broadcast(&p->go);
     pthread_mutex_unlock(&p->mu);

@@ -12,15 +12,16 @@
 
 typedef struct tw_tower_pool tw_tower_pool;
 
-/* A pool for n jobs per run (n >= 1; n = 1 creates no thread). Caller owns *out. Errors: TW_ERR_NOMEM,
+/* A pool for up to n jobs per run (n >= 1; n = 1 creates no thread). Caller owns *out. Errors: TW_ERR_NOMEM,
  * TW_ERR_INTERNAL when a thread cannot be created (naming the error). */
 tw_status tw_tower_pool_create(int n, tw_tower_pool **out, tw_error *err);
 
 /* Stops and joins the workers (after the last run has returned). NULL-safe. */
 void tw_tower_pool_destroy(tw_tower_pool *p);
 
-/* Runs job(arg, t) for every t in [0, n), t = 0 on the caller, and returns when all have returned.
- * One run at a time per pool (one caller thread). */
-void tw_tower_pool_run(tw_tower_pool *p, void (*job)(void *arg, int t), void *arg);
+/* Runs job(arg, t) for every t in [0, jobs), jobs in 1..n (the pool's), t = 0 on the caller, and
+ * returns when all have returned; jobs = 1 runs on the caller alone, waking no worker. One run at a time
+ * per pool (one caller thread). */
+void tw_tower_pool_run(tw_tower_pool *p, int jobs, void (*job)(void *arg, int t), void *arg);
 
 #endif

@@ -3,7 +3,10 @@
  * One step: the caller puts towers × batch_size examples in the host batch; tower t runs forward and
  * backward on its slice (on its own persistent thread when there are several: tower_pool.h); the
  * gradient arenas are averaged across towers; every tower applies the same fused update (optimizer + L2
- * + EMA), so the replicas stay identical. Everything random is a function of (seed, step, tower). tw_train_bench runs the same step
+ * + EMA), so the replicas stay identical. On a backend with tw_update_mean (the CPU) the towers instead
+ * share one copy of the parameters, slots and shadows (tw_replica_create_sharing), and the mean over the
+ * towers and the update run in one pass, split over every thread of every tower (the update is
+ * memory-bound: one copy instead of n, on all cores; bit-identical to the averaged separate updates). Everything random is a function of (seed, step, tower). tw_train_bench runs the same step
  * on a synthetic batch, without input or output, and times it and its all-reduce between syncs of every
  * tower.
  *
@@ -146,15 +149,20 @@ static tw_status join_device_world(tw_towers *T, tw_error *err)
 tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
 {
     int local = T->world ? tw_world_local_size(T->world) : 1; /* processes sharing this machine's cores */
-    TW_TRY(tw_backend_plan(backend, T->n * local, err));
+    int threads;
+    TW_TRY(tw_backend_plan(backend, T->n * local, &threads, err));
     for (int t = 0; t < T->n; t++) {
         TW_TRY(tw_backend_create(backend, t, &T->b[t], err));
         TW_TRY(tw_backend_set_tf32(T->b[t], T->c->tf32, err));
-        TW_TRY(tw_replica_create(T->m, T->b[t], T->c->batch_size, &T->r[t], err));
+        T->shared = tw_backend_has_update_mean(T->b[0]);
+        TW_TRY(tw_replica_create_sharing(T->m, T->b[t], T->c->batch_size, T->shared && t ? T->r[0] : NULL,
+                                         &T->r[t], err));
     }
     T->graphs = T->c->cuda_graphs && tw_backend_has_graphs(T->b[0]);
-    if (T->n > 1)
-        TW_TRY(tw_tower_pool_create(T->n, &T->pool, err));
+    int each = T->shared ? threads : 1; /* update jobs per tower */
+    T->workers = T->n * (each < TW_MAX_TOWERS / T->n ? each : TW_MAX_TOWERS / T->n);
+    if (T->workers > 1)
+        TW_TRY(tw_tower_pool_create(T->workers, &T->pool, err));
     TW_TRY(alloc_batches(T, err));
     TW_TRY(join_device_world(T, err));
     if (T->world_towers > T->n && !T->device_world && !(T->world_grads = malloc((T->P ? T->P : 1) * sizeof(float))))
@@ -166,7 +174,8 @@ tw_status tw_towers_upload_all(tw_towers *T, tw_tensor (*arena)(const tw_replica
                             tw_error *err)
 {
     for (int t = 0; t < T->n; t++)
-        TW_TRY(tw_backend_upload(T->b[t], arena(T->r[t]), v, T->P * sizeof(float), err));
+        if (t == 0 || arena(T->r[t]).buf != arena(T->r[0]).buf) /* a shared arena once */
+            TW_TRY(tw_backend_upload(T->b[t], arena(T->r[t]), v, T->P * sizeof(float), err));
     return TW_OK;
 }
 
@@ -211,7 +220,7 @@ typedef struct {
     tw_error err;
 } tower_job;
 
-/* One phase on every tower: fn, and each tower's result. */
+/* One phase on every tower (or every job of a shared update): fn, and each one's result. */
 typedef struct {
     tw_towers *T;
     tower_fn fn;
@@ -292,20 +301,20 @@ static void tower_main(void *arg, int t)
     j->status = ph->fn(ph->T, t, &j->out, &j->err);
 }
 
-/* Runs fn on every tower, each on its own thread of T->pool when there are several; *sum = the
- * outputs' sum. */
-static tw_status for_each_tower(tw_towers *T, tower_fn fn, double *sum, tw_error *err)
+/* Runs fn(T, t) for t in [0, jobs) (jobs <= T->workers), each on its own thread of T->pool when there
+ * are several; *sum = the outputs' sum. */
+static tw_status for_each_job(tw_towers *T, int jobs, tower_fn fn, double *sum, tw_error *err)
 {
     tower_phase ph = {.T = T, .fn = fn};
-    for (int t = 0; t < T->n; t++)
+    for (int t = 0; t < jobs; t++)
         tw_error_clear(&ph.jobs[t].err);
     if (T->pool)
-        tw_tower_pool_run(T->pool, tower_main, &ph);
+        tw_tower_pool_run(T->pool, jobs, tower_main, &ph);
     else
         tower_main(&ph, 0);
     tw_status s = TW_OK;
     *sum = 0;
-    for (int t = 0; t < T->n; t++) {
+    for (int t = 0; t < jobs; t++) {
         if (ph.jobs[t].status != TW_OK && s == TW_OK) {
             s = ph.jobs[t].status;
             if (err)
@@ -314,6 +323,12 @@ static tw_status for_each_tower(tw_towers *T, tower_fn fn, double *sum, tw_error
         *sum += ph.jobs[t].out;
     }
     return s;
+}
+
+/* fn on every tower, each on its own thread when there are several. */
+static tw_status for_each_tower(tw_towers *T, tower_fn fn, double *sum, tw_error *err)
+{
+    return for_each_job(T, T->n, fn, sum, err);
 }
 
 /* Forward and backward on every tower; *loss = the mean loss over the world's examples of the step. */
@@ -393,12 +408,15 @@ static tw_status average_gradients(tw_towers *T, double *unused, tw_error *err)
 }
 
 /* The towers' (identical) averaged gradients become their mean over the world's processes: tower 0's
- * arena through the host, MPI_Allreduce (world.h), back into every tower. */
+ * arena through the host, MPI_Allreduce (world.h), back into every tower (tower 0's alone when they share
+ * the update, which reads only its gradients). */
 static tw_status average_world(tw_towers *T, tw_error *err)
 {
     size_t bytes = T->P * sizeof(float);
     TW_TRY(tw_backend_download(T->b[0], T->world_grads, tw_replica_grads(T->r[0]), bytes, err));
     TW_TRY(tw_world_allreduce_avg(T->world, T->world_grads, T->P, err));
+    if (T->shared)
+        return tw_backend_upload(T->b[0], tw_replica_grads(T->r[0]), T->world_grads, bytes, err);
     return tw_towers_upload_all(T, tw_replica_grads, T->world_grads, err);
 }
 
@@ -424,18 +442,63 @@ void tw_towers_next_batch(tw_towers *T)
     T->y = T->yb[k];
 }
 
+/* Job j's share of the shared update: values [lo, hi) of the arenas, from the mean of the local towers'
+ * gradients (or tower 0's alone, which hold the world's mean already). */
+static tw_status update_share(tw_towers *T, int j, double *unused, tw_error *err)
+{
+    *unused = 0;
+    size_t lo = T->P * (size_t)j / (size_t)T->workers, hi = T->P * (size_t)(j + 1) / (size_t)T->workers;
+    if (hi == lo)
+        return TW_OK;
+    tw_update u = T->update;
+    u.l2_count = u.l2_count > lo ? u.l2_count - lo : 0; /* the weights under L2 in this share */
+    u.l2_count = u.l2_count < hi - lo ? u.l2_count : hi - lo;
+    int n_grads = T->world_grads ? 1 : T->n;
+    tw_tensor grads[TW_MAX_TOWERS];
+    for (int t = 0; t < n_grads; t++)
+        grads[t] = tw_tensor_at(tw_replica_grads(T->r[t]), lo);
+    const tw_replica *r = T->r[0];
+    return tw_update_mean(T->b[0], &u, tw_tensor_at(tw_replica_params(r), lo), grads, n_grads,
+                          tw_tensor_at(tw_replica_slot1(r), lo), tw_tensor_at(tw_replica_slot2(r), lo),
+                          tw_tensor_at(tw_replica_ema(r), lo), hi - lo, err);
+}
+
+/* The shared update, over every worker. */
+static tw_status update_shared(tw_towers *T, double *unused, tw_error *err)
+{
+    return for_each_job(T, T->workers, update_share, unused, err);
+}
+
+/* fn, timed as the step's all-reduce in the bench. */
+static tw_status timed(tw_towers *T, phase_fn fn, tw_error *err)
+{
+    double unused;
+    if (T->bench)
+        return synced(T, fn, &unused, &T->allreduce_time, err);
+    return fn(T, &unused, err);
+}
+
+/* After the towers' passes: the gradients averaged over the world's towers, then the update. When the
+ * towers share the update without a world of processes, the local mean is part of it, and the bench
+ * times the two together as the all-reduce. */
+static tw_status reduce_and_update(tw_towers *T, tw_error *err)
+{
+    double unused;
+    int fused = T->shared && !T->world_grads;
+    if (T->world_towers > 1 && !fused)
+        TW_TRY(timed(T, average_all, err));
+    T->update = step_update(T);
+    if (!T->shared)
+        return for_each_tower(T, tower_update, &unused, err);
+    return fused && T->n > 1 ? timed(T, update_shared, err) : update_shared(T, &unused, err);
+}
+
 tw_status tw_towers_step(tw_towers *T, double *loss, tw_error *err)
 {
     TW_TRY(run_towers(T, loss, err));
     if (!isfinite(*loss))
         return TW_OK; /* the caller stops before this state is applied or saved */
-    double unused;
-    if (T->world_towers > 1 && T->bench)
-        TW_TRY(synced(T, average_all, &unused, &T->allreduce_time, err));
-    else if (T->world_towers > 1)
-        TW_TRY(average_all(T, &unused, err));
-    T->update = step_update(T);
-    TW_TRY(for_each_tower(T, tower_update, &unused, err));
+    TW_TRY(reduce_and_update(T, err));
     T->steps_run++;
     T->step++;
     return TW_OK;

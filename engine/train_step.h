@@ -51,7 +51,11 @@ typedef struct {
     tw_update update;               /* the update of the step in progress */
     int bench;                      /* one batch buffer, filled once; the all-reduce timed */
     double allreduce_time;          /* bench: seconds of this step's all-reduce, between syncs */
-    struct tw_tower_pool *pool;     /* owned: the towers' threads (NULL with one tower) */
+    int shared;                     /* the towers share tower 0's params, slots and EMA (a backend with
+                                       tw_update_mean: the CPU), updated once per step by `workers` jobs */
+    int workers;                    /* jobs of a step's update: towers × each tower's threads when shared,
+                                       else the towers */
+    struct tw_tower_pool *pool;     /* owned: `workers` threads (NULL with one) */
 } tw_towers;
 
 /* Creates c's model into T (no device touched): m, n, tower0, world_towers, in_size, P, label_values. Errors: TW_ERR_INVALID
@@ -70,7 +74,7 @@ tw_status tw_towers_create(tw_towers *T, const char *kind, tw_error *err);
 /* Frees what T holds (also after a failed create). */
 void tw_towers_destroy(tw_towers *T);
 
-/* Uploads v ([P] fp32) into arena(replica) of every tower. */
+/* Uploads v ([P] fp32) into arena(replica) of every tower (once into an arena the towers share). */
 tw_status tw_towers_upload_all(tw_towers *T, tw_tensor (*arena)(const tw_replica *), const float *v,
                                tw_error *err);
 

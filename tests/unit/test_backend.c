@@ -190,7 +190,9 @@ static void test_gemm_large(void **state)
 {
     (void)state;
     enum { M = 256, N = 520, K = 512 };
-    OK(tw_backend_plan("cpu", 1, &E));
+    int threads;
+    OK(tw_backend_plan("cpu", 1, &threads, &E));
+    assert_true(threads >= 1);
     float *a = floats(M * K), *b = floats(K * N), *got = floats(M * N), *again = floats(M * N);
     double *want = malloc(M * N * sizeof *want);
     assert_non_null(want);
@@ -1238,6 +1240,84 @@ static void assert_invalid(tw_status s, const char *op, const char *arg)
         fail_msg("message '%s' does not name %s and %s", E.message, op, arg);
 }
 
+/* One step of kind `kind` on a fresh state: params w, slots 0, EMA w, from grads h[n_grads][N]. Either
+ * the engine's old way (tw_backend_allreduce_avg over copies, then tw_update_step over the whole arena)
+ * or the fused tw_update_mean over three uneven ranges, as train_step.c splits it (L2 counted from each
+ * range's start). out[4N] = params, slot1, slot2, ema; mean[N] = grads[0] afterwards. */
+enum { MN = 2500, ML2 = 1300, MAX_GRADS = 3 };
+
+static void mean_step(int kind, int n_grads, float *const *h, const float *w, int fused, float *out,
+                      float *mean)
+{
+    tw_buffer *arena = dev_new(4 * MN), *g[MAX_GRADS];
+    tw_tensor p = view(arena), gv[MAX_GRADS];
+    tw_backend *group[MAX_GRADS] = {B, B, B};
+    OK(tw_backend_zero(B, p, 4 * MN * sizeof(float), &E));
+    OK(tw_backend_upload(B, p, w, MN * sizeof(float), &E));
+    OK(tw_backend_upload(B, tw_tensor_at(p, 3 * MN), w, MN * sizeof(float), &E));
+    for (int t = 0; t < n_grads; t++)
+        gv[t] = view(g[t] = dev_from(h[t], MN));
+    tw_update u = {.kind = kind, .lr = 0.1f, .momentum = 0.9f, .adam_alpha = 0.01f, .beta1 = 0.9f,
+                   .beta2 = 0.999f, .epsilon = 1e-8f, .l2 = 0.05f, .l2_count = ML2, .ema = 1,
+                   .ema_decay = 0.7f};
+    if (!fused) {
+        if (n_grads > 1)
+            OK(tw_backend_allreduce_avg(group, n_grads, gv, MN, &E));
+        OK(tw_update_step(B, &u, p, gv[0], tw_tensor_at(p, MN), tw_tensor_at(p, 2 * MN),
+                          tw_tensor_at(p, 3 * MN), MN, &E));
+    }
+    const size_t cuts[] = {0, 700, 1900, MN};
+    for (int r = 0; fused && r < 3; r++) {
+        size_t lo = cuts[r], len = cuts[r + 1] - lo;
+        tw_update ur = u;
+        ur.l2_count = ML2 > lo ? (ML2 - lo < len ? ML2 - lo : len) : 0;
+        tw_tensor at[MAX_GRADS];
+        for (int t = 0; t < n_grads; t++)
+            at[t] = tw_tensor_at(gv[t], lo);
+        OK(tw_update_mean(B, &ur, tw_tensor_at(p, lo), at, n_grads, tw_tensor_at(p, MN + lo),
+                          tw_tensor_at(p, 2 * MN + lo), tw_tensor_at(p, 3 * MN + lo), len, &E));
+    }
+    dev_read(out, arena, 4 * MN);
+    dev_read(mean, g[0], MN);
+    tw_backend_free(B, arena);
+    for (int t = 0; t < n_grads; t++)
+        tw_backend_free(B, g[t]);
+}
+
+/* The fused mean + update, split in ranges, gives the same bits as the all-reduce followed by the
+ * update, for every optimizer and 1 to 3 gradients; grads[0] holds the mean afterwards. */
+static void test_update_mean(void **state)
+{
+    (void)state;
+    float *h[MAX_GRADS], *w = floats(MN), *want = floats(4 * MN), *got = floats(4 * MN);
+    float *want_mean = floats(MN), *got_mean = floats(MN);
+    fill(w, MN, -1, 1);
+    for (int t = 0; t < MAX_GRADS; t++)
+        fill(h[t] = floats(MN), MN, -1, 1);
+    assert_true(tw_backend_has_update_mean(B));
+    for (int kind = TW_OPT_SGD; kind <= TW_OPT_ADAM; kind++)
+        for (int n = 1; n <= MAX_GRADS; n++) {
+            mean_step(kind, n, h, w, 0, want, want_mean);
+            mean_step(kind, n, h, w, 1, got, got_mean);
+            assert_memory_equal(got, want, 4 * MN * sizeof(float));
+            assert_memory_equal(got_mean, want_mean, MN * sizeof(float));
+            assert_memory_not_equal(got, w, MN * sizeof(float)); /* the step moved the weights */
+        }
+    tw_buffer *a = dev_from(w, MN);
+    tw_update u = {.kind = TW_OPT_SGD, .lr = 0.1f};
+    tw_tensor twice[2] = {view(a), view(a)};
+    assert_invalid(tw_update_mean(B, &u, view(a), twice, 0, (tw_tensor){0}, (tw_tensor){0},
+                                  (tw_tensor){0}, MN, &E), "tw_update_mean", "n_grads");
+    tw_buffer *p = dev_new(MN);
+    assert_invalid(tw_update_mean(B, &u, view(p), twice, 2, (tw_tensor){0}, (tw_tensor){0},
+                                  (tw_tensor){0}, MN, &E), "tw_update_mean", "grads");
+    tw_backend_free(B, a);
+    tw_backend_free(B, p);
+    for (int t = 0; t < MAX_GRADS; t++)
+        free(h[t]);
+    free(w), free(want), free(got), free(want_mean), free(got_mean);
+}
+
 /* Out-of-range, misaligned, missing and overlapping views, bad sizes and bad windows: each refused with
  * TW_ERR_INVALID naming the wrapper and the argument, before the op runs. */
 static void test_wrapper_checks(void **state)
@@ -1422,6 +1502,7 @@ int main(void)
         cmocka_unit_test(test_mse),
         cmocka_unit_test(test_sum_squares),
         cmocka_unit_test(test_update_sgd),
+        cmocka_unit_test(test_update_mean),
         cmocka_unit_test(test_update_momentum),
         cmocka_unit_test(test_update_adam),
         cmocka_unit_test(test_update_l2_range),

@@ -31,7 +31,8 @@ static void test_without_device(void **state)
     tw_backend_destroy(b);
     /* planning for cuda is harmless even without a device: creation is what fails */
     tw_error_clear(&e);
-    tw_status s = tw_backend_plan("cuda", 2, &e);
+    int threads;
+    tw_status s = tw_backend_plan("cuda", 2, &threads, &e);
     assert_true(s == TW_OK || s == TW_ERR_UNSUPPORTED);
 }
 

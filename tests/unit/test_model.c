@@ -1,5 +1,5 @@
 /* test_model.c — engine/model.c: shapes and the parameter layout of dense and conv models, a layer
- * that does not fit named by index, seeded initializers, what a replica holds, and a replica's
+ * that does not fit named by index, seeded initializers, what a replica holds and shares, and a replica's
  * gradients against finite differences of its loss on the CPU backend. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -268,6 +268,47 @@ static void test_cnn_gradients_match_finite_differences(void **state)
     tw_model_destroy(m);
 }
 
+/* A replica made to share another's state uses its params, slots and EMA (a write through one is read
+ * through the other), keeps its own gradients, counts only what it holds, frees only that (the owner
+ * still works after it is gone), and refuses a replica of another model. */
+static void test_replica_sharing(void **state)
+{
+    (void)state;
+    static tw_config c, c2;
+    tw_model *m = model_of(MLP, &c), *other = model_of(CNN, &c2);
+    tw_backend *b;
+    tw_replica *owner, *r, *bad = NULL;
+    tw_error err;
+    assert_int_equal(tw_backend_create("cpu", 0, &b, NULL), TW_OK);
+    assert_int_equal(tw_replica_create(m, b, 8, &owner, NULL), TW_OK);
+    assert_int_equal(tw_replica_create_sharing(m, b, 8, owner, &r, NULL), TW_OK);
+    tw_tensor (*const shared[])(const tw_replica *) = {tw_replica_params, tw_replica_slot1,
+                                                       tw_replica_slot2, tw_replica_ema};
+    size_t n = tw_model_param_floats(m);
+    float *v = malloc(n * sizeof *v), *back = malloc(n * sizeof *back);
+    for (size_t a = 0; a < sizeof shared / sizeof shared[0]; a++) {
+        for (size_t i = 0; i < n; i++)
+            v[i] = (float)(a * 100 + i);
+        assert_int_equal(tw_backend_upload(b, shared[a](r), v, n * sizeof *v, NULL), TW_OK);
+        assert_int_equal(tw_backend_download(b, back, shared[a](owner), n * sizeof *v, NULL), TW_OK);
+        assert_memory_equal(back, v, n * sizeof *v);
+    }
+    assert_ptr_not_equal(tw_replica_grads(r).buf, tw_replica_grads(owner).buf);
+    uint64_t arena = tw_replica_grads(owner).buf->bytes;
+    assert_int_equal(tw_replica_bytes(r), tw_replica_bytes(owner) - 4 * arena); /* params, 2 slots, EMA */
+    assert_int_equal(tw_replica_create_sharing(other, b, 4, owner, &bad, &err), TW_ERR_INVALID);
+    assert_null(bad);
+    assert_non_null(strstr(err.message, "same model"));
+    tw_replica_destroy(r);
+    assert_int_equal(tw_backend_download(b, back, tw_replica_params(owner), n * sizeof *v, NULL), TW_OK);
+    free(v);
+    free(back);
+    tw_replica_destroy(owner);
+    tw_backend_destroy(b);
+    tw_model_destroy(m);
+    tw_model_destroy(other);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -278,6 +319,7 @@ int main(void)
         cmocka_unit_test(test_init_is_seeded),
         cmocka_unit_test(test_replica_gradients_match_finite_differences),
         cmocka_unit_test(test_cnn_gradients_match_finite_differences),
+        cmocka_unit_test(test_replica_sharing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

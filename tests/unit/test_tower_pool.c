@@ -33,7 +33,7 @@ static void test_same_threads_every_run(void **state)
     record r = {0};
     pthread_t first[JOBS];
     for (int run = 0; run < RUNS; run++) {
-        tw_tower_pool_run(p, job, &r);
+        tw_tower_pool_run(p, JOBS, job, &r);
         for (int t = 0; t < JOBS; t++) {
             assert_int_equal(r.count[t], run + 1); /* every job ran, once, before run returned */
             if (run == 0)
@@ -57,7 +57,7 @@ static void test_one_job_on_caller(void **state)
     tw_error err;
     assert_int_equal(tw_tower_pool_create(1, &p, &err), TW_OK);
     record r = {0};
-    tw_tower_pool_run(p, job, &r);
+    tw_tower_pool_run(p, 1, job, &r);
     assert_int_equal(r.count[0], 1);
     assert_true(pthread_equal(r.self[0], pthread_self()));
     tw_tower_pool_destroy(p);
@@ -65,11 +65,38 @@ static void test_one_job_on_caller(void **state)
     tw_tower_pool_destroy(NULL);
 }
 
+/* A run of fewer jobs than the pool holds runs exactly those, on their own threads; one job runs on
+ * the caller; a full run afterwards still reaches every worker (none missed a generation). */
+static void test_runs_of_fewer_jobs(void **state)
+{
+    (void)state;
+    tw_tower_pool *p;
+    tw_error err;
+    assert_int_equal(tw_tower_pool_create(JOBS, &p, &err), TW_OK);
+    record r = {0};
+    tw_tower_pool_run(p, 2, job, &r);
+    assert_int_equal(r.count[0], 1);
+    assert_int_equal(r.count[1], 1);
+    for (int t = 2; t < JOBS; t++)
+        assert_int_equal(r.count[t], 0);
+    assert_false(pthread_equal(r.self[1], pthread_self()));
+    tw_tower_pool_run(p, 1, job, &r);
+    assert_int_equal(r.count[0], 2);
+    assert_int_equal(r.count[1], 1);
+    tw_tower_pool_run(p, JOBS, job, &r);
+    assert_int_equal(r.count[0], 3);
+    assert_int_equal(r.count[1], 2);
+    for (int t = 2; t < JOBS; t++)
+        assert_int_equal(r.count[t], 1);
+    tw_tower_pool_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_threads_every_run),
         cmocka_unit_test(test_one_job_on_caller),
+        cmocka_unit_test(test_runs_of_fewer_jobs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
