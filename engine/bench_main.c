@@ -32,7 +32,9 @@ static const char USAGE[] =
     "Times the training step of each config's model on each tower count, on synthetic data of the\n"
     "config's shape (no dataset is read, nothing is written): step time (median and p90 over the timed\n"
     "steps, between the backend's syncs), examples/s (towers x batch / median step), the gradient\n"
-    "all-reduce's time per step and its bus bandwidth (NCCL's: bytes / time x 2(n-1)/n).\n"
+    "all-reduce's time per step and its bus bandwidth (NCCL's: bytes / time x 2(n-1)/n). On the CPU\n"
+    "the towers of one process share their state and fuse the all-reduce with the update: the column\n"
+    "then times both (marked \"+update\"; JSON allreduce_with_update) and gives no bandwidth.\n"
     "\n"
     "  --config FILE      a run config (repeatable; default examples/seed_mlp.json and\n"
     "                     examples/fashion_cnn.json as built into this binary)\n"
@@ -255,7 +257,8 @@ static void summarize(row *r, double *step_s, double *allreduce_s, int steps)
     r->examples_per_s = (double)r->towers * r->batch * 1e6 / r->step_us;
     r->allreduce_us = quantile(allreduce_s, steps, 0.5) * 1e6;
     double n = r->towers, t = r->allreduce_us * 1e-6; /* NCCL's busbw: algbw (bytes / t) x 2(n-1)/n */
-    r->busbw_gbs = n > 1 && t > 0 ? (double)r->info.allreduce_bytes / t * 2 * (n - 1) / n / 1e9 : NAN;
+    r->busbw_gbs = n > 1 && t > 0 && !r->info.allreduce_with_update
+                       ? (double)r->info.allreduce_bytes / t * 2 * (n - 1) / n / 1e9 : NAN;
 }
 
 /* Benchmarks config c (from path) on `towers` towers, with CUDA Graphs or not, into *r. */
@@ -300,13 +303,13 @@ static void table_header(const options *o, const char *kind)
 
 static void table_row(const row *r)
 {
-    char name[64], bw[32] = "-";
+    char name[64], bw[32] = "-", ar[32];
     model_name(r->config, name, sizeof name);
     if (!isnan(r->busbw_gbs))
         snprintf(bw, sizeof bw, "%.2f", r->busbw_gbs);
-    printf("%-20s %6d %6d %12.1f %12.1f %12.0f %14.1f %9s %7s\n", name, r->towers, r->batch,
-           r->step_us, r->step_p90_us, r->examples_per_s, r->allreduce_us, bw,
-           r->info.graphs ? "on" : "off");
+    snprintf(ar, sizeof ar, "%.1f%s", r->allreduce_us, r->info.allreduce_with_update ? " +update" : "");
+    printf("%-20s %6d %6d %12.1f %12.1f %12.0f %14s %9s %7s\n", name, r->towers, r->batch,
+           r->step_us, r->step_p90_us, r->examples_per_s, ar, bw, r->info.graphs ? "on" : "off");
     fflush(stdout);
 }
 
@@ -314,12 +317,13 @@ static json_t *json_row(const row *r)
 {
     char name[64];
     model_name(r->config, name, sizeof name);
-    return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:o, s:s}", "config",
+    return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:b, s:o, s:s}", "config",
                      r->config, "model", name, "backend", r->info.backend, "towers", r->towers,
                      "processes", r->info.processes,
                      "batch_size", r->batch, "step_us_median", r->step_us, "step_us_p90",
                      r->step_p90_us, "examples_per_s", r->examples_per_s, "allreduce_us",
                      r->allreduce_us, "allreduce_bytes", (json_int_t)r->info.allreduce_bytes,
+                     "allreduce_with_update", r->info.allreduce_with_update,
                      "busbw_gb_s", isnan(r->busbw_gbs) ? json_null() : json_real(r->busbw_gbs),
                      "graphs", r->info.graphs ? "on" : "off");
 }

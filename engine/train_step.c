@@ -559,7 +559,8 @@ tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench
         s = bench_steps(&T, o, err);
     if (s == TW_OK) {
         *info = (tw_bench_info){.allreduce_bytes = T.P * sizeof(float), .graphs = T.graphs,
-                                .processes = T.world_towers / T.n};
+                                .processes = T.world_towers / T.n,
+                                .allreduce_with_update = T.shared && !T.world_grads && T.n > 1};
         snprintf(info->backend, sizeof info->backend, "%s", tw_backend_kind(T.b[0]));
     }
     tw_towers_destroy(&T);

@@ -86,6 +86,8 @@ typedef struct {
     int graphs;             /* 1 when the steps after the first ran as CUDA Graphs (the config's
                                cuda_graphs on a backend with graphs); 0 on the CPU */
     int processes;          /* the world's processes that ran the step together (1 without a launcher) */
+    int allreduce_with_update; /* 1 when the timed all-reduce is fused with the update (the CPU's towers
+                                  sharing one state, tw_update_mean): its time includes the update's */
 } tw_bench_info;
 
 /* Runs o->warmup + o->steps training steps of c's model (c->towers towers of o->backend) on one fixed

@@ -28,6 +28,10 @@ def check_row(r):
     assert r["allreduce_bytes"] > 0
     if r["towers"] == 1:
         assert r["allreduce_us"] == 0 and r["busbw_gb_s"] is None
+        assert r["allreduce_with_update"] is False
+    elif r["allreduce_with_update"]:  # the CPU's towers of one process: the update is in the time
+        assert r["backend"] == "cpu" and r["processes"] == 1
+        assert r["allreduce_us"] > 0 and r["busbw_gb_s"] is None
     else:
         n = r["towers"]
         algbw = r["allreduce_bytes"] / (r["allreduce_us"] * 1e-6) / 1e9
@@ -43,6 +47,7 @@ def test_defaults_on_the_cpu_report_consistent_numbers(run_tower):
     assert got == [("seed_mlp", n, 32) for n in counts] + [("fashion_cnn", n, 100) for n in counts]
     for r in doc["results"]:
         assert r["backend"] == "cpu"
+        assert r["allreduce_with_update"] == (r["towers"] > 1)  # one shared state, one fused pass
         check_row(r)
     assert doc["results"][0]["allreduce_bytes"] == 4 * MLP_PARAMS
 
