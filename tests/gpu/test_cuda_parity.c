@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "gpu_skip.h"
 
 static tw_backend *CPU, *GPU;
 static int failures, checks;
@@ -613,14 +614,9 @@ int main(void)
      * without a GPU (every comparison must then pass). */
     const char *other = getenv("TW_PARITY_OTHER");
     other = other && *other ? other : "cuda";
-    int gpus = tw_backend_devices(other);
+    int gpus = tw_gpu_devices_or_skip(other);
     if (gpus < 1) {
-        tw_error e;
-        tw_error_clear(&e);
-        tw_backend *b = NULL;
-        tw_backend_create(other, 0, &b, &e);
-        printf("SKIP: no CUDA device: %s\n", e.message);
-        return 77;
+        return TW_GPU_SKIP;
     }
     OK(tw_backend_create("cpu", 0, &CPU, &e_));
     OK(tw_backend_create(other, 0, &GPU, &e_));

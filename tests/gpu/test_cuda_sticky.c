@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "gpu_skip.h"
 
 static int failures;
 
@@ -23,11 +24,8 @@ int main(void)
 {
     tw_error e;
     tw_error_clear(&e);
-    if (tw_backend_devices("cuda") < 1) {
-        tw_backend *none = NULL;
-        tw_backend_create("cuda", 0, &none, &e);
-        printf("SKIP: no CUDA device: %s\n", e.message);
-        return 77;
+    if (tw_gpu_devices_or_skip("cuda") < 1) {
+        return TW_GPU_SKIP;
     }
     tw_backend *gpu = NULL;
     if (tw_backend_create("cuda", 0, &gpu, &e) != TW_OK) {

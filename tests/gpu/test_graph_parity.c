@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "gpu_skip.h"
 #include "checkpoint.h"
 #include "config.h"
 #include "example.h"
@@ -225,10 +226,9 @@ static void compare(const char *name, const outcome *a, const outcome *b)
 
 int main(void)
 {
-    int gpus = tw_backend_devices("cuda");
+    int gpus = tw_gpu_devices_or_skip("cuda");
     if (gpus < 1) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
+        return TW_GPU_SKIP;
     }
     const char *tmp = getenv("TMPDIR");
     snprintf(tmp_root, sizeof tmp_root, "%s/tw-gpu-graphs-XXXXXX", tmp && *tmp ? tmp : "/tmp");

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "gpu_skip.h"
 #include "rendezvous.h"
 
 extern char **environ;
@@ -232,11 +233,8 @@ int main(void)
         return run_rank();
     tw_error e;
     tw_error_clear(&e);
-    if (tw_backend_devices("cuda") < 1) {
-        tw_backend *none = NULL;
-        tw_backend_create("cuda", 0, &none, &e);
-        printf("SKIP: no CUDA device: %s\n", e.message);
-        return 77;
+    if (tw_gpu_devices_or_skip("cuda") < 1) {
+        return TW_GPU_SKIP;
     }
     setenv("NCCL_SOCKET_IFNAME", "lo", 0); /* loopback sockets, unless the caller says otherwise */
     setenv("NCCL_IB_DISABLE", "1", 0);

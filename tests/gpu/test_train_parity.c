@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "gpu_skip.h"
 #include "config.h"
 #include "trainer.h"
 
@@ -226,10 +227,9 @@ int main(void)
     /* TW_PARITY_OTHER=cpu trains the CPU against itself: a check of this harness without a GPU. */
     const char *env_other = getenv("TW_PARITY_OTHER");
     const char *other = env_other && *env_other ? env_other : "cuda";
-    int gpus = tw_backend_devices(other);
+    int gpus = tw_gpu_devices_or_skip(other);
     if (gpus < 1) {
-        printf("SKIP: no CUDA device\n");
-        return 77;
+        return TW_GPU_SKIP;
     }
     const char *env = getenv("TW_GPU_DATA");
     snprintf(data_dir, sizeof data_dir, "%s",
