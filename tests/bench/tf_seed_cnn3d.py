@@ -7,6 +7,10 @@ The input is the seeds' pipeline: TFRecordDataset -> parse_single_example -> shu
 shuffle_buffer) -> repeat -> batch, reading what `tower convert --npy-features --npy-labels` writes
 (uint8 image_raw, int64 label). Prints one JSON line.
 
+The seed leaves its volume (SPACE_I/J/K_DIMS), batch_size, inference() and lr0/lr_step/lr_decay out, so
+examples/seed_cnn3d.json chooses them: 32^3 volumes, two conv3d 3^3 (16, 32 filters) each with a 2^3 max
+pool, dense 128, dropout 0.2, one output, batch 16 per tower, Adam 0.001 decayed 0.9 every 1000 steps.
+
 usage: tf_seed_cnn3d.py TRAIN.tfrecord STEPS [CONFIG]
 """
 import json
