@@ -233,7 +233,8 @@ def main():
     print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |", flush=True)
     rows, labels, limits = {}, {}, {}
     for kname, kenv in kernels:
-        label = f"{kname} ({openblas_core(b.bench, kenv)})"
+        core = openblas_core(b.bench, kenv)
+        label = kname if core.lower() == kname.lower() else f"{kname} ({core})"
         labels[kname] = label
         for n in names:
             if WORKLOADS[n][0] == "mlp":
