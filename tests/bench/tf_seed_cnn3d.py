@@ -104,7 +104,8 @@ def main(path, steps, config=CONFIG):
     with tf1.variable_scope(tf1.get_variable_scope()):
         for i in range(towers):
             with tf1.name_scope(f"tower_{i}"):
-                pred = inference(x[i * batch:(i + 1) * batch], cfg["model"]["layers"], drop[0] if drop else 0.0)
+                pred = inference(x[i * batch:(i + 1) * batch], cfg["model"]["layers"],
+                                 drop[0] if drop else 0.0)
                 loss = tf1.losses.mean_squared_error(y[i * batch:(i + 1) * batch], pred)
                 tower_grads.append(opt.compute_gradients(loss))
                 tf1.get_variable_scope().reuse_variables()
