@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -223,6 +224,14 @@ def main():
     kernels = ([] if a.native else [(preset, dict(env, OPENBLAS_CORETYPE=preset))]) + [("unset", unset)]
 
     b = Bench(a, env)
+    try:
+        report(a, b, names, kernels)
+    finally:
+        shutil.rmtree(b.tmp, ignore_errors=True)  # the converted data sets and the runs' logdirs
+
+
+def report(a, b, names, kernels):
+    """Every round of every workload under every kernel, then the summary table."""
     for data in sorted({WORKLOADS[n][3] for n in names}):
         getattr(b, data)()
     load = os.getloadavg()
