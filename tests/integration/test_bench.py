@@ -107,6 +107,14 @@ def test_regression_model_runs_without_its_dataset(run_tower, tmp_path):
         check_row(r)
 
 
+def test_seed_cnn3d_example_runs(run_tower):
+    """examples/seed_cnn3d.json (bench_train.py's cnn3d workload) builds and steps on the CPU."""
+    doc = bench_json(run_tower, "--backend", "cpu", "--config", ROOT / "examples/seed_cnn3d.json",
+                     "--towers", "1", "--steps", "2", "--warmup", "1")
+    assert [(r["model"], r["batch_size"]) for r in doc["results"]] == [("seed_cnn3d", 16)]
+    check_row(doc["results"][0])
+
+
 @pytest.mark.parametrize("args,named", [
     (["--steps", "0"], "--steps"),
     (["--steps", "ten"], "--steps"),
