@@ -179,12 +179,13 @@ static void linger(tcp *t)
         if (n == 0 || ms <= 0 || poll(p, (nfds_t)n, (int)ms) < 0)
             return;
         char sink[4096];
-        for (int i = 0; i < n; i++)
-            if (p[i].revents && recv(p[i].fd, sink, sizeof sink, MSG_DONTWAIT) <= 0 && errno != EAGAIN &&
-                errno != EINTR) {
+        for (int i = 0; i < n; i++) {
+            ssize_t k = p[i].revents ? recv(p[i].fd, sink, sizeof sink, MSG_DONTWAIT) : 1;
+            if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR)) { /* closed, or broken */
                 close(t->fd[at[i]]);
                 t->fd[at[i]] = -1;
             }
+        }
     }
 }
 
