@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "child.h"
 #include "world_ops.h"
 
 static void world_of_one(tw_world *w)
@@ -83,18 +82,10 @@ tw_status tw_world_bcast(tw_world *w, void *buf, size_t bytes, tw_error *err)
     return several(w) ? w->ops->bcast(w, buf, bytes, err) : TW_OK;
 }
 
-int tw_world_any(tw_world *w, int flag)
+tw_status tw_world_any(tw_world *w, int *flag, tw_error *err)
 {
-    int any = flag != 0;
-    tw_error err;
-    tw_error_clear(&err);
-    if (several(w) && w->ops->any(w, &any, &err) != TW_OK) {
-        char msg[1200];
-        tw_error_format(&err, msg, sizeof msg);
-        fprintf(stderr, "tower (rank %d of %d): %s\n", w->rank, w->size, msg);
-        tw_world_abort(w, TW_EXIT_FAILED); /* no process can go on without the answer */
-    }
-    return any;
+    *flag = *flag != 0;
+    return several(w) ? w->ops->any(w, flag, err) : TW_OK;
 }
 
 _Noreturn void tw_world_abort(tw_world *w, int exit_code)

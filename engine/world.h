@@ -79,9 +79,9 @@ tw_status tw_world_sum(tw_world *w, double *buf, size_t n, tw_error *err);
 /* buf[bytes] becomes rank 0's buf on every process. */
 tw_status tw_world_bcast(tw_world *w, void *buf, size_t bytes, tw_error *err);
 
-/* The logical OR of every process's flag (the world agrees on "stop now"); a failed collective aborts
- * the world with TW_EXIT_FAILED (no process can go on without the answer). */
-int tw_world_any(tw_world *w, int flag);
+/* *flag becomes the logical OR of every process's *flag (the world agrees on "stop now"). A failed
+ * collective is a status like any other (the caller fails, and its failure aborts the world). */
+tw_status tw_world_any(tw_world *w, int *flag, tw_error *err);
 
 /* Ends every process of the world with exit_code (MPI_Abort; TCP: an abort message through rank 0 to every
  * rank; _exit in a world of one). Never returns. */

@@ -104,7 +104,7 @@ static tw_status mpi_bcast(tw_world *w, void *buf, size_t bytes, tw_error *err)
 
 static tw_status mpi_any(tw_world *w, int *flag, tw_error *err)
 {
-    (void)w;
+    (void)w; /* a failure is the caller's to report: it aborts the world with its exit status */
     return mpi_check(MPI_Allreduce(MPI_IN_PLACE, flag, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD),
                      "MPI_Allreduce of the stop flag", err);
 }

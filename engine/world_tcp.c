@@ -365,7 +365,6 @@ static tw_status tcp_bcast(tw_world *w, void *buf, size_t bytes, tw_error *err)
 
 static tw_status tcp_any(tw_world *w, int *flag, tw_error *err)
 {
-    *flag = *flag != 0;
     return collective(w, OP_ANY, flag, sizeof *flag, fold_or, NULL, err);
 }
 

@@ -50,8 +50,12 @@ static void test_a_world_of_one(void **state)
     assert_int_equal(tw_world_sum(&w, d, 2, &err), TW_OK);
     assert_int_equal(tw_world_bcast(&w, &step, sizeof step, &err), TW_OK);
     assert_true(g[0] == 1.5f && g[1] == -2.0f && g[2] == 3.25f && d[0] == 0.5 && d[1] == 7.0 && step == 42);
-    assert_int_equal(tw_world_any(&w, 0), 0);
-    assert_int_equal(tw_world_any(&w, 5), 1);
+    int flag = 0;
+    assert_int_equal(tw_world_any(&w, &flag, &err), TW_OK);
+    assert_int_equal(flag, 0);
+    flag = 5;
+    assert_int_equal(tw_world_any(&w, &flag, &err), TW_OK);
+    assert_int_equal(flag, 1);
     tw_world_finalize(&w);
 }
 
@@ -153,7 +157,8 @@ static int three_ranks(int rank)
         return 14;
     if (tw_world_bcast(&w, &step, sizeof step, &err) != TW_OK || step != 4242)
         return 15;
-    if (tw_world_any(&w, rank == 2) != 1 || tw_world_any(&w, 0) != 0)
+    int stop = rank == 2, none = 0;
+    if (tw_world_any(&w, &stop, &err) != TW_OK || stop != 1 || tw_world_any(&w, &none, &err) != TW_OK || none)
         return 16;
     tw_world_finalize(&w);
     return 0;
