@@ -193,10 +193,11 @@ static void linger(tcp *t)
  * lingers; returns for the caller to _exit. */
 static void send_abort(tcp *t, int exit_code)
 {
-    header h = {.op = OP_ABORT, .arg = (uint32_t)exit_code, .seq = t->seq};
+    unsigned char b[HEADER_BYTES];
+    encode(b, &(header){.op = OP_ABORT, .arg = (uint32_t)exit_code, .seq = t->seq});
     for (int i = 0; i < n_fds(t); i++)
-        if (t->fd[i] >= 0) {
-            (void)send_msg(t->fd[i], &h, NULL, 0); /* 24 bytes: the socket buffer takes them */
+        if (t->fd[i] >= 0) { /* never blocks: a rank that reads nothing (hung) must not hold the abort */
+            (void)send(t->fd[i], b, sizeof b, MSG_NOSIGNAL | MSG_DONTWAIT);
             shutdown(t->fd[i], SHUT_WR);
         }
     linger(t);
