@@ -372,8 +372,8 @@ tw_status tw_backend_replay(tw_backend *b, int slot, tw_error *err);
  * One process per node drives its G local towers; a world of `nodes` such processes has nodes*G ranks,
  * tower i of node k being rank k*G + i (PyTorch's ProcessGroupNCCL map), and tw_backend_allreduce_avg over
  * the G towers then averages over all nodes*G. The id (TW_WORLD_ID_BYTES, NCCL's unique id) is made by
- * node 0 and reaches every node by MPI_Bcast (engine/world.h) or the TCP rendezvous
- * (engine/rendezvous.h); docs/rendezvous.md. */
+ * node 0 and reaches every node by tw_world_bcast (engine/world.h: MPI_Bcast, or the TCP world's star
+ * through rank 0) or the TCP rendezvous alone (engine/rendezvous.h); docs/rendezvous.md. */
 
 enum {
     TW_WORLD_ID_BYTES = 128,  /* NCCL_UNIQUE_ID_BYTES (the CUDA module asserts it) */

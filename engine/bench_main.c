@@ -387,7 +387,7 @@ int tw_bench_main(int argc, char **argv)
     if (tw_world_init(&world, &err) != TW_OK) {
         fprintf(stderr, "tower bench: %s\n", err.message);
         free(configs);
-        return err.status == TW_ERR_UNSUPPORTED ? TW_EXIT_USAGE : TW_EXIT_FAILED;
+        return err.status == TW_ERR_UNSUPPORTED ? TW_EXIT_USAGE : tw_child_exit_code(&err);
     }
     o.world = &world;
     row *rows = calloc((size_t)(o.n_configs * o.n_towers * o.n_graphs), sizeof *rows);

@@ -9,8 +9,8 @@
  *
  * The line kinds, in the order a run writes them (every line is one JSON object):
  *   backend    {"backend":KIND,"devices":[NAME...],"towers":N,"processes":P,"total_towers":N*P,
- *               "world":"mpi"|"none"}     the first line of a run: N towers in each of P processes
- *               (world.h; "none": one process without a launcher)
+ *               "world":"mpi"|"tcp"|"none"}     the first line of a run: N towers in each of P
+ *               processes (world.h; "tcp": torchrun's variables; "none": one process)
  *   resumed    {"resumed_from":PATH,"step":K}                           after a resume
  *   step       {"step":K,"loss":X[,"learning_rate":R,"examples_per_sec":E,"sec_per_batch":S,"eta_s":T]}
  *   eval       {"step":K,"eval_loss":X,"eval_examples":N[,"eval_accuracy":A][,"eval_loss_ema":X
@@ -66,7 +66,7 @@
 #define TW_CHILD_TOWERS "towers"              /* per process */
 #define TW_CHILD_PROCESSES "processes"        /* the world's processes (mpirun -np) */
 #define TW_CHILD_TOTAL_TOWERS "total_towers"  /* towers of all processes */
-#define TW_CHILD_WORLD "world"                /* what joined the processes: "mpi" or "none" */
+#define TW_CHILD_WORLD "world"                /* what joined the processes: "mpi", "tcp" or "none" */
 
 /* The numeric keys of a step line the supervisor keeps as metrics (besides the "eval_" keys). */
 #define TW_CHILD_METRIC_KEYS {TW_CHILD_LOSS, TW_CHILD_LEARNING_RATE, TW_CHILD_EXAMPLES_PER_SEC}

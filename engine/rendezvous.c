@@ -1,8 +1,11 @@
-/* rendezvous.c — the world from torchrun's variables, and the TCP rendezvous that hands rank 0's blob
- * (the 128-byte NCCL unique id) to every rank (rendezvous.h).
+/* rendezvous.c — the world from torchrun's variables, and the TCP rendezvous that either hands rank 0's
+ * blob (the 128-byte NCCL unique id) to every rank (tw_rendezvous_share) or leaves the world's ranks
+ * connected to rank 0 (tw_rendezvous_connect: the TCP world's star, engine/world_tcp.c) (rendezvous.h).
  *
- * Owns: the variables' parsing and checks, and the protocol below. Does not own what the blob means or
- * the MPI route (engine/world.h: MPI_Bcast does the same job where mpirun or srun+PMIx start the world).
+ * Owns: the variables' parsing and checks, and the protocol below (the join only: what travels over the
+ * connections tw_rendezvous_connect hands back is world_tcp.c's). Does not own what the blob means or
+ * the MPI route (engine/world_mpi.c: MPI_Bcast does the same job where mpirun or srun+PMIx start the
+ * world).
  *
  * Why hand-written: NCCL leaves the id's journey to the caller ("broadcasting it to other processes using
  * MPI or another parallel environment using, for example, sockets": NCCL's user guide, "Creating a
@@ -15,6 +18,8 @@
  *   peer -> rank 0   hello:  "TWRZ", version 1, world size, rank, blob bytes             (20 bytes)
  *   rank 0 -> peer   answer: "TWRZ", version 1, verdict, detail                          (16 bytes)
  *                    then, when verdict is 0, the blob (blob bytes)
+ * tw_rendezvous_connect is the same join with blob bytes 0 (nothing follows the answer): the connections stay
+ * open and are handed back, and a rank sharing a blob and one connecting never join one world (BAD_BYTES).
  * verdict: 0 joined, else a refusal (enum verdict, detail = rank 0's value that differed), after which
  * rank 0 closes the connection; ranks that joined a world that never completed get INCOMPLETE. Rank 0 serves every connection at once from one poll(2): a connection
  * that sends something else than a hello (a port scan, a health check, garbage) is closed without
@@ -145,6 +150,19 @@ static tw_status parse_coordinates(tw_rendezvous *r, tw_error *err)
     return TW_OK;
 }
 
+/* r->timeout_s from TOWER_RENDEZVOUS_TIMEOUT (default TW_RENDEZVOUS_TIMEOUT_S) and r->local_size from
+ * LOCAL_WORLD_SIZE (0 when not set), both optional. */
+static tw_status parse_options(tw_rendezvous *r, tw_error *err)
+{
+    const char *t = getenv("TOWER_RENDEZVOUS_TIMEOUT"), *l = getenv("LOCAL_WORLD_SIZE");
+    int seconds = TW_RENDEZVOUS_TIMEOUT_S;
+    if (t)
+        TW_TRY(parse_int("TOWER_RENDEZVOUS_TIMEOUT", t, 1, 86400, &seconds, err));
+    r->timeout_s = seconds;
+    r->local_size = 0;
+    return l ? parse_int("LOCAL_WORLD_SIZE", l, 1, r->size, &r->local_size, err) : TW_OK;
+}
+
 tw_status tw_rendezvous_from_env(tw_rendezvous *r, int *present, tw_error *err)
 {
     if (!r || !present)
@@ -160,6 +178,7 @@ tw_status tw_rendezvous_from_env(tw_rendezvous *r, int *present, tw_error *err)
                             "MASTER_PORT is not set: it names rank 0's rendezvous port");
     TW_TRY(parse_int("MASTER_PORT", getenv("MASTER_PORT"), 1, 65535, &w.port, err));
     TW_TRY(parse_coordinates(&w, err));
+    TW_TRY(parse_options(&w, err));
     *r = w;
     return TW_OK;
 }
@@ -464,7 +483,7 @@ static void serve_round(server *sv, double deadline)
         accept_one(sv);
 }
 
-/* Answers every rank: the verdict JOINED and the blob. */
+/* Answers every rank: the verdict JOINED and the blob (none when bytes is 0: a connect). */
 static tw_status answer_all(server *sv, void *blob, double deadline, tw_error *err)
 {
     unsigned char a[HELLO_BYTES];
@@ -472,15 +491,17 @@ static tw_status answer_all(server *sv, void *blob, double deadline, tw_error *e
     for (int rank = 1; rank < sv->r->size; rank++) {
         int fd = sv->member[rank];
         if (transfer(fd, a, ANSWER_BYTES, 1, deadline) != 1 ||
-            transfer(fd, blob, sv->bytes, 1, deadline) != 1)
+            (sv->bytes && transfer(fd, blob, sv->bytes, 1, deadline) != 1))
             return tw_error_errno(err, NULL, "rendezvous: rank 0 could not hand the id to rank %d",
                                   rank);
     }
     return TW_OK;
 }
 
+/* Rank 0's side. keep: NULL, or [size] that receives each peer's connection (keep[0] = -1) when the world
+ * is complete, instead of closing them. */
 static tw_status serve(const tw_rendezvous *r, void *blob, size_t bytes, double timeout_s,
-                       double deadline, tw_error *err)
+                       double deadline, int *keep, tw_error *err)
 {
     server *sv = calloc(1, sizeof *sv);
     int *member = malloc((size_t)r->size * sizeof *member);
@@ -503,6 +524,10 @@ static tw_status serve(const tw_rendezvous *r, void *blob, size_t bytes, double 
         s = answer_all(sv, blob, deadline, err);
     for (int i = 0; i < sv->n_wait; i++)
         close(sv->wait[i].fd);
+    for (int rank = 0; s == TW_OK && keep && rank < r->size; rank++) {
+        keep[rank] = member[rank];
+        member[rank] = -1; /* handed over, not closed */
+    }
     for (int rank = 1; rank < r->size; rank++)
         if (member[rank] >= 0)
             close(member[rank]);
@@ -537,7 +562,9 @@ static tw_status refused(const tw_rendezvous *r, size_t bytes, uint32_t verdict,
         snprintf(why, n, "its rendezvous timed out with %u of %d ranks", detail, r->size);
     else
         snprintf(why, n, "unknown verdict %u", verdict);
-    return tw_error_set(err, TW_ERR_INVALID, NULL, -1, fmt, r->rank_from, r->rank, why);
+    tw_error_set(err, verdict == INCOMPLETE ? TW_ERR_IO : TW_ERR_INVALID, NULL, -1, fmt, r->rank_from,
+                 r->rank, why);
+    return verdict == INCOMPLETE ? timed_out(err) : err ? err->status : TW_ERR_INVALID;
 }
 
 /* The status of a transfer to or from rank 0 that returned k (0: closed, -1: errno). */
@@ -548,7 +575,8 @@ static tw_status lost(const tw_rendezvous *r, int k, tw_error *err)
     return tw_error_errno(err, NULL, "rendezvous: talking to rank 0 at %s:%d", r->addr, r->port);
 }
 
-/* One attempt over connected fd: hello, answer, blob. Returns TW_OK with blob filled; TW_END when rank 0
+/* One attempt over connected fd: hello, answer, blob (none when bytes is 0). Returns TW_OK with blob
+ * filled; TW_END when rank 0
  * closed before its answer or the deadline came first (the caller retries or reports the time-out); or
  * an error. */
 static tw_status ask(const tw_rendezvous *r, int fd, void *blob, size_t bytes, double deadline,
@@ -567,6 +595,8 @@ static tw_status ask(const tw_rendezvous *r, int fd, void *blob, size_t bytes, d
                             "Tower rank 0", r->addr, r->port);
     if (get32(a + 8) != JOINED)
         return refused(r, bytes, get32(a + 8), get32(a + 12), err);
+    if (bytes == 0)
+        return TW_OK;
     unsigned char *got = malloc(bytes);
     if (!got)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "rendezvous: out of memory");
@@ -599,8 +629,9 @@ static int connect_by(const struct addrinfo *a, double deadline)
     return -1;
 }
 
-/* One pass over MASTER_ADDR's addresses. TW_END: nobody answered yet (why in *why). */
-static tw_status try_once(const tw_rendezvous *r, void *blob, size_t bytes, double deadline,
+/* One pass over MASTER_ADDR's addresses. TW_END: nobody answered yet (why in *why). keep: NULL, or where
+ * the joined connection goes instead of being closed. */
+static tw_status try_once(const tw_rendezvous *r, void *blob, size_t bytes, double deadline, int *keep,
                           char *why, size_t why_size, tw_error *err)
 {
     char port[8];
@@ -623,19 +654,23 @@ static tw_status try_once(const tw_rendezvous *r, void *blob, size_t bytes, doub
         if (s == TW_END)
             snprintf(why, why_size, "connected to %s:%d, but no answer came (rank 0 answers once every "
                      "rank has joined)", r->addr, r->port);
-        close(fd);
+        if (s == TW_OK && keep)
+            *keep = fd;
+        else
+            close(fd);
     }
     freeaddrinfo(addrs);
     return s;
 }
 
+/* A peer's side; keep as try_once's. */
 static tw_status join(const tw_rendezvous *r, void *blob, size_t bytes, double timeout_s,
-                      double deadline, tw_error *err)
+                      double deadline, int *keep, tw_error *err)
 {
     char why[768] = "rank 0 was never reached"; /* room for MASTER_ADDR and a strerror */
     int backoff_ms = BACKOFF_MIN_MS;
     for (;;) {
-        tw_status s = try_once(r, blob, bytes, deadline, why, sizeof why, err);
+        tw_status s = try_once(r, blob, bytes, deadline, keep, why, sizeof why, err);
         if (s != TW_END)
             return s;
         int ms = left_ms(deadline, backoff_ms);
@@ -651,6 +686,20 @@ static tw_status join(const tw_rendezvous *r, void *blob, size_t bytes, double t
     return timed_out(err);
 }
 
+/* The arguments every join checks: a time-out in (0, 86400] s, a rank of a world of valid size. */
+static tw_status check_world(const tw_rendezvous *r, double timeout_s, const char *fn, tw_error *err)
+{
+    if (!r)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: NULL world", fn);
+    if (!(timeout_s > 0 && timeout_s <= 86400))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: timeout %g s is outside (0, 86400]", fn,
+                            timeout_s);
+    if (r->size < 1 || r->size > TW_RENDEZVOUS_MAX_SIZE || r->rank < 0 || r->rank >= r->size)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: rank %d of a world of %d", fn, r->rank,
+                            r->size);
+    return TW_OK;
+}
+
 tw_status tw_rendezvous_share(const tw_rendezvous *r, void *blob, size_t bytes, double timeout_s,
                               tw_error *err)
 {
@@ -658,15 +707,25 @@ tw_status tw_rendezvous_share(const tw_rendezvous *r, void *blob, size_t bytes, 
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
                             "tw_rendezvous_share: a blob of 1..%d bytes is needed (got %zu%s)",
                             TW_RENDEZVOUS_MAX_BLOB, bytes, blob ? "" : ", NULL");
-    if (!(timeout_s > 0 && timeout_s <= 86400))
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "tw_rendezvous_share: timeout %g s is outside (0, 86400]", timeout_s);
-    if (r->size < 1 || r->size > TW_RENDEZVOUS_MAX_SIZE || r->rank < 0 || r->rank >= r->size)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "tw_rendezvous_share: rank %d of a world of %d", r->rank, r->size);
+    TW_TRY(check_world(r, timeout_s, "tw_rendezvous_share", err));
     if (r->size == 1)
         return TW_OK;
     double deadline = now_s() + timeout_s;
-    return r->rank == 0 ? serve(r, blob, bytes, timeout_s, deadline, err)
-                        : join(r, blob, bytes, timeout_s, deadline, err);
+    return r->rank == 0 ? serve(r, blob, bytes, timeout_s, deadline, NULL, err)
+                        : join(r, blob, bytes, timeout_s, deadline, NULL, err);
+}
+
+tw_status tw_rendezvous_connect(const tw_rendezvous *r, double timeout_s, int *fds, tw_error *err)
+{
+    if (!fds)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "tw_rendezvous_connect: NULL fds");
+    TW_TRY(check_world(r, timeout_s, "tw_rendezvous_connect", err));
+    for (int i = 0; i < (r->rank == 0 ? r->size : 1); i++)
+        fds[i] = -1;
+    if (r->size == 1)
+        return TW_OK;
+    double deadline = now_s() + timeout_s;
+    char none;
+    return r->rank == 0 ? serve(r, &none, 0, timeout_s, deadline, fds, err)
+                        : join(r, &none, 0, timeout_s, deadline, fds, err);
 }

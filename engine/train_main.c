@@ -2,9 +2,10 @@
  * [--backend auto|cpu|cuda] [--data-root DIR] [--memory-limit BYTES] [--input-memory BYTES]
  * [--stop-within S] [--monitor-url URL]`: the command line around tw_train, and the stop watchdog.
  *
- * Under a launcher (`mpirun -np P tower train ...`) the P processes join one world (world.h) and train one
- * run; only rank 0 writes on stdout, and a failure on any rank ends them all with its exit status
- * (tw_world_abort: mpirun exits with it).
+ * Under a launcher (`mpirun -np P tower train ...`), or started P times with torchrun's variables
+ * (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK: the TCP world), the P processes join one world (world.h)
+ * and train one run; only rank 0 writes on stdout, and a failure on any rank ends them all with its exit
+ * status (tw_world_abort: mpirun exits with it; in the TCP world every rank does).
  *
  * SIGTERM/SIGINT (or SIGUSR1, which mpirun forwards to every rank) asks the loop to checkpoint and stop
  * (tw_train_request_stop; in a world, at the first step boundary every rank agrees on) and arms a watchdog
@@ -240,8 +241,10 @@ int tw_train_main(int argc, char **argv)
     static tw_config c; /* large: keep it off the stack */
     tw_error err;
     tw_error_clear(&err);
-    if (tw_world_init(&world, &err) != TW_OK) /* a launcher without MPI in this build, or MPI failed */
-        return fail(&err, err.status == TW_ERR_UNSUPPORTED ? TW_EXIT_USAGE : TW_EXIT_FAILED);
+    /* a launcher without MPI in this build (2), MPI failed (1), torchrun's variables malformed or this rank
+     * refused by rank 0 (2), the TCP join timed out (1): world.h */
+    if (tw_world_init(&world, &err) != TW_OK)
+        return fail(&err, err.status == TW_ERR_UNSUPPORTED ? TW_EXIT_USAGE : tw_child_exit_code(&err));
     o.train.world = &world;
     if (tw_world_rank(&world) != 0)
         o.train.progress = NULL; /* only rank 0 writes the lines (trainer.h) */

@@ -131,8 +131,9 @@ static tw_status alloc_batches(tw_towers *T, tw_error *err)
 }
 
 /* On a backend with worlds of its own (CUDA: NCCL), the processes' towers join one: rank 0 makes the id,
- * tw_world_bcast hands it to every process (MPI_Bcast), each joins as node `rank`; the towers' all-reduce
- * then averages over every tower of the world on the devices, with no copy through the host. */
+ * tw_world_bcast hands it to every process (MPI_Bcast, or the TCP world's rank 0), each joins as node
+ * `rank`; the towers' all-reduce then averages over every tower of the world on the devices, with no copy
+ * through the host. */
 static tw_status join_device_world(tw_towers *T, tw_error *err)
 {
     if (T->world_towers == T->n || !tw_backend_has_world(T->b[0]))
@@ -408,8 +409,8 @@ static tw_status average_gradients(tw_towers *T, double *unused, tw_error *err)
 }
 
 /* The towers' (identical) averaged gradients become their mean over the world's processes: tower 0's
- * arena through the host, MPI_Allreduce (world.h), back into every tower (tower 0's alone when they share
- * the update, which reads only its gradients). */
+ * arena through the host, tw_world_allreduce_avg (world.h: MPI or TCP), back into every tower (tower 0's
+ * alone when they share the update, which reads only its gradients). */
 static tw_status average_world(tw_towers *T, tw_error *err)
 {
     size_t bytes = T->P * sizeof(float);

@@ -699,7 +699,10 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
     while (R->T.step < c->steps) {
         if (R->saver) /* a background save that failed ends the run */
             TW_TRY(tw_ckpt_writer_poll(R->saver, NULL, err));
-        if (R->o->world ? tw_world_any(R->o->world, stop_requested) : stop_requested) { /* all stop together */
+        int stop = stop_requested;
+        if (R->o->world) /* all stop together */
+            TW_TRY(tw_world_any(R->o->world, &stop, err));
+        if (stop) {
             *outcome = TW_TRAIN_CANCELLED;
             return save_checkpoint(R, err);
         }

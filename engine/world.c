@@ -1,46 +1,17 @@
-/* world.c — the world of processes on MPI (world.h): MPI_COMM_WORLD, joined when a launcher (mpirun,
- * srun --mpi) started the process. Built only with TW_HAVE_MPI (engine/CMakeLists.txt); world_none.c
- * stands in otherwise.
+/* world.c — which world a process joins, and the dispatch of world.h's collectives to it (world_ops.h).
  *
- * Owns: MPI_Init_thread (FUNNELED: the towers' threads never call MPI) only when the environment names a
- * launcher, MPI_ERRORS_RETURN on the communicator (a failed collective becomes a tw_status the trainer
- * can report before it aborts the world), the collectives in chunks of at most INT_MAX elements (MPI's
- * counts are int), MPI_Abort. A rank that dies is noticed by mpirun, which ends the others (docs/
- * reliability.md). Does not own what is reduced (train_step.c, trainer.c). */
+ * Owns: the choice at tw_world_init (a launcher's environment: MPI, or the refusal of a build without it;
+ * torchrun's variables of several processes: TCP; else a world of one), the world of one itself (every
+ * collective leaves its buffer as it is, abort is _exit), and the one path every collective takes
+ * (a world of one or of size 1 returns at once; else the table's op). Does not own MPI (world_mpi.c), the
+ * TCP world (world_tcp.c), the variables (rendezvous.c) or the launcher's size and the accessors
+ * (world_env.c). */
 #include "world.h"
 
-#include <limits.h>
-#include <mpi.h>
-#include <stdlib.h>
-#include <string.h>
+#include <stdio.h>
 #include <unistd.h>
 
-#include "child.h"
-
-enum { CHUNK = INT_MAX / 2 }; /* elements per MPI call: MPI's counts are int */
-
-/* TW_OK, or err filled with MPI's message for rc naming the call. */
-static tw_status mpi_check(int rc, const char *what, tw_error *err)
-{
-    if (rc == MPI_SUCCESS)
-        return TW_OK;
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(rc, msg, &len) != MPI_SUCCESS)
-        snprintf(msg, sizeof msg, "MPI error %d", rc);
-    return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "%s failed: %s", what, msg);
-}
-
-/* w->local_size: the processes of the world that share this machine (MPI_COMM_TYPE_SHARED). */
-static tw_status count_local(tw_world *w, tw_error *err)
-{
-    MPI_Comm node;
-    TW_TRY(mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, w->rank, MPI_INFO_NULL, &node),
-                     "MPI_Comm_split_type", err));
-    tw_status s = mpi_check(MPI_Comm_size(node, &w->local_size), "MPI_Comm_size", err);
-    MPI_Comm_free(&node);
-    return s;
-}
+#include "world_ops.h"
 
 static void world_of_one(tw_world *w)
 {
@@ -48,79 +19,78 @@ static void world_of_one(tw_world *w)
     snprintf(w->kind, sizeof w->kind, "none");
 }
 
+/* A launcher started `launched` processes: MPI's world, or this build cannot join it. */
+static tw_status join_launched(tw_world *w, int launched, tw_error *err)
+{
+#ifdef TW_HAVE_MPI
+    (void)launched;
+    return tw_world_mpi_init(w, err);
+#else
+    (void)w;
+    if (launched > 1)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
+                            "started as one of %d processes (mpirun/srun), but this tower was built "
+                            "without MPI: install libopenmpi-dev and rebuild with -DTW_MPI=ON, run one "
+                            "process with --towers N, or start the processes with torchrun's variables "
+                            "(MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK: docs/scale-out.md)", launched);
+    return TW_OK;
+#endif
+}
+
+static tw_status join(tw_world *w, tw_error *err)
+{
+    int launched = tw_world_launched_size();
+    if (launched > 0) /* mpirun, srun --mpi: MPI_Init only then (world.h) */
+        return join_launched(w, launched, err);
+    tw_rendezvous r;
+    int present = 0;
+    TW_TRY(tw_rendezvous_from_env(&r, &present, err));
+    return present && r.size > 1 ? tw_world_tcp_init(w, &r, err) : TW_OK;
+}
+
 tw_status tw_world_init(tw_world *w, tw_error *err)
 {
     world_of_one(w);
-    if (tw_world_launched_size() == 0) /* not started by a launcher: no MPI_Init (world.h) */
-        return tw_world_refuse_rendezvous(err);
-    int provided;
-    TW_TRY(mpi_check(MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread", err));
-    w->joined = 1;
-    snprintf(w->kind, sizeof w->kind, "mpi");
-    TW_TRY(mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler",
-                     err));
-    TW_TRY(mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &w->rank), "MPI_Comm_rank", err));
-    TW_TRY(mpi_check(MPI_Comm_size(MPI_COMM_WORLD, &w->size), "MPI_Comm_size", err));
-    TW_TRY(count_local(w, err));
-    if (provided < MPI_THREAD_FUNNELED)
-        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
-                            "the MPI library does not support MPI_THREAD_FUNNELED (provided %d)", provided);
-    return TW_OK;
+    tw_status s = join(w, err);
+    if (s != TW_OK && !w->joined)
+        world_of_one(w); /* a failed join leaves a world of one: its failure ends this process alone */
+    return s;
 }
 
 void tw_world_finalize(tw_world *w)
 {
-    if (w->joined)
-        MPI_Finalize();
+    if (w->joined && w->ops)
+        w->ops->finalize(w);
     w->joined = 0;
 }
 
+/* Whether a collective has anyone to talk to. */
+static int several(const tw_world *w) { return w->joined && w->ops && w->size > 1; }
+
 tw_status tw_world_allreduce_avg(tw_world *w, float *buf, size_t n, tw_error *err)
 {
-    if (w->size == 1)
-        return TW_OK;
-    const float inv = 1.0f / (float)w->size;
-    for (size_t at = 0; at < n; at += CHUNK) {
-        int len = (int)(n - at < CHUNK ? n - at : CHUNK);
-        TW_TRY(mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + at, len, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
-                         "MPI_Allreduce of the gradients", err));
-        for (int i = 0; i < len; i++)
-            buf[at + (size_t)i] *= inv;
-    }
-    return TW_OK;
+    return several(w) ? w->ops->allreduce_avg(w, buf, n, err) : TW_OK;
 }
 
 tw_status tw_world_sum(tw_world *w, double *buf, size_t n, tw_error *err)
 {
-    for (size_t at = 0; w->size > 1 && at < n; at += CHUNK) {
-        int len = (int)(n - at < CHUNK ? n - at : CHUNK);
-        TW_TRY(mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf + at, len, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD),
-                         "MPI_Allreduce of the metrics", err));
-    }
-    return TW_OK;
+    return several(w) ? w->ops->sum(w, buf, n, err) : TW_OK;
 }
 
 tw_status tw_world_bcast(tw_world *w, void *buf, size_t bytes, tw_error *err)
 {
-    for (size_t at = 0; w->size > 1 && at < bytes; at += CHUNK) {
-        int len = (int)(bytes - at < CHUNK ? bytes - at : CHUNK);
-        TW_TRY(mpi_check(MPI_Bcast((char *)buf + at, len, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast", err));
-    }
-    return TW_OK;
+    return several(w) ? w->ops->bcast(w, buf, bytes, err) : TW_OK;
 }
 
-int tw_world_any(tw_world *w, int flag)
+tw_status tw_world_any(tw_world *w, int *flag, tw_error *err)
 {
-    int any = flag != 0;
-    if (w->size > 1 &&
-        MPI_Allreduce(MPI_IN_PLACE, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD) != MPI_SUCCESS)
-        tw_world_abort(w, TW_EXIT_FAILED);
-    return any;
+    *flag = *flag != 0;
+    return several(w) ? w->ops->any(w, flag, err) : TW_OK;
 }
 
 _Noreturn void tw_world_abort(tw_world *w, int exit_code)
 {
-    if (w->joined && w->size > 1)
-        MPI_Abort(MPI_COMM_WORLD, exit_code);
+    if (several(w))
+        w->ops->abort(w, exit_code);
     _exit(exit_code);
 }

@@ -1,12 +1,9 @@
-/* world_env.c — what both worlds (world.h) share: the number of processes a launcher started, read from
- * its environment, the refusal of a world only the torchrun variables describe, and the accessors of
- * tw_world. Not joining a world or its collectives (world.c,
- * world_none.c). */
+/* world_env.c — what every world (world.h) shares: the number of processes a launcher started, read from
+ * its environment, and the accessors of tw_world. Not the choice of a world or its collectives (world.c,
+ * world_mpi.c, world_tcp.c), nor torchrun's variables (rendezvous.c). */
 #include "world.h"
 
 #include <stdlib.h>
-
-#include "rendezvous.h"
 
 /* The variables a launcher sets to the world's size: Open MPI's mpirun, and PMI (MPICH's Hydra, Slurm's
  * srun --mpi=pmi2). */
@@ -22,20 +19,6 @@ int tw_world_launched_size(void)
             return n > 1 << 20 ? 1 << 20 : (int)n;
     }
     return 0;
-}
-
-tw_status tw_world_refuse_rendezvous(tw_error *err)
-{
-    tw_rendezvous r;
-    int present = 0;
-    TW_TRY(tw_rendezvous_from_env(&r, &present, err));
-    if (present && r.size > 1)
-        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1,
-                            "%s=%d says this is one of %d processes, but `tower train` joins a world of "
-                            "processes through MPI only (mpirun, or srun --mpi=pmix): the torchrun-variable "
-                            "rendezvous is not wired into training yet, and %d independent runs would share "
-                            "one log folder (docs/scale-out.md)", r.size_from, r.size, r.size, r.size);
-    return TW_OK;
 }
 
 int tw_world_rank(const tw_world *w) { return w->rank; }

@@ -9,7 +9,8 @@ step boundary every rank agreed on, and the resumed run ends bit-exactly where a
 (losses and the final safetensors); SIGKILL of one
 rank ends the other and mpirun promptly with a status the server retries. Skipped, saying why, only when the
 build has no MPI (TW_HAVE_MPI in the build's CMakeCache.txt) or mpirun is missing; the configure test at
-the end runs in every build: without MPI the build goes on (world_none.c).
+the end runs in every build: without MPI the build goes on (world.c refuses mpirun's ranks; the TCP world of
+torchrun's variables, tests/integration/test_world_tcp.py, needs no MPI).
 
 Run: TOWER_BUILD=build /opt/tower-venv/bin/python -m pytest -q tests/integration/test_mpi.py
 """
@@ -236,7 +237,7 @@ def test_sigkill_of_one_rank_ends_the_world(tower_bin, tmp_path, fashion):  # no
     assert proc.returncode != 0 and proc.returncode not in FINAL_EXITS, proc.returncode
 
 
-@pytest.mark.skipif(HAVE_MPI or not MPIRUN, reason="this build has MPI (unit_world tests world_none.c in "
+@pytest.mark.skipif(HAVE_MPI or not MPIRUN, reason="this build has MPI (unit_world tests world.c's refusal in "
                     "every build)" if HAVE_MPI else "mpirun is not installed")
 def test_a_build_without_mpi_refuses_to_run_under_mpirun(tower_bin, tmp_path, fashion):  # noqa: F811
     res = subprocess.run(mpi_cmd(tower_bin, 2, write_config(tmp_path, "refused", mlp_config(fashion)),
@@ -247,22 +248,20 @@ def test_a_build_without_mpi_refuses_to_run_under_mpirun(tower_bin, tmp_path, fa
     assert not (tmp_path / "refused").exists()  # nothing written
 
 
-@pytest.mark.parametrize("size_var", ["WORLD_SIZE", "SLURM_NTASKS"])
-def test_torchrun_variables_alone_are_refused_not_run_as_independent_runs(tower_bin, tmp_path, fashion, size_var):  # noqa: F811
-    """Without a launcher, torchrun's variables of a world of 2 (training joins worlds through MPI only):
-    exit 2 naming the variable, nothing written, rather than two runs in one folder."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMI", "SLURM_"))}
-    env.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29511", size_var: "2",
-                "RANK" if size_var == "WORLD_SIZE" else "SLURM_PROCID": "0"})
-    res = subprocess.run([str(tower_bin), "train", write_config(tmp_path, "tr", mlp_config(fashion)),
-                          "--logdir", str(tmp_path / "tr")], capture_output=True, text=True, timeout=120, env=env)
-    assert res.returncode == 2, res.stderr
-    assert f"{size_var}=2" in res.stderr and "MPI only" in res.stderr, res.stderr
-    assert not (tmp_path / "tr").exists()
+@needs_mpi
+def test_a_launcher_wins_over_torchrun_variables(tower_bin, tmp_path, fashion):  # noqa: F811
+    """mpirun's ranks with torchrun's variables of another world in their environment (a Slurm job that sets
+    both): the launcher's world is joined (MPI), the variables are not read (world.c's order)."""
+    env = dict(mpi_env(), MASTER_ADDR="127.0.0.1", MASTER_PORT="1", WORLD_SIZE="5", RANK="4")
+    res = subprocess.run(mpi_cmd(tower_bin, 2, write_config(tmp_path, "both", mlp_config(fashion, steps=5)),
+                                 tmp_path / "both"), capture_output=True, text=True, timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    first = json.loads(res.stdout.splitlines()[0])
+    assert first["world"] == "mpi" and first["processes"] == 2, first
 
 
 def test_configure_without_mpi_goes_on(tmp_path):
-    """-DTW_MPI=OFF, and TW_MPI=ON with no MPI to be found: configure says so and succeeds (world_none.c)."""
+    """-DTW_MPI=OFF, and TW_MPI=ON with no MPI to be found: configure says so and succeeds (no world_mpi.c)."""
     for args, says in ((["-DTW_MPI=OFF"], "Tower: MPI world of processes OFF"),
                        (["-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON"], "TW_MPI is ON but no MPI was found")):
         build = tmp_path / args[0].split("=")[0].lstrip("-D")

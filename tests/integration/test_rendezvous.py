@@ -293,3 +293,25 @@ def test_ranks_that_joined_hear_that_rank_0_gave_up(world):
     assert rc == 1 and "missing rank 2" in err, err
     rc, _, err = finish(rank1)  # long before its own 50 s
     assert rc == 1 and "its rendezvous timed out with 2 of 3 ranks" in err, err
+
+
+def test_a_training_world_and_a_shared_blob_do_not_mix(world, tower_bin, tmp_path):
+    """`tower train`'s rank 0 joins the TCP world (engine/world_tcp.c: tw_rendezvous_connect, nothing
+    shared): a rank that expects a blob is refused with the sizes, and rank 0 times out naming it. The world
+    is joined before the config is read, so no config is needed to show it."""
+    env = {k: v for k, v in os.environ.items() if k not in WORLD_VARS}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(world.port), WORLD_SIZE="2", RANK="0",
+               TOWER_RENDEZVOUS_TIMEOUT="3")
+    rank0 = subprocess.Popen([str(tower_bin), "train", str(tmp_path / "none.json"), "--logdir",
+                              str(tmp_path / "run")], env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        rc, _, err = finish(world({"WORLD_SIZE": "2", "RANK": "1"}, "--timeout", 30))
+        assert rc == 1 and "refused RANK=1: it shares 0 bytes, this rank expects 128" in err, err
+        _, err0 = rank0.communicate(timeout=BOUND_S)
+    finally:
+        if rank0.poll() is None:
+            rank0.kill()
+        rank0.communicate()
+    assert rank0.returncode == 1 and "missing rank 1" in err0, err0
+    assert not (tmp_path / "run").exists()

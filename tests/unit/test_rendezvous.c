@@ -1,6 +1,6 @@
 /* test_rendezvous.c — the world's variables (engine/rendezvous.h): where the rank and size come from, and
  * every check with the variable it names; plus one share between threads on loopback and the argument
- * checks of tw_rendezvous_share. The processes' view (launchers' variables, strays, time-outs, refusals) is
+ * checks of tw_rendezvous_share; the optional TOWER_RENDEZVOUS_TIMEOUT and LOCAL_WORLD_SIZE. The processes' view (launchers' variables, strays, time-outs, refusals) is
  * tests/integration/test_rendezvous.py's. */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -21,7 +21,7 @@
 
 static const char *const VARS[] = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "SLURM_PROCID",
                                    "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                   "JOB_COMPLETION_INDEX"};
+                                   "JOB_COMPLETION_INDEX", "LOCAL_WORLD_SIZE", "TOWER_RENDEZVOUS_TIMEOUT"};
 
 /* Clears every world variable, then sets the NULL-terminated name, value pairs. */
 static void env(const char *name, ...)
@@ -69,6 +69,26 @@ static void test_torchrun_variables(void **state)
     assert_int_equal(r.rank, 3);
     assert_string_equal(r.rank_from, "RANK");
     assert_string_equal(r.size_from, "WORLD_SIZE");
+    assert_true(r.timeout_s == TW_RENDEZVOUS_TIMEOUT_S); /* the default join time-out */
+    assert_int_equal(r.local_size, 0);                   /* not set: counted from host names */
+}
+
+static void test_timeout_and_local_size(void **state)
+{
+    (void)state;
+    env("MASTER_ADDR", "h", "MASTER_PORT", "1", "WORLD_SIZE", "4", "RANK", "0", "TOWER_RENDEZVOUS_TIMEOUT",
+        "2", "LOCAL_WORLD_SIZE", "4", NULL);
+    tw_rendezvous r = expect_world();
+    assert_true(r.timeout_s == 2);
+    assert_int_equal(r.local_size, 4);
+    static const char *const bad[][2] = {{"TOWER_RENDEZVOUS_TIMEOUT", "0"}, {"TOWER_RENDEZVOUS_TIMEOUT", "86401"},
+                                         {"TOWER_RENDEZVOUS_TIMEOUT", "2s"}, {"TOWER_RENDEZVOUS_TIMEOUT", ""},
+                                         {"LOCAL_WORLD_SIZE", "5"}, {"LOCAL_WORLD_SIZE", "0"},
+                                         {"LOCAL_WORLD_SIZE", "-1"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        env("MASTER_ADDR", "h", "MASTER_PORT", "1", "WORLD_SIZE", "4", "RANK", "0", bad[i][0], bad[i][1], NULL);
+        expect_error(bad[i][0]);
+    }
 }
 
 static void test_no_world(void **state)
@@ -233,6 +253,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_torchrun_variables),
         cmocka_unit_test(test_no_world),
+        cmocka_unit_test(test_timeout_and_local_size),
         cmocka_unit_test(test_rank_from_launchers),
         cmocka_unit_test(test_bad_variables),
         cmocka_unit_test(test_share_arguments),
