@@ -5,6 +5,7 @@
  * they last ran with the current one under the mutex. */
 #include "tower_pool.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,7 +72,8 @@ tw_status tw_tower_pool_create(int n, tw_tower_pool **out, tw_error *err)
         int e = pthread_create(&p->threads[t], NULL, worker_main, &p->workers[t]);
         if (e) {
             tw_tower_pool_destroy(p);
-            return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "tower pool: cannot start thread %d: %s",
+            return tw_error_set(err, e == EAGAIN ? TW_ERR_NOMEM : TW_ERR_INTERNAL, NULL, -1,
+                                "tower pool: cannot start thread %d: %s",
                                 t, strerror(e));
         }
         p->started = t;

@@ -12,8 +12,9 @@
 
 typedef struct tw_tower_pool tw_tower_pool;
 
-/* A pool for up to n jobs per run (n >= 1; n = 1 creates no thread). Caller owns *out. Errors: TW_ERR_NOMEM,
- * TW_ERR_INTERNAL when a thread cannot be created (naming the error). */
+/* A pool for up to n jobs per run (n >= 1; n = 1 creates no thread). Caller owns *out. Errors: TW_ERR_NOMEM
+ * (also when a thread finds no room for its stack: EAGAIN, an address-space limit), TW_ERR_INTERNAL when a
+ * thread cannot be created otherwise (naming the error). */
 tw_status tw_tower_pool_create(int n, tw_tower_pool **out, tw_error *err);
 
 /* Stops and joins the workers (after the last run has returned). NULL-safe. */

@@ -189,8 +189,8 @@ static tw_status start_flusher(tw_events_writer *w, tw_error *err)
     if (w->opts.flush_secs <= 0.0)
         return TW_OK;
     int rc = pthread_create(&w->flusher, NULL, flusher_main, w);
-    if (rc != 0)
-        return tw_error_set(err, TW_ERR_INTERNAL, w->path, -1,
+    if (rc != 0) /* EAGAIN: no room for its stack (an address-space limit) or no thread left */
+        return tw_error_set(err, rc == EAGAIN ? TW_ERR_NOMEM : TW_ERR_INTERNAL, w->path, -1,
                             "cannot start the event flusher thread: %s", strerror(rc));
     w->has_flusher = 1;
     return TW_OK;
