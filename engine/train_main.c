@@ -33,6 +33,12 @@
  * the kernel may hand it a process-wide signal: there the same actions run in a handler (SA_RESTART),
  * safe on such a thread, which runs OpenBLAS's code only. Nothing here forks or execs after the block
  * (the only exec, tw_cpu_conv_process_init's, comes before it), so no child inherits the mask.
+ * The stop also pokes the main thread (SIGPOKE, pthread_kill; a handler that does nothing, on an
+ * alternate stack, without SA_RESTART): a system call it is blocked in ends with EINTR, as when the stop
+ * signal's own handler ran there. Under mpirun that matters: once it kills the job it stops reading its
+ * ranks' stdout, and a rank blocked writing a progress line would never reach the stop's checkpoint
+ * (test_mpi.py's SIGTERM stop). A poke that comes just before such a block does not end it; the watchdog
+ * does (as before).
  *
  * Exit status (child.h's table; the supervisor maps it to a run state and a retry decision):
  *    0  completed, or cancelled (SIGTERM/SIGINT: checkpoint, flush, stop)
@@ -52,6 +58,7 @@
  * Progress is the child protocol's lines on stdout (child.h), each flushed as written; on a terminal
  * (isatty) the same emitter renders them as a live progress line instead. A failure ends
  * with its failed line; the message also goes to stderr as one line naming the key or file. */
+#define _DEFAULT_SOURCE /* sigaltstack, SA_ONSTACK */
 #include "train_main.h"
 
 #include <errno.h>
@@ -189,6 +196,16 @@ static int parse_args(int argc, char **argv, options *o)
 }
 
 static unsigned stop_within; /* seconds: the watchdog's bound (options.stop_within) */
+static pthread_t main_thread; /* the one that calls tw_train: the loop, tower 0's products */
+
+/* Sent by on_signal to the main thread only (pthread_kill), to end a system call it is blocked in (a
+ * write on a stdout nobody reads any more: mpirun stops forwarding its ranks' output once it kills the
+ * job) with EINTR, so that the loop sees the stop. Its handler does nothing, on an alternate stack. A
+ * real-time signal no library here uses. */
+#define SIGPOKE (SIGRTMIN + 5)
+enum { POKE_STACK = 64 << 10 }; /* bytes: the frame with the AVX-512 state is about 3.5 KiB */
+
+static void on_poke(int sig) { (void)sig; }
 
 /* What a stop signal does, on whichever thread takes it (async-signal-safe: the signal thread calls it
  * after sigwait, the handler on a thread from before main): SIGALRM is the watchdog, the loop did not end
@@ -207,6 +224,7 @@ static void on_signal(int sig)
     if (!atomic_flag_test_and_set(&armed))
         alarm(stop_within);
     tw_train_request_stop();
+    pthread_kill(main_thread, SIGPOKE); /* out of a blocked write, as a handler on main did */
 }
 
 static sigset_t stop_set; /* SIGTERM, SIGINT, SIGUSR1, SIGALRM */
@@ -234,8 +252,9 @@ enum { SIGNAL_THREAD_STACK = 256 << 10 };
  * ever pushed on a thread that multiplies; the header says why), and takes them on one thread of their
  * own with sigwait. The handler is for the threads libraries started before main (OpenBLAS's pthread
  * workers), which cannot be made to block them and would otherwise die of a SIGTERM they take; they run
- * OpenBLAS only, never oneDNN or Tower's own loops. Call once, before any thread starts; returns errno
- * (the thread could not start) or 0. */
+ * OpenBLAS only, never oneDNN or Tower's own loops. The calling thread gets SIGPOKE's alternate stack
+ * and handler. Call once, from the thread that trains, before any thread starts; returns errno (the
+ * thread could not start, no memory for the stack) or 0. */
 static int handle_stop_signals(int within)
 {
     stop_within = (unsigned)within;
@@ -251,6 +270,13 @@ static int handle_stop_signals(int within)
     for (int i = 0; !e && i < N; i++)
         if (sigaction(SIGNALS[i], &sa, NULL) != 0)
             e = errno;
+    /* The poke: no SA_RESTART (the point is EINTR), on an alternate stack (main may be in oneDNN). */
+    main_thread = pthread_self();
+    stack_t alt = {.ss_sp = malloc(POKE_STACK), .ss_size = POKE_STACK}; /* kept for the process */
+    struct sigaction poke = {.sa_handler = on_poke, .sa_flags = SA_ONSTACK};
+    sigfillset(&poke.sa_mask);
+    if (!e && (!alt.ss_sp || sigaltstack(&alt, NULL) != 0 || sigaction(SIGPOKE, &poke, NULL) != 0))
+        e = alt.ss_sp ? errno : ENOMEM;
     pthread_attr_t attr;
     pthread_t thread;
     if (!e && !(e = pthread_attr_init(&attr))) {
