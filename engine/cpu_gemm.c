@@ -14,8 +14,9 @@
  * kernel (jit_avx512_common_gemm_f32) runs with its stack pointer in its malloc'ed workspace when K > 84,
  * and the kernel pushes a signal's frame below the stack pointer: onto the heap chunk before the
  * workspace (glibc's "corrupted size vs. prev_size"; the crash that had 58d97cc turn this path off).
- * `tower train` takes its stop signals on a sigwait thread, blocked in every thread that computes
- * (train_main.c's header: the evidence, tests/tools/stop_storm.py and probes/dnnl_sgemm_signals.c);
+ * `tower train` takes its stop signals on a sigwait thread, blocked in every thread that computes; the
+ * main thread takes only a poke, on an alternate stack (train_main.c's header: the evidence,
+ * tests/tools/stop_storm.py and probes/dnnl_sgemm_signals.c);
  * `tower serve` blocks SIGTERM/SIGINT in every thread it starts and unblocks them only in main, which
  * polls and never multiplies (serve_main.c); the other commands install no handler. A new handler, or
  * a thread that multiplies with a signal unblocked, must keep to that.
