@@ -45,6 +45,7 @@ static int cpu_plan(int concurrent)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     long share = cores > concurrent ? cores / concurrent : 1;
+    openblas_set_num_threads((int)share);
     tw_cpu_gemm_threads((int)share);
     tw_cpu_conv_threads((int)share);
     return (int)share;

@@ -1,8 +1,10 @@
 /* cpu_gemm.h — the CPU backend's single-precision GEMM (cpu_gemm.c); internal to the CPU backend.
  *
- * Owns: the GEMM (OpenBLAS's cblas_sgemm; cpu_gemm.c says why not oneDNN's) and its thread count, and
- * oneDNN's OpenMP team size. Does not own:
- * argument checks (backend.c) or OpenBLAS's warm-up (cpu_backend.c). */
+ * Owns: which library multiplies (oneDNN's dnnl_sgemm or OpenBLAS's cblas_sgemm, chosen by the build,
+ * never by timing) and the thread count each calling thread gives it. Does not own:
+ * argument checks (backend.c) or OpenBLAS's warm-up (cpu_backend.c).
+ * Callers' rule: no signal handler may run on a thread inside tw_cpu_sgemm (oneDNN's kernel moves the
+ * stack pointer onto the heap; cpu_gemm.c): block the signals there and take them elsewhere. */
 #ifndef TW_CPU_GEMM_H
 #define TW_CPU_GEMM_H
 
@@ -10,7 +12,8 @@
 
 /* c[m, n] = alpha op(a)[m, k] op(b)[k, n] + beta c; a stored [m, k] or [k, m] (trans_a), b stored
  * [k, n] or [n, k] (trans_b); row-major, packed. beta 0 overwrites c (never reads it, so a NaN there
- * does not survive). Always TW_OK (the status keeps the call sites ready for a library that can fail). */
+ * does not survive). Errors: TW_ERR_NOMEM when oneDNN cannot allocate its buffers, else
+ * TW_ERR_INTERNAL naming oneDNN's status. */
 tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                        const float *b, float beta, float *c, tw_error *err);
 
@@ -19,7 +22,7 @@ tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alph
  * when there is none. Shared with the convolutions (cpu_conv.c). */
 void tw_cpu_omp_team(int threads);
 
-/* The threads every later GEMM uses (OpenBLAS's, process-wide; tw_backend_plan's share). */
+/* The threads every later GEMM uses, per calling thread (process-wide; tw_backend_plan's share). */
 void tw_cpu_gemm_threads(int threads);
 
 #endif

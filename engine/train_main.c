@@ -9,11 +9,37 @@
  *
  * SIGTERM/SIGINT (or SIGUSR1, which mpirun forwards to every rank) asks the loop to checkpoint and stop
  * (tw_train_request_stop; in a world, at the first step boundary every rank agrees on) and arms a watchdog
- * (alarm(2), no thread: it works when no thread can be started): when the process is still running
- * --stop-within seconds later (default 20, under the server's default 30 s grace; `tower serve` passes
- * two thirds of its --grace) — a step or an evaluation stuck in a library, a save on a disk that does
- * not answer — SIGALRM ends it at once with exit status 15 (TW_EXIT_STOP_TIMEOUT, retried by the
- * server: the last committed checkpoint stands, as after a crash). A second SIGTERM does not re-arm it.
+ * (alarm(2)): when the process is still running --stop-within seconds later (default 20, under the
+ * server's default 30 s grace; `tower serve` passes two thirds of its --grace) — a step or an evaluation
+ * stuck in a library, a save on a disk that does not answer — SIGALRM ends it at once with exit status 15
+ * (TW_EXIT_STOP_TIMEOUT, retried by the server: the last committed checkpoint stands, as after a crash).
+ * A second SIGTERM does not re-arm it.
+ *
+ * Where the signals are taken: on one thread of their own (sigwait), never on a thread that computes.
+ * tw_train_main blocks the four signals before it starts any thread, so every later thread (MPI's, the
+ * towers' pool, OpenMP's teams, the input's and the checkpoint writer's) inherits the block, and starts
+ * the signal thread (256 KiB of stack; the watchdog needs no thread started after the signal).
+ * Why: the kernel pushes a signal's frame (about 3 KiB with the AVX-512 state) below the interrupted
+ * thread's stack pointer, and oneDNN's JIT sgemm kernel (2.6 on AVX-512: jit_avx512_common_gemm_f32's
+ * xbyak_gemm; its code, dumped with DNNL_JIT_DUMP=1, does `cmp rdx, 84; jg ...; mov rsp, [rsp + 0x68]`)
+ * runs with its stack pointer in its malloc'ed workspace when K > 84 (the seed MLP's forward products);
+ * a handler run on that thread writes the frame over the heap chunk before the workspace (glibc:
+ * "corrupted size vs. prev_size", or SIGSEGV). With dnnl_sgemm and a handler that could run on any
+ * thread, 19 stops in 60 crashed (tests/tools/stop_storm.py); with the signal thread, 0 in 60. Not the
+ * red zone, not the missing SA_RESTART, not the stop path: tests/tools/probes/dnnl_sgemm_signals.c
+ * corrupts the heap with dnnl_sgemm alone and an empty handler, and not with the same handler on an
+ * alternate stack or with the signal blocked. The main thread computes too (tower 0), so blocking the signals in
+ * the worker threads only is not enough.
+ * A thread a library started before main (OpenBLAS's pthread workers) cannot be made to block them, and
+ * the kernel may hand it a process-wide signal: there the same actions run in a handler (SA_RESTART),
+ * safe on such a thread, which runs OpenBLAS's code only. Nothing here forks or execs after the block
+ * (the only exec, tw_cpu_conv_process_init's, comes before it), so no child inherits the mask.
+ * The stop also pokes the main thread (SIGPOKE, pthread_kill; a handler that does nothing, on an
+ * alternate stack, without SA_RESTART): a system call it is blocked in ends with EINTR, as when the stop
+ * signal's own handler ran there. Under mpirun that matters: once it kills the job it stops reading its
+ * ranks' stdout, and a rank blocked writing a progress line would never reach the stop's checkpoint
+ * (test_mpi.py's SIGTERM stop). A poke that comes just before such a block does not end it; the watchdog
+ * does (as before).
  *
  * Exit status (child.h's table; the supervisor maps it to a run state and a retry decision):
  *    0  completed, or cancelled (SIGTERM/SIGINT: checkpoint, flush, stop)
@@ -33,11 +59,14 @@
  * Progress is the child protocol's lines on stdout (child.h), each flushed as written; on a terminal
  * (isatty) the same emitter renders them as a live progress line instead. A failure ends
  * with its failed line; the message also goes to stderr as one line naming the key or file. */
+#define _DEFAULT_SOURCE /* sigaltstack, SA_ONSTACK */
 #include "train_main.h"
 
 #include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,40 +197,102 @@ static int parse_args(int argc, char **argv, options *o)
 }
 
 static unsigned stop_within; /* seconds: the watchdog's bound (options.stop_within) */
+static pthread_t main_thread; /* the one that calls tw_train: the loop, tower 0's products */
 
-/* The watchdog: the loop did not end within stop_within seconds of the stop signal. */
-static void on_stop_timeout(int sig)
-{
-    (void)sig;
-    static const char msg[] = "tower train: not stopped within --stop-within seconds of SIGTERM/SIGINT: "
-                              "exiting without the stop's checkpoint\n";
-    ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
-    (void)w;
-    _exit(TW_EXIT_STOP_TIMEOUT);
-}
+/* Sent by on_signal to the main thread only (pthread_kill), to end a system call it is blocked in (a
+ * write on a stdout nobody reads any more: mpirun stops forwarding its ranks' output once it kills the
+ * job) with EINTR, so that the loop sees the stop. Its handler does nothing, on an alternate stack. A
+ * real-time signal no library here uses. */
+#define SIGPOKE (SIGRTMIN + 5)
+enum { POKE_STACK = 64 << 10 }; /* bytes: the frame with the AVX-512 state is about 3.5 KiB */
 
-static void on_stop_signal(int sig)
+static void on_poke(int sig) { (void)sig; }
+
+/* What a stop signal does, on whichever thread takes it (async-signal-safe: the signal thread calls it
+ * after sigwait, the handler on a thread from before main): SIGALRM is the watchdog, the loop did not end
+ * within stop_within seconds of the stop; the first SIGTERM/SIGINT/SIGUSR1 arms it, every one asks the
+ * loop to stop. */
+static void on_signal(int sig)
 {
-    (void)sig;
-    static volatile sig_atomic_t armed;
-    if (!armed) {
-        armed = 1;
-        alarm(stop_within);
+    static atomic_flag armed = ATOMIC_FLAG_INIT;
+    if (sig == SIGALRM) {
+        static const char msg[] = "tower train: not stopped within --stop-within seconds of SIGTERM/SIGINT: "
+                                  "exiting without the stop's checkpoint\n";
+        ssize_t w = write(STDERR_FILENO, msg, sizeof msg - 1);
+        (void)w;
+        _exit(TW_EXIT_STOP_TIMEOUT);
     }
+    if (!atomic_flag_test_and_set(&armed))
+        alarm(stop_within);
     tw_train_request_stop();
+    pthread_kill(main_thread, SIGPOKE); /* out of a blocked write, as a handler on main did */
 }
 
-/* SIGTERM, SIGINT and SIGUSR1 ask the loop to stop and arm the watchdog (SIGALRM). */
-static void handle_stop_signals(int within)
+static sigset_t stop_set; /* SIGTERM, SIGINT, SIGUSR1, SIGALRM */
+
+static void *signal_thread(void *unused)
+{
+    (void)unused;
+    for (;;) {
+        int sig;
+        if (sigwait(&stop_set, &sig) == 0)
+            on_signal(sig);
+    }
+    return NULL;
+}
+
+static void on_signal_handler(int sig) { on_signal(sig); }
+
+/* Bytes: sigwait, alarm and write need little, and an address-space limit (--memory-limit) counts the
+ * stack; glibc refuses (EINVAL) a stack too small for the libraries' static TLS, and then the default
+ * size is used. */
+enum { SIGNAL_THREAD_STACK = 256 << 10 };
+
+/* Blocks SIGTERM, SIGINT, SIGUSR1 and SIGALRM in the calling thread before it starts any other (MPI's,
+ * the towers', OpenMP's, the input's and the checkpoint writer's inherit the block: no signal frame is
+ * ever pushed on a thread that multiplies; the header says why), and takes them on one thread of their
+ * own with sigwait. The handler is for the threads libraries started before main (OpenBLAS's pthread
+ * workers), which cannot be made to block them and would otherwise die of a SIGTERM they take; they run
+ * OpenBLAS only, never oneDNN or Tower's own loops. The calling thread gets SIGPOKE's alternate stack
+ * and handler. Call once, from the thread that trains, before any thread starts; returns errno (the
+ * thread could not start, no memory for the stack) or 0. */
+static int handle_stop_signals(int within)
 {
     stop_within = (unsigned)within;
-    struct sigaction sa = {.sa_handler = on_stop_timeout};
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGALRM, &sa, NULL);
-    sa.sa_handler = on_stop_signal;
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGUSR1, &sa, NULL); /* mpirun forwards it to every rank; its SIGTERM kills the job */
+    static const int SIGNALS[] = {SIGTERM, SIGINT, SIGUSR1 /* mpirun forwards it to every rank; its
+                                                             SIGTERM kills the job */, SIGALRM};
+    enum { N = sizeof SIGNALS / sizeof SIGNALS[0] };
+    sigemptyset(&stop_set);
+    for (int i = 0; i < N; i++)
+        sigaddset(&stop_set, SIGNALS[i]);
+    struct sigaction sa = {.sa_handler = on_signal_handler, .sa_flags = SA_RESTART};
+    sigfillset(&sa.sa_mask);
+    int e = pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
+    for (int i = 0; !e && i < N; i++)
+        if (sigaction(SIGNALS[i], &sa, NULL) != 0)
+            e = errno;
+    /* The poke: no SA_RESTART (the point is EINTR), on an alternate stack (main may be in oneDNN). */
+    main_thread = pthread_self();
+    stack_t alt = {.ss_sp = malloc(POKE_STACK), .ss_size = POKE_STACK}; /* kept for the process */
+    struct sigaction poke = {.sa_handler = on_poke, .sa_flags = SA_ONSTACK};
+    sigfillset(&poke.sa_mask);
+    if (!e && (!alt.ss_sp || sigaltstack(&alt, NULL) != 0 || sigaction(SIGPOKE, &poke, NULL) != 0))
+        e = alt.ss_sp ? errno : ENOMEM;
+    pthread_attr_t attr;
+    pthread_t thread;
+    if (!e && !(e = pthread_attr_init(&attr))) {
+        pthread_attr_setstacksize(&attr, SIGNAL_THREAD_STACK);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        e = pthread_create(&thread, &attr, signal_thread, NULL);
+        if (e == EINVAL) {
+            pthread_attr_destroy(&attr);
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            e = pthread_create(&thread, &attr, signal_thread, NULL);
+        }
+        pthread_attr_destroy(&attr);
+    }
+    return e;
 }
 
 
@@ -241,6 +332,12 @@ int tw_train_main(int argc, char **argv)
     static tw_config c; /* large: keep it off the stack */
     tw_error err;
     tw_error_clear(&err);
+    int e = handle_stop_signals(o.stop_within); /* before any thread starts (MPI's too) */
+    if (e) {
+        tw_error_set(&err, e == EAGAIN || e == ENOMEM ? TW_ERR_NOMEM : TW_ERR_INTERNAL, NULL, -1,
+                     "cannot start the signal thread: %s", strerror(e));
+        return fail(&err, tw_child_exit_code(&err));
+    }
     /* a launcher without MPI in this build (2), MPI failed (1), torchrun's variables malformed or this rank
      * refused by rank 0 (2), the TCP join timed out (1): world.h */
     if (tw_world_init(&world, &err) != TW_OK)
@@ -256,7 +353,6 @@ int tw_train_main(int argc, char **argv)
      * server's supervisor reads them through mpirun). */
     if (tw_world_launched_size() == 0 && isatty(fileno(stdout)))
         tw_child_use_terminal(stdout, c.steps); /* a person reads it; a pipe keeps the JSON lines */
-    handle_stop_signals(o.stop_within);
     tw_train_outcome outcome;
     if (tw_train(&c, &o.train, &outcome, &err) != TW_OK)
         return fail(&err, tw_child_exit_code(&err));
