@@ -1,14 +1,19 @@
 /* cpu_gemm.c — the CPU backend's GEMM. See cpu_gemm.h.
  *
- * Why oneDNN first: its dnnl_sgemm JIT-compiles for the CPU's real instruction set (AVX-512 on these
- * VMs), while OpenBLAS runs whatever core it detects or OPENBLAS_CORETYPE names (SSE3 "Prescott" when
- * detection fails, Haswell as preset here). Measured one thread each (`tw_bench engine-gemm` against
- * `tw_bench gemm`, OPENBLAS_CORETYPE=Haswell), oneDNN was 1.2x to 2x faster on every dense shape of the
- * seed MLP (batch 32: 784-500-10, forward, backward data and weights) and of the Fashion CNN's dense
- * layers (batch 100: 3136-1024-10), so every shape goes to oneDNN where the build has it (TW_HAVE_DNNL);
- * without it (the cpu_conv_none.c build) OpenBLAS multiplies. The route depends on the build only and
- * the thread count on the shape and the plan's share only (apply_threads), never on timing, so a run
- * and its resume multiply alike.
+ * Which library: oneDNN's dnnl_sgemm JIT-compiles for the CPU's real instruction set, while OpenBLAS runs
+ * whatever core it detects or OPENBLAS_CORETYPE names (SSE3 "Prescott" when detection fails, Haswell when
+ * preset). On the VMs that detected Prescott, oneDNN was 1.2x to 2x faster on every dense shape of the seed
+ * MLP (batch 32: 784-500-10) and the Fashion CNN's dense layers (batch 100: 3136-1024-10), one thread each.
+ * But an OpenMP team costs more than it gives on small products (its threads meet at a barrier): a product
+ * under MACS_PER_THREAD multiply-adds per thread runs on fewer threads, so with one tower on two cores
+ * oneDNN would run the MLP's products on one core while the other idles. Those go to OpenBLAS, whose
+ * threads split them well: measured on an AVX-512 VM (Zen 4; `tw_bench gemm` / `tw_bench engine-gemm`,
+ * GFLOP/s), 32x500x784 and its weight gradient 784x500x32: OpenBLAS on 2 threads 126 / 116 (its own
+ * Cooperlake kernel) or 105 / 91 (Haswell), oneDNN 93 / 83 on one thread and 75 / 98 on two. The rule:
+ * oneDNN, unless the tower has several threads and oneDNN would use only one of them. Without oneDNN
+ * (the cpu_conv_none.c build) OpenBLAS multiplies everything. The route and the thread count depend on
+ * the build, the shape and the plan's share only, never on timing, so a run and its resume multiply
+ * alike.
  *
  * Signals: no signal handler may run on a thread while it is inside dnnl_sgemm. oneDNN's AVX-512 JIT
  * kernel (jit_avx512_common_gemm_f32) runs with its stack pointer in its malloc'ed workspace when K > 84,
@@ -30,11 +35,11 @@
 
 #include <stdatomic.h>
 
+#include <cblas.h>
+
 #ifdef TW_HAVE_DNNL
 #include <dlfcn.h>
 #include <dnnl.h>
-#else
-#include <cblas.h>
 #endif
 
 static atomic_int gemm_threads = 1;
@@ -43,11 +48,12 @@ void tw_cpu_gemm_threads(int threads) { atomic_store(&gemm_threads, threads); }
 
 #ifdef TW_HAVE_DNNL
 
-/* A product of fewer multiply-adds than this per thread runs on fewer threads (at least one): the MLP's
- * (12.5 M at batch 32) on one, the Fashion CNN's first dense layer (321 M at batch 100) on the share. On
- * these shared 2-core VMs an OpenMP team costs more than it gives on the small products (its threads
- * spin at the barrier while the other core runs another tower or process: 1.2 GFLOP/s instead of 38 on
- * one thread for 32 x 500 x 784 with the machine busy). */
+/* A product of fewer multiply-adds than this per thread runs on fewer oneDNN threads (at least one; with
+ * a share of several, such a product goes to OpenBLAS instead: the header): the MLP's (12.5 M at batch 32)
+ * on one, the Fashion CNN's first dense layer (321 M at batch 100) on the share. On these shared 2-core
+ * VMs an OpenMP team costs more than it gives on the small products (its threads spin at the barrier
+ * while the other core runs another tower or process: 1.2 GFLOP/s instead of 38 on one thread for
+ * 32 x 500 x 784 with the machine busy). */
 enum { MACS_PER_THREAD = 1 << 25 };
 
 void tw_cpu_omp_team(int threads)
@@ -62,18 +68,24 @@ void tw_cpu_omp_team(int threads)
         set_num(threads > 1 ? threads : 1);
 }
 
-/* Sets this thread's OpenMP team size for an m x n x k product. */
-static void apply_threads(int m, int n, int k)
+/* OpenBLAS's product (its threads: the plan's share, openblas_set_num_threads in cpu_backend.c). */
+static void openblas_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
+                           const float *b, float beta, float *c)
 {
-    int share = atomic_load(&gemm_threads);
-    double fit = (double)m * n * k / MACS_PER_THREAD;
-    tw_cpu_omp_team(fit < share ? (int)fit : share);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
 }
 
 tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
                        const float *b, float beta, float *c, tw_error *err)
 {
-    apply_threads(m, n, k);
+    int share = atomic_load(&gemm_threads);
+    double fit = (double)m * n * k / MACS_PER_THREAD;
+    if (share > 1 && fit < 2) { /* oneDNN would run it on one thread of several: OpenBLAS's use them all */
+        openblas_sgemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+        return TW_OK;
+    }
+    tw_cpu_omp_team(fit < share ? (int)fit : share); /* this thread's OpenMP team for the product */
     dnnl_status_t s = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a,
                                  trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
     if (s == dnnl_out_of_memory) /* its packing buffers, e.g. under an address-space limit */
@@ -91,8 +103,7 @@ tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alph
                        const float *b, float beta, float *c, tw_error *err)
 {
     (void)err;
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+    openblas_sgemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
     return TW_OK;
 }
 
