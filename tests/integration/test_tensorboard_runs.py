@@ -71,8 +71,8 @@ def test_tensorboard_names_runs_by_name_and_charts_raw_and_ema_together(tmp_path
         assert [p[0] for p in scalars["eval/accuracy_ema"]] == [0, 100, 200]
         assert requests.get(server.api(f"/runs/{old['id']}/checkpoints"), timeout=10).status_code == 200
         runs = {}
-        for name in ("mnist-a", "mnist-b"):
-            runs[name] = submit(server, seed_config(name=name, **SHORT)).json()
+        for name, batch in (("mnist-a", 32), ("mnist-b", 1024)):  # b: seconds long, so a cancel lands mid-run
+            runs[name] = submit(server, seed_config(name=name, batch_size=batch, **SHORT)).json()
         assert wait_run(server, runs["mnist-a"]["id"])["status"] == "succeeded"
         b = runs["mnist-b"]["id"]  # cancelled mid-run, then resumed to its end
         cancel_mid_run(server, b)
