@@ -6,14 +6,13 @@ shuffle(10000) -> repeat -> batch. Prints one JSON line.
 
 usage: tf_fashion_cnn.py TRAIN.tfrecord STEPS [BATCH]
 """
-import json
 import os
-import resource
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
+
+from tf_timing import time_steps  # noqa: E402
 
 tf1 = tf.compat.v1
 tf1.disable_eager_execution()
@@ -55,16 +54,7 @@ def main(path, steps, batch=100):
     ema = tf1.train.ExponentialMovingAverage(0.999, global_step)
     with tf.control_dependencies([apply]):
         train_op = ema.apply(tf1.trainable_variables())
-    with tf1.Session() as sess:
-        sess.run(tf1.global_variables_initializer())
-        for _ in range(10):
-            sess.run(train_op)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            sess.run(train_op)
-        dt = time.perf_counter() - t0
-    print(json.dumps({"steps": steps, "examples_per_sec": steps * batch / dt,
-                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    time_steps(tf1, train_op, 10, steps, batch)
 
 
 if __name__ == "__main__":

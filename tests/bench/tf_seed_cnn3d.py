@@ -16,12 +16,12 @@ usage: tf_seed_cnn3d.py TRAIN.tfrecord STEPS [CONFIG]
 import json
 import os
 import pathlib
-import resource
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf  # noqa: E402
+
+from tf_timing import time_steps  # noqa: E402
 
 tf1 = tf.compat.v1
 tf1.disable_eager_execution()
@@ -115,16 +115,7 @@ def main(path, steps, config=CONFIG):
         ema = tf1.train.ExponentialMovingAverage(cfg["ema_decay"], global_step)
         with tf.control_dependencies([train_op]):
             train_op = ema.apply(tf1.trainable_variables())
-    with tf1.Session() as sess:
-        sess.run(tf1.global_variables_initializer())
-        for _ in range(5):
-            sess.run(train_op)
-        t0 = time.perf_counter()
-        for _ in range(steps):
-            sess.run(train_op)
-        dt = time.perf_counter() - t0
-    print(json.dumps({"towers": towers, "steps": steps, "examples_per_sec": steps * batch * towers / dt,
-                      "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+    time_steps(tf1, train_op, 5, steps, batch * towers, towers=towers)
 
 
 if __name__ == "__main__":
