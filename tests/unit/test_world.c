@@ -20,6 +20,7 @@
 
 #include "../../engine/world.c"
 #include "train_step.h"
+#include "testutil.h"
 
 static const char *const WORLD_VARS[] = {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "SLURM_PROCID",
                                          "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
@@ -84,16 +85,12 @@ static void test_one_of_several_processes_is_refused(void **state)
     unsetenv("PMI_SIZE");
 }
 
-/* A port nothing listens on now (the kernel's pick). */
+/* A port nothing listens on now (testutil.h). */
 static int free_port(void)
 {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    assert_int_equal(bind(s, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(getsockname(s, (struct sockaddr *)&a, &len), 0);
-    close(s);
-    return ntohs(a.sin_port);
+    int port = tw_test_free_port();
+    assert_true(port > 0);
+    return port;
 }
 
 /* Forks size ranks of a TCP world on port; rank r runs body(r) and exits with its result. Returns the

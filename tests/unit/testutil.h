@@ -1,13 +1,16 @@
-/* testutil.h — scratch folders for the unit tests, shared so every test makes and removes them the
- * same way. Header-only (static inline): each test program includes what it uses. */
+/* testutil.h — scratch folders and free loopback ports for the unit tests, shared so every test makes
+ * and removes them the same way. Header-only (static inline): each test program includes what it uses. */
 #ifndef TW_TESTUTIL_H
 #define TW_TESTUTIL_H
 
+#include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,6 +52,19 @@ static inline int tw_test_rmdir(const char *dir)
     }
     closedir(d);
     return rc | rmdir(dir);
+}
+
+/* A loopback TCP port nothing listens on now (the kernel's pick), or -1. */
+static inline int tw_test_free_port(void)
+{
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    int ok = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
+             getsockname(s, (struct sockaddr *)&a, &len) == 0;
+    if (s >= 0)
+        close(s);
+    return ok ? ntohs(a.sin_port) : -1;
 }
 
 #endif
