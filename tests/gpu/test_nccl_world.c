@@ -28,6 +28,7 @@
 #include "backend.h"
 #include "gpu_skip.h"
 #include "rendezvous.h"
+#include "../unit/testutil.h"
 
 extern char **environ;
 
@@ -153,16 +154,11 @@ static void world_of_one(void)
     tw_backend_destroy(b);
 }
 
+/* A free loopback port (testutil.h), or torchrun's default when none could be had. */
 static int free_port(void)
 {
-    int s = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    int ok = s >= 0 && bind(s, (struct sockaddr *)&a, sizeof a) == 0 &&
-             getsockname(s, (struct sockaddr *)&a, &len) == 0;
-    if (s >= 0)
-        close(s);
-    return ok ? ntohs(a.sin_port) : 29500;
+    int port = tw_test_free_port();
+    return port > 0 ? port : 29500;
 }
 
 /* Starts this program as rank `rank` of a world of two on port: the parent's environment without any

@@ -1,8 +1,9 @@
-"""Helpers shared by the integration tests: polling for a condition and a stock TensorBoard."""
+"""Helpers shared by the integration tests: polling for a condition, a stock TensorBoard, a free port."""
 import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -80,3 +81,10 @@ def copy_run_rows(db, run_id, n, **over):
         con.commit()
     finally:
         con.close()
+
+
+def free_port():
+    """A loopback TCP port nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

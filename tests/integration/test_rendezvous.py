@@ -14,23 +14,20 @@ import time
 
 import pytest
 
+import helpers
+
 # Every variable the rendezvous reads; a test's environment starts without any of them.
 WORLD_VARS = ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "SLURM_PROCID", "SLURM_NTASKS",
               "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "JOB_COMPLETION_INDEX"]
 BOUND_S = 60  # no process of these tests may take longer; the tool's own time-outs are far shorter
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture
 def world(tool):
     """world(rank_env, *args) starts one rank with MASTER_ADDR/MASTER_PORT of this test's world plus
     rank_env (None values unset a variable); returns the Popen. finish(p) -> (rc, parsed stdout, stderr)."""
-    port = free_port()
+    port = helpers.free_port()
     procs = []
 
     def start(rank_env, *args):

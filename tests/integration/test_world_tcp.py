@@ -16,13 +16,15 @@ Run: TOWER_BUILD=build /opt/tower-venv/bin/python -m pytest -q tests/integration
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 
 import numpy as np
 import pytest
 
+import helpers
+
+from test_mpi import stop_config, tensors, write_config
 from test_train import fashion, losses, mlp_config  # noqa: F401  (fashion is a fixture)
 
 # Every variable that could make a process join some world; a test's environment starts without them.
@@ -33,11 +35,6 @@ BOUND_S = 600
 FINAL_EXITS = {2, 10, 11, 14}  # statuses the server never retries (engine/child.h)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def rank_env(port, rank, size, rank_var="RANK", size_var="WORLD_SIZE", **extra):
     env = {k: v for k, v in os.environ.items() if k not in WORLD_VARS and not k.startswith(WORLD_PREFIXES)}
@@ -46,19 +43,13 @@ def rank_env(port, rank, size, rank_var="RANK", size_var="WORLD_SIZE", **extra):
     return env
 
 
-def write_config(tmp_path, name, config):
-    path = tmp_path / f"{name}.json"
-    path.write_text(json.dumps(config))
-    return path
-
-
 def start(tower_bin, config_path, logdir, env, *args, stdout=subprocess.PIPE):
     return subprocess.Popen([str(tower_bin), "train", str(config_path), "--logdir", str(logdir),
                              *map(str, args)], env=env, stdout=stdout, stderr=subprocess.PIPE, text=True)
 
 
 def start_world(tower_bin, config_path, logdir, *args, n=2, rank_var="RANK", size_var="WORLD_SIZE", **extra):
-    port = free_port()
+    port = helpers.free_port()
     return [start(tower_bin, config_path, logdir, rank_env(port, r, n, rank_var, size_var, **extra), *args)
             for r in range(n)]
 
@@ -155,16 +146,6 @@ def test_the_rank_from_a_launchers_variables(tower_bin, tmp_path, fashion, rank_
     assert sorted(lw) == list(range(1, 31)) and [lw[s] for s in lw] == [l2[s] for s in lw]
 
 
-def stop_config(fashion, steps):  # noqa: F811
-    return mlp_config(fashion, batch_size=16, steps=steps, summary_every=10, eval_every=0,
-                      checkpoint_every=100000, optimizer={"type": "adam", "learning_rate": 0.001})
-
-
-def tensors(logdir, step):
-    from safetensors.numpy import load_file
-    return load_file(str(logdir / "checkpoints" / f"ckpt-{step:010d}.safetensors"))
-
-
 def test_a_stopped_world_resumes_bit_exactly(tower_bin, tmp_path, fashion):  # noqa: F811
     """SIGTERM to both ranks after step 100: they agree on a step, rank 0 checkpoints, both exit 0; the
     same config with k + 200 steps, resumed, ends where an uninterrupted world of k + 200 steps ends."""
@@ -220,7 +201,7 @@ def wait_for_step(path, step):
 
 def test_sigkill_of_one_rank_ends_the_world(tower_bin, tmp_path, fashion):  # noqa: F811
     out = open(tmp_path / "stdout", "w+")  # a file, not a pipe: nobody reads while the world ends
-    port = free_port()
+    port = helpers.free_port()
     procs = [start(tower_bin, write_config(tmp_path, "killed", endless(fashion)), tmp_path / "killed",
                    rank_env(port, r, 2), stdout=out if r == 0 else subprocess.DEVNULL) for r in range(2)]
     try:
@@ -243,7 +224,7 @@ def test_a_failing_rank_ends_the_world_with_its_status(tower_bin, tmp_path, fash
     good = write_config(tmp_path, "good", endless(fashion))
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    port = free_port()
+    port = helpers.free_port()
     procs = [start(tower_bin, good if r == 0 else bad, tmp_path / "failing", rank_env(port, r, 2))
              for r in range(2)]
     try:
@@ -256,7 +237,7 @@ def test_a_failing_rank_ends_the_world_with_its_status(tower_bin, tmp_path, fash
 
 def test_a_rank_of_another_world_size_is_refused(tower_bin, tmp_path, fashion):  # noqa: F811
     path, logdir = write_config(tmp_path, "sizes", mlp_config(fashion)), tmp_path / "sizes"
-    port = free_port()
+    port = helpers.free_port()
     rank0 = start(tower_bin, path, logdir, rank_env(port, 0, 2, TOWER_RENDEZVOUS_TIMEOUT="5"))
     rank1 = start(tower_bin, path, logdir, rank_env(port, 1, 3, TOWER_RENDEZVOUS_TIMEOUT="30"))
     try:
@@ -271,7 +252,7 @@ def test_a_rank_of_another_world_size_is_refused(tower_bin, tmp_path, fashion): 
 
 def test_a_missing_rank_times_out_naming_it(tower_bin, tmp_path, fashion):  # noqa: F811
     path, logdir = write_config(tmp_path, "missing", mlp_config(fashion)), tmp_path / "missing"
-    port = free_port()
+    port = helpers.free_port()
     procs = [start(tower_bin, path, logdir, rank_env(port, r, 3, TOWER_RENDEZVOUS_TIMEOUT=t))
              for r, t in ((0, "2"), (1, "60"))]
     began = time.monotonic()
@@ -289,5 +270,5 @@ def test_a_missing_rank_times_out_naming_it(tower_bin, tmp_path, fashion):  # no
 def test_a_bad_rendezvous_timeout_is_a_usage_error(tower_bin, tmp_path, fashion, value):  # noqa: F811
     res = subprocess.run([str(tower_bin), "train", str(write_config(tmp_path, "t", mlp_config(fashion))),
                           "--logdir", str(tmp_path / "t")], capture_output=True, text=True, timeout=60,
-                         env=rank_env(free_port(), 0, 2, TOWER_RENDEZVOUS_TIMEOUT=value))
+                         env=rank_env(helpers.free_port(), 0, 2, TOWER_RENDEZVOUS_TIMEOUT=value))
     assert res.returncode == 2 and "TOWER_RENDEZVOUS_TIMEOUT" in res.stderr, res.stderr
