@@ -634,21 +634,6 @@ static update_range range_from(update_range r, size_t k)
                           r.e ? r.e + k : NULL};
 }
 
-/* params[n] -= step(grads[n] + L2 on the first l2_count); ema[n] follows the new params in the same
- * pass. Slots the kind does not use are never touched (they may be empty views). */
-static tw_status cpu_update(void *ctx, const tw_update *u, tw_tensor params, tw_tensor grads,
-                            tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err)
-{
-    (void)ctx;
-    (void)err;
-    update_range r = {f32(params), f32(grads), u->kind != TW_OPT_SGD ? f32(slot1) : NULL,
-                      u->kind == TW_OPT_ADAM ? f32(slot2) : NULL, u->ema ? f32(ema) : NULL};
-    size_t k = u->l2_count;
-    step_range(u, u->l2, r, k);
-    step_range(u, 0.0f, range_from(r, k), n - k);
-    return TW_OK;
-}
-
 enum { REDUCE_BLOCK = 1024 };
 
 /* acc[len] = (bufs[0] + bufs[1] + ... + bufs[n-1]) * (1 / n) over values [at, at + len), summed in that
@@ -719,6 +704,15 @@ static tw_status cpu_update_mean(void *ctx, const tw_update *u, tw_tensor params
         step_range(u, 0.0f, range_from(b, k), len - k);
     }
     return TW_OK;
+}
+
+/* params[n] -= step(grads[n] + L2 on the first l2_count); ema[n] follows the new params in the same
+ * pass. Slots the kind does not use are never touched (they may be empty views). The update of one
+ * gradient: update_mean's mean of one is the gradient itself, untouched. */
+static tw_status cpu_update(void *ctx, const tw_update *u, tw_tensor params, tw_tensor grads,
+                            tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err)
+{
+    return cpu_update_mean(ctx, u, params, &grads, 1, slot1, slot2, ema, n, err);
 }
 
 static tw_status cpu_sync(void *ctx, tw_error *err)
