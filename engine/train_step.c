@@ -479,19 +479,21 @@ static tw_status timed(tw_towers *T, phase_fn fn, tw_error *err)
     return fn(T, &unused, err);
 }
 
-/* After the towers' passes: the gradients averaged over the world's towers, then the update. When the
- * towers share the update without a world of processes, the local mean is part of it, and the bench
- * times the two together as the all-reduce. */
+/* 1 when the towers' mean is part of the shared update: several towers sharing it, no world of processes
+ * (whose average needs the local mean first); the bench then times the two together as the all-reduce. */
+static int allreduce_fused(const tw_towers *T) { return T->shared && !T->world_grads && T->n > 1; }
+
+/* After the towers' passes: the gradients averaged over the world's towers, then the update. */
 static tw_status reduce_and_update(tw_towers *T, tw_error *err)
 {
     double unused;
-    int fused = T->shared && !T->world_grads;
+    int fused = allreduce_fused(T);
     if (T->world_towers > 1 && !fused)
         TW_TRY(timed(T, average_all, err));
     T->update = step_update(T);
     if (!T->shared)
         return for_each_tower(T, tower_update, &unused, err);
-    return fused && T->n > 1 ? timed(T, update_shared, err) : update_shared(T, &unused, err);
+    return fused ? timed(T, update_shared, err) : update_shared(T, &unused, err);
 }
 
 tw_status tw_towers_step(tw_towers *T, double *loss, tw_error *err)
@@ -561,7 +563,7 @@ tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench
     if (s == TW_OK) {
         *info = (tw_bench_info){.allreduce_bytes = T.P * sizeof(float), .graphs = T.graphs,
                                 .processes = T.world_towers / T.n,
-                                .allreduce_with_update = T.shared && !T.world_grads && T.n > 1};
+                                .allreduce_with_update = allreduce_fused(&T)};
         snprintf(info->backend, sizeof info->backend, "%s", tw_backend_kind(T.b[0]));
     }
     tw_towers_destroy(&T);
