@@ -211,7 +211,9 @@ tw_status tw_backend_plan(const char *kind, int concurrent, int *threads, tw_err
         return fail(err, "tw_backend_plan", "concurrent must be >= 1, got %d", concurrent);
     const tw_backend_ops *ops;
     TW_TRY(tw_backend_find(kind, &ops, err));
-    *threads = ops->plan ? ops->plan(concurrent) : 1;
+    int share = ops->plan ? ops->plan(concurrent) : 1;
+    if (threads)
+        *threads = share;
     return TW_OK;
 }
 

@@ -72,6 +72,7 @@ typedef struct {
     size_t l2_count;
     float ema_decay;            /* effective decay of this step; the shadows follow the new weights */
     int ema;                    /* 1: update the EMA shadows */
+    int keep_mean;              /* tw_update_mean: 1 leaves the mean in grads[0] (a histogram reads it) */
 } tw_update;
 
 typedef struct tw_backend_ops tw_backend_ops;
@@ -201,7 +202,8 @@ tw_status tw_backend_device_info(int device, tw_device_info *out, tw_error *err)
 /* Tells a kind that `concurrent` instances will compute at the same time (one per tower), before they
  * are created, so it can share the machine among them (the CPU backend gives each tower its share of the
  * cores for OpenBLAS instead of letting every tower's GEMMs oversubscribe them). Process-wide.
- * *threads = the threads each instance may use (its share of the cores; 1 on a device backend). */
+ * *threads (unless NULL) = the threads each instance may use (its share of the cores; 1 on a device
+ * backend; the CPU backend's instances start that many of their own). */
 tw_status tw_backend_plan(const char *kind, int concurrent, int *threads, tw_error *err);
 
 /* ---- memory ---- */
@@ -310,11 +312,12 @@ tw_status tw_update_step(tw_backend *b, const tw_update *u, tw_tensor params, tw
 int tw_backend_has_update_mean(const tw_backend *b);
 
 /* tw_update_step from the mean of grads[0..n_grads) (each [n] fp32): the mean is summed in that order in
- * float and scaled by 1/n_grads exactly as tw_backend_allreduce_avg does (one gradient: itself), written
- * into grads[0], and applied in the same pass. The towers share params, slots and ema (one update for
- * all); calls over disjoint ranges may run from several threads at once (each its share of the arenas,
- * with u->l2_count counted from the range's start; the same instance b may serve them all: the op
- * keeps no state). TW_ERR_UNSUPPORTED where b does not offer it. */
+ * float and scaled by 1/n_grads exactly as tw_backend_allreduce_avg does (one gradient: itself), and
+ * applied in the same pass; it is written into grads[0] when u->keep_mean (else grads[0] may keep its
+ * own values: a byte stream fewer). The towers share params, slots and ema (one update for all); calls
+ * over disjoint ranges may run from several threads at once, each on its own instance (each its share
+ * of the arenas, with u->l2_count counted from the range's start; an instance may cut its call over
+ * threads of its own). TW_ERR_UNSUPPORTED where b does not offer it. */
 tw_status tw_update_mean(tw_backend *b, const tw_update *u, tw_tensor params, const tw_tensor *grads,
                          int n_grads, tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n,
                          tw_error *err);

@@ -12,8 +12,12 @@
  * that the room is there (a PROT_NONE reservation of OPENBLAS_ROOM, given back at once: a clear
  * TW_ERR_NOMEM instead of the hang) and then makes that first call, on a WARM_UP-sized product, while it is.
  *
+ * Threads: an instance (a tower) owns its share of the cores as a pool (tower_pool.h; none with a share
+ * of one), over which it cuts its GEMMs too small for oneDNN's own team (cpu_gemm.c) and its updates
+ * (every value's result is independent of the cut, so the bits do not depend on the share).
+ *
  * Does not own: argument checks (the wrappers in backend.c make them before an op runs, so the ops
- * assume valid views, sizes and windows) or threads beyond OpenBLAS's and oneDNN's own. It is the
+ * assume valid views, sizes and windows) or the threads of OpenBLAS and oneDNN. It is the
  * reference the CUDA backend is tested against: im2col and col2im stay for that (the CUDA backend
  * convolves through them) while the engine convolves here through conv_* (summation order differs from
  * the im2col + gemm route only as two GEMM orders do). */
@@ -30,7 +34,13 @@
 #include "cpu_conv.h"
 #include "cpu_gemm.h"
 
-/* ctx is the instance's oneDNN state (tw_cpu_conv); only the conv_* ops use it. */
+/* One instance (a tower): its oneDNN state for the conv_* ops, and its share of the cores as threads
+ * (tw_cpu_threads; none of its own with a share of one) that its small GEMMs and its updates are cut
+ * over. Owns both. */
+typedef struct {
+    tw_cpu_conv *conv;
+    tw_tower_pool *pool;
+} cpu_ctx;
 
 /* Host address of a view. */
 static float *f32(tw_tensor t) { return (float *)(void *)((char *)t.buf->data + t.offset); }
@@ -75,19 +85,36 @@ static tw_status openblas_warm_up(tw_error *err)
     return TW_OK;
 }
 
+static void cpu_destroy(void *ctx)
+{
+    cpu_ctx *c = ctx;
+    if (!c)
+        return;
+    tw_tower_pool_destroy(c->pool);
+    tw_cpu_conv_destroy(c->conv);
+    free(c);
+}
+
 static tw_status cpu_create(int device, void **ctx, char *name, size_t name_size, tw_error *err)
 {
     (void)device;
     *ctx = NULL;
     TW_TRY(openblas_warm_up(err));
-    tw_cpu_conv *c;
-    TW_TRY(tw_cpu_conv_create(&c, err));
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: out of memory");
+    int threads = tw_cpu_threads() < TW_TOWER_POOL_MAX_JOBS ? tw_cpu_threads() : TW_TOWER_POOL_MAX_JOBS;
+    tw_status s = tw_cpu_conv_create(&c->conv, err);
+    if (s == TW_OK && threads > 1)
+        s = tw_tower_pool_create(threads, &c->pool, err);
+    if (s != TW_OK) {
+        cpu_destroy(c);
+        return s;
+    }
     *ctx = c;
     snprintf(name, name_size, "cpu");
     return TW_OK;
 }
-
-static void cpu_destroy(void *ctx) { tw_cpu_conv_destroy(ctx); }
 
 enum { ALIGN = 64 };
 
@@ -147,8 +174,7 @@ static tw_status cpu_zero(void *ctx, tw_tensor t, size_t bytes, tw_error *err)
 static tw_status cpu_gemm(void *ctx, int trans_a, int trans_b, int m, int n, int k, float alpha,
                           tw_tensor a, tw_tensor b, float beta, tw_tensor c, tw_error *err)
 {
-    (void)ctx;
-    return tw_cpu_sgemm(trans_a, trans_b, m, n, k, alpha, f32(a), f32(b), beta, f32(c), err);
+    return tw_cpu_sgemm(((cpu_ctx *)ctx)->pool, trans_a, trans_b, m, n, k, alpha, f32(a), f32(b), beta, f32(c), err);
 }
 
 /* y[rows, cols] += bias[cols]. */
@@ -465,19 +491,19 @@ static tw_status cpu_maxpool_bwd_relu(void *ctx, const tw_window *w, tw_tensor d
 static tw_status cpu_conv_fwd(void *ctx, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
                               tw_tensor f, tw_tensor bias, tw_error *err)
 {
-    return tw_cpu_conv_run(ctx, TW_CONV_FWD, w, filters, f32(x), f32(f), f32(y), f32(bias), err);
+    return tw_cpu_conv_run(((cpu_ctx *)ctx)->conv, TW_CONV_FWD, w, filters, f32(x), f32(f), f32(y), f32(bias), err);
 }
 
 static tw_status cpu_conv_bwd_data(void *ctx, const tw_window *w, int filters, tw_tensor dx,
                                    tw_tensor dy, tw_tensor f, tw_error *err)
 {
-    return tw_cpu_conv_run(ctx, TW_CONV_BWD_DATA, w, filters, f32(dy), f32(f), f32(dx), NULL, err);
+    return tw_cpu_conv_run(((cpu_ctx *)ctx)->conv, TW_CONV_BWD_DATA, w, filters, f32(dy), f32(f), f32(dx), NULL, err);
 }
 
 static tw_status cpu_conv_bwd_filter(void *ctx, const tw_window *w, int filters, tw_tensor df,
                                      tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err)
 {
-    return tw_cpu_conv_run(ctx, TW_CONV_BWD_FILTER, w, filters, f32(x), f32(dy), f32(df), f32(dbias),
+    return tw_cpu_conv_run(((cpu_ctx *)ctx)->conv, TW_CONV_BWD_FILTER, w, filters, f32(x), f32(dy), f32(df), f32(dbias),
                            err);
 }
 #endif
@@ -630,7 +656,7 @@ static void step_range(const tw_update *u, float l2, update_range r, size_t n)
 /* The range r moved on by k values (NULL arrays stay NULL). */
 static update_range range_from(update_range r, size_t k)
 {
-    return (update_range){r.w + k, r.g + k, r.s1 ? r.s1 + k : NULL, r.s2 ? r.s2 + k : NULL,
+    return (update_range){r.w + k, r.g ? r.g + k : NULL, r.s1 ? r.s1 + k : NULL, r.s2 ? r.s2 + k : NULL,
                           r.e ? r.e + k : NULL};
 }
 
@@ -684,25 +710,58 @@ static tw_status cpu_allreduce_avg(void *const *ctxs, int n_ctx, const tw_tensor
     return TW_OK;
 }
 
-/* The update from the mean of grads[n_grads] (backend.h's tw_update_mean): block by block, the mean
- * into grads[0]'s block, then the step over it while the block is still in the cache. */
+/* The update of values [lo, hi) from the mean of grads[n_grads] (r.g unused): block by block, the mean
+ * into grads[0]'s block (u->keep_mean, or one gradient: itself) or a block on the stack, then the step
+ * over it while the block is still in the cache. */
+static void update_span(const tw_update *u, update_range r, const tw_tensor *grads, int n_grads, size_t lo,
+                        size_t hi)
+{
+    float acc[REDUCE_BLOCK];
+    for (size_t at = lo; at < hi; at += REDUCE_BLOCK) {
+        size_t len = hi - at < REDUCE_BLOCK ? hi - at : REDUCE_BLOCK;
+        float *mean = u->keep_mean || n_grads < 2 ? f32(grads[0]) + at : acc;
+        mean_block(grads, n_grads, at, len, mean);
+        size_t k = u->l2_count > at ? u->l2_count - at : 0; /* the block's weights under L2 */
+        k = k < len ? k : len;
+        update_range b = range_from(r, at);
+        b.g = mean;
+        step_range(u, u->l2, b, k);
+        step_range(u, 0.0f, range_from(b, k), len - k);
+    }
+}
+
+/* An update cut into one range per thread of the instance (every value's result is the same however it
+ * is cut: each is computed from its own values alone). */
+typedef struct {
+    const tw_update *u;
+    update_range r;
+    const tw_tensor *grads;
+    int n_grads, parts;
+    size_t n;
+} update_job;
+
+static void update_part(void *arg, int p)
+{
+    const update_job *j = arg;
+    update_span(j->u, j->r, j->grads, j->n_grads, tw_tower_pool_cut(j->n, j->parts, p),
+                tw_tower_pool_cut(j->n, j->parts, p + 1));
+}
+
+enum { SPLIT_UPDATE = 1 << 16 }; /* values: smaller updates run whole on the caller (a wake-up costs more) */
+
+/* The update from the mean of grads[n_grads] (backend.h's tw_update_mean), cut over the instance's
+ * threads. */
 static tw_status cpu_update_mean(void *ctx, const tw_update *u, tw_tensor params, const tw_tensor *grads,
                                  int n_grads, tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n,
                                  tw_error *err)
 {
-    (void)ctx;
     (void)err;
-    update_range r = {f32(params), f32(grads[0]), u->kind != TW_OPT_SGD ? f32(slot1) : NULL,
-                      u->kind == TW_OPT_ADAM ? f32(slot2) : NULL, u->ema ? f32(ema) : NULL};
-    for (size_t at = 0; at < n; at += REDUCE_BLOCK) {
-        size_t len = n - at < REDUCE_BLOCK ? n - at : REDUCE_BLOCK;
-        mean_block(grads, n_grads, at, len, f32(grads[0]) + at);
-        size_t k = u->l2_count > at ? u->l2_count - at : 0; /* the block's weights under L2 */
-        k = k < len ? k : len;
-        update_range b = range_from(r, at);
-        step_range(u, u->l2, b, k);
-        step_range(u, 0.0f, range_from(b, k), len - k);
-    }
+    tw_tower_pool *pool = ((cpu_ctx *)ctx)->pool;
+    update_job j = {u,
+                    {f32(params), NULL, u->kind != TW_OPT_SGD ? f32(slot1) : NULL,
+                     u->kind == TW_OPT_ADAM ? f32(slot2) : NULL, u->ema ? f32(ema) : NULL},
+                    grads, n_grads, n < SPLIT_UPDATE ? 1 : tw_tower_pool_jobs(pool), n};
+    tw_tower_pool_run(pool, j.parts, update_part, &j);
     return TW_OK;
 }
 

@@ -6,14 +6,16 @@
  * MLP (batch 32: 784-500-10) and the Fashion CNN's dense layers (batch 100: 3136-1024-10), one thread each.
  * But an OpenMP team costs more than it gives on small products (its threads meet at a barrier): a product
  * under MACS_PER_THREAD multiply-adds per thread runs on fewer threads, so with one tower on two cores
- * oneDNN would run the MLP's products on one core while the other idles. Those go to OpenBLAS, whose
- * threads split them well: measured on an AVX-512 VM (Zen 4; `tw_bench gemm` / `tw_bench engine-gemm`,
- * GFLOP/s), 32x500x784 and its weight gradient 784x500x32: OpenBLAS on 2 threads 126 / 116 (its own
- * Cooperlake kernel) or 105 / 91 (Haswell), oneDNN 93 / 83 on one thread and 75 / 98 on two. The rule:
- * oneDNN, unless the tower has several threads and oneDNN would use only one of them. Without oneDNN
- * (the cpu_conv_none.c build) OpenBLAS multiplies everything. The route and the thread count depend on
- * the build, the shape and the plan's share only, never on timing, so a run and its resume multiply
- * alike.
+ * oneDNN would run the MLP's products on one core while the other idles. Those are cut instead, along the
+ * longer side of c, into one block per thread of the tower's own pool (tower_pool.h: the threads the CPU
+ * backend instance starts for its share of the cores), each block one oneDNN call on one thread: the
+ * threads meet once, at the end, and never spin at OpenMP's barrier. Measured on an AVX-512 VM (Zen 4,
+ * 2 cores; `tw_bench gemm` / `tw_bench engine-gemm`, GFLOP/s, alternating, the VM varies by up to 1.5x),
+ * 32x500x784 and its weight gradient 784x500x32: cut over 2 threads 136-159 / 134-159, OpenBLAS on its
+ * own 2 threads 80-136 / 98-125 (Cooperlake kernel), oneDNN on one thread 89-95 / 73-93. Products under
+ * SPLIT_MACS run whole on the caller. Without oneDNN (the cpu_conv_none.c build) OpenBLAS multiplies
+ * everything on its own threads. The route, the cuts and the thread count depend on the build, the shape
+ * and the plan's share only, never on timing, so a run and its resume multiply alike.
  *
  * Signals: no signal handler may run on a thread while it is inside dnnl_sgemm. oneDNN's AVX-512 JIT
  * kernel (jit_avx512_common_gemm_f32) runs with its stack pointer in its malloc'ed workspace when K > 84,
@@ -46,6 +48,8 @@ static atomic_int gemm_threads = 1;
 
 void tw_cpu_gemm_threads(int threads) { atomic_store(&gemm_threads, threads); }
 
+int tw_cpu_threads(void) { return atomic_load(&gemm_threads); }
+
 #ifdef TW_HAVE_DNNL
 
 /* A product of fewer multiply-adds than this per thread runs on fewer oneDNN threads (at least one; with
@@ -55,6 +59,11 @@ void tw_cpu_gemm_threads(int threads) { atomic_store(&gemm_threads, threads); }
  * while the other core runs another tower or process: 1.2 GFLOP/s instead of 38 on one thread for
  * 32 x 500 x 784 with the machine busy). */
 enum { MACS_PER_THREAD = 1 << 25 };
+
+/* A product oneDNN would run on one of a tower's several threads is cut into one block per thread of the
+ * tower's pool when it has at least this many multiply-adds (smaller ones run whole on the caller: a
+ * block's call costs more than it saves). */
+enum { SPLIT_MACS = 1 << 20 };
 
 void tw_cpu_omp_team(int threads)
 {
@@ -68,42 +77,106 @@ void tw_cpu_omp_team(int threads)
         set_num(threads > 1 ? threads : 1);
 }
 
-/* OpenBLAS's product (its threads: the plan's share, openblas_set_num_threads in cpu_backend.c). */
-static void openblas_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
-                           const float *b, float beta, float *c)
-{
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
-}
+/* One product of the layout of tw_cpu_sgemm, with leading dimensions (a block of a bigger product), on
+ * this thread's current OpenMP team. */
+typedef struct {
+    int trans_a, trans_b, m, n, k, lda, ldb, ldc;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+} gemm_args;
 
-tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
-                       const float *b, float beta, float *c, tw_error *err)
+static tw_status dnnl_product(const gemm_args *g, tw_error *err)
 {
-    int share = atomic_load(&gemm_threads);
-    double fit = (double)m * n * k / MACS_PER_THREAD;
-    if (share > 1 && fit < 2) { /* oneDNN would run it on one thread of several: OpenBLAS's use them all */
-        openblas_sgemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
-        return TW_OK;
-    }
-    tw_cpu_omp_team(fit < share ? (int)fit : share); /* this thread's OpenMP team for the product */
-    dnnl_status_t s = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', m, n, k, alpha, a,
-                                 trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+    dnnl_status_t s = dnnl_sgemm(g->trans_a ? 'T' : 'N', g->trans_b ? 'T' : 'N', g->m, g->n, g->k, g->alpha,
+                                 g->a, g->lda, g->b, g->ldb, g->beta, g->c, g->ldc);
     if (s == dnnl_out_of_memory) /* its packing buffers, e.g. under an address-space limit */
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "oneDNN: out of memory in dnnl_sgemm(%d x %d x %d)",
-                            m, n, k);
+                            g->m, g->n, g->k);
     if (s != dnnl_success)
         return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1,
-                            "oneDNN: dnnl_sgemm(%d x %d x %d) failed (status %d)", m, n, k, (int)s);
+                            "oneDNN: dnnl_sgemm(%d x %d x %d) failed (status %d)", g->m, g->n, g->k, (int)s);
     return TW_OK;
+}
+
+/* The rows [r0, r1) of g's product (by_rows) or its columns [r0, r1): the same product of a block. */
+static gemm_args block_of(const gemm_args *g, int by_rows, int r0, int r1)
+{
+    gemm_args b = *g;
+    if (by_rows) {
+        b.m = r1 - r0;
+        b.a = g->trans_a ? g->a + r0 : g->a + (size_t)r0 * g->lda;
+        b.c = g->c + (size_t)r0 * g->ldc;
+    } else {
+        b.n = r1 - r0;
+        b.b = g->trans_b ? g->b + (size_t)r0 * g->ldb : g->b + r0;
+        b.c = g->c + r0;
+    }
+    return b;
+}
+
+/* A product cut into one block per thread of a tower (along its longer side of c), each on one
+ * OpenMP thread. */
+typedef struct {
+    gemm_args g;
+    int parts, by_rows;
+    tw_status status[TW_TOWER_POOL_MAX_JOBS];
+    tw_error err[TW_TOWER_POOL_MAX_JOBS];
+} split_product;
+
+static void split_part(void *arg, int p)
+{
+    split_product *s = arg;
+    size_t len = (size_t)(s->by_rows ? s->g.m : s->g.n);
+    int r0 = (int)tw_tower_pool_cut(len, s->parts, p), r1 = (int)tw_tower_pool_cut(len, s->parts, p + 1);
+    s->status[p] = TW_OK;
+    if (r1 == r0)
+        return;
+    tw_cpu_omp_team(1);
+    gemm_args b = block_of(&s->g, s->by_rows, r0, r1);
+    s->status[p] = dnnl_product(&b, &s->err[p]);
+}
+
+static tw_status split_run(tw_tower_pool *pool, const gemm_args *g, tw_error *err)
+{
+    split_product s; /* not zeroed: ~70 KB of errors; each part sets its status, and its error on failure */
+    s.g = *g;
+    s.parts = tw_tower_pool_jobs(pool);
+    s.by_rows = g->m > g->n;
+    tw_tower_pool_run(pool, s.parts, split_part, &s);
+    for (int p = 0; p < s.parts; p++)
+        if (s.status[p] != TW_OK) {
+            if (err)
+                *err = s.err[p];
+            return s.status[p];
+        }
+    return TW_OK;
+}
+
+tw_status tw_cpu_sgemm(tw_tower_pool *pool, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                       const float *a, const float *b, float beta, float *c, tw_error *err)
+{
+    int share = atomic_load(&gemm_threads);
+    double macs = (double)m * n * k, fit = macs / MACS_PER_THREAD;
+    gemm_args g = {trans_a, trans_b, m, n, k, trans_a ? m : k, trans_b ? k : n, n, alpha, beta, a, b, c};
+    if (share > 1 && fit < 2) {       /* oneDNN's team would be one thread of several */
+        if (macs >= SPLIT_MACS && tw_tower_pool_jobs(pool) > 1)
+            return split_run(pool, &g, err);
+        fit = 1;                      /* too small to cut: whole, on the caller */
+    }
+    tw_cpu_omp_team(fit < share ? (int)fit : share); /* this thread's OpenMP team for the product */
+    return dnnl_product(&g, err);
 }
 
 #else
 
-tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
-                       const float *b, float beta, float *c, tw_error *err)
+tw_status tw_cpu_sgemm(tw_tower_pool *pool, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                       const float *a, const float *b, float beta, float *c, tw_error *err)
 {
-    (void)err;
-    openblas_sgemm(trans_a, trans_b, m, n, k, alpha, a, b, beta, c);
+    (void)pool;
+    (void)err; /* OpenBLAS's threads: the plan's share, openblas_set_num_threads in cpu_backend.c */
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
     return TW_OK;
 }
 

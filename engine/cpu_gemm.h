@@ -9,13 +9,15 @@
 #define TW_CPU_GEMM_H
 
 #include "status.h"
+#include "tower_pool.h"
 
 /* c[m, n] = alpha op(a)[m, k] op(b)[k, n] + beta c; a stored [m, k] or [k, m] (trans_a), b stored
- * [k, n] or [n, k] (trans_b); row-major, packed. beta 0 overwrites c (never reads it, so a NaN there
+ * [k, n] or [n, k] (trans_b); row-major, packed. pool: the calling tower's threads (its share of the
+ * cores, tw_cpu_threads; NULL with one), which a product too small for oneDNN's own team is cut over. beta 0 overwrites c (never reads it, so a NaN there
  * does not survive). Errors: TW_ERR_NOMEM when oneDNN cannot allocate its buffers, else
  * TW_ERR_INTERNAL naming oneDNN's status. */
-tw_status tw_cpu_sgemm(int trans_a, int trans_b, int m, int n, int k, float alpha, const float *a,
-                       const float *b, float beta, float *c, tw_error *err);
+tw_status tw_cpu_sgemm(tw_tower_pool *pool, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                       const float *a, const float *b, float beta, float *c, tw_error *err);
 
 /* oneDNN builds only: this thread's OpenMP team size for oneDNN's next calls (at least 1), through the
  * omp_set_num_threads of the runtime libdnnl loaded (dlsym: the engine links none of its own); a no-op
@@ -24,5 +26,8 @@ void tw_cpu_omp_team(int threads);
 
 /* The threads every later GEMM uses, per calling thread (process-wide; tw_backend_plan's share). */
 void tw_cpu_gemm_threads(int threads);
+
+/* That share (1 until it is set). */
+int tw_cpu_threads(void);
 
 #endif

@@ -31,6 +31,9 @@ typedef struct {
     uint64_t max_memory_bytes;   /* decoded set larger than this -> streaming; default 2 GiB */
     int shuffle_buffer;          /* examples in the streaming shuffle buffer; default 10000 */
     int prefetch_batches;        /* batches prepared ahead; default 2; 0 = no thread */
+    size_t prefetch_min_bytes;   /* in memory, batches of at most this many fp32 bytes are assembled by
+                                    the caller, with no thread (input.c says why); default 1 MiB; 0: the
+                                    thread for every batch */
 } tw_input_options;
 
 void tw_input_options_default(tw_input_options *o);

@@ -5,10 +5,14 @@
  * they last ran with the current one under the mutex. Before sleeping on a condition variable, a worker
  * (for the next run) and the caller (for the workers to finish) poll for SPIN_NS: on these VMs a futex
  * wake-up across cores takes about 50 µs (41-57 µs a run measured, a loop of tw_tower_pool_run
- * with empty jobs; 0.2 µs polling), and a step has two runs (the towers' passes, then the update) that
- * follow each other closely: with two towers the seed MLP's step went from 51-55 K to 58-61 K examples/s
- * (`tower bench`, alternating). The poll is bounded, so an idle pool sleeps; it costs at most SPIN_NS of
- * a core per run when the next one is late (one tower's update thread while OpenBLAS computes). */
+ * with empty jobs; 0.2 µs polling), and a step has several runs (the towers' passes, then the update;
+ * with one tower on several cores, each cut GEMM and the update) that follow each other closely: with two
+ * towers the seed MLP's step went from 51-55 K to 58-61 K examples/s (`tower bench`, alternating) with a
+ * 40 µs poll. Between two steps of `tower train` (the next batch, the reports) the gap is often longer:
+ * 200 µs instead of 40 took the seed MLP from 54.1 / 55.7 K to 63.3 / 60.6 K examples/s with two towers
+ * (`tower train`, mean of the last 5 reports, alternating). The poll is bounded, so an idle pool sleeps;
+ * it costs at most SPIN_NS of a core per run when the next one is late (a CNN's one cut update per
+ * step of ~60 ms while oneDNN's OpenMP threads convolve: 0.3%). */
 #include "tower_pool.h"
 
 #include <errno.h>
@@ -18,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { MAX_JOBS = 64, SPIN_NS = 40000 };
+enum { MAX_JOBS = TW_TOWER_POOL_MAX_JOBS, SPIN_NS = 200000 };
 
 /* Nanoseconds of CLOCK_MONOTONIC. */
 static long long now_ns(void)
@@ -134,7 +138,7 @@ void tw_tower_pool_destroy(tw_tower_pool *p)
 
 void tw_tower_pool_run(tw_tower_pool *p, int jobs, void (*job)(void *arg, int t), void *arg)
 {
-    jobs = jobs < 1 ? 1 : jobs > p->n ? p->n : jobs;
+    jobs = !p || jobs < 1 ? 1 : jobs > p->n ? p->n : jobs;
     if (jobs == 1) {
         job(arg, 0);
         return;
@@ -153,4 +157,14 @@ void tw_tower_pool_run(tw_tower_pool *p, int jobs, void (*job)(void *arg, int t)
     while (p->pending > 0)
         pthread_cond_wait(&p->done, &p->mu);
     pthread_mutex_unlock(&p->mu);
+}
+
+int tw_tower_pool_jobs(const tw_tower_pool *p) { return p ? p->n : 1; }
+
+size_t tw_tower_pool_cut(size_t len, int parts, int p)
+{
+    if (p >= parts)
+        return len;
+    size_t at = (len / (size_t)parts * (size_t)p + len % (size_t)parts * (size_t)p / (size_t)parts + 8) / 16 * 16;
+    return at < len ? at : len;
 }

@@ -5,10 +5,12 @@
  * gradient arenas are averaged across towers; every tower applies the same fused update (optimizer + L2
  * + EMA), so the replicas stay identical. On a backend with tw_update_mean (the CPU) the towers instead
  * share one copy of the parameters, slots and shadows (tw_replica_create_sharing), and the mean over the
- * towers and the update run in one pass, split over every thread of every tower (the update is
- * memory-bound: one copy instead of n, on all cores; bit-identical to the averaged separate updates). Everything random is a function of (seed, step, tower). tw_train_bench runs the same step
- * on a synthetic batch, without input or output, and times it and its all-reduce between syncs of every
- * tower.
+ * towers and the update run in one pass, a share per tower, which its backend cuts over the tower's own
+ * threads (the update is memory-bound: one copy instead of n, on all cores; bit-identical to the
+ * averaged separate updates); the mean is written back into tower 0's gradients only for a step whose
+ * gradient histogram will read it (keep_grads). Everything random is a function of (seed, step, tower).
+ * tw_train_bench runs the same step on a synthetic batch, without input or output, and times it and its
+ * all-reduce between syncs of every tower.
  *
  * CUDA Graphs (config "cuda_graphs", on a backend with graphs): the first step of a process runs op by
  * op (it grows the backend's scratch and warms cuBLAS up); from the second on, each tower records its
@@ -150,8 +152,7 @@ static tw_status join_device_world(tw_towers *T, tw_error *err)
 tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
 {
     int local = T->world ? tw_world_local_size(T->world) : 1; /* processes sharing this machine's cores */
-    int threads;
-    TW_TRY(tw_backend_plan(backend, T->n * local, &threads, err));
+    TW_TRY(tw_backend_plan(backend, T->n * local, NULL, err));
     for (int t = 0; t < T->n; t++) {
         TW_TRY(tw_backend_create(backend, t, &T->b[t], err));
         TW_TRY(tw_backend_set_tf32(T->b[t], T->c->tf32, err));
@@ -160,10 +161,8 @@ tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
                                          &T->r[t], err));
     }
     T->graphs = T->c->cuda_graphs && tw_backend_has_graphs(T->b[0]);
-    int each = T->shared ? threads : 1; /* update jobs per tower */
-    T->workers = T->n * (each < TW_MAX_TOWERS / T->n ? each : TW_MAX_TOWERS / T->n);
-    if (T->workers > 1)
-        TW_TRY(tw_tower_pool_create(T->workers, &T->pool, err));
+    if (T->n > 1)
+        TW_TRY(tw_tower_pool_create(T->n, &T->pool, err));
     TW_TRY(alloc_batches(T, err));
     TW_TRY(join_device_world(T, err));
     if (T->world_towers > T->n && !T->device_world && !(T->world_grads = malloc((T->P ? T->P : 1) * sizeof(float))))
@@ -302,20 +301,17 @@ static void tower_main(void *arg, int t)
     j->status = ph->fn(ph->T, t, &j->out, &j->err);
 }
 
-/* Runs fn(T, t) for t in [0, jobs) (jobs <= T->workers), each on its own thread of T->pool when there
- * are several; *sum = the outputs' sum. */
-static tw_status for_each_job(tw_towers *T, int jobs, tower_fn fn, double *sum, tw_error *err)
+/* fn on every tower, each on its own thread of T->pool when there are several; *sum = the outputs'
+ * sum. */
+static tw_status for_each_tower(tw_towers *T, tower_fn fn, double *sum, tw_error *err)
 {
     tower_phase ph = {.T = T, .fn = fn};
-    for (int t = 0; t < jobs; t++)
+    for (int t = 0; t < T->n; t++)
         tw_error_clear(&ph.jobs[t].err);
-    if (T->pool)
-        tw_tower_pool_run(T->pool, jobs, tower_main, &ph);
-    else
-        tower_main(&ph, 0);
+    tw_tower_pool_run(T->pool, T->n, tower_main, &ph);
     tw_status s = TW_OK;
     *sum = 0;
-    for (int t = 0; t < jobs; t++) {
+    for (int t = 0; t < T->n; t++) {
         if (ph.jobs[t].status != TW_OK && s == TW_OK) {
             s = ph.jobs[t].status;
             if (err)
@@ -324,12 +320,6 @@ static tw_status for_each_job(tw_towers *T, int jobs, tower_fn fn, double *sum, 
         *sum += ph.jobs[t].out;
     }
     return s;
-}
-
-/* fn on every tower, each on its own thread when there are several. */
-static tw_status for_each_tower(tw_towers *T, tower_fn fn, double *sum, tw_error *err)
-{
-    return for_each_job(T, T->n, fn, sum, err);
 }
 
 /* Forward and backward on every tower; *loss = the mean loss over the world's examples of the step. */
@@ -351,7 +341,7 @@ static tw_update step_update(const tw_towers *T)
     tw_update u = {.kind = c->optimizer, .lr = tw_learning_rate(c, T->step), .momentum = c->momentum,
                    .beta1 = c->beta1, .beta2 = c->beta2, .epsilon = c->epsilon, .l2 = c->l2,
                    .l2_count = tw_model_weight_floats(T->m), .ema = c->ema_decay > 0,
-                   .ema_decay = tw_ema_decay(c->ema_decay, t)};
+                   .ema_decay = tw_ema_decay(c->ema_decay, t), .keep_mean = T->keep_grads};
     double b1t = pow(c->beta1, (double)t), b2t = pow(c->beta2, (double)t);
     u.adam_alpha = (float)(u.lr * sqrt(1.0 - b2t) / (1.0 - b1t));
     return u;
@@ -443,12 +433,13 @@ void tw_towers_next_batch(tw_towers *T)
     T->y = T->yb[k];
 }
 
-/* Job j's share of the shared update: values [lo, hi) of the arenas, from the mean of the local towers'
- * gradients (or tower 0's alone, which hold the world's mean already). */
+/* Tower j's share of the shared update: values [lo, hi) of the arenas, from the mean of the local towers'
+ * gradients (or tower 0's alone, which hold the world's mean already), on tower j's backend (which cuts
+ * it over its own threads). */
 static tw_status update_share(tw_towers *T, int j, double *unused, tw_error *err)
 {
     *unused = 0;
-    size_t lo = T->P * (size_t)j / (size_t)T->workers, hi = T->P * (size_t)(j + 1) / (size_t)T->workers;
+    size_t lo = tw_tower_pool_cut(T->P, T->n, j), hi = tw_tower_pool_cut(T->P, T->n, j + 1);
     if (hi == lo)
         return TW_OK;
     tw_update u = T->update;
@@ -459,15 +450,15 @@ static tw_status update_share(tw_towers *T, int j, double *unused, tw_error *err
     for (int t = 0; t < n_grads; t++)
         grads[t] = tw_tensor_at(tw_replica_grads(T->r[t]), lo);
     const tw_replica *r = T->r[0];
-    return tw_update_mean(T->b[0], &u, tw_tensor_at(tw_replica_params(r), lo), grads, n_grads,
+    return tw_update_mean(T->b[j], &u, tw_tensor_at(tw_replica_params(r), lo), grads, n_grads,
                           tw_tensor_at(tw_replica_slot1(r), lo), tw_tensor_at(tw_replica_slot2(r), lo),
                           tw_tensor_at(tw_replica_ema(r), lo), hi - lo, err);
 }
 
-/* The shared update, over every worker. */
+/* The shared update, over every tower. */
 static tw_status update_shared(tw_towers *T, double *unused, tw_error *err)
 {
-    return for_each_job(T, T->workers, update_share, unused, err);
+    return for_each_tower(T, update_share, unused, err);
 }
 
 /* fn, timed as the step's all-reduce in the bench. */

@@ -52,10 +52,12 @@ typedef struct {
     int bench;                      /* one batch buffer, filled once; the all-reduce timed */
     double allreduce_time;          /* bench: seconds of this step's all-reduce, between syncs */
     int shared;                     /* the towers share tower 0's params, slots and EMA (a backend with
-                                       tw_update_mean: the CPU), updated once per step by `workers` jobs */
-    int workers;                    /* jobs of a step's update: towers × each tower's threads when shared,
-                                       else the towers */
-    struct tw_tower_pool *pool;     /* owned: `workers` threads (NULL with one) */
+                                       tw_update_mean: the CPU), updated once per step, each tower's
+                                       backend a share of it over the tower's own threads */
+    struct tw_tower_pool *pool;     /* owned: a thread per tower (NULL with one) */
+    int keep_grads;                 /* the caller's, for the next step: tower 0's gradient arena must hold
+                                       the mean afterwards (a histogram reads it); else a shared update
+                                       may skip writing it there */
 } tw_towers;
 
 /* Creates c's model into T (no device touched): m, n, tower0, world_towers, in_size, P, label_values. Errors: TW_ERR_INVALID

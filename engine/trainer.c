@@ -472,6 +472,12 @@ static tw_status regularization_loss(run *R, double *reg, tw_error *err)
 /* Whether a cadence of `every` steps (0: none) falls on step. */
 static int due(int64_t step, int64_t every) { return every > 0 && step % every == 0; }
 
+/* Whether the report after step writes histograms (of the weights, the shadows and the mean gradient). */
+static int histograms_due(const run *R, int64_t step)
+{
+    return (due(step, R->c->summary_every) && due(step, R->c->histogram_every)) || step == R->c->steps;
+}
+
 static tw_status histograms(run *R, tw_error *err)
 {
     static const int arenas[3] = {0, 1, -1}; /* params, ema, then grads */
@@ -520,7 +526,7 @@ static tw_status report(run *R, tw_error *err)
     train_scalar(R, "learning_rate", lr);
     train_scalar(R, "examples_per_sec", ex_per_s);
     train_scalar(R, "sec_per_batch", sec_per_batch);
-    if (due(R->T.step, R->c->histogram_every) || R->T.step == R->c->steps) {
+    if (histograms_due(R, R->T.step)) {
         TW_TRY(histograms(R, err));
         filters_image(R); /* from the parameters histograms() just downloaded */
     }
@@ -711,6 +717,7 @@ static tw_status loop(run *R, tw_train_outcome *outcome, tw_error *err)
         int lo = (int)tw_towers_first_row(&R->T, 0); /* this process's towers' rows of the world's batch */
         TW_TRY(tw_input_next_rows(R->train, R->T.world_towers * c->batch_size, lo, R->T.n * c->batch_size,
                                   R->T.x, R->T.y, err));
+        R->T.keep_grads = histograms_due(R, R->T.step + 1);
         TW_TRY(tw_towers_step(&R->T, &loss, err));
         R->train_time += now() - t0;
         samples_image(R);

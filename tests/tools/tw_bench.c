@@ -100,9 +100,9 @@ static int bench_read(const char *path, const char *label_name)
     return 0;
 }
 
-/* GFLOP/s of m x n x k products through cblas_sgemm (engine 0) or tw_cpu_sgemm (engine 1), repeated
- * for half a second. */
-static double gemm_rate(int engine, int m, int n, int k, int ta, int tb)
+/* GFLOP/s of m x n x k products through cblas_sgemm (engine 0) or tw_cpu_sgemm (engine 1, on `pool`:
+ * a tower's threads, as the CPU backend gives them), repeated for half a second. */
+static double gemm_rate(int engine, tw_tower_pool *pool, int m, int n, int k, int ta, int tb)
 {
     float *a = calloc((size_t)m * k, sizeof(float)), *b = calloc((size_t)k * n, sizeof(float));
     float *c = calloc((size_t)m * n, sizeof(float));
@@ -120,7 +120,7 @@ static double gemm_rate(int engine, int m, int n, int k, int ta, int tb)
         if (!engine)
             cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
                         m, n, k, 1.0f, a, ta ? m : k, b, tb ? k : n, 0.0f, c, n);
-        else if (tw_cpu_sgemm(ta, tb, m, n, k, 1.0f, a, b, 0.0f, c, &err) != TW_OK)
+        else if (tw_cpu_sgemm(pool, ta, tb, m, n, k, 1.0f, a, b, 0.0f, c, &err) != TW_OK)
             goto out;
         reps++;
     } while ((dt = now() - t0) < 0.5);
@@ -134,7 +134,7 @@ out:
 
 static int bench_gemm(int m, int n, int k, int ta, int tb)
 {
-    double rate = gemm_rate(0, m, n, k, ta, tb);
+    double rate = gemm_rate(0, NULL, m, n, k, ta, tb);
     if (rate < 0)
         return 1;
     printf("{\"bench\":\"sgemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"ta\":%d,\"tb\":%d,"
@@ -146,7 +146,14 @@ static int bench_gemm(int m, int n, int k, int ta, int tb)
 static int bench_engine_gemm(int m, int n, int k, int ta, int tb, int threads)
 {
     tw_cpu_gemm_threads(threads);
-    double rate = gemm_rate(1, m, n, k, ta, tb);
+    tw_tower_pool *pool = NULL;
+    tw_error err;
+    if (threads > 1 && tw_tower_pool_create(threads, &pool, &err) != TW_OK) {
+        fprintf(stderr, "tw_bench: %s\n", err.message);
+        return 1;
+    }
+    double rate = gemm_rate(1, pool, m, n, k, ta, tb);
+    tw_tower_pool_destroy(pool);
     if (rate < 0)
         return 1;
     printf("{\"bench\":\"engine_sgemm\",\"m\":%d,\"n\":%d,\"k\":%d,\"ta\":%d,\"tb\":%d,"

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu_gemm.h"
 
 static tw_backend *B; /* the CPU backend every test uses (group setup) */
 static tw_error E;    /* the error of the last call that OK() checked */
@@ -1229,6 +1230,74 @@ static void test_allreduce_avg(void **state)
     OK(tw_backend_sync(B, &E));
 }
 
+/* ---- an instance's own threads ---- */
+
+/* An instance created with a share of three threads (tw_cpu_gemm_threads, as tw_backend_plan sets it for
+ * one tower on three cores) cuts a mid-sized product over its threads, by columns or by rows (the longer
+ * side), every transpose and a beta that reads c: near the reference in double, and the same bits on a
+ * second run. Its update of a big arena, cut over its threads, gives the same bits as the one-thread
+ * instance B's for every optimizer. */
+static void test_instance_threads(void **state)
+{
+    (void)state;
+    tw_backend *b3;
+    tw_cpu_gemm_threads(3);
+    OK(tw_backend_create("cpu", 0, &b3, &E));
+    const int shapes[2][3] = {{37, 517, 97}, {517, 37, 97}}; /* 1.9 M multiply-adds: cut, not a team */
+    for (int s = 0; s < 2; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) {
+                int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+                float *a = floats((size_t)m * k), *b = floats((size_t)k * n), *c = floats((size_t)m * n);
+                float *got = floats((size_t)m * n), *again = floats((size_t)m * n);
+                double *want = malloc((size_t)m * n * sizeof *want);
+                assert_non_null(want);
+                fill(a, (size_t)m * k, -1, 1);
+                fill(b, (size_t)k * n, -1, 1);
+                fill(c, (size_t)m * n, -1, 1);
+                tw_buffer *va = dev_from(a, (size_t)m * k), *vb = dev_from(b, (size_t)k * n);
+                tw_buffer *vc = dev_from(c, (size_t)m * n);
+                OK(tw_gemm(b3, ta, tb, m, n, k, 0.5f, view(va), view(vb), 0.25f, view(vc), &E));
+                dev_read(got, vc, (size_t)m * n);
+                gemm_ref(ta, tb, m, n, k, 0.5, a, b, 0.25, c, want);
+                assert_all_near(got, want, (size_t)m * n, 1e-5, 1e-5, "cut gemm");
+                OK(tw_backend_upload(b3, view(vc), c, (size_t)m * n * sizeof(float), &E));
+                OK(tw_gemm(b3, ta, tb, m, n, k, 0.5f, view(va), view(vb), 0.25f, view(vc), &E));
+                dev_read(again, vc, (size_t)m * n);
+                assert_memory_equal(got, again, (size_t)m * n * sizeof *got);
+                tw_backend_free(b3, va);
+                tw_backend_free(b3, vb);
+                tw_backend_free(b3, vc);
+                free(a), free(b), free(c), free(got), free(again), free(want);
+            }
+    enum { UN = 70001 }; /* past the size an update is cut at */
+    float *w = floats(UN), *g = floats(2 * UN), *want = floats(4 * UN), *got = floats(4 * UN);
+    fill(w, UN, -1, 1);
+    fill(g, 2 * UN, -1, 1);
+    for (int kind = TW_OPT_SGD; kind <= TW_OPT_ADAM; kind++)
+        for (int i = 0; i < 2; i++) {
+            tw_backend *be = i ? b3 : B;
+            tw_buffer *arena = dev_new(4 * UN), *grads = dev_from(g, 2 * UN);
+            tw_tensor p = view(arena), gv[2] = {view(grads), tw_tensor_at(view(grads), UN)};
+            OK(tw_backend_zero(be, p, 4 * UN * sizeof(float), &E));
+            OK(tw_backend_upload(be, p, w, UN * sizeof(float), &E));
+            OK(tw_backend_upload(be, tw_tensor_at(p, 3 * UN), w, UN * sizeof(float), &E));
+            tw_update u = {.kind = kind, .lr = 0.1f, .momentum = 0.9f, .adam_alpha = 0.01f, .beta1 = 0.9f,
+                           .beta2 = 0.999f, .epsilon = 1e-8f, .l2 = 0.05f, .l2_count = 40009, .ema = 1,
+                           .ema_decay = 0.7f};
+            OK(tw_update_mean(be, &u, p, gv, 2, tw_tensor_at(p, UN), tw_tensor_at(p, 2 * UN),
+                              tw_tensor_at(p, 3 * UN), UN, &E));
+            dev_read(i ? got : want, arena, 4 * UN);
+            tw_backend_free(be, arena);
+            tw_backend_free(be, grads);
+            if (i)
+                assert_memory_equal(got, want, 4 * UN * sizeof(float));
+        }
+    free(w), free(g), free(want), free(got);
+    tw_backend_destroy(b3);
+    tw_cpu_gemm_threads(1);
+}
+
 /* ---- wrapper checks ---- */
 
 /* The call failed with TW_ERR_INVALID and a message naming the op and the word `arg`. */
@@ -1246,8 +1315,8 @@ static void assert_invalid(tw_status s, const char *op, const char *arg)
  * range's start). out[4N] = params, slot1, slot2, ema; mean[N] = grads[0] afterwards. */
 enum { MN = 2500, ML2 = 1300, MAX_GRADS = 3 };
 
-static void mean_step(int kind, int n_grads, float *const *h, const float *w, int fused, float *out,
-                      float *mean)
+static void mean_step(int kind, int n_grads, float *const *h, const float *w, int fused, int keep_mean,
+                      float *out, float *mean)
 {
     tw_buffer *arena = dev_new(4 * MN), *g[MAX_GRADS];
     tw_tensor p = view(arena), gv[MAX_GRADS];
@@ -1259,7 +1328,7 @@ static void mean_step(int kind, int n_grads, float *const *h, const float *w, in
         gv[t] = view(g[t] = dev_from(h[t], MN));
     tw_update u = {.kind = kind, .lr = 0.1f, .momentum = 0.9f, .adam_alpha = 0.01f, .beta1 = 0.9f,
                    .beta2 = 0.999f, .epsilon = 1e-8f, .l2 = 0.05f, .l2_count = ML2, .ema = 1,
-                   .ema_decay = 0.7f};
+                   .ema_decay = 0.7f, .keep_mean = keep_mean};
     if (!fused) {
         if (n_grads > 1)
             OK(tw_backend_allreduce_avg(group, n_grads, gv, MN, &E));
@@ -1285,7 +1354,8 @@ static void mean_step(int kind, int n_grads, float *const *h, const float *w, in
 }
 
 /* The fused mean + update, split in ranges, gives the same bits as the all-reduce followed by the
- * update, for every optimizer and 1 to 3 gradients; grads[0] holds the mean afterwards. */
+ * update, for every optimizer and 1 to 3 gradients; grads[0] holds the mean afterwards when keep_mean
+ * asks for it, and its own values otherwise. */
 static void test_update_mean(void **state)
 {
     (void)state;
@@ -1297,11 +1367,14 @@ static void test_update_mean(void **state)
     assert_true(tw_backend_has_update_mean(B));
     for (int kind = TW_OPT_SGD; kind <= TW_OPT_ADAM; kind++)
         for (int n = 1; n <= MAX_GRADS; n++) {
-            mean_step(kind, n, h, w, 0, want, want_mean);
-            mean_step(kind, n, h, w, 1, got, got_mean);
+            mean_step(kind, n, h, w, 0, 0, want, want_mean);
+            mean_step(kind, n, h, w, 1, 1, got, got_mean);
             assert_memory_equal(got, want, 4 * MN * sizeof(float));
             assert_memory_equal(got_mean, want_mean, MN * sizeof(float));
             assert_memory_not_equal(got, w, MN * sizeof(float)); /* the step moved the weights */
+            mean_step(kind, n, h, w, 1, 0, got, got_mean);
+            assert_memory_equal(got, want, 4 * MN * sizeof(float));
+            assert_memory_equal(got_mean, n > 1 ? h[0] : want_mean, MN * sizeof(float));
         }
     tw_buffer *a = dev_from(w, MN);
     tw_update u = {.kind = TW_OPT_SGD, .lr = 0.1f};
@@ -1503,6 +1576,7 @@ int main(void)
         cmocka_unit_test(test_sum_squares),
         cmocka_unit_test(test_update_sgd),
         cmocka_unit_test(test_update_mean),
+        cmocka_unit_test(test_instance_threads),
         cmocka_unit_test(test_update_momentum),
         cmocka_unit_test(test_update_adam),
         cmocka_unit_test(test_update_l2_range),

@@ -289,6 +289,7 @@ static void test_repeat_across_epochs(void **state)
         if (variant & 1)
             streaming(&o, 4);
         o.prefetch_batches = variant & 2 ? 2 : 0;
+        o.prefetch_min_bytes = 0; /* the thread even for these small batches */
         tw_input *in = open_ok(&o);
         assert_int_equal(tw_input_count(in), variant & 1 ? 0 : 10);
         int id[24];
@@ -314,6 +315,7 @@ static void shuffled_ids(const char *path, int stream, uint64_t seed, int prefet
     o.shuffle = 1;
     o.seed = seed;
     o.prefetch_batches = prefetch;
+    o.prefetch_min_bytes = 0;
     if (stream)
         streaming(&o, 16);
     tw_input *in = open_ok(&o);
@@ -365,6 +367,7 @@ static void test_rows_of_a_world_batch(void **state)
         o.shuffle = mode & 1;
         o.seed = 11;
         o.prefetch_batches = mode & 2 ? 2 : 0;
+        o.prefetch_min_bytes = 0;
         if (mode & 4)
             streaming(&o, 16);
         tw_input *whole = open_ok(&o), *rank[PROCS];
@@ -407,6 +410,7 @@ static void test_batch_size_change_with_prefetch(void **state)
             tw_input_options o = options(path);
             o.shuffle = 1;
             o.prefetch_batches = prefetch ? 3 : 0;
+            o.prefetch_min_bytes = 0;
             if (stream)
                 streaming(&o, 5);
             tw_input *in = open_ok(&o);
@@ -651,6 +655,7 @@ static void test_decode_errors_while_streaming(void **state)
             tw_input_options o = options(path);
             streaming(&o, 2);
             o.prefetch_batches = prefetch;
+            o.prefetch_min_bytes = 0;
             tw_input *in = open_ok(&o);
             float x[2 * E];
             int32_t y[2];
@@ -703,6 +708,7 @@ static void test_corrupt_and_truncated_files(void **state)
 
     streaming(&o, 3);
     o.prefetch_batches = 2;
+    o.prefetch_min_bytes = 0;
     in = open_ok(&o);
     float x[4 * E];
     int32_t y[4];

@@ -1,6 +1,6 @@
 /* test_tower_pool.c — the towers' persistent threads (engine/tower_pool.h): every job of a run runs once,
  * job 0 on the caller, job t > 0 on a thread of its own that stays the same from run to run (no thread
- * is created per step), and a one-job pool starts no thread. */
+ * is created per step), and a one-job pool starts no thread; the cuts of a range into parts. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -91,12 +91,40 @@ static void test_runs_of_fewer_jobs(void **state)
     tw_tower_pool_destroy(p);
 }
 
+/* tw_tower_pool_cut: parts from 0 to len, never decreasing, starts on multiples of 16 (but the end),
+ * each part within 16 of len / parts; a NULL pool runs one job, on the caller. */
+static void test_cuts(void **state)
+{
+    (void)state;
+    const size_t lens[] = {0, 1, 15, 16, 100, 500, 784, 1001, 397510};
+    for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
+        for (int parts = 1; parts <= 5; parts++) {
+            size_t len = lens[i];
+            assert_int_equal(tw_tower_pool_cut(len, parts, 0), 0);
+            assert_int_equal(tw_tower_pool_cut(len, parts, parts), len);
+            for (int p = 0; p < parts; p++) {
+                size_t lo = tw_tower_pool_cut(len, parts, p), hi = tw_tower_pool_cut(len, parts, p + 1);
+                assert_true(lo <= hi);
+                assert_true(lo % 16 == 0 || lo == len);
+                double even = (double)len / parts;
+                assert_true((double)(hi - lo) <= even + 16 && (double)(hi - lo) + 16 >= even);
+            }
+        }
+    assert_int_equal(tw_tower_pool_jobs(NULL), 1);
+    record r = {0};
+    tw_tower_pool_run(NULL, 2, job, &r);
+    assert_int_equal(r.count[0], 1);
+    assert_int_equal(r.count[1], 0);
+    assert_true(pthread_equal(r.self[0], pthread_self()));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_same_threads_every_run),
         cmocka_unit_test(test_one_job_on_caller),
         cmocka_unit_test(test_runs_of_fewer_jobs),
+        cmocka_unit_test(test_cuts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
