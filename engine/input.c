@@ -479,6 +479,19 @@ static void next_epoch(producer *p)
     p->pos.consumed = 0;
 }
 
+/* Asks the cache for the stored row of example `next` of this epoch's order ahead of its turn: a
+ * shuffled epoch jumps around a set of tens of MB, and each row would otherwise wait on memory line by
+ * line (the gather of a batch ran at ~1 ns a value, on the step's critical path). */
+static void prefetch_row(const tw_input *in, uint64_t next)
+{
+    const producer *p = &in->p;
+    if (next >= p->count)
+        return;
+    const uint8_t *row = in->x + (in->o.shuffle ? p->perm[next] : next) * in->row_bytes;
+    for (size_t at = 0; at < in->row_bytes; at += 64)
+        __builtin_prefetch(row + at);
+}
+
 static void take_memory(tw_input *in, float *x, label *y)
 {
     producer *p = &in->p;
@@ -488,6 +501,8 @@ static void take_memory(tw_input *in, float *x, label *y)
             build_perm(in, p->pos.epoch);
         i = p->perm[i];
     }
+    if (x)
+        prefetch_row(in, p->pos.consumed + 2);
     emit(in, in->x + i * in->row_bytes, in->y + i, x, y);
     if (++p->pos.consumed == p->count)
         next_epoch(p);
