@@ -283,11 +283,10 @@ tw_status tw_backend_zero(tw_backend *b, tw_tensor t, size_t bytes, tw_error *er
 
 /* ---- compute ---- */
 
-tw_status tw_gemm(tw_backend *b, int trans_a, int trans_b, int m, int n, int k, float alpha,
-                  tw_tensor a, tw_tensor bm, float beta, tw_tensor c, tw_error *err)
+/* The operands of a product c[m, n] = op(a)[m, k] op(b)[k, n]: sizes, views, c apart from a and b. */
+static tw_status check_product(const char *op, int m, int n, int k, tw_tensor a, tw_tensor bm, tw_tensor c,
+                               tw_error *err)
 {
-    const char *op = __func__;
-    TW_TRY(check_backend(op, b, err));
     TW_TRY(check_dim(op, "m", m, err));
     TW_TRY(check_dim(op, "n", n, err));
     TW_TRY(check_dim(op, "k", k, err));
@@ -296,7 +295,14 @@ tw_status tw_gemm(tw_backend *b, int trans_a, int trans_b, int m, int n, int k, 
     TW_TRY(check_f32(op, "b", bm, nb, err));
     TW_TRY(check_f32(op, "c", c, nc, err));
     TW_TRY(check_disjoint(op, "c", c, nc, "a", a, na, err));
-    TW_TRY(check_disjoint(op, "c", c, nc, "b", bm, nb, err));
+    return check_disjoint(op, "c", c, nc, "b", bm, nb, err);
+}
+
+tw_status tw_gemm(tw_backend *b, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                  tw_tensor a, tw_tensor bm, float beta, tw_tensor c, tw_error *err)
+{
+    TW_TRY(check_backend(__func__, b, err));
+    TW_TRY(check_product(__func__, m, n, k, a, bm, c, err));
     return b->ops->gemm(b->ctx, trans_a != 0, trans_b != 0, m, n, k, alpha, a, bm, beta, c, err);
 }
 
@@ -714,6 +720,25 @@ tw_status tw_update_mean(tw_backend *b, const tw_update *u, tw_tensor params, co
             TW_TRY(check_disjoint(__func__, "grads", grads[i], n, "grads", grads[j], n, err));
     }
     return b->ops->update_mean(b->ctx, u, params, grads, n_grads, slot1, slot2, ema, n, err);
+}
+
+int tw_backend_has_gemm_update(const tw_backend *b) { return b && b->ops->gemm_update; }
+
+tw_status tw_gemm_update(tw_backend *b, const tw_update *u, int trans_a, int trans_b, int m, int n, int k,
+                         tw_tensor a, tw_tensor bm, tw_tensor grads, tw_tensor params, tw_tensor slot1,
+                         tw_tensor slot2, tw_tensor ema, tw_error *err)
+{
+    TW_TRY(check_backend(__func__, b, err));
+    if (!b->ops->gemm_update)
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "%s: the %s backend has no fused weight "
+                            "gradient and update", __func__, b->ops->kind);
+    TW_TRY(check_product(__func__, m, n, k, a, bm, grads, err));
+    size_t nc = mul(m, n);
+    TW_TRY(check_update(__func__, u, params, grads, slot1, slot2, ema, nc, err));
+    TW_TRY(check_disjoint(__func__, "params", params, nc, "a", a, mul(m, k), err));
+    TW_TRY(check_disjoint(__func__, "params", params, nc, "b", bm, mul(k, n), err));
+    return b->ops->gemm_update(b->ctx, u, trans_a != 0, trans_b != 0, m, n, k, a, bm, grads, params, slot1,
+                               slot2, ema, err);
 }
 
 int tw_backend_allreduce_splits(const tw_backend *b) { return b && b->ops->allreduce_split; }

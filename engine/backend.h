@@ -128,6 +128,11 @@ struct tw_backend_ops {
     tw_status (*update_mean)(void *ctx, const tw_update *u, tw_tensor params, const tw_tensor *grads,
                              int n_grads, tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n,
                              tw_error *err);
+    /* Optional (NULL: not offered; the CPU offers it): a weight gradient's product and the update of
+     * those weights in one pass (tw_gemm_update says what). */
+    tw_status (*gemm_update)(void *ctx, const tw_update *u, int trans_a, int trans_b, int m, int n, int k,
+                             tw_tensor a, tw_tensor b, tw_tensor grads, tw_tensor params, tw_tensor slot1,
+                             tw_tensor slot2, tw_tensor ema, tw_error *err);
     int allreduce_split; /* 1: allreduce_avg over disjoint ranges may run concurrently (host memory) */
     tw_status (*sync)(void *ctx, tw_error *err);
     /* Optional (NULL: not offered; the CPU backend offers none of them). */
@@ -310,6 +315,19 @@ tw_status tw_update_step(tw_backend *b, const tw_update *u, tw_tensor params, tw
 
 /* 1 when b offers tw_update_mean (the CPU). */
 int tw_backend_has_update_mean(const tw_backend *b);
+
+/* 1 when b offers tw_gemm_update (the CPU). */
+int tw_backend_has_gemm_update(const tw_backend *b);
+
+/* grads[m, n] = op(a)[m, k] op(b)[k, n] (tw_gemm's layouts, alpha 1, beta 0: a weight gradient), then
+ * tw_update_step over those m·n values (params, slots and ema: views at the same place in their
+ * arenas; u->l2_count counted from their start), each block of the product updated by the thread that
+ * computed it, while it is in the cache. Bit for bit tw_gemm followed by tw_update_step. For a step
+ * whose gradient is final when its product is (one tower, no world of processes), the weights of a
+ * layer that passes no gradient on (model.c). TW_ERR_UNSUPPORTED where b does not offer it. */
+tw_status tw_gemm_update(tw_backend *b, const tw_update *u, int trans_a, int trans_b, int m, int n, int k,
+                         tw_tensor a, tw_tensor bm, tw_tensor grads, tw_tensor params, tw_tensor slot1,
+                         tw_tensor slot2, tw_tensor ema, tw_error *err);
 
 /* tw_update_step from the mean of grads[0..n_grads) (each [n] fp32): the mean is summed in that order in
  * float and scaled by 1/n_grads exactly as tw_backend_allreduce_avg does (one gradient: itself), and

@@ -730,6 +730,14 @@ static void update_span(const tw_update *u, update_range r, const tw_tensor *gra
     }
 }
 
+/* The arrays of an update from their views (r.g unset: the caller's mean or gradient). */
+static update_range ranges_of(const tw_update *u, tw_tensor params, tw_tensor slot1, tw_tensor slot2,
+                              tw_tensor ema)
+{
+    return (update_range){f32(params), NULL, u->kind != TW_OPT_SGD ? f32(slot1) : NULL,
+                          u->kind == TW_OPT_ADAM ? f32(slot2) : NULL, u->ema ? f32(ema) : NULL};
+}
+
 /* An update cut into one range per thread of the instance (every value's result is the same however it
  * is cut: each is computed from its own values alone). */
 typedef struct {
@@ -757,12 +765,53 @@ static tw_status cpu_update_mean(void *ctx, const tw_update *u, tw_tensor params
 {
     (void)err;
     tw_tower_pool *pool = ((cpu_ctx *)ctx)->pool;
-    update_job j = {u,
-                    {f32(params), NULL, u->kind != TW_OPT_SGD ? f32(slot1) : NULL,
-                     u->kind == TW_OPT_ADAM ? f32(slot2) : NULL, u->ema ? f32(ema) : NULL},
-                    grads, n_grads, n < SPLIT_UPDATE ? 1 : tw_tower_pool_jobs(pool), n};
+    update_job j = {u, ranges_of(u, params, slot1, slot2, ema), grads, n_grads,
+                    n < SPLIT_UPDATE ? 1 : tw_tower_pool_jobs(pool), n};
     tw_tower_pool_run(pool, j.parts, update_part, &j);
     return TW_OK;
+}
+
+/* A weight gradient's product cut as tw_cpu_sgemm cuts it, each block updated by the thread that computed
+ * it (tw_gemm_update). */
+typedef struct {
+    const tw_update *u;
+    update_range r;
+    const tw_tensor *grads; /* [1]: the product c */
+    tw_cpu_cut cut;
+    int trans_a, trans_b, m, n, k;
+    const float *a, *b;
+} gemm_update_job;
+
+static tw_status gemm_update_part(void *arg, int p, tw_error *err)
+{
+    const gemm_update_job *j = arg;
+    size_t n = (size_t)j->n;
+    TW_TRY(tw_cpu_sgemm_part(j->cut, p, j->trans_a, j->trans_b, j->m, j->n, j->k, 1.0f, j->a, j->b, 0.0f,
+                             f32(j->grads[0]), err));
+    size_t lo = tw_tower_pool_cut(j->cut.by_rows ? (size_t)j->m : n, j->cut.parts, p);
+    size_t hi = tw_tower_pool_cut(j->cut.by_rows ? (size_t)j->m : n, j->cut.parts, p + 1);
+    if (j->cut.by_rows)
+        update_span(j->u, j->r, j->grads, 1, lo * n, hi * n);
+    else
+        for (size_t row = 0; row < (size_t)j->m; row++)
+            update_span(j->u, j->r, j->grads, 1, row * n + lo, row * n + hi);
+    return TW_OK;
+}
+
+/* grads = op(a) op(b), then the update of params from it (backend.h's tw_gemm_update): a product that
+ * tw_cpu_sgemm would cut over the pool is cut the same way, and each thread updates its block right
+ * after computing it; an uncut one is multiplied whole, then updated as cpu_update does. */
+static tw_status cpu_gemm_update(void *ctx, const tw_update *u, int trans_a, int trans_b, int m, int n, int k,
+                                 tw_tensor a, tw_tensor b, tw_tensor grads, tw_tensor params, tw_tensor slot1,
+                                 tw_tensor slot2, tw_tensor ema, tw_error *err)
+{
+    tw_tower_pool *pool = ((cpu_ctx *)ctx)->pool;
+    gemm_update_job j = {u, ranges_of(u, params, slot1, slot2, ema), &grads, tw_cpu_sgemm_cut(pool, m, n, k),
+                         trans_a, trans_b, m, n, k, f32(a), f32(b)};
+    if (j.cut.parts > 1)
+        return tw_tower_pool_try(pool, j.cut.parts, gemm_update_part, &j, err);
+    TW_TRY(tw_cpu_sgemm(pool, trans_a, trans_b, m, n, k, 1.0f, f32(a), f32(b), 0.0f, f32(grads), err));
+    return cpu_update_mean(ctx, u, params, &grads, 1, slot1, slot2, ema, (size_t)m * n, err);
 }
 
 /* params[n] -= step(grads[n] + L2 on the first l2_count); ema[n] follows the new params in the same
@@ -811,6 +860,7 @@ const tw_backend_ops tw_cpu_backend_ops = {
     .update = cpu_update,
     .allreduce_avg = cpu_allreduce_avg,
     .update_mean = cpu_update_mean,
+    .gemm_update = cpu_gemm_update,
     .allreduce_split = 1, /* each call touches only its range, summed in the same order */
     .sync = cpu_sync,
 #ifdef TW_HAVE_DNNL /* without it the engine convolves through im2col + gemm (model.c) */

@@ -115,69 +115,81 @@ static gemm_args block_of(const gemm_args *g, int by_rows, int r0, int r1)
     return b;
 }
 
-/* A product cut into one block per thread of a tower (along its longer side of c), each on one
- * OpenMP thread. */
-typedef struct {
-    gemm_args g;
-    int parts, by_rows;
-    tw_status status[TW_TOWER_POOL_MAX_JOBS];
-    tw_error err[TW_TOWER_POOL_MAX_JOBS];
-} split_product;
-
-static void split_part(void *arg, int p)
+tw_cpu_cut tw_cpu_sgemm_cut(const tw_tower_pool *pool, int m, int n, int k)
 {
-    split_product *s = arg;
-    size_t len = (size_t)(s->by_rows ? s->g.m : s->g.n);
-    int r0 = (int)tw_tower_pool_cut(len, s->parts, p), r1 = (int)tw_tower_pool_cut(len, s->parts, p + 1);
-    s->status[p] = TW_OK;
-    if (r1 == r0)
-        return;
-    tw_cpu_omp_team(1);
-    gemm_args b = block_of(&s->g, s->by_rows, r0, r1);
-    s->status[p] = dnnl_product(&b, &s->err[p]);
+    int share = atomic_load(&gemm_threads);
+    double macs = (double)m * n * k;
+    if (share > 1 && macs < 2.0 * MACS_PER_THREAD && macs >= SPLIT_MACS && tw_tower_pool_jobs(pool) > 1)
+        return (tw_cpu_cut){tw_tower_pool_jobs(pool), m > n}; /* oneDNN's team would be one thread */
+    return (tw_cpu_cut){1, 0};
 }
 
-static tw_status split_run(tw_tower_pool *pool, const gemm_args *g, tw_error *err)
+tw_status tw_cpu_sgemm_part(tw_cpu_cut cut, int p, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                            const float *a, const float *b, float beta, float *c, tw_error *err)
 {
-    split_product s; /* not zeroed: ~70 KB of errors; each part sets its status, and its error on failure */
-    s.g = *g;
-    s.parts = tw_tower_pool_jobs(pool);
-    s.by_rows = g->m > g->n;
-    tw_tower_pool_run(pool, s.parts, split_part, &s);
-    for (int p = 0; p < s.parts; p++)
-        if (s.status[p] != TW_OK) {
-            if (err)
-                *err = s.err[p];
-            return s.status[p];
-        }
-    return TW_OK;
+    gemm_args g = {trans_a, trans_b, m, n, k, trans_a ? m : k, trans_b ? k : n, n, alpha, beta, a, b, c};
+    if (cut.parts > 1) {
+        size_t len = (size_t)(cut.by_rows ? m : n);
+        int r0 = (int)tw_tower_pool_cut(len, cut.parts, p), r1 = (int)tw_tower_pool_cut(len, cut.parts, p + 1);
+        if (r1 == r0)
+            return TW_OK;
+        tw_cpu_omp_team(1);
+        gemm_args block = block_of(&g, cut.by_rows, r0, r1);
+        return dnnl_product(&block, err);
+    }
+    int share = atomic_load(&gemm_threads);
+    double fit = (double)m * n * k / MACS_PER_THREAD;
+    if (share > 1 && fit < 2)
+        fit = 1; /* not cut (too small): whole, on the caller */
+    tw_cpu_omp_team(fit < share ? (int)fit : share); /* this thread's OpenMP team for the product */
+    return dnnl_product(&g, err);
+}
+
+/* One product, cut (tw_cpu_sgemm_cut) over a pool. */
+typedef struct {
+    tw_cpu_cut cut;
+    gemm_args g;
+} cut_product;
+
+static tw_status product_part(void *arg, int p, tw_error *err)
+{
+    const cut_product *s = arg;
+    const gemm_args *g = &s->g;
+    return tw_cpu_sgemm_part(s->cut, p, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, g->a, g->b,
+                             g->beta, g->c, err);
 }
 
 tw_status tw_cpu_sgemm(tw_tower_pool *pool, int trans_a, int trans_b, int m, int n, int k, float alpha,
                        const float *a, const float *b, float beta, float *c, tw_error *err)
 {
-    int share = atomic_load(&gemm_threads);
-    double macs = (double)m * n * k, fit = macs / MACS_PER_THREAD;
-    gemm_args g = {trans_a, trans_b, m, n, k, trans_a ? m : k, trans_b ? k : n, n, alpha, beta, a, b, c};
-    if (share > 1 && fit < 2) {       /* oneDNN's team would be one thread of several */
-        if (macs >= SPLIT_MACS && tw_tower_pool_jobs(pool) > 1)
-            return split_run(pool, &g, err);
-        fit = 1;                      /* too small to cut: whole, on the caller */
-    }
-    tw_cpu_omp_team(fit < share ? (int)fit : share); /* this thread's OpenMP team for the product */
-    return dnnl_product(&g, err);
+    cut_product s = {tw_cpu_sgemm_cut(pool, m, n, k),
+                     {trans_a, trans_b, m, n, k, trans_a ? m : k, trans_b ? k : n, n, alpha, beta, a, b, c}};
+    return tw_tower_pool_try(pool, s.cut.parts, product_part, &s, err);
 }
 
 #else
+
+tw_cpu_cut tw_cpu_sgemm_cut(const tw_tower_pool *pool, int m, int n, int k)
+{
+    (void)pool, (void)m, (void)n, (void)k;
+    return (tw_cpu_cut){1, 0}; /* OpenBLAS's own threads split every product */
+}
+
+tw_status tw_cpu_sgemm_part(tw_cpu_cut cut, int p, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                            const float *a, const float *b, float beta, float *c, tw_error *err)
+{
+    (void)cut, (void)p;
+    (void)err; /* OpenBLAS's threads: the plan's share, openblas_set_num_threads in cpu_backend.c */
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+                m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
+    return TW_OK;
+}
 
 tw_status tw_cpu_sgemm(tw_tower_pool *pool, int trans_a, int trans_b, int m, int n, int k, float alpha,
                        const float *a, const float *b, float beta, float *c, tw_error *err)
 {
     (void)pool;
-    (void)err; /* OpenBLAS's threads: the plan's share, openblas_set_num_threads in cpu_backend.c */
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-                m, n, k, alpha, a, trans_a ? m : k, b, trans_b ? k : n, beta, c, n);
-    return TW_OK;
+    return tw_cpu_sgemm_part((tw_cpu_cut){1, 0}, 0, trans_a, trans_b, m, n, k, alpha, a, b, beta, c, err);
 }
 
 #endif

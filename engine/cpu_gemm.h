@@ -19,6 +19,22 @@
 tw_status tw_cpu_sgemm(tw_tower_pool *pool, int trans_a, int trans_b, int m, int n, int k, float alpha,
                        const float *a, const float *b, float beta, float *c, tw_error *err);
 
+/* How tw_cpu_sgemm cuts a product of c[m, n] over a tower's pool: parts blocks (1: not cut, the whole
+ * product on the libraries' own threads), part p being rows [lo, hi) of c (by_rows) or its columns
+ * [lo, hi), lo and hi = tw_tower_pool_cut(by_rows ? m : n, parts, p and p + 1). The rule (cpu_gemm.c)
+ * depends on the build, the shape, the share and the pool's size only. */
+typedef struct {
+    int parts, by_rows;
+} tw_cpu_cut;
+
+tw_cpu_cut tw_cpu_sgemm_cut(const tw_tower_pool *pool, int m, int n, int k);
+
+/* Part p of tw_cpu_sgemm's product cut as `cut` says, on the calling thread alone (cut.parts = 1: the
+ * whole product, p = 0). tw_cpu_sgemm is its parts over the pool; a caller that runs them itself (to
+ * use each block as soon as it is computed) gets the same bits. Errors: tw_cpu_sgemm's. */
+tw_status tw_cpu_sgemm_part(tw_cpu_cut cut, int p, int trans_a, int trans_b, int m, int n, int k, float alpha,
+                            const float *a, const float *b, float beta, float *c, tw_error *err);
+
 /* oneDNN builds only: this thread's OpenMP team size for oneDNN's next calls (at least 1), through the
  * omp_set_num_threads of the runtime libdnnl loaded (dlsym: the engine links none of its own); a no-op
  * when there is none. Shared with the convolutions (cpu_conv.c). */

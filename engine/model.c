@@ -724,14 +724,29 @@ static int needs_input_grad(const tw_model *m, int i)
     return 0;
 }
 
-/* dz = act'(y) * dy in place; then weight, bias and (unless first) input gradients of a dense layer. */
-static tw_status dense_bwd(tw_replica *r, const layer *l, int i, int rows, tw_error *err)
+/* The weight gradient of dense layer i: dW = x^T dz; with u (the layer passes no gradient on, so this
+ * is the weights' last use in the pass) the update u of those weights in the same pass. */
+static tw_status dense_weight_grad(tw_replica *r, const layer *l, int i, int rows, const tw_update *u,
+                                   tw_error *err)
 {
-    tw_tensor dz = r->ls[i].dout, x = layer_input(r, i), grads = tw_replica_grads(r);
+    tw_tensor dz = r->ls[i].dout, x = layer_input(r, i);
+    int units = l->out_size, in = l->in_size, w = l->w_param;
+    tw_tensor dw = param_view(r, tw_replica_grads(r), w);
+    if (!u)
+        return tw_gemm(r->b, 1, 0, in, units, rows, 1.0f, x, dz, 0.0f, dw, err);
+    return tw_gemm_update(r->b, u, 1, 0, in, units, rows, x, dz, dw, param_view(r, tw_replica_params(r), w),
+                          param_view(r, tw_replica_slot1(r), w), param_view(r, tw_replica_slot2(r), w),
+                          param_view(r, tw_replica_ema(r), w), err);
+}
+
+/* dz = act'(y) * dy in place; then weight (with u: and their update, dense_weight_grad), bias and
+ * (unless first) input gradients of a dense layer. */
+static tw_status dense_bwd(tw_replica *r, const layer *l, int i, int rows, const tw_update *u, tw_error *err)
+{
+    tw_tensor dz = r->ls[i].dout, grads = tw_replica_grads(r);
     int units = l->out_size, in = l->in_size;
     TW_TRY(tw_act_bwd(r->b, l->cfg->activation, dz, dz, r->ls[i].out, (size_t)rows * units, err));
-    TW_TRY(tw_gemm(r->b, 1, 0, in, units, rows, 1.0f, x, dz, 0.0f,
-                   param_view(r, grads, l->w_param), err));
+    TW_TRY(dense_weight_grad(r, l, i, rows, u, err));
     TW_TRY(tw_bias_grad(r->b, param_view(r, grads, l->b_param), dz, rows, units, err));
     if (!needs_input_grad(r->m, i))
         return TW_OK;
@@ -787,13 +802,15 @@ static tw_status conv_bwd(tw_replica *r, const layer *l, int i, int rows, tw_err
     return tw_col2im(r->b, &w, r->ls[i - 1].dout, cols, err);
 }
 
-static tw_status layer_bwd(tw_replica *r, int i, int rows, uint64_t seed, tw_error *err)
+/* Layer i's backward; u: the update fused into the weight gradient of the first layer with variables
+ * (tw_replica_backward_update), else NULL. */
+static tw_status layer_bwd(tw_replica *r, int i, int rows, uint64_t seed, const tw_update *u, tw_error *err)
 {
     const layer *l = &r->m->layers[i];
     tw_window w;
     int pass_on = needs_input_grad(r->m, i);
     switch (l->cfg->type) {
-    case TW_LAYER_DENSE: return dense_bwd(r, l, i, rows, err);
+    case TW_LAYER_DENSE: return dense_bwd(r, l, i, rows, pass_on ? NULL : u, err);
     case TW_LAYER_CONV2D:
     case TW_LAYER_CONV3D: return conv_bwd(r, l, i, rows, err);
     case TW_LAYER_MAX_POOL2D:
@@ -816,7 +833,28 @@ static tw_status layer_bwd(tw_replica *r, int i, int rows, uint64_t seed, tw_err
     return TW_OK;
 }
 
-tw_status tw_replica_backward(tw_replica *r, int rows, uint64_t dropout_seed, tw_error *err)
+/* The first layer with variables when it is dense (its weights are the fused range), else -1. */
+static int fused_layer(const tw_model *m)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].w_param >= 0)
+            return m->layers[i].cfg->type == TW_LAYER_DENSE ? i : -1;
+    return -1;
+}
+
+int tw_replica_fused_range(const tw_replica *r, size_t *lo, size_t *hi)
+{
+    int i = fused_layer(r->m);
+    if (i < 0 || !tw_backend_has_gemm_update(r->b))
+        return 0;
+    const tw_param *w = &r->m->params[r->m->layers[i].w_param];
+    *lo = w->offset;
+    *hi = w->offset + w->count;
+    return 1;
+}
+
+/* The backward pass; u: tw_replica_backward_update's, or NULL. */
+static tw_status backward(tw_replica *r, int rows, uint64_t dropout_seed, const tw_update *u, tw_error *err)
 {
     const tw_model *m = r->m;
     int last = m->n_layers - 1, outs = tw_model_output_size(m);
@@ -828,8 +866,24 @@ tw_status tw_replica_backward(tw_replica *r, int rows, uint64_t dropout_seed, tw
         TW_TRY(tw_mse_bwd(r->b, dout, r->ls[last].out, tw_tensor_of(r->labels),
                           (size_t)rows * outs, 1.0f / (float)((size_t)rows * outs), err));
     for (int i = last; i >= 0; i--)
-        TW_TRY(layer_bwd(r, i, rows, dropout_seed, err));
+        TW_TRY(layer_bwd(r, i, rows, dropout_seed, u, err));
     return TW_OK;
+}
+
+tw_status tw_replica_backward(tw_replica *r, int rows, uint64_t dropout_seed, tw_error *err)
+{
+    return backward(r, rows, dropout_seed, NULL, err);
+}
+
+tw_status tw_replica_backward_update(tw_replica *r, int rows, uint64_t dropout_seed, const tw_update *u,
+                                     tw_error *err)
+{
+    size_t lo, hi;
+    if (!u || !tw_replica_fused_range(r, &lo, &hi))
+        return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "tw_replica_backward_update: %s",
+                            u ? "the model's first layer with variables is not dense, or the backend has "
+                                "no tw_gemm_update" : "no update (NULL)");
+    return backward(r, rows, dropout_seed, u, err);
 }
 
 tw_status tw_replica_loss_sum(tw_replica *r, int rows, double *sum, tw_error *err)

@@ -120,6 +120,18 @@ tw_status tw_replica_forward(tw_replica *r, int rows, int train, int use_ema, ui
 /* Backward pass after a training forward: grads = d(mean loss over rows)/d(params). */
 tw_status tw_replica_backward(tw_replica *r, int rows, uint64_t dropout_seed, tw_error *err);
 
+/* The values [*lo, *hi) of the arenas that tw_replica_backward_update updates itself: the weights of the
+ * model's first layer with variables, when that layer is dense and r's backend offers tw_gemm_update;
+ * returns 1 then, else 0 (*lo, *hi untouched). */
+int tw_replica_fused_range(const tw_replica *r, size_t *lo, size_t *hi);
+
+/* tw_replica_backward, and the update u of tw_replica_fused_range's weights, fused into their
+ * gradient's product (tw_gemm_update; u->l2_count counted from the range's start). For a step whose
+ * gradients are final when computed (one tower, no world); the caller updates the rest of the arenas.
+ * The gradients arena still gets every gradient. TW_ERR_UNSUPPORTED where there is no fused range. */
+tw_status tw_replica_backward_update(tw_replica *r, int rows, uint64_t dropout_seed, const tw_update *u,
+                                     tw_error *err);
+
 /* Sum over rows of the per-example loss of the last forward (double on the host). */
 tw_status tw_replica_loss_sum(tw_replica *r, int rows, double *sum, tw_error *err);
 

@@ -159,6 +159,37 @@ void tw_tower_pool_run(tw_tower_pool *p, int jobs, void (*job)(void *arg, int t)
     pthread_mutex_unlock(&p->mu);
 }
 
+/* The jobs of a tw_tower_pool_try run and what each returned. */
+typedef struct {
+    tw_status (*job)(void *, int, tw_error *);
+    void *arg;
+    tw_status status[MAX_JOBS];
+    tw_error err[MAX_JOBS];
+} tried;
+
+static void try_one(void *v, int t)
+{
+    tried *r = v;
+    r->status[t] = r->job(r->arg, t, &r->err[t]);
+}
+
+tw_status tw_tower_pool_try(tw_tower_pool *p, int jobs, tw_status (*job)(void *arg, int t, tw_error *err),
+                            void *arg, tw_error *err)
+{
+    tried r; /* not zeroed (~70 KB of errors): every job sets its status, and its error on failure */
+    r.job = job;
+    r.arg = arg;
+    jobs = !p || jobs < 1 ? 1 : jobs > p->n ? p->n : jobs;
+    tw_tower_pool_run(p, jobs, try_one, &r);
+    for (int t = 0; t < jobs; t++)
+        if (r.status[t] != TW_OK) {
+            if (err)
+                *err = r.err[t];
+            return r.status[t];
+        }
+    return TW_OK;
+}
+
 int tw_tower_pool_jobs(const tw_tower_pool *p) { return p ? p->n : 1; }
 
 size_t tw_tower_pool_cut(size_t len, int parts, int p)

@@ -30,6 +30,11 @@ void tw_tower_pool_destroy(tw_tower_pool *p);
  * at a time per pool (one caller thread). */
 void tw_tower_pool_run(tw_tower_pool *p, int jobs, void (*job)(void *arg, int t), void *arg);
 
+/* tw_tower_pool_run for jobs that can fail: job(arg, t, err) returns a status (and sets *err when it
+ * fails); returns the first failing job's status (the lowest t), its error in *err (unless NULL). */
+tw_status tw_tower_pool_try(tw_tower_pool *p, int jobs, tw_status (*job)(void *arg, int t, tw_error *err),
+                            void *arg, tw_error *err);
+
 /* The most jobs per run of p (its n; 1 for NULL, which runs everything on the caller). */
 int tw_tower_pool_jobs(const tw_tower_pool *p);
 

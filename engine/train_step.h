@@ -55,6 +55,8 @@ typedef struct {
                                        tw_update_mean: the CPU), updated once per step, each tower's
                                        backend a share of it over the tower's own threads */
     struct tw_tower_pool *pool;     /* owned: a thread per tower (NULL with one) */
+    size_t fused_lo, fused_hi;      /* one tower, no world: the first layer's weights, updated inside the
+                                       backward pass (tw_replica_fused_range); 0, 0 when not fused */
     int keep_grads;                 /* the caller's, for the next step: tower 0's gradient arena must hold
                                        the mean afterwards (a histogram reads it); else a shared update
                                        may skip writing it there */

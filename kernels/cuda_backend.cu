@@ -478,6 +478,7 @@ extern "C" const tw_backend_ops tw_cuda_backend_ops = {
     .update = tw_cuda_update,
     .allreduce_avg = tw_cuda_allreduce_avg,
     .update_mean = nullptr, /* replicas on separate devices: averaged by NCCL, each updates its own */
+    .gemm_update = nullptr, /* its gradients are averaged by NCCL after the backward pass */
     .allreduce_split = 0, /* NCCL: one call for the whole group */
     .sync = cuda_sync,
     .alloc_host = cuda_alloc_host,

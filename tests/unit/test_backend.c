@@ -1401,6 +1401,14 @@ static void test_wrapper_checks(void **state)
     tw_status s;
     s = tw_gemm(B, 0, 0, 2, 2, 3, 1, va, va, 0, vs, &E);
     assert_invalid(s, "tw_gemm", "argument c");
+    tw_update sgd = {.kind = TW_OPT_SGD, .lr = 0.1f};
+    assert_true(tw_backend_has_gemm_update(B));
+    s = tw_gemm_update(B, &sgd, 0, 0, 2, 2, 3, va, va, vs, vc, none, none, none, &E);
+    assert_invalid(s, "tw_gemm_update", "argument c");
+    s = tw_gemm_update(B, &sgd, 0, 0, 2, 2, 3, va, va, vc, va, none, none, none, &E);
+    assert_invalid(s, "tw_gemm_update", "params");
+    s = tw_gemm_update(B, NULL, 0, 0, 2, 2, 3, va, va, vc, vc, none, none, none, &E);
+    assert_invalid(s, "tw_gemm_update", "no update");
     s = tw_gemm(B, 0, 0, 2, 2, 3, 1, va, va, 0, tw_tensor_at(vc, 1), &E);
     assert_invalid(s, "tw_gemm", "argument c");
     s = tw_gemm(B, 0, 0, 2, 2, 3, 1, odd, va, 0, vc, &E);

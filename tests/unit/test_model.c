@@ -1,6 +1,7 @@
 /* test_model.c — engine/model.c: shapes and the parameter layout of dense and conv models, a layer
- * that does not fit named by index, seeded initializers, what a replica holds and shares, and a replica's
- * gradients against finite differences of its loss on the CPU backend. */
+ * that does not fit named by index, seeded initializers, what a replica holds and shares, a replica's
+ * gradients against finite differences of its loss on the CPU backend, and the first layer's update
+ * fused into its backward pass. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,11 +9,13 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "config.h"
+#include "cpu_gemm.h"
 #include "model.h"
 
 static const char MLP[] =
@@ -309,6 +312,119 @@ static void test_replica_sharing(void **state)
     tw_model_destroy(other);
 }
 
+/* Seed-MLP-like models of `in` inputs, `units` hidden ReLU units and 10 outputs, `opt` the optimizer. */
+static tw_model *dense_model(int in, int units, const char *opt, tw_config *c)
+{
+    char json[1024];
+    snprintf(json, sizeof json,
+             "{\"dataset\": {\"train\": \"unused.tfrecord\", \"image_feature\": \"features\","
+             " \"shape\": [%d]},"
+             " \"model\": {\"layers\": [{\"type\": \"dense\", \"units\": %d, \"activation\": \"relu\"},"
+             "                        {\"type\": \"dense\", \"units\": 10}]},"
+             " \"optimizer\": {\"type\": \"%s\", \"learning_rate\": 0.05}, \"batch_size\": 32, \"seed\": 3}",
+             in, units, opt);
+    return model_of(json, c);
+}
+
+/* One training step of replica r (rows examples x, labels y) from parameters p and slots and shadows
+ * s: the backward pass and one update of the whole arena, or (fused) the backward pass with the update
+ * of tw_replica_fused_range inside it and then the rest. out[5n] = params, grads, slot1, slot2, ema. */
+static void one_step(tw_backend *b, tw_replica *r, int kind, int fused, const float *p, const float *x,
+                     const int32_t *y, int rows, size_t n, size_t weights, float *out)
+{
+    tw_tensor (*const arenas[])(const tw_replica *) = {tw_replica_params, tw_replica_grads, tw_replica_slot1,
+                                                       tw_replica_slot2, tw_replica_ema};
+    for (int a = 0; a < 5; a++)
+        if (arenas[a](r).buf)
+            assert_int_equal(tw_backend_upload(b, arenas[a](r), p, n * sizeof *p, NULL), TW_OK);
+    tw_update u = {.kind = kind, .lr = 0.05f, .momentum = 0.9f, .adam_alpha = 0.01f, .beta1 = 0.9f,
+                   .beta2 = 0.999f, .epsilon = 1e-8f, .l2 = 0.01f, .l2_count = weights, .ema = 1,
+                   .ema_decay = 0.9f};
+    assert_int_equal(tw_replica_upload_batch(r, rows, x, y, NULL), TW_OK);
+    assert_int_equal(tw_replica_forward(r, rows, 1, 0, 1, NULL), TW_OK);
+    tw_tensor w = tw_replica_params(r), g = tw_replica_grads(r), s1 = tw_replica_slot1(r),
+              s2 = tw_replica_slot2(r), e = tw_replica_ema(r);
+    size_t lo = 0, hi = 0;
+    if (!fused) {
+        assert_int_equal(tw_replica_backward(r, rows, 1, NULL), TW_OK);
+        assert_int_equal(tw_update_step(b, &u, w, g, s1, s2, e, n, NULL), TW_OK);
+    } else {
+        assert_true(tw_replica_fused_range(r, &lo, &hi));
+        assert_true(hi > lo && hi <= weights); /* the first layer's weights */
+        tw_update f = u;
+        f.l2_count = hi - lo;
+        assert_int_equal(tw_replica_backward_update(r, rows, 1, &f, NULL), TW_OK);
+        tw_update rest = u; /* [hi, n): weights up to `weights` under L2 */
+        rest.l2_count = weights - hi;
+        assert_int_equal(tw_update_step(b, &rest, tw_tensor_at(w, hi), tw_tensor_at(g, hi),
+                                        tw_tensor_at(s1, hi), tw_tensor_at(s2, hi), tw_tensor_at(e, hi),
+                                        n - hi, NULL), TW_OK);
+        assert_int_equal(lo, 0);
+    }
+    for (int a = 0; a < 5; a++)
+        if (arenas[a](r).buf)
+            assert_int_equal(tw_backend_download(b, out + a * n, arenas[a](r), n * sizeof *out, NULL), TW_OK);
+}
+
+/* The first layer's weight update fused into its gradient's product (tw_replica_backward_update, the
+ * step of one tower) gives the same bits in every arena as the backward pass followed by one update,
+ * for every optimizer, on an instance of one thread and on one of three that cuts the product by
+ * columns (130 inputs, 300 units) and by rows (300 inputs, 130 units); a model whose first layer is a
+ * convolution has no fused range. */
+static void test_fused_backward_update(void **state)
+{
+    (void)state;
+    static const char *opts[] = {"sgd", "momentum", "adam"};
+    static const int shapes[2][2] = {{130, 300}, {300, 130}};
+    enum { ROWS = 32 };
+    for (int threads = 1; threads <= 3; threads += 2)
+        for (int sh = 0; sh < 2; sh++)
+            for (int kind = TW_OPT_SGD; kind <= TW_OPT_ADAM; kind++) {
+                static tw_config c;
+                tw_model *m = dense_model(shapes[sh][0], shapes[sh][1], opts[kind], &c);
+                tw_cpu_gemm_threads(threads);
+                tw_backend *b;
+                tw_replica *r;
+                assert_int_equal(tw_backend_create("cpu", 0, &b, NULL), TW_OK);
+                assert_int_equal(tw_replica_create(m, b, ROWS, &r, NULL), TW_OK);
+                size_t n = tw_model_param_floats(m), in = tw_model_input_size(m);
+                float *p = malloc(n * sizeof *p), *x = malloc(ROWS * in * sizeof *x);
+                float *want = malloc(5 * n * sizeof *want), *got = malloc(5 * n * sizeof *got);
+                int32_t y[ROWS];
+                for (size_t i = 0; i < ROWS * in; i++)
+                    x[i] = (float)((i * 37) % 17) / 8.0f - 1.0f;
+                for (int i = 0; i < ROWS; i++)
+                    y[i] = i % 10;
+                tw_model_init_params(m, 5, p);
+                memset(want, 0, 5 * n * sizeof *want);
+                memset(got, 0, 5 * n * sizeof *got);
+                one_step(b, r, kind, 0, p, x, y, ROWS, n, tw_model_weight_floats(m), want);
+                one_step(b, r, kind, 1, p, x, y, ROWS, n, tw_model_weight_floats(m), got);
+                assert_memory_equal(got, want, 5 * n * sizeof *got);
+                assert_memory_not_equal(got, p, n * sizeof *p); /* the step moved the weights */
+                free(p), free(x), free(want), free(got);
+                tw_replica_destroy(r);
+                tw_backend_destroy(b);
+                tw_model_destroy(m);
+            }
+    tw_cpu_gemm_threads(1);
+    static tw_config cc;
+    tw_model *cnn = model_of(CNN, &cc);
+    tw_backend *b;
+    tw_replica *r;
+    size_t lo = 7, hi = 9;
+    assert_int_equal(tw_backend_create("cpu", 0, &b, NULL), TW_OK);
+    assert_int_equal(tw_replica_create(cnn, b, 4, &r, NULL), TW_OK);
+    assert_false(tw_replica_fused_range(r, &lo, &hi));
+    assert_int_equal(lo, 7);
+    tw_update u = {.kind = TW_OPT_SGD, .lr = 0.1f};
+    tw_error err;
+    assert_int_equal(tw_replica_backward_update(r, 4, 1, &u, &err), TW_ERR_UNSUPPORTED);
+    tw_replica_destroy(r);
+    tw_backend_destroy(b);
+    tw_model_destroy(cnn);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -320,6 +436,7 @@ int main(void)
         cmocka_unit_test(test_replica_gradients_match_finite_differences),
         cmocka_unit_test(test_cnn_gradients_match_finite_differences),
         cmocka_unit_test(test_replica_sharing),
+        cmocka_unit_test(test_fused_backward_update),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
