@@ -42,6 +42,8 @@ typedef struct {
     tw_tower_pool *pool;
 } cpu_ctx;
 
+static tw_tower_pool *pool_of(void *ctx) { return ((cpu_ctx *)ctx)->pool; }
+
 /* Host address of a view. */
 static float *f32(tw_tensor t) { return (float *)(void *)((char *)t.buf->data + t.offset); }
 
@@ -174,7 +176,7 @@ static tw_status cpu_zero(void *ctx, tw_tensor t, size_t bytes, tw_error *err)
 static tw_status cpu_gemm(void *ctx, int trans_a, int trans_b, int m, int n, int k, float alpha,
                           tw_tensor a, tw_tensor b, float beta, tw_tensor c, tw_error *err)
 {
-    return tw_cpu_sgemm(((cpu_ctx *)ctx)->pool, trans_a, trans_b, m, n, k, alpha, f32(a), f32(b), beta, f32(c), err);
+    return tw_cpu_sgemm(pool_of(ctx), trans_a, trans_b, m, n, k, alpha, f32(a), f32(b), beta, f32(c), err);
 }
 
 /* y[rows, cols] += bias[cols]. */
@@ -488,23 +490,25 @@ static tw_status cpu_maxpool_bwd_relu(void *ctx, const tw_window *w, tw_tensor d
 
 #ifdef TW_HAVE_DNNL
 
+static tw_cpu_conv *conv_of(void *ctx) { return ((cpu_ctx *)ctx)->conv; }
+
 static tw_status cpu_conv_fwd(void *ctx, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
                               tw_tensor f, tw_tensor bias, tw_error *err)
 {
-    return tw_cpu_conv_run(((cpu_ctx *)ctx)->conv, TW_CONV_FWD, w, filters, f32(x), f32(f), f32(y), f32(bias), err);
+    return tw_cpu_conv_run(conv_of(ctx), TW_CONV_FWD, w, filters, f32(x), f32(f), f32(y), f32(bias), err);
 }
 
 static tw_status cpu_conv_bwd_data(void *ctx, const tw_window *w, int filters, tw_tensor dx,
                                    tw_tensor dy, tw_tensor f, tw_error *err)
 {
-    return tw_cpu_conv_run(((cpu_ctx *)ctx)->conv, TW_CONV_BWD_DATA, w, filters, f32(dy), f32(f), f32(dx), NULL, err);
+    return tw_cpu_conv_run(conv_of(ctx), TW_CONV_BWD_DATA, w, filters, f32(dy), f32(f), f32(dx), NULL, err);
 }
 
 static tw_status cpu_conv_bwd_filter(void *ctx, const tw_window *w, int filters, tw_tensor df,
                                      tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err)
 {
-    return tw_cpu_conv_run(((cpu_ctx *)ctx)->conv, TW_CONV_BWD_FILTER, w, filters, f32(x), f32(dy), f32(df), f32(dbias),
-                           err);
+    return tw_cpu_conv_run(conv_of(ctx), TW_CONV_BWD_FILTER, w, filters, f32(x), f32(dy), f32(df),
+                           f32(dbias), err);
 }
 #endif
 
@@ -764,7 +768,7 @@ static tw_status cpu_update_mean(void *ctx, const tw_update *u, tw_tensor params
                                  tw_error *err)
 {
     (void)err;
-    tw_tower_pool *pool = ((cpu_ctx *)ctx)->pool;
+    tw_tower_pool *pool = pool_of(ctx);
     update_job j = {u, ranges_of(u, params, slot1, slot2, ema), grads, n_grads,
                     n < SPLIT_UPDATE ? 1 : tw_tower_pool_jobs(pool), n};
     tw_tower_pool_run(pool, j.parts, update_part, &j);
@@ -805,7 +809,7 @@ static tw_status cpu_gemm_update(void *ctx, const tw_update *u, int trans_a, int
                                  tw_tensor a, tw_tensor b, tw_tensor grads, tw_tensor params, tw_tensor slot1,
                                  tw_tensor slot2, tw_tensor ema, tw_error *err)
 {
-    tw_tower_pool *pool = ((cpu_ctx *)ctx)->pool;
+    tw_tower_pool *pool = pool_of(ctx);
     gemm_update_job j = {u, ranges_of(u, params, slot1, slot2, ema), &grads, tw_cpu_sgemm_cut(pool, m, n, k),
                          trans_a, trans_b, m, n, k, f32(a), f32(b)};
     if (j.cut.parts > 1)

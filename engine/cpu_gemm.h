@@ -13,9 +13,9 @@
 
 /* c[m, n] = alpha op(a)[m, k] op(b)[k, n] + beta c; a stored [m, k] or [k, m] (trans_a), b stored
  * [k, n] or [n, k] (trans_b); row-major, packed. pool: the calling tower's threads (its share of the
- * cores, tw_cpu_threads; NULL with one), which a product too small for oneDNN's own team is cut over. beta 0 overwrites c (never reads it, so a NaN there
- * does not survive). Errors: TW_ERR_NOMEM when oneDNN cannot allocate its buffers, else
- * TW_ERR_INTERNAL naming oneDNN's status. */
+ * cores, tw_cpu_threads; NULL with one), which a product too small for oneDNN's own team is cut over.
+ * beta 0 overwrites c (never reads it, so a NaN there does not survive). Errors: TW_ERR_NOMEM when
+ * oneDNN cannot allocate its buffers, else TW_ERR_INTERNAL naming oneDNN's status. */
 tw_status tw_cpu_sgemm(tw_tower_pool *pool, int trans_a, int trans_b, int m, int n, int k, float alpha,
                        const float *a, const float *b, float beta, float *c, tw_error *err);
 

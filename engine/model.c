@@ -244,6 +244,14 @@ void tw_model_destroy(tw_model *m) { free(m); }
 
 size_t tw_model_param_floats(const tw_model *m) { return m->param_floats; }
 size_t tw_model_weight_floats(const tw_model *m) { return m->weight_floats; }
+
+int tw_model_has_conv(const tw_model *m)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        if (m->layers[i].cfg->type == TW_LAYER_CONV2D || m->layers[i].cfg->type == TW_LAYER_CONV3D)
+            return 1;
+    return 0;
+}
 size_t tw_model_n_params(const tw_model *m) { return m->n_params; }
 const tw_param *tw_model_param(const tw_model *m, size_t i) { return &m->params[i]; }
 size_t tw_model_input_size(const tw_model *m) { return (size_t)shape_size(&m->input); }

@@ -43,6 +43,7 @@ void tw_model_destroy(tw_model *m); /* NULL-safe */
 
 size_t tw_model_param_floats(const tw_model *m);  /* arena size */
 size_t tw_model_weight_floats(const tw_model *m); /* the leading weights (L2 range) */
+int tw_model_has_conv(const tw_model *m);         /* 1 when a layer is a convolution (2-D or 3-D) */
 size_t tw_model_n_params(const tw_model *m);
 const tw_param *tw_model_param(const tw_model *m, size_t i);
 size_t tw_model_input_size(const tw_model *m);    /* values per example */

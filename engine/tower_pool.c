@@ -196,6 +196,7 @@ size_t tw_tower_pool_cut(size_t len, int parts, int p)
 {
     if (p >= parts)
         return len;
-    size_t at = (len / (size_t)parts * (size_t)p + len % (size_t)parts * (size_t)p / (size_t)parts + 8) / 16 * 16;
+    size_t n = (size_t)parts, k = (size_t)p;
+    size_t at = (len / n * k + len % n * k / n + 8) / 16 * 16; /* floor(len k / n) without overflow, rounded */
     return at < len ? at : len;
 }

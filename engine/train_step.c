@@ -1,7 +1,8 @@
 /* train_step.c — the training step's mechanics and the bench. See train_step.h.
  *
  * One step: the caller puts towers × batch_size examples in the host batch; tower t runs forward and
- * backward on its slice (on its own persistent thread when there are several: tower_pool.h); the
+ * backward on its slice (on its own persistent thread when there are several, tower_pool.h, unless they
+ * run in turn: below); the
  * gradient arenas are averaged across towers; every tower applies the same fused update (optimizer + L2
  * + EMA), so the replicas stay identical. On a backend with tw_update_mean (the CPU) the towers instead
  * share one copy of the parameters, slots and shadows (tw_replica_create_sharing), and the mean over the
@@ -14,6 +15,21 @@
  * weights block by block as their gradient's product computes them, while they are in the cache
  * (fused_step; the seed MLP's 784 x 500 weights are 99% of its arena): bit for bit the unfused step,
  * 62.5 / 63.5 / 56.2 K -> 70.6 / 71.2 / 62.6 K examples/s (`tower train`, 1 tower, alternating).
+ *
+ * Towers in turn: several CPU towers of a model without convolutions run one after another on one backend
+ * instance that holds all the process's share of the cores (in_turn), instead of side by side with a
+ * share each. Such a model's products are small (the seed MLP's: 12.5 M multiply-adds), so the instance
+ * cuts each over its threads (cpu_gemm.c) about as well as one thread per tower multiplies, and the
+ * towers' one update then finds on each thread mostly the gradient rows that thread computed (the
+ * update's cut matches the weight gradients' row cut) instead of the other core's half. The seed MLP,
+ * 2 towers (`tower train`, mean of the last 5 reports, alternating): side by side 74.4 / 69.4 / 76.8 K,
+ * in turn 78.7 / 73.0 / 81.8 K examples/s, against 1 tower 68-78 K. Convolutions keep a tower per share:
+ * oneDNN's convolutions on an OpenMP team lose more to its barriers than a tower per core (the Fashion
+ * CNN: 2 towers side by side 2,039-2,157 examples/s, 1 tower on both cores 1,628-1,895). The bits do
+ * not depend on the mode: a product cut into blocks of rows or columns gives the bits of the whole on
+ * one thread (oneDNN 2.6, the engine's shapes), which test_mpi.py / test_world_tcp.py check against
+ * processes of one tower each.
+ *
  * Everything random is a function of (seed, step, tower).
  * tw_train_bench runs the same step on a synthetic batch, without input or output, and times it and its
  * all-reduce between syncs of every tower.
@@ -158,16 +174,21 @@ static tw_status join_device_world(tw_towers *T, tw_error *err)
 tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
 {
     int local = T->world ? tw_world_local_size(T->world) : 1; /* processes sharing this machine's cores */
-    TW_TRY(tw_backend_plan(backend, T->n * local, NULL, err));
+    T->in_turn = T->n > 1 && !strcmp(tw_backend_resolve(backend), "cpu") && !tw_model_has_conv(T->m);
+    TW_TRY(tw_backend_plan(backend, (T->in_turn ? 1 : T->n) * local, NULL, err));
     for (int t = 0; t < T->n; t++) {
-        TW_TRY(tw_backend_create(backend, t, &T->b[t], err));
-        TW_TRY(tw_backend_set_tf32(T->b[t], T->c->tf32, err));
+        if (t > 0 && T->in_turn) {
+            T->b[t] = T->b[0]; /* one instance, its threads all the process's share of the cores */
+        } else {
+            TW_TRY(tw_backend_create(backend, t, &T->b[t], err));
+            TW_TRY(tw_backend_set_tf32(T->b[t], T->c->tf32, err));
+        }
         T->shared = tw_backend_has_update_mean(T->b[0]);
         TW_TRY(tw_replica_create_sharing(T->m, T->b[t], T->c->batch_size, T->shared && t ? T->r[0] : NULL,
                                          &T->r[t], err));
     }
     T->graphs = T->c->cuda_graphs && tw_backend_has_graphs(T->b[0]);
-    if (T->n > 1)
+    if (T->n > 1 && !T->in_turn)
         TW_TRY(tw_tower_pool_create(T->n, &T->pool, err));
     if (T->n == 1 && T->world_towers == 1 && !T->graphs) /* else (or without a range) 0, 0: unfused */
         tw_replica_fused_range(T->r[0], &T->fused_lo, &T->fused_hi);
@@ -212,7 +233,8 @@ void tw_towers_destroy(tw_towers *T)
         tw_backend_free_host(T->b[0], T->yb[i]);
     }
     for (int t = 0; t < T->n; t++)
-        tw_backend_destroy(T->b[t]);
+        if (t == 0 || T->b[t] != T->b[0]) /* towers in turn share tower 0's */
+            tw_backend_destroy(T->b[t]);
     free(T->world_grads);
     tw_model_destroy(T->m);
 }
@@ -316,14 +338,18 @@ static void tower_main(void *arg, int t)
     j->status = ph->fn(ph->T, t, &j->out, &j->err);
 }
 
-/* fn on every tower, each on its own thread of T->pool when there are several; *sum = the outputs'
- * sum. */
+/* fn on every tower, each on its own thread of T->pool when there are several, else one after another
+ * (towers in turn); *sum = the outputs' sum. */
 static tw_status for_each_tower(tw_towers *T, tower_fn fn, double *sum, tw_error *err)
 {
     tower_phase ph = {.T = T, .fn = fn};
     for (int t = 0; t < T->n; t++)
         tw_error_clear(&ph.jobs[t].err);
-    tw_tower_pool_run(T->pool, T->n, tower_main, &ph);
+    if (T->pool)
+        tw_tower_pool_run(T->pool, T->n, tower_main, &ph);
+    else
+        for (int t = 0; t < T->n; t++)
+            tower_main(&ph, t);
     tw_status s = TW_OK;
     *sum = 0;
     for (int t = 0; t < T->n; t++) {
@@ -488,10 +514,15 @@ static tw_status update_share(tw_towers *T, int j, double *unused, tw_error *err
     return update_values(T, j, tw_tower_pool_cut(T->P, T->n, j), tw_tower_pool_cut(T->P, T->n, j + 1), err);
 }
 
-/* The shared update, over every tower. */
+/* The shared update: a share per tower, or (towers in turn) one call over the whole arena, which their
+ * one instance cuts over its threads as it cut the weight gradients' rows (each thread then updates
+ * mostly the gradients it computed). */
 static tw_status update_shared(tw_towers *T, double *unused, tw_error *err)
 {
-    return for_each_tower(T, update_share, unused, err);
+    if (!T->in_turn)
+        return for_each_tower(T, update_share, unused, err);
+    *unused = 0;
+    return update_values(T, 0, 0, T->P, err);
 }
 
 /* fn, timed as the step's all-reduce in the bench. */

@@ -54,7 +54,10 @@ typedef struct {
     int shared;                     /* the towers share tower 0's params, slots and EMA (a backend with
                                        tw_update_mean: the CPU), updated once per step, each tower's
                                        backend a share of it over the tower's own threads */
-    struct tw_tower_pool *pool;     /* owned: a thread per tower (NULL with one) */
+    int in_turn;                    /* several CPU towers of a model without convolutions: they run one
+                                       after another, each on all the cores (one backend instance, b[t]
+                                       = b[0]; train_step.c says why) */
+    struct tw_tower_pool *pool;     /* owned: a thread per tower (NULL with one, or in turn) */
     size_t fused_lo, fused_hi;      /* one tower, no world: the first layer's weights, updated inside the
                                        backward pass (tw_replica_fused_range); 0, 0 when not fused */
     int keep_grads;                 /* the caller's, for the next step: tower 0's gradient arena must hold
