@@ -7,7 +7,8 @@ Workloads (--only NAME,... or --all; the names):
                 in TensorFlow (tf_seed_train.py); Tower's figure is the median of its examples_per_sec
                 reports (the first, warm-up, excluded). Also the fraction of the machine's sgemm throughput
                 (the best of OpenBLAS and the CPU backend's GEMM, measured with tw_bench on the step's own
-                GEMM shapes, each tower with its share of the cores) that a step reaches.
+                GEMM shapes, the towers side by side with a share of the cores each or in turn with all of
+                them, whichever is faster) that a step reaches.
   fashion-cnn   the Fashion CNN (examples/fashion_cnn.json, batch 100): `tower bench` of its step (1 and 2
                 towers, synthetic data; Tower's figure is the better tower count) against the same model
                 with the seeds' tf.data input (tf_fashion_cnn.py).
@@ -87,25 +88,31 @@ def gemm_gflops(bench, shape, env):
 
 
 def sgemm_limit(bench, env, towers):
-    """Examples/s if a step did nothing but its GEMMs at the best measured sgemm speed of each shape,
-    with each tower's share of the cores (1 to cores/towers threads; small shapes are often faster on
-    one) and the towers' GEMMs running side by side. The best of OpenBLAS and the CPU backend's own GEMM
-    (oneDNN's where the build has it, which beats OpenBLAS's preset kernel), so the bound stays a bound."""
-    share = max(1, (os.cpu_count() or 1) // towers)
+    """Examples/s if a step did nothing but its GEMMs at the best measured sgemm speed of each shape: the
+    better of the towers side by side, each with its share of the cores (1 to cores/towers threads; small
+    shapes are often faster on one), and the towers in turn, each with all the cores (the engine runs a
+    model without convolutions that way). The best of OpenBLAS and the CPU backend's own GEMM (oneDNN's
+    where the build has it, cut over the threads as the engine cuts it), so the bound stays a bound."""
+    cores = os.cpu_count() or 1
     b = BATCH
     shapes = [  # (m, n, k, trans_a, trans_b) of one tower step
         (b, HIDDEN, IN, 0, 0), (b, OUT, HIDDEN, 0, 0),          # forward
         (HIDDEN, OUT, b, 1, 0), (b, HIDDEN, OUT, 0, 1),         # layer 2: dW, dx
         (IN, HIDDEN, b, 1, 0),                                  # layer 1: dW
     ]
-    seconds = 0.0
-    for m, n, k, ta, tb in shapes:
-        runs = [gemm_gflops(bench, (m, n, k, ta, tb), dict(env, OPENBLAS_NUM_THREADS=str(t)))
-                for t in sorted({1, share})]
-        runs += [gemm_gflops(bench, ("engine-gemm", m, n, k, ta, tb, t), env)
-                 for t in sorted({1, share})]
-        seconds += 2.0 * m * n * k / (max(g["gflops"] for g in runs) * 1e9)
-    return towers * b / seconds
+
+    def step_seconds(share):
+        seconds = 0.0
+        for m, n, k, ta, tb in shapes:
+            runs = [gemm_gflops(bench, (m, n, k, ta, tb), dict(env, OPENBLAS_NUM_THREADS=str(t)))
+                    for t in sorted({1, share})]
+            runs += [gemm_gflops(bench, ("engine-gemm", m, n, k, ta, tb, t), env) for t in sorted({1, share})]
+            seconds += 2.0 * m * n * k / (max(g["gflops"] for g in runs) * 1e9)
+        return seconds
+
+    side_by_side = towers * b / step_seconds(max(1, cores // towers))
+    in_turn = b / step_seconds(cores)
+    return max(side_by_side, in_turn)
 
 
 def openblas_core(bench, env):
