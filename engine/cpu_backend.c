@@ -792,13 +792,13 @@ static tw_status gemm_update_part(void *arg, int p, tw_error *err)
     size_t n = (size_t)j->n;
     TW_TRY(tw_cpu_sgemm_part(j->cut, p, j->trans_a, j->trans_b, j->m, j->n, j->k, 1.0f, j->a, j->b, 0.0f,
                              f32(j->grads[0]), err));
-    size_t lo = tw_tower_pool_cut(j->cut.by_rows ? (size_t)j->m : n, j->cut.parts, p);
-    size_t hi = tw_tower_pool_cut(j->cut.by_rows ? (size_t)j->m : n, j->cut.parts, p + 1);
+    int lo, hi;
+    tw_cpu_cut_span(j->cut, j->m, j->n, p, &lo, &hi);
     if (j->cut.by_rows)
-        update_span(j->u, j->r, j->grads, 1, lo * n, hi * n);
+        update_span(j->u, j->r, j->grads, 1, (size_t)lo * n, (size_t)hi * n);
     else
         for (size_t row = 0; row < (size_t)j->m; row++)
-            update_span(j->u, j->r, j->grads, 1, row * n + lo, row * n + hi);
+            update_span(j->u, j->r, j->grads, 1, row * n + (size_t)lo, row * n + (size_t)hi);
     return TW_OK;
 }
 

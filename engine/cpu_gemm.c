@@ -50,10 +50,17 @@ void tw_cpu_gemm_threads(int threads) { atomic_store(&gemm_threads, threads); }
 
 int tw_cpu_threads(void) { return atomic_load(&gemm_threads); }
 
+void tw_cpu_cut_span(tw_cpu_cut cut, int m, int n, int p, int *lo, int *hi)
+{
+    size_t len = (size_t)(cut.by_rows ? m : n);
+    *lo = (int)tw_tower_pool_cut(len, cut.parts, p);
+    *hi = (int)tw_tower_pool_cut(len, cut.parts, p + 1);
+}
+
 #ifdef TW_HAVE_DNNL
 
 /* A product of fewer multiply-adds than this per thread runs on fewer oneDNN threads (at least one; with
- * a share of several, such a product goes to OpenBLAS instead: the header): the MLP's (12.5 M at batch 32)
+ * a share of several, such a product is cut over the tower's pool instead: the header): the MLP's (12.5 M at batch 32)
  * on one, the Fashion CNN's first dense layer (321 M at batch 100) on the share. On these shared 2-core
  * VMs an OpenMP team costs more than it gives on the small products (its threads spin at the barrier
  * while the other core runs another tower or process: 1.2 GFLOP/s instead of 38 on one thread for
@@ -129,8 +136,8 @@ tw_status tw_cpu_sgemm_part(tw_cpu_cut cut, int p, int trans_a, int trans_b, int
 {
     gemm_args g = {trans_a, trans_b, m, n, k, trans_a ? m : k, trans_b ? k : n, n, alpha, beta, a, b, c};
     if (cut.parts > 1) {
-        size_t len = (size_t)(cut.by_rows ? m : n);
-        int r0 = (int)tw_tower_pool_cut(len, cut.parts, p), r1 = (int)tw_tower_pool_cut(len, cut.parts, p + 1);
+        int r0, r1;
+        tw_cpu_cut_span(cut, m, n, p, &r0, &r1);
         if (r1 == r0)
             return TW_OK;
         tw_cpu_omp_team(1);

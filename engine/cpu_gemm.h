@@ -29,6 +29,9 @@ typedef struct {
 
 tw_cpu_cut tw_cpu_sgemm_cut(const tw_tower_pool *pool, int m, int n, int k);
 
+/* Part p's rows (cut.by_rows) or columns [*lo, *hi) of an m x n product cut as `cut` says. */
+void tw_cpu_cut_span(tw_cpu_cut cut, int m, int n, int p, int *lo, int *hi);
+
 /* Part p of tw_cpu_sgemm's product cut as `cut` says, on the calling thread alone (cut.parts = 1: the
  * whole product, p = 0). tw_cpu_sgemm is its parts over the pool; a caller that runs them itself (to
  * use each block as soon as it is computed) gets the same bits. Errors: tw_cpu_sgemm's. */

@@ -244,19 +244,21 @@ void tw_model_destroy(tw_model *m) { free(m); }
 
 size_t tw_model_param_floats(const tw_model *m) { return m->param_floats; }
 size_t tw_model_weight_floats(const tw_model *m) { return m->weight_floats; }
-
-int tw_model_has_conv(const tw_model *m)
-{
-    for (int i = 0; i < m->n_layers; i++)
-        if (m->layers[i].cfg->type == TW_LAYER_CONV2D || m->layers[i].cfg->type == TW_LAYER_CONV3D)
-            return 1;
-    return 0;
-}
 size_t tw_model_n_params(const tw_model *m) { return m->n_params; }
 const tw_param *tw_model_param(const tw_model *m, size_t i) { return &m->params[i]; }
 size_t tw_model_input_size(const tw_model *m) { return (size_t)shape_size(&m->input); }
 int tw_model_output_size(const tw_model *m) { return m->layers[m->n_layers - 1].out_size; }
 int tw_model_n_layers(const tw_model *m) { return m->n_layers; }
+
+static int is_conv(tw_layer_type t) { return t == TW_LAYER_CONV2D || t == TW_LAYER_CONV3D; }
+
+int tw_model_has_conv(const tw_model *m)
+{
+    for (int i = 0; i < m->n_layers; i++)
+        if (is_conv(m->layers[i].cfg->type))
+            return 1;
+    return 0;
+}
 
 static void plan_dims(const shape *s, int *flat, int dims[4])
 {
@@ -462,7 +464,7 @@ static int product(uint64_t a, uint64_t b, uint64_t c, uint64_t *out)
 static int layer_floats(const layer *l, int batch, uint64_t *act, uint64_t *work)
 {
     tw_layer_type t = l->cfg->type;
-    int conv = t == TW_LAYER_CONV2D || t == TW_LAYER_CONV3D;
+    int conv = is_conv(t);
     int pool = t == TW_LAYER_MAX_POOL2D || t == TW_LAYER_MAX_POOL3D;
     *act = *work = 0;
     if (t == TW_LAYER_FLATTEN)
@@ -786,8 +788,7 @@ static int pool_folds_relu(const tw_replica *r, int i)
     if (i < 1 || i >= m->n_layers || !tw_backend_has_maxpool_bwd_relu(r->b))
         return 0;
     tw_layer_type t = m->layers[i].cfg->type, before = m->layers[i - 1].cfg->type;
-    return (t == TW_LAYER_MAX_POOL2D || t == TW_LAYER_MAX_POOL3D) &&
-           (before == TW_LAYER_CONV2D || before == TW_LAYER_CONV3D) &&
+    return (t == TW_LAYER_MAX_POOL2D || t == TW_LAYER_MAX_POOL3D) && is_conv(before) &&
            m->layers[i - 1].cfg->activation == TW_ACT_RELU;
 }
 

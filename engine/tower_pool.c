@@ -136,9 +136,15 @@ void tw_tower_pool_destroy(tw_tower_pool *p)
     free(p);
 }
 
+/* jobs brought into 1..n (1 for a NULL pool). */
+static int clamp_jobs(const tw_tower_pool *p, int jobs)
+{
+    return !p || jobs < 1 ? 1 : jobs > p->n ? p->n : jobs;
+}
+
 void tw_tower_pool_run(tw_tower_pool *p, int jobs, void (*job)(void *arg, int t), void *arg)
 {
-    jobs = !p || jobs < 1 ? 1 : jobs > p->n ? p->n : jobs;
+    jobs = clamp_jobs(p, jobs);
     if (jobs == 1) {
         job(arg, 0);
         return;
@@ -179,7 +185,7 @@ tw_status tw_tower_pool_try(tw_tower_pool *p, int jobs, tw_status (*job)(void *a
     tried r; /* not zeroed (~70 KB of errors): every job sets its status, and its error on failure */
     r.job = job;
     r.arg = arg;
-    jobs = !p || jobs < 1 ? 1 : jobs > p->n ? p->n : jobs;
+    jobs = clamp_jobs(p, jobs);
     tw_tower_pool_run(p, jobs, try_one, &r);
     for (int t = 0; t < jobs; t++)
         if (r.status[t] != TW_OK) {

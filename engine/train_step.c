@@ -2,9 +2,8 @@
  *
  * One step: the caller puts towers × batch_size examples in the host batch; tower t runs forward and
  * backward on its slice (on its own persistent thread when there are several, tower_pool.h, unless they
- * run in turn: below); the
- * gradient arenas are averaged across towers; every tower applies the same fused update (optimizer + L2
- * + EMA), so the replicas stay identical. On a backend with tw_update_mean (the CPU) the towers instead
+ * run in turn: below); the gradient arenas are averaged across towers; every tower applies the same fused
+ * update (optimizer + L2 + EMA), so the replicas stay identical. On a backend with tw_update_mean (the CPU) the towers instead
  * share one copy of the parameters, slots and shadows (tw_replica_create_sharing), and the mean over the
  * towers and the update run in one pass, a share per tower, which its backend cuts over the tower's own
  * threads (the update is memory-bound: one copy instead of n, on all cores; bit-identical to the
