@@ -8,6 +8,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -73,9 +74,22 @@ def losses(server, run_id):
 STEPS = 600
 
 
+def frozen_at_first_step(server, run_id, child):
+    """Leaves the child SIGSTOPped once the server has seen it report a step: it runs only in slices of
+    10 ms between looks at the run, so that a fast engine cannot finish the run between a look that finds
+    it going and the stop (600 steps once did, in the 0.2 s between two polls)."""
+    os.kill(child, signal.SIGSTOP)
+    end = time.monotonic() + helpers.DEADLINE_S
+    while not requests.get(server.api(f"/runs/{run_id}"), timeout=10).json()["step"]:
+        assert time.monotonic() < end, "timed out waiting for the run's first step"
+        os.kill(child, signal.SIGCONT)
+        time.sleep(0.01)  # a slice of running, not a wait for an event: the loop looks again
+        os.kill(child, signal.SIGSTOP)
+
+
 def test_a_cancelled_run_resumed_gives_the_losses_of_an_uninterrupted_run(serve):
-    """STEPS is long enough that the run is still going when the test freezes it after its first reported
-    step, on an idle machine too (120 steps once finished in that gap)."""
+    """The run is frozen at its first reported step (frozen_at_first_step), so it is still going when the
+    test cancels it."""
     server = serve()  # the real trainer
     upload_csv(server)
     big = {"layers": [{"type": "dense", "units": 1024, "activation": "relu"},
@@ -83,8 +97,7 @@ def test_a_cancelled_run_resumed_gives_the_losses_of_an_uninterrupted_run(serve)
     cfg = config(model=big, steps=STEPS, checkpoint_every=100)
     first = submit(server, {**cfg, "name": "cut"}).json()["id"]
     child = the_child(server)
-    poll("progress", lambda: requests.get(server.api(f"/runs/{first}"), timeout=10).json()["step"] or None)
-    os.kill(child, signal.SIGSTOP)  # frozen mid-way: the cancel below finds it running
+    frozen_at_first_step(server, first, child)  # frozen mid-way: the cancel below finds it running
     run = requests.get(server.api(f"/runs/{first}"), timeout=10).json()
     assert run["status"] == "running" and 0 < run["step"] < STEPS, run
     error(post(server, f"/runs/{first}/resume"), 409, "CONFLICT")  # still running: nothing to resume
