@@ -113,6 +113,14 @@ int tw_run_hparams_of(const tw_config *c, tw_run_hparams *h)
     return 0;
 }
 
+tw_hparams_session tw_run_hparams_session(const tw_run_hparams *h, tw_hparams_status status,
+                                          const char *model_uri, const char *monitor_url, double start_secs)
+{
+    return (tw_hparams_session){.hparams = h->list, .n = TW_RUN_HPARAMS,
+                                .group_name = status == TW_HPARAMS_SUCCESS ? h->group : "",
+                                .model_uri = model_uri, .monitor_url = monitor_url, .start_secs = start_secs};
+}
+
 void tw_run_model_uri(const char *logdir, char *out, size_t size)
 {
     char abs[PATH_MAX];

@@ -59,6 +59,7 @@ typedef struct {
     double train_time;              /* seconds spent in train steps since the last report */
     int64_t step_report;            /* step of the last report */
     double t_start;
+    double wall_start;              /* wall-clock seconds at this attempt's start (the HParams start time) */
     int64_t step_start;
     tw_child_out out;               /* the progress lines (child.h), on o->progress */
     tw_ckpt_writer *saver;          /* saves checkpoints off the step; reads host[] until collected */
@@ -539,21 +540,6 @@ static tw_status report(run *R, tw_error *err)
 
 /* ================================ the run ================================ */
 
-/* `_hparams_/session_start_info` (run_hparams.h's list): once, when the run first starts; a resume
- * writes none (TensorBoard keeps the first one: the hparams never change). */
-static tw_status session_start(run *R, tw_error *e)
-{
-    tw_run_hparams h;
-    char model_uri[TW_PATH_BYTES + 16];
-    if (tw_run_hparams_of(R->c, &h) != 0)
-        return tw_error_set(e, TW_ERR_NOMEM, "_hparams_", -1, "out of memory");
-    tw_run_model_uri(R->o->logdir, model_uri, sizeof model_uri);
-    tw_hparams_session s = {.hparams = h.list, .n = TW_RUN_HPARAMS, .group_name = h.group,
-                            .model_uri = model_uri, .monitor_url = R->o->monitor_url,
-                            .start_secs = wall_now()};
-    return tw_hparams_add_session_start(R->ev, &s, e);
-}
-
 /* 1 when the run ends for good here: completed, diverged, or an error the supervisor never retries
  * (tw_child_failure_of: docs/reliability.md rule 3). A stop (cancel or shutdown) and a retriable error are
  * not: only the server knows what follows them. */
@@ -567,12 +553,24 @@ static int final_here(tw_status s, tw_train_outcome outcome, const tw_error *err
     return tw_child_failure_of(tw_child_exit_code(err))->final;
 }
 
-/* `_hparams_/session_end_info`, once, at a state the trainer knows to be terminal (final_here). */
+/* The HParams session (run_hparams.h: its start and end info together), once, at a state the trainer knows
+ * to be terminal (final_here); start_time is this attempt's start. */
 static void session_end(run *R, tw_status s, tw_train_outcome outcome, const tw_error *err)
 {
     tw_hparams_status st;
+    tw_run_hparams h;
+    char model_uri[TW_PATH_BYTES + 16];
     tw_error e;
-    if (R->ev && final_here(s, outcome, err, &st) &&
+    if (!R->ev || !final_here(s, outcome, err, &st))
+        return;
+    if (tw_run_hparams_of(R->c, &h) != 0) {
+        tw_error_set(&e, TW_ERR_NOMEM, "_hparams_", -1, "out of memory");
+        events_failed(R, &e);
+        return;
+    }
+    tw_run_model_uri(R->o->logdir, model_uri, sizeof model_uri);
+    tw_hparams_session hs = tw_run_hparams_session(&h, st, model_uri, R->o->monitor_url, R->wall_start);
+    if (tw_hparams_add_session_start(R->ev, &hs, &e) != TW_OK ||
         tw_hparams_add_session_end(R->ev, st, wall_now(), &e) != TW_OK)
         events_failed(R, &e);
 }
@@ -609,9 +607,7 @@ static tw_status start_events(run *R, int resumed, tw_error *err)
         size_t len = 0;
         char *config = tw_run_config_markdown(R->c);
         TW_TRY(tw_model_graph(R->T.m, &graph, &len, err));
-        s = session_start(R, &e);
-        if (s == TW_OK)
-            s = tw_events_add_graph(R->ev, graph, len, &e);
+        s = tw_events_add_graph(R->ev, graph, len, &e);
         if (s == TW_OK && config)
             s = tw_events_add_text(R->ev, "config", 0, config, &e);
         free(graph);
@@ -862,6 +858,7 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
     if (s == TW_OK && !resumed && R.c->eval_every > 0)
         s = eval_and_report(&R, err); /* the baseline every later evaluation is measured against */
     R.t_start = R.out.last_write = now();
+    R.wall_start = wall_now();
     R.step_start = R.step_report = R.T.step;
     if (s == TW_OK)
         s = loop(&R, outcome, err);

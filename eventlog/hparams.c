@@ -120,8 +120,8 @@ tw_status tw_hparams_add_session_end(tw_events_writer *w, tw_hparams_status stat
     return add(w, END_TAG, &d, err);
 }
 
-tw_status tw_hparams_append_session_end(const char *logdir, tw_hparams_status status, double end_secs,
-                                        tw_error *err)
+tw_status tw_hparams_append_session(const char *logdir, const tw_hparams_session *s, tw_hparams_status status,
+                                    double end_secs, tw_error *err)
 {
     tw_events_options o;
     tw_events_options_default(&o);
@@ -129,13 +129,15 @@ tw_status tw_hparams_append_session_end(const char *logdir, tw_hparams_status st
     o.fsync = 1;
     tw_events_writer *w;
     TW_TRY(tw_events_create(logdir, &o, &w, err));
-    tw_status s = tw_hparams_add_session_end(w, status, end_secs, err);
+    tw_status st = tw_hparams_add_session_start(w, s, err);
+    if (st == TW_OK)
+        st = tw_hparams_add_session_end(w, status, end_secs, err);
     tw_error close_err;
     tw_status c = tw_events_close(w, &close_err);
-    if (s == TW_OK && c != TW_OK) {
+    if (st == TW_OK && c != TW_OK) {
         *err = close_err;
-        s = c;
+        st = c;
     }
     tw_events_destroy(w);
-    return s;
+    return st;
 }

@@ -4,7 +4,8 @@
  * (the hyperparameters, the group name, the model and monitor links, the start time) and
  * `_hparams_/session_end_info` (SUCCESS or FAILURE, the end time), each a HParamsPluginData
  * (proto/hparams.proto, version 0) in the plugin metadata of a null-tensor value at step 0; the group
- * name's hash; and appending an end info to a run folder in a small event file of its own.
+ * name's hash; and appending a whole session (start and end) to a run folder in a small event file of
+ * its own.
  * Does not own: which hyperparameters a run has, when a run starts or ends, or who writes the end
  * (engine/trainer.c writes the start and the ends it knows to be final, server/scheduler.c the ends only
  * the server knows), nor the event file (events.h).
@@ -55,10 +56,10 @@ tw_status tw_hparams_add_session_start(tw_events_writer *w, const tw_hparams_ses
 tw_status tw_hparams_add_session_end(tw_events_writer *w, tw_hparams_status status, double end_secs,
                                      tw_error *err);
 
-/* Writes the end info into a new event file of its own in logdir (which must exist), flushed with
- * fsync and closed: for a writer that is not the run's (the server at a state only it knows).
- * Errors: tw_events_create's and the writer's. */
-tw_status tw_hparams_append_session_end(const char *logdir, tw_hparams_status status, double end_secs,
-                                        tw_error *err);
+/* Writes the start info s and the end info (status, end_secs) into a new event file of its own in logdir
+ * (which must exist), flushed with fsync and closed: for a writer that is not the run's (the server at a
+ * state only it knows). Errors: tw_hparams_add_session_start's, tw_events_create's and the writer's. */
+tw_status tw_hparams_append_session(const char *logdir, const tw_hparams_session *s, tw_hparams_status status,
+                                    double end_secs, tw_error *err);
 
 #endif

@@ -39,6 +39,7 @@
 #include "datafs.h"
 #include "devices.h"
 #include "hparams.h"
+#include "run_hparams.h"
 #include "launch.h"
 #include "logtext.h"
 #include "store.h"
@@ -685,19 +686,33 @@ static void describe_exit(const child *c, double heartbeat_timeout, char *buf, s
         snprintf(buf, size, "exit status %d", WEXITSTATUS(c->wstatus));
 }
 
-/* TensorBoard's session end for the terminal states only the server knows: a deadline, or giving up
- * after restarts (FAILURE). The trainer writes the others (completed, diverged, bad data, bad config,
- * out of memory: engine/trainer.c); a cancelled run gets none (it may be resumed, and TensorBoard keeps
- * the first end it reads), nor does a retry. */
+/* TensorBoard's session (engine/run_hparams.h: start and end info, FAILURE, a row of its own) for the
+ * terminal states only the server knows: a deadline, or giving up after restarts. The trainer writes the
+ * others (completed, diverged, bad data, bad config, out of memory: engine/trainer.c); a cancelled run gets
+ * none (it may be resumed, and TensorBoard keeps the first start and end it reads), nor does a retry. */
 static void hparams_end(tw_server *S, const child *c, outcome o)
 {
     int gave_up = o.state == TW_RUN_QUEUED, deadline = o.reason && !strcmp(o.reason, "deadline");
     if (!gave_up && !deadline)
         return;
-    char logdir[PATH_MAX];
+    char logdir[PATH_MAX], config[PATH_MAX], model_uri[PATH_MAX + 16], monitor[PATH_MAX];
+    tw_config cfg;
+    tw_run_hparams h;
     tw_error err;
-    if (tw_run_dir(S, c->folder, logdir, sizeof logdir) == 0 &&
-        tw_hparams_append_session_end(logdir, TW_HPARAMS_FAILURE, tw_now_wall(), &err) != TW_OK)
+    if (tw_run_dir(S, c->folder, logdir, sizeof logdir) != 0 ||
+        tw_run_path(S, c->folder, TW_RUN_CONFIG, config, sizeof config) != 0)
+        return;
+    if (tw_config_load(config, &cfg, &err) != TW_OK) {
+        log_store_error(&err);
+        return;
+    }
+    if (tw_run_hparams_of(&cfg, &h) != 0)
+        return;
+    tw_run_model_uri(logdir, model_uri, sizeof model_uri);
+    int linked = monitor_url(S, c->id, monitor, sizeof monitor) == 0;
+    double now = tw_now_wall();
+    tw_hparams_session hs = tw_run_hparams_session(&h, TW_HPARAMS_FAILURE, model_uri, linked ? monitor : NULL, now);
+    if (tw_hparams_append_session(logdir, &hs, TW_HPARAMS_FAILURE, now, &err) != TW_OK)
         log_store_error(&err);
 }
 

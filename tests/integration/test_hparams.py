@@ -4,9 +4,10 @@
 
 Short seed-MLP runs on Fashion-MNIST with `tower train`: two that differ only in seed (one group, the
 metrics averaged), one with another learning rate (a group of its own), one stopped by SIGTERM and
-resumed (one session, its hparams unchanged); and runs through a real `tower serve`: completed
-(SUCCESS, linked to its status page), past its deadline (FAILURE, written by the server) and cancelled
-(no end: it may be resumed). The config in the TEXT tab is indented JSON in a code block."""
+resumed (one session, its hparams unchanged); two finished runs of one config that differ in seed beside a
+third stopped mid-run (the stopped one is never averaged into their row); and runs through a real `tower
+serve`: completed (SUCCESS, linked to its status page), past its deadline (FAILURE, written by the server,
+a row of its own) and cancelled (not a session: it may be resumed). The config in the TEXT tab is indented JSON in a code block."""
 import html
 import json
 import re
@@ -166,15 +167,40 @@ def test_two_seeds_of_one_config_form_one_group(local_tb):
         assert metric(pair["metricValues"], tag) == pytest.approx(mean, rel=1e-6)
 
 
-def test_resumed_run_has_one_start_info(local):
+def test_resumed_run_has_one_session(local):
     root, _, _ = local
     files = sorted((root / "resumed").glob("events.out.tfevents.*"))
     assert len(files) == 2  # the first attempt's and the resumed one's
     starts = [f.read_bytes().count(b"_hparams_/session_start_info") for f in files]
     ends = [f.read_bytes().count(b"_hparams_/session_end_info") for f in files]
-    # the start info in the first attempt's file only, the end in the resumed one's (names may sort
-    # either way within one second)
-    assert sorted(zip(starts, ends)) == [(0, 1), (1, 0)]
+    # the session (start and end info together) in the resumed attempt's file only, written when the run
+    # ended for good; the stopped attempt wrote none (names may sort either way within one second)
+    assert sorted(zip(starts, ends)) == [(0, 0), (1, 1)]
+
+
+@pytest.fixture(scope="module")
+def unfinished(tmp_path_factory, tower_bin, fashion):  # noqa: F811
+    """logdir with done1, done2 (one config, seeds 1 and 2, trained to the end) and stopped (the same
+    config, seed 3, stopped by SIGTERM mid-run: cancelled, as a person's cancel leaves it)."""
+    root = tmp_path_factory.mktemp("unfinished")
+    cfg = config(fashion, steps=LONG_STEPS, eval_every=1000)
+    for name, seed in (("done1", 1), ("done2", 2)):
+        train(tower_bin, root, {**cfg, "seed": seed}, name=name)
+    stop_mid_run(tower_bin, root, {**cfg, "seed": 3}, "stopped")
+    return root
+
+
+def test_an_unfinished_run_is_never_averaged_with_finished_ones(unfinished, tmp_path_factory):
+    with helpers.tensorboard(unfinished, tmp_path_factory.mktemp("tblog")) as (base, _):
+        groups = session_groups(base, HPARAMS, METRICS,
+                                lambda g: {"done1", "done2"} <= set(sessions_of(g["sessionGroups"])))
+    members = [sorted(s["name"] for s in g["sessions"]) for g in groups]
+    assert ["done1", "done2"] in members, members
+    assert not any("stopped" in m and len(m) > 1 for m in members), members
+    (pair,) = [g for g in groups if len(g["sessions"]) == 2]
+    for tag in METRICS:  # the row's figure is the two finished runs' mean, and nothing else's
+        mean = sum(metric(s["metricValues"], tag) for s in pair["sessions"]) / 2
+        assert metric(pair["metricValues"], tag) == pytest.approx(mean, rel=1e-6)
 
 
 def test_config_text_is_indented_json_in_a_code_block(local_tb, local):
@@ -228,11 +254,14 @@ def served(tmp_path_factory, tower_bin):
 def test_served_runs_end_with_the_right_status(served, tmp_path_factory):
     server, ids = served
     with helpers.tensorboard(server.data / "runs", tmp_path_factory.mktemp("tblog")) as (base, _):
-        groups = session_groups(base, HPARAMS, METRICS, lambda g: len(sessions_of(g["sessionGroups"])) == 3)
+        groups = session_groups(base, HPARAMS, METRICS, lambda g: len(sessions_of(g["sessionGroups"])) == 2)
     sessions = {name: s for name, (_, s) in sessions_of(groups).items()}
-    got = {kind: sessions[run_id]["status"] for kind, run_id in ids.items()}
-    assert got == {"completed": "STATUS_SUCCESS", "deadline": "STATUS_FAILURE", "cancelled": "STATUS_UNKNOWN"}
-    for kind, run_id in ids.items():
+    # a cancelled run may be resumed: it is not a session until it ends for good
+    assert ids["cancelled"] not in sessions
+    got = {kind: sessions[run_id]["status"] for kind, run_id in ids.items() if kind != "cancelled"}
+    assert got == {"completed": "STATUS_SUCCESS", "deadline": "STATUS_FAILURE"}
+    for kind in ("completed", "deadline"):
+        run_id = ids[kind]
         assert sessions[run_id]["monitorUrl"] == f"{server.url}/#/runs/{run_id}", kind
         assert sessions[run_id]["modelUri"] == str(helpers.run_dir(server.data.resolve(), run_id) / "checkpoints")
     # The server's end info is a small event file of its own next to the trainer's.

@@ -125,14 +125,16 @@ static void test_group_name_is_fnv1a_hex(void **state)
     assert_string_equal(g, "af63dc4c8601ec8c"); /* FNV-1a 64 of "a" (the published test vector) */
 }
 
-static void test_append_end_writes_a_file_of_its_own(void **state)
+static void test_append_session_writes_a_file_of_its_own(void **state)
 {
     (void)state;
     char dir[512], pattern[600];
     assert_int_equal(tw_test_mkdtemp(dir, sizeof dir, "hparams"), 0);
     tw_error err;
-    assert_int_equal(tw_hparams_append_session_end(dir, TW_HPARAMS_FAILURE, 3.0, &err), TW_OK);
-    assert_int_equal(tw_hparams_append_session_end(dir, TW_HPARAMS_FAILURE, 3.0, &err), TW_OK);
+    const tw_hparam hp[] = {{.name = "lr", .kind = TW_HPARAM_NUMBER, .number = 0.1}};
+    const tw_hparams_session s = {.hparams = hp, .n = 1, .group_name = "", .start_secs = 1.0};
+    assert_int_equal(tw_hparams_append_session(dir, &s, TW_HPARAMS_FAILURE, 3.0, &err), TW_OK);
+    assert_int_equal(tw_hparams_append_session(dir, &s, TW_HPARAMS_FAILURE, 3.0, &err), TW_OK);
     snprintf(pattern, sizeof pattern, "%s/events.out.tfevents.*", dir);
     glob_t g;
     assert_int_equal(glob(pattern, 0, NULL, &g), 0);
@@ -152,7 +154,7 @@ int main(void)
         cmocka_unit_test(test_start_and_end_bytes),
         cmocka_unit_test(test_bad_hparams_are_refused_by_name),
         cmocka_unit_test(test_group_name_is_fnv1a_hex),
-        cmocka_unit_test(test_append_end_writes_a_file_of_its_own),
+        cmocka_unit_test(test_append_session_writes_a_file_of_its_own),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
