@@ -4,9 +4,11 @@
  * (step absent or "latest"). The reply is built in memory (a Tower model is at most a few hundred MiB) and
  * sent from an anonymous memory file (memfd), so that it carries its download name like a checkpoint
  * download does; nothing is written under the data folder or anywhere else. A checkpoint that cannot be
- * exported (damaged, or one without the run config in its metadata) is a 409 naming why. `weights` chooses the
- * ONNX graph's weights; a tf archive holds both, so there it is checked and has no effect (the OpenAPI
- * document cannot say that one parameter applies only with a value of another). */
+ * exported (damaged, or one without the run config in its metadata) is a 409 naming why. The ONNX graph takes
+ * the values as the run's dataset stores them: uint8 ones scaled in the graph, float ones (a CSV) as they are,
+ * as the trainer feeds them. `weights` chooses the ONNX graph's weights; a tf archive holds both, so there it
+ * is checked and has no effect (the OpenAPI document cannot say that one parameter applies only with a value
+ * of another). */
 #define _GNU_SOURCE
 #include "api_export.h"
 
@@ -28,6 +30,7 @@ typedef struct {
     int onnx;
     tw_weights weights;
     long long step; /* -1: the latest; past 2^63 - 1: LLONG_MAX, which no checkpoint has */
+    tw_onnx_input input; /* onnx: the graph's input, by the run's dataset (onnx_input) */
 } request;
 
 /* The query, checked; replies 400 naming the bad parameter and returns -1. */
@@ -58,6 +61,24 @@ static int parse_query(tw_req *r, request *q)
     return 0;
 }
 
+/* The ONNX graph's input for the run's dataset: its values as stored. The trainer multiplies only uint8
+ * values by `scale` (engine/input.c); a float dataset (a CSV, float32 NumPy) is fed as it is, so its graph
+ * takes the values without the scale (TW_ONNX_INPUT_SCALED). Returns -1 after replying (no such run, an
+ * unreadable row). */
+static int onnx_input(tw_server *S, tw_req *r, tw_onnx_input *input)
+{
+    json_t *run = tw_api_row_or_404(S, r, "run", tw_store_run_get), *ds = NULL;
+    if (!run)
+        return -1;
+    tw_error ignored; /* a dataset deleted since: the run's values were uint8 or not, unknown; as stored */
+    tw_store_dataset_get(S->store, json_string_value(json_object_get(run, "dataset_id")), &ds, &ignored);
+    const char *dtype = json_string_value(json_object_get(json_object_get(ds, "meta"), "dtype"));
+    *input = dtype && !strcmp(dtype, "float32") ? TW_ONNX_INPUT_SCALED : TW_ONNX_INPUT_RAW;
+    json_decref(ds);
+    json_decref(run);
+    return 0;
+}
+
 /* The export's bytes and download name. */
 static tw_status build(const char *path, const request *q, uint8_t **bytes, size_t *len, char *name,
                        size_t size, tw_error *err)
@@ -72,7 +93,7 @@ static tw_status build(const char *path, const request *q, uint8_t **bytes, size
     }
     tw_inference *inf;
     TW_TRY(tw_inference_open(path, q->weights, 1, &inf, err));
-    tw_status s = tw_export_onnx(inf, TW_ONNX_INPUT_RAW, bytes, len, err);
+    tw_status s = tw_export_onnx(inf, q->input, bytes, len, err);
     snprintf(name, size, "model-%lld-%s.onnx", (long long)tw_inference_step(inf),
              q->weights == TW_WEIGHTS_EMA ? "ema" : "raw");
     tw_inference_close(inf);
@@ -100,7 +121,8 @@ void tw_api_run_export(tw_server *S, tw_req *r)
 {
     request q;
     char path[PATH_MAX + 300], name[96];
-    if (parse_query(r, &q) != 0 || tw_api_run_checkpoint_file(S, r, q.step, tw_req_query(r, "step"), path, sizeof path) != 0)
+    if (parse_query(r, &q) != 0 || tw_api_run_checkpoint_file(S, r, q.step, tw_req_query(r, "step"), path, sizeof path) != 0 ||
+        onnx_input(S, r, &q.input) != 0)
         return;
     uint8_t *bytes;
     size_t len;

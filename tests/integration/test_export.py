@@ -333,3 +333,36 @@ def test_route_unknown_run_is_404(served_run):
     server, _ = served_run
     r = requests.get(server.api("/runs/r0000000000000000/export?format=tf"), timeout=30)
     assert r.status_code == 404 and "r0000000000000000" in r.json()["error"]["message"]
+
+
+def test_route_onnx_of_a_csv_run_takes_the_values_as_stored(serve, run_tower, tmp_path):
+    """A float dataset (a CSV) is fed to the trainer as it is, never multiplied by `scale`: the route's graph
+    takes those values without the scale (what `tower export --input scaled` writes), and onnxruntime gives
+    the probabilities the server's prediction gives for them."""
+    import onnxruntime as ort
+    server = serve()
+    rows = np.random.default_rng(4).normal(0, 1, (80, 3)).astype(np.float32)
+    csv = "a,b,c,label\n" + "".join(f"{a:.3f},{b:.3f},{c:.3f},{int(a + b > 0)}\n" for a, b, c in rows)
+    r = requests.post(server.api("/datasets?name=tab"), files={"csv": ("t.csv", csv), "label_column": (None, "label")},
+                      timeout=30)
+    assert r.status_code == 202, r.text
+    helpers.poll("the CSV to convert", lambda: True if requests.get(server.api("/datasets/tab"), timeout=10)
+                 .json()["status"] == "ready" else None)
+    cfg = {"dataset": "tab", "model": {"layers": [{"type": "dense", "units": 2}]}, "loss": "softmax_cross_entropy",
+           "optimizer": {"type": "sgd", "learning_rate": 0.1}, "batch_size": 16, "steps": 50, "seed": 1,
+           "summary_every": 10, "eval_every": 0, "checkpoint_every": 50}
+    run_id = submit(server, cfg).json()["id"]
+    assert wait_run(server, run_id)["status"] == "succeeded"
+    r = requests.get(server.api(f"/runs/{run_id}/export?format=onnx&weights=raw"), timeout=60)
+    assert r.status_code == 200, r.text
+    ckpt = helpers.run_dir(server.data, run_id) / "checkpoints" / "ckpt-0000000050.safetensors"
+    res = run_tower("export", ckpt, "--format", "onnx", "--input", "scaled", "--weights", "raw",
+                    "-o", tmp_path / "scaled.onnx")
+    assert res.returncode == 0, res.stderr
+    assert r.content == (tmp_path / "scaled.onnx").read_bytes()
+    probabilities = ort.InferenceSession(r.content, providers=["CPUExecutionProvider"]).run(
+        ["probabilities"], {"input": rows})[0]
+    predicted = requests.post(server.api(f"/runs/{run_id}/predict?weights=raw"), json={"inputs": rows.tolist()},
+                              timeout=60).json()["predictions"]
+    served = [{t["class"]: t["probability"] for t in p["top_k"]} for p in predicted]
+    assert np.allclose(probabilities, [[s[0], s[1]] for s in served], atol=1e-5)
