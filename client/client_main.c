@@ -32,9 +32,11 @@ enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
 typedef struct {
     const char *server, *dataset, *name, *step, *output, *label_column, *steps;
     const char *format, *weights; /* download: an export instead of the safetensors file */
-    int follow, wait;
-    int npos;
+    const char *validation_split, *split_seed, *class_names; /* upload */
+    int follow, no_wait;
+    int npos, ntest;
     const char *pos[MAX_POS];
+    const char *test[MAX_POS]; /* upload --test FILE, each */
 } args;
 
 typedef struct command command;
@@ -56,7 +58,9 @@ static const struct {
     {'d', "--dataset", NULL, 1}, {'n', "--name", NULL, 1},    {'F', "--follow", NULL, 0},
     {'f', "--follow", "-f", 0},  {'s', "--step", NULL, 1},    {'o', "--output", "-o", 1},
     {'l', "--label-column", NULL, 1}, {'w', "--wait", NULL, 0}, {'S', "--steps", NULL, 1},
-    {'x', "--format", NULL, 1},       {'W', "--weights", NULL, 1},
+    {'x', "--format", NULL, 1},       {'W', "--weights", NULL, 1},  {'t', "--test", NULL, 1},
+    {'v', "--validation-split", NULL, 1}, {'e', "--split-seed", NULL, 1}, {'c', "--class-names", NULL, 1},
+    {'N', "--no-wait", NULL, 0},
 };
 
 static const char EXIT_HELP[] =
@@ -88,7 +92,11 @@ static void set_option(args *a, char letter, const char *value)
     case 's': a->step = value; break;
     case 'o': a->output = value; break;
     case 'l': a->label_column = value; break;
-    case 'w': a->wait = 1; break;
+    case 'w': a->no_wait = 0; break; /* --wait: the default, kept for scripts that say it */
+    case 'N': a->no_wait = 1; break;
+    case 'v': a->validation_split = value; break;
+    case 'e': a->split_seed = value; break;
+    case 'c': a->class_names = value; break;
     case 'S': a->steps = value; break;
     case 'x': a->format = value; break;
     case 'W': a->weights = value; break;
@@ -123,7 +131,12 @@ static int parse_args(const command *cmd, int argc, char **argv, args *a)
             return usage_error(cmd, "unknown option", arg);
         if (OPTIONS[k].value && ++i == argc)
             return usage_error(cmd, "a value is missing after", arg);
-        set_option(a, OPTIONS[k].letter, OPTIONS[k].value ? argv[i] : NULL);
+        if (OPTIONS[k].letter == 't' && a->ntest == MAX_POS)
+            return usage_error(cmd, "too many --test files", NULL);
+        if (OPTIONS[k].letter == 't')
+            a->test[a->ntest++] = argv[i];
+        else
+            set_option(a, OPTIONS[k].letter, OPTIONS[k].value ? argv[i] : NULL);
     }
     if (a->npos < cmd->min_pos || a->npos > cmd->max_pos)
         return usage_error(cmd, a->npos < cmd->min_pos ? "missing arguments" : "too many arguments", NULL);
@@ -211,7 +224,8 @@ static int add_run_row(tw_table *t, const json_t *run)
         json_string_value(json_object_get(run, "status")),
         step,
         num(metrics, "loss", "%.4f", loss, sizeof loss),
-        num(metrics, "eval_accuracy", "%.4f", acc, sizeof acc),
+        num(metrics, "eval_accuracy_ema", "%.4f", acc, sizeof acc) ? acc /* the EMA weights: Tower's answer */
+                                                                     : num(metrics, "eval_accuracy", "%.4f(raw)", acc, sizeof acc),
         json_string_value(json_object_get(json_object_get(run, "dataset"), "name")),
         created_text(run, created, sizeof created),
     };
@@ -226,7 +240,7 @@ static int cmd_runs(const tw_rest *c, const command *cmd, const args *a)
                         NULL, &rc); /* what add_run_row shows: no config is read for the list */
     if (!list)
         return rc;
-    static const char *const HEADER[] = {"ID", "NAME", "STATUS", "STEP", "LOSS", "EVAL_ACCURACY",
+    static const char *const HEADER[] = {"ID", "NAME", "STATUS", "STEP", "LOSS", "EVAL_ACCURACY_EMA",
                                          "DATASET", "CREATED"};
     tw_table t;
     int bad = tw_table_init(&t, 8, HEADER);
@@ -298,8 +312,10 @@ static void print_outcome(const json_t *run)
     printf("%s %s at step %lld", json_string_value(json_object_get(run, "id")),
            json_string_value(json_object_get(run, "status")),
            (long long)json_integer_value(json_object_get(run, "step")));
-    if (num(m, "eval_accuracy", "%.4f", acc, sizeof acc))
-        printf(": eval accuracy %s", acc);
+    if (num(m, "eval_accuracy_ema", "%.4f", acc, sizeof acc))
+        printf(": eval accuracy %s (EMA)", acc);
+    else if (num(m, "eval_accuracy", "%.4f", acc, sizeof acc))
+        printf(": eval accuracy %s (raw)", acc);
     if (num(m, "loss", "%.4f", loss, sizeof loss))
         printf(", loss %s", loss);
     const json_t *reason = json_object_get(run, "reason");
@@ -582,30 +598,90 @@ static int npy_labels(const char *path)
 
 /* The form field of an upload's file, by its kind (server/API.md "Uploads"), or NULL. Of two .npy files
  * the one named "...label..." is the labels (labelled: one is), else the second one (npy_seen: how many
- * came before it). */
-static const char *upload_field(const char *path, int npy_seen, int labelled)
+ * came before it). test: the file was given with --test (IDX and TFRecord files also say so in their
+ * names). */
+static const char *upload_field(const char *path, int npy_seen, int labelled, int test)
 {
-    int test = is_test_file(path);
     const char *base = base_name(path);
+    test |= !ends_with(base, ".npy") && !ends_with(base, ".csv") && is_test_file(path);
     if (strstr(base, "idx3-ubyte"))
         return test ? "test_images" : "images";
     if (strstr(base, "idx1-ubyte"))
         return test ? "test_labels" : "labels";
     if (ends_with(base, ".npy"))
-        return (labelled ? npy_labels(base) : npy_seen == 1) ? "labels" : "features";
+        return (labelled ? npy_labels(base) : npy_seen == 1) ? (test ? "test_labels" : "labels")
+                                                             : (test ? "test_features" : "features");
     if (ends_with(base, ".csv"))
-        return "csv";
+        return test ? "test_csv" : "csv";
     if (strstr(base, ".tfrecord"))
         return test ? "test_tfrecord" : "tfrecord";
     return NULL;
 }
 
-/* Polls the dataset until it is no longer converting; 0 when it is ready. */
+/* The parts of files[n] (the training files, or with test the --test ones) appended to parts[*count]. */
+static int add_parts(const command *cmd, const char *const *files, int n, int test, tw_rest_part *parts,
+                     int *count)
+{
+    int npy = 0, labelled = 0;
+    for (int i = 0; i < n; i++)
+        labelled |= npy_labels(files[i]);
+    for (int i = 0; i < n; i++) {
+        const char *field = upload_field(files[i], npy, labelled, test);
+        if (!field)
+            return usage_error(cmd, "not an IDX, .npy, .csv or .tfrecord file:", files[i]);
+        if (*count == MAX_POS)
+            return usage_error(cmd, "too many files", NULL);
+        npy += ends_with(files[i], ".npy");
+        parts[(*count)++] = (tw_rest_part){field, files[i]};
+    }
+    return 0;
+}
+
+/* "key=VALUE" (escaped; after "&" unless buf ends with "?") appended to buf when value is given; -1 when it
+ * does not fit. */
+static int add_query(char *buf, size_t size, const char *key, const char *value)
+{
+    if (!value)
+        return 0;
+    char *esc = tw_rest_escape(value);
+    size_t len = strlen(buf);
+    int n = esc ? snprintf(buf + len, size - len, "%s%s=%s", len && buf[len - 1] != '?' ? "&" : "", key, esc) : -1;
+    free(esc);
+    return n < 0 || (size_t)n >= size - len ? -1 : 0;
+}
+
+/* What a ready dataset is, on one line: "ID NAME ready: csv, 240 train + 60 test examples, features
+ * f1, f2, classes a, b". */
+static void print_dataset(const json_t *d)
+{
+    printf("%s %s %s", json_string_value(json_object_get(d, "id")), json_string_value(json_object_get(d, "name")),
+           json_string_value(json_object_get(d, "status")));
+    const char *source = json_string_value(json_object_get(d, "source"));
+    const json_t *test = json_object_get(d, "test_examples");
+    printf(": %s, %lld train", source ? source : "?", (long long)json_integer_value(json_object_get(d, "train_examples")));
+    if (json_is_integer(test))
+        printf(" + %lld test", (long long)json_integer_value(test));
+    printf(" examples%s", json_is_integer(test) ? "" : " (no test split: runs on it are never evaluated)");
+    static const char *const LISTS[][2] = {{"feature_names", "features"}, {"class_names", "classes"}};
+    for (size_t l = 0; l < 2; l++) {
+        const json_t *list = json_object_get(d, LISTS[l][0]);
+        size_t i;
+        json_t *v;
+        json_array_foreach(list, i, v) printf("%s%s", i ? ", " : l ? "; classes " : "; features ",
+                                              json_string_value(v));
+    }
+    printf("\n");
+}
+
+/* Polls the dataset until it is no longer converting (saying so once on a terminal); 0 when it is
+ * ready. */
 static int wait_dataset(const tw_rest *c, const command *cmd, const char *id)
 {
     char *esc = tw_rest_escape(id), path[512];
     snprintf(path, sizeof path, "/api/v1/datasets/%s", esc ? esc : "");
     free(esc);
+    if (isatty(fileno(stderr)))
+        fprintf(stderr, "tower %s: %s converting...\n", cmd->name, id);
     for (;;) {
         int rc = EXIT_OK;
         json_t *d = call(c, cmd, "GET", path, NULL, &rc);
@@ -613,10 +689,12 @@ static int wait_dataset(const tw_rest *c, const command *cmd, const char *id)
             return rc;
         const char *status = json_string_value(json_object_get(d, "status"));
         int converting = status && !strcmp(status, "converting");
-        if (!converting) {
+        if (!converting && status && !strcmp(status, "ready"))
+            print_dataset(d);
+        else if (!converting) {
             const char *msg = json_string_value(json_object_get(json_object_get(d, "error"), "message"));
-            printf("%s %s%s%s\n", id, status ? status : "?", msg ? ": " : "", msg ? msg : "");
-            rc = status && !strcmp(status, "ready") ? EXIT_OK : EXIT_FAILED;
+            fprintf(stderr, "tower %s: dataset %s %s: %s\n", cmd->name, id, status ? status : "?", msg ? msg : "");
+            rc = EXIT_FAILED;
         }
         json_decref(d);
         if (!converting)
@@ -625,26 +703,37 @@ static int wait_dataset(const tw_rest *c, const command *cmd, const char *id)
     }
 }
 
+/* The upload's route with its options in the query; class names that name a readable file go as the part
+ * "classes" instead. Returns 0, or EXIT_USAGE after reporting. */
+static int upload_path_of(const command *cmd, const args *a, char *path, size_t size, tw_rest_part *parts,
+                          int *n)
+{
+    int file_names = a->class_names && access(a->class_names, R_OK) == 0;
+    if (file_names && *n == MAX_POS)
+        return usage_error(cmd, "too many files", NULL);
+    if (file_names)
+        parts[(*n)++] = (tw_rest_part){"classes", a->class_names};
+    snprintf(path, size, "/api/v1/datasets?");
+    if (add_query(path, size, "name", a->pos[0]) || add_query(path, size, "label_column", a->label_column) ||
+        add_query(path, size, "validation_split", a->validation_split) ||
+        add_query(path, size, "split_seed", a->split_seed) ||
+        add_query(path, size, "class_names", file_names ? NULL : a->class_names))
+        return usage_error(cmd, "the options are too long", NULL);
+    return 0;
+}
+
 static int cmd_upload(const tw_rest *c, const command *cmd, const args *a)
 {
     tw_rest_part parts[MAX_POS];
-    int n = 0, npy = 0, labelled = 0;
-    for (int i = 1; i < a->npos; i++)
-        labelled |= npy_labels(a->pos[i]);
-    for (int i = 1; i < a->npos; i++) {
-        const char *field = upload_field(a->pos[i], npy, labelled);
-        if (!field)
-            return usage_error(cmd, "not an IDX, .npy, .csv or .tfrecord file:", a->pos[i]);
-        npy += ends_with(a->pos[i], ".npy");
-        parts[n++] = (tw_rest_part){field, a->pos[i]};
-    }
-    char *name = tw_rest_escape(a->pos[0]);
-    char *column = a->label_column ? tw_rest_escape(a->label_column) : NULL;
-    char path[1024];
-    snprintf(path, sizeof path, "/api/v1/datasets?name=%s%s%s", name ? name : "",
-             column ? "&label_column=" : "", column ? column : "");
-    free(name);
-    free(column);
+    int n = 0;
+    char path[4096];
+    int bad = add_parts(cmd, a->pos + 1, a->npos - 1, 0, parts, &n);
+    if (!bad)
+        bad = add_parts(cmd, a->test, a->ntest, 1, parts, &n);
+    if (!bad)
+        bad = upload_path_of(cmd, a, path, sizeof path, parts, &n);
+    if (bad)
+        return bad;
     tw_rest_reply reply;
     tw_error err;
     tw_error_clear(&err);
@@ -658,7 +747,7 @@ static int cmd_upload(const tw_rest *c, const command *cmd, const args *a)
         rc = failed(cmd, &err);
     tw_rest_reply_free(&reply);
     const char *id = json_string_value(json_object_get(d, "id"));
-    if (d && !a->wait)
+    if (d && a->no_wait)
         printf("%s %s\n", id ? id : "?", json_string_value(json_object_get(d, "status")));
     else if (d && id)
         rc = wait_dataset(c, cmd, id);
@@ -693,8 +782,9 @@ static int cmd_compare(const tw_rest *c, const command *cmd, const args *a)
 /* ================================ the commands ================================ */
 
 static const command COMMANDS[] = {
-    {"runs", "", "Lists the server's runs, newest first: id, name, status, step/steps, loss, eval accuracy,\n"
-     "dataset and created time.\n", "", 0, 0, cmd_runs},
+    {"runs", "", "Lists the server's runs, newest first: id, name, status, step/steps, loss, eval accuracy\n"
+     "with the EMA weights (\"(raw)\" after it: the run has no EMA evaluation), dataset and created time.\n",
+     "", 0, 0, cmd_runs},
     {"submit", "CONFIG.json [--dataset NAME] [--name N] [--follow]",
      "Submits the run CONFIG.json describes and prints its id.\n\n"
      "  --dataset NAME  train on the registered dataset NAME (id or name): replaces the config's\n"
@@ -714,17 +804,23 @@ static const command COMMANDS[] = {
      "  --step S        the checkpoint of step S (default: the latest)\n"
      "  --format F      tf: a TensorFlow checkpoint, as a tar of NAME.index, NAME.data-00000-of-00001\n"
      "                  and checkpoint; onnx: an ONNX inference graph (what 'tower export' writes)\n"
-     "  --weights W     onnx: raw (default) or ema weights\n"
+     "  --weights W     onnx: ema (default, when the run kept an EMA) or raw weights\n"
      "  -o, --output F  where to write it (default RUN-latest.safetensors, RUN-S.tar, RUN-S-ema.onnx, ...)\n",
      "soxW", 1, 1, cmd_download},
-    {"upload", "NAME FILE... [--label-column C] [--wait]",
-     "Uploads a dataset named NAME. The files say what they are: IDX pairs (*idx3-ubyte[.gz] images,\n"
-     "*idx1-ubyte[.gz] labels; names starting with t10k or holding \"test\" are the test split), two .npy\n"
-     "files (features, then labels, or the one named *label*), a .csv, or .tfrecord files (one holding\n"
-     "\"test\" is the test split).\n\n"
-     "  --label-column C  the CSV's label column\n"
-     "  --wait            wait for the conversion; exit 1 unless the dataset is ready\n",
-     "lw", 2, MAX_POS, cmd_upload},
+    {"upload", "NAME FILE... [--test FILE]... [--label-column C] [--validation-split F [--split-seed S]]\n"
+     "            [--class-names FILE|LIST] [--no-wait]",
+     "Uploads a dataset named NAME, waits for its conversion and prints it (exit 1, with the reason, when\n"
+     "it fails). The files say what they are: IDX pairs (*idx3-ubyte[.gz] images, *idx1-ubyte[.gz] labels;\n"
+     "names starting with t10k or holding \"test\" are the test split), two .npy files (features, then\n"
+     "labels, or the one named *label*), a .csv, or .tfrecord files (one holding \"test\" is the test split).\n\n"
+     "  --test FILE           a file of the test split (as many as its kind needs: a CSV, two .npy, ...)\n"
+     "  --label-column C      the CSV's label column (default: label)\n"
+     "  --validation-split F  hold out the fraction F (0 < F <= 0.5) of the examples as the test split\n"
+     "  --split-seed S        the seed of that holdout (default 0)\n"
+     "  --class-names X       the class names: a file (one a line, or a JSON array) or a comma list\n"
+     "  --no-wait             return once the upload is accepted (the dataset is still converting)\n"
+     "  --wait                wait for the conversion (the default)\n",
+     "lwtvecN", 2, MAX_POS, cmd_upload},
     {"compare", "RUN RUN...", "Shows the runs side by side: the config keys that differ between them and\n"
      "their final metrics.\n", "", 2, MAX_POS, cmd_compare},
 };

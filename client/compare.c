@@ -101,6 +101,41 @@ static int add_header(tw_table *t, json_t *const *runs, int n)
     return rc;
 }
 
+/* The row of metric key: each run's value ("%.4f"), the best marked "*" (the highest accuracy, the lowest
+ * loss) when more than one run has it. */
+static int add_metric_row(tw_table *t, json_t *const *metrics, int n, const char *key)
+{
+    int higher = strstr(key, "accuracy") != NULL, best = -1, have = 0;
+    for (int r = 0; r < n; r++) {
+        const json_t *v = json_object_get(metrics[r], key);
+        if (!json_is_number(v))
+            continue;
+        have++;
+        double x = json_number_value(v), b = best < 0 ? 0 : json_number_value(json_object_get(metrics[best], key));
+        if (best < 0 || (higher ? x > b : x < b))
+            best = r;
+    }
+    char text[n][32];
+    const char *cells[n + 1];
+    cells[0] = key;
+    for (int r = 0; r < n; r++) {
+        const json_t *v = json_object_get(metrics[r], key);
+        snprintf(text[r], sizeof text[r], "%.4f%s", json_number_value(v), r == best && have > 1 ? "*" : "");
+        cells[r + 1] = json_is_number(v) ? text[r] : NULL;
+    }
+    return tw_table_add(t, cells);
+}
+
+/* Prints a heading line, then t (empty: `none` instead). */
+static void print_section(const char *heading, const tw_table *t, const char *none, FILE *out)
+{
+    fprintf(out, "\n%s\n", heading);
+    if (t->rows)
+        tw_table_print(t, out);
+    else
+        fprintf(out, "  %s\n", none);
+}
+
 int tw_compare_print(json_t *const *runs, int n, FILE *out)
 {
     static const char *const METRICS[] = TW_COMPARE_METRICS;
@@ -109,17 +144,25 @@ int tw_compare_print(json_t *const *runs, int n, FILE *out)
         flats[r] = json_object();
         if (flats[r])
             flatten(json_object_get(runs[r], "config"), "", flats[r]);
+        json_object_del(flats[r], "name"); /* shown in the runs' rows */
         metrics[r] = json_object_get(runs[r], "metrics");
     }
-    tw_table t;
-    tw_table_init(&t, n + 1, NULL); /* the header is the runs' ids */
-    int rc = add_header(&t, runs, n);
-    rc |= add_differing(&t, flats, n);
+    tw_table head, config, final;
+    int rc = tw_table_init(&head, n + 1, NULL) | tw_table_init(&config, n + 1, NULL) |
+             tw_table_init(&final, n + 1, NULL); /* no header rows: the first row is the runs' ids */
+    rc |= add_header(&head, runs, n);
+    rc |= add_differing(&config, flats, n);
     for (size_t i = 0; i < sizeof METRICS / sizeof METRICS[0]; i++)
-        rc |= add_row(&t, METRICS[i], metrics, n, METRICS[i]);
-    if (!rc)
-        tw_table_print(&t, out);
-    tw_table_free(&t);
+        rc |= add_metric_row(&final, metrics, n, METRICS[i]);
+    if (!rc) {
+        tw_table_print(&head, out);
+        print_section("Config (the keys that differ)", &config, "the same in every run", out);
+        print_section("Final metrics (* the best: highest accuracy, lowest loss; _ema: the EMA weights')", &final,
+                      "none yet", out);
+    }
+    tw_table_free(&head);
+    tw_table_free(&config);
+    tw_table_free(&final);
     for (int r = 0; r < n; r++)
         json_decref(flats[r]);
     return rc;

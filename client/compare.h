@@ -10,11 +10,12 @@
 #include <jansson.h>
 
 /* The metrics shown for every run, in order (keys of a run's "metrics"). */
-#define TW_COMPARE_METRICS {"loss", "eval_loss", "eval_accuracy", "eval_loss_ema", "eval_accuracy_ema"}
+#define TW_COMPARE_METRICS {"loss", "eval_loss", "eval_loss_ema", "eval_accuracy", "eval_accuracy_ema"}
 
-/* Prints the compare table of runs[n] (run objects as GET /api/v1/runs/{id} returns them; borrowed):
- * a header row of the runs' ids, their names, statuses and steps, then one row per differing config
- * key, then the metrics. Returns -1 out of memory. */
+/* Prints the compare view of runs[n] (run objects as GET /api/v1/runs/{id} returns them; borrowed): a
+ * row of the runs' ids, their names, statuses, steps and datasets; under the heading "Config" one row per
+ * differing config key; under "Final metrics" the metrics (raw, and `_ema` the EMA weights'), the best of
+ * each marked "*". Returns -1 out of memory. */
 int tw_compare_print(json_t *const *runs, int n, FILE *out);
 
 #endif

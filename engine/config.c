@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "datafs.h"
+#include "suggest.h"
 
 enum {
     MAX_CONFIG_BYTES = 1 << 20, /* config text cap, for files and for request bodies */
@@ -394,31 +395,6 @@ static tw_status type_error(tw_error *err, const char *path, const char *expecte
     return fail(err, path, "must be %s, got %s", expected, describe(v, buf, sizeof buf));
 }
 
-/* Levenshtein distance of a and b; a large number when either is longer than 63 bytes. */
-static int edit_distance(const char *a, const char *b)
-{
-    size_t n = strlen(a), m = strlen(b);
-    if (n > 63 || m > 63)
-        return 1000;
-    int row[64];
-    for (size_t j = 0; j <= m; j++)
-        row[j] = (int)j;
-    for (size_t i = 1; i <= n; i++) {
-        int diag = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= m; j++) {
-            int best = diag + (a[i - 1] != b[j - 1]);
-            if (row[j] + 1 < best)
-                best = row[j] + 1;
-            if (row[j - 1] + 1 < best)
-                best = row[j - 1] + 1;
-            diag = row[j];
-            row[j] = best;
-        }
-    }
-    return row[m];
-}
-
 /* The candidates a message offers for a misspelt key or value. */
 typedef struct {
     const char *name[MAX_KEYS];
@@ -434,15 +410,7 @@ static void choices_add(choices *c, const char *name)
 /* Writes "(did you mean 'x'?)" for a close candidate, else "(expected one of: a, b, c)". */
 static void suggest(const choices *c, const char *s, char *out, size_t size)
 {
-    const char *best = NULL;
-    int best_d = 1000;
-    for (int i = 0; i < c->n; i++) {
-        int d = edit_distance(s, c->name[i]);
-        if (d < best_d && d <= (strlen(c->name[i]) >= 5 ? 2 : 1)) {
-            best = c->name[i];
-            best_d = d;
-        }
-    }
+    const char *best = tw_suggest(s, c->name, (size_t)c->n);
     if (best) {
         snprintf(out, size, "(did you mean '%s'?)", best);
         return;

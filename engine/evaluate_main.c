@@ -37,7 +37,8 @@ static const char USAGE[] =
     "evaluation.json format) goes to --out, or to stdout at the end.\n"
     "\n"
     "  --data FILE          the examples (a dataset's train.tfrecord or test.tfrecord; required)\n"
-    "  --weights W          raw (default) or ema: the parameters or their moving averages\n"
+    "  --weights W          ema or raw: the parameters' moving averages or the parameters themselves\n"
+    "                       (default: ema when the run kept an EMA, else raw)\n"
     "  --out FILE           where the result goes (written durably)\n"
     "  --image-feature N    the input feature's name (default: the run's)\n"
     "  --label-feature N    the label feature's name (default: the run's)\n"
@@ -70,7 +71,7 @@ static int parse_args(int argc, char **argv, options *o)
         {"label-feature", required_argument, 0, 'l'}, {"batch", required_argument, 0, 'b'},
         {"data-root", required_argument, 0, 'r'},     {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    *o = (options){.batch = 256};
+    *o = (options){.batch = 256, .weights = TW_WEIGHTS_DEFAULT};
     optind = 1;
     int c;
     char *end;
@@ -151,7 +152,7 @@ static tw_status pass(const options *o, tw_inference *inf, tw_input *in, tw_eval
 /* The document with the chosen weights' slot, and where it came from. */
 static json_t *document(const options *o, const tw_inference *inf, const tw_evaluation *ev)
 {
-    int ema = o->weights == TW_WEIGHTS_EMA;
+    int ema = tw_inference_weights(inf) == TW_WEIGHTS_EMA;
     json_t *doc = tw_evaluation_document(tw_inference_step(inf), ema ? NULL : ev, ema ? ev : NULL);
     if (doc && json_object_update_new(doc, json_pack("{s:s, s:s, s:s}", "checkpoint", o->checkpoint, "data",
                                                       o->data, "weights", ema ? "ema" : "raw")) != 0) {

@@ -32,7 +32,8 @@ static const char USAGE[] =
     "                   'checkpoint' file beside them (tf.train.load_checkpoint(OUT) reads it); TF1\n"
     "                   names, the EMA as <var>/ExponentialMovingAverage, global_step\n"
     "  --format onnx    an ONNX inference graph (opset 13) in the file OUT\n"
-    "  --weights W      onnx: raw (default) or ema weights (a tf export holds both)\n"
+    "  --weights W      onnx: ema or raw weights (default: ema when the run kept an EMA; a tf export\n"
+    "                   holds both)\n"
     "  --input I        onnx: raw (default: the stored values, uint8 pixels as float; the graph\n"
     "                   multiplies by dataset.scale) or scaled (values as the model sees them)\n"
     "  --verify X.npy   also run Tower's own forward pass over X.npy (uint8 or float32, [N, shape...],\n"
@@ -79,6 +80,7 @@ static int parse_args(int argc, char **argv, options *o)
         {"verify", required_argument, 0, 'v'}, {"verify-out", required_argument, 0, 'V'},
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
+    o->weights = TW_WEIGHTS_DEFAULT;
     optind = 1;
     int c;
     while ((c = getopt_long(argc, argv, "o:", longs, NULL)) != -1) {

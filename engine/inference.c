@@ -60,6 +60,8 @@ static tw_status read_meta(tw_inference *inf, const tw_checkpoint *ck, tw_error 
 static tw_status build(tw_inference *inf, const tw_checkpoint *ck, tw_error *err)
 {
     TW_TRY(read_meta(inf, ck, err));
+    if (inf->w == TW_WEIGHTS_DEFAULT)
+        inf->w = inf->c.ema_decay > 0 ? TW_WEIGHTS_EMA : TW_WEIGHTS_RAW;
     TW_TRY(tw_model_create(&inf->c, &inf->m, err));
     size_t P = tw_model_param_floats(inf->m);
     if (!(inf->params = malloc((P ? P : 1) * sizeof(float))))

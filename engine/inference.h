@@ -19,7 +19,9 @@
 #include "model.h"
 #include "status.h"
 
-typedef enum { TW_WEIGHTS_RAW = 0, TW_WEIGHTS_EMA = 1 } tw_weights;
+/* TW_WEIGHTS_DEFAULT: the EMA weights when the run kept them (its ema_decay > 0), else the raw ones, the
+ * rule every command and route follows when the weights are not named (README, "Raw and EMA"). */
+typedef enum { TW_WEIGHTS_DEFAULT = -1, TW_WEIGHTS_RAW = 0, TW_WEIGHTS_EMA = 1 } tw_weights;
 
 /* "raw" or "ema" (as commands and routes spell the choice) into *w: 0, or -1 for anything else. */
 int tw_weights_parse(const char *s, tw_weights *w);

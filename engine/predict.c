@@ -32,8 +32,6 @@ tw_status tw_predict_open(const char *path, int w, tw_inference **out, uint64_t 
         s = tw_replica_size_of(m, batch, &size, err);
     tw_inference_close(probe);
     TW_TRY(s);
-    if (w == TW_PREDICT_WEIGHTS_DEFAULT)
-        w = has_ema ? TW_WEIGHTS_EMA : TW_WEIGHTS_RAW;
     if (w == TW_WEIGHTS_EMA && !has_ema)
         return tw_error_set(err, TW_ERR_INVALID, path, -1,
                             "weights 'ema': the run kept no EMA (its ema_decay is 0): ask for the raw weights");

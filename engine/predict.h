@@ -39,12 +39,11 @@ enum {
 };
 
 /* Opens the checkpoint at path for prediction (tw_inference_open) with the weights w: TW_WEIGHTS_RAW,
- * TW_WEIGHTS_EMA, or TW_PREDICT_WEIGHTS_DEFAULT: the EMA when the run kept one (its ema_decay > 0; what it
- * evaluated last), else the raw weights. The inference batch is up to 256 rows, fewer when 256 would hold
+ * TW_WEIGHTS_EMA, or TW_WEIGHTS_DEFAULT (inference.h: the EMA when the run kept one). The inference
+ * batch is up to 256 rows, fewer when 256 would hold
  * more than 64 MiB of activations. Caller owns *out; *bytes (may be NULL) receives the memory it holds (the
  * host weights and the replica's buffers). Errors: those of tw_inference_open; TW_ERR_INVALID for EMA
  * weights of a run that kept no EMA. */
-enum { TW_PREDICT_WEIGHTS_DEFAULT = -1 };
 tw_status tw_predict_open(const char *path, int w, tw_inference **out, uint64_t *bytes, tw_error *err);
 
 /* The examples of one request, as the model takes them. */

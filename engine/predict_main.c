@@ -112,7 +112,7 @@ static void print_lines(const json_t *predictions)
 
 typedef struct {
     const char *checkpoint;
-    int weights; /* tw_weights, or TW_PREDICT_WEIGHTS_DEFAULT */
+    int weights; /* tw_weights, or TW_WEIGHTS_DEFAULT */
     int top_k, json;
 } options;
 
@@ -120,7 +120,7 @@ static int parse(int argc, char **argv, options *o)
 {
     static const struct option LONG[] = {{"weights", required_argument, 0, 'w'}, {"top-k", required_argument, 0, 'k'},
                                          {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    *o = (options){.weights = TW_PREDICT_WEIGHTS_DEFAULT, .top_k = TW_PREDICT_DEFAULT_TOP_K};
+    *o = (options){.weights = TW_WEIGHTS_DEFAULT, .top_k = TW_PREDICT_DEFAULT_TOP_K};
     optind = 1;
     for (int c; (c = getopt_long(argc, argv, "", LONG, NULL)) != -1;) {
         char *end;

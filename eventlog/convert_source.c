@@ -210,6 +210,14 @@ static tw_status csv_describe(const tw_convert_src *s, json_t *meta, tw_error *e
     TW_TRY(put_features(meta, names, kinds, 2, err));
     TW_TRY(tw_convert_put(meta, "shape", json_integer((json_int_t)x->schema.n_features), err));
     TW_TRY(tw_convert_put(meta, "dtype", json_string("float32"), err));
+    json_t *columns = json_array(); /* the feature columns' names, in the order of the features list */
+    for (size_t c = 0; columns && c < x->schema.n_features + 1; c++) {
+        if (c == x->schema.label_column)
+            continue;
+        json_t *name = json_string(tw_csv_column_name(x->r, c)); /* NULL: not UTF-8 */
+        json_array_append_new(columns, name ? name : json_sprintf("column %zu", c + 1));
+    }
+    TW_TRY(tw_convert_put(meta, "feature_names", columns, err));
     return tw_convert_put(meta, "label_column",
                json_string(tw_csv_column_name(x->r, x->schema.label_column)), err);
 }

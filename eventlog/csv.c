@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -404,6 +405,21 @@ tw_status tw_csv_next_example(tw_csv_reader *r, const tw_csv_schema *s, float *f
     return TW_OK;
 }
 
+/* The header's column names, "a, b, c", into buf (cut with "..." when they do not fit). */
+static void column_list(const tw_csv_reader *r, char *buf, size_t size)
+{
+    size_t len = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < r->columns; i++) {
+        int n = snprintf(buf + len, size - len, "%s%s", i ? ", " : "", r->names[i]);
+        if (n < 0 || (size_t)n >= size - len) {
+            snprintf(buf + (len < size - 6 ? len : size - 6), 6, ", ...");
+            return;
+        }
+        len += (size_t)n;
+    }
+}
+
 /* Finds the label column by exact name; refuses a missing or repeated one and a label-only file. */
 static tw_status find_label(const tw_csv_reader *r, const char *label_column, size_t *out,
                             tw_error *err)
@@ -419,10 +435,14 @@ static tw_status find_label(const tw_csv_reader *r, const char *label_column, si
                                      label_column, found + 1, i + 1);
         found = i;
     }
-    if (found == r->columns)
+    if (found == r->columns) {
+        char list[300];
+        column_list(r, list, sizeof list);
         return tw_error_set_line(err, TW_ERR_INVALID, name, 1,
-                                 "no column named '%.100s' in the header (%zu columns, the first is "
-                                 "'%.100s')", label_column, r->columns, r->names[0]);
+                                 "no column named '%.64s' in the header; its %zu columns are %s: name the label "
+                                 "column with --label-column (tower upload, tower convert) or label_column= (the API)",
+                                 label_column, r->columns, list);
+    }
     if (r->columns < 2)
         return tw_error_set_line(err, TW_ERR_INVALID, name, 1,
                                  "no feature columns: the header has only the label column");

@@ -48,25 +48,23 @@ static int refuse(tw_req *r, tw_api_code code, const char *msg)
     return -1;
 }
 
-/* A raw CSV or TFRecord body: its options come from the query (label_column, validation_split,
- * split_seed, class_names), then the body is the data file's part. */
-static tw_status raw_body_options(tw_req *r, receiving *u)
+/* The upload's options given in the query (label_column, validation_split, split_seed, class_names), for a
+ * form and a raw body alike: each is received as the form field of its name, so the same option given
+ * again as a form field is refused ("given twice"). */
+static tw_status query_options(tw_req *r, receiving *u)
 {
     static const char *const values[] = {"label_column", "validation_split", "split_seed", "class_names"};
-    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++)
-        if (tw_req_query(r, values[i]) && !tw_req_query(r, values[i])[0])
+    for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
+        const char *v = tw_req_query(r, values[i]);
+        if (!v)
+            continue;
+        if (!v[0])
             return tw_error_set(&u->err, TW_ERR_INVALID, NULL, -1, "query parameter '%s' is empty", values[i]);
-    for (size_t i = 0; i < 3; i++) /* the value fields; class_names is kept as a file */
-        if (tw_req_query(r, values[i]))
-            tw_dataset_upload_set_value(u->files, values[i], tw_req_query(r, values[i]));
-    const char *names = tw_req_query(r, "class_names");
-    if (names) {
-        TW_TRY(tw_dataset_upload_part_begin(u->files, "class_names", "", "", &u->err));
-        TW_TRY(tw_dataset_upload_part_data(u->files, names, strlen(names), &u->err));
+        TW_TRY(tw_dataset_upload_part_begin(u->files, values[i], "", "", &u->err));
+        TW_TRY(tw_dataset_upload_part_data(u->files, v, strlen(v), &u->err));
         TW_TRY(tw_dataset_upload_part_end(u->files, &u->err));
     }
-    const char *ctype = tw_req_header(r, "Content-Type");
-    return tw_dataset_upload_part_begin(u->files, body_kind(ctype) == 'c' ? "csv" : "tfrecord", "", "", &u->err);
+    return TW_OK;
 }
 
 static int upload_begin(tw_server *S, tw_req *r)
@@ -91,11 +89,15 @@ static int upload_begin(tw_server *S, tw_req *r)
     }
     tw_multipart_callbacks cb = {tw_dataset_upload_part_begin, tw_dataset_upload_part_data,
                                  tw_dataset_upload_part_end, u->files};
-    tw_status s = TW_OK;
+    tw_status s = query_options(r, u);
+    if (s != TW_OK) {
+        tw_reply_status(r, &u->err);
+        return -1;
+    }
     if (kind == 'm')
         s = tw_multipart_create(ctype, &cb, &u->mp, &u->err);
-    else
-        s = raw_body_options(r, u);
+    else /* the body is the data file's part */
+        s = tw_dataset_upload_part_begin(u->files, kind == 'c' ? "csv" : "tfrecord", "", "", &u->err);
     if (s != TW_OK) {
         if (s == TW_ERR_UNSUPPORTED || kind == 'm')
             tw_reply_error(r, TW_API_UNSUPPORTED_MEDIA_TYPE, "%s", u->err.message);

@@ -95,9 +95,9 @@ static tw_status decode_body(const json_t *body, job_request *q, const json_t **
         !(json_is_string(*checkpoint) && !strcmp(json_string_value(*checkpoint), "latest")))
         return invalid(code, TW_API_INVALID_ARGUMENT, err, "checkpoint: %s%s", "a step number or \"latest\"", "");
     v = json_object_get(body, "weights");
-    q->weights = v ? json_string_value(v) : "raw";
+    q->weights = v ? json_string_value(v) : NULL; /* NULL: the EMA when the run kept one (check_model) */
     tw_weights w;
-    if (tw_weights_parse(q->weights, &w) != 0)
+    if (v && tw_weights_parse(q->weights ? q->weights : "", &w) != 0)
         return invalid(code, TW_API_INVALID_ARGUMENT, err, "weights: %s%s", "\"raw\" or \"ema\"", "");
     v = json_object_get(body, "split");
     q->split = v ? json_string_value(v) : NULL;
@@ -189,8 +189,9 @@ static tw_status check_compatible(const tw_config *c, const tw_model *m, const j
     return TW_OK;
 }
 
-/* The run's model from its config.json (as the trainer reads it): the compatibility check. */
-static tw_status check_model(tw_server *S, const job_request *q, const char *ref, tw_api_code *code,
+/* The run's model from its config.json (as the trainer reads it): the compatibility check; the default
+ * weights (the EMA when the run kept one, else raw). */
+static tw_status check_model(tw_server *S, job_request *q, const char *ref, tw_api_code *code,
                              tw_error *err)
 {
     char path[PATH_MAX];
@@ -201,6 +202,8 @@ static tw_status check_model(tw_server *S, const job_request *q, const char *ref
                   : tw_run_path(S, tw_run_folder(q->run), TW_RUN_CONFIG, path, sizeof path) != 0
                       ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the run folder's path is too long")
                       : tw_config_load(path, c, err);
+    if (s == TW_OK && !q->weights)
+        q->weights = c->ema_decay > 0 ? "ema" : "raw";
     if (s == TW_OK)
         s = tw_model_create(c, &m, err);
     if (s == TW_OK)

@@ -43,7 +43,7 @@ static int parse_query(tw_req *r, request *q)
         return -1;
     }
     q->onnx = !strcmp(format, "onnx");
-    q->weights = TW_WEIGHTS_RAW;
+    q->weights = TW_WEIGHTS_DEFAULT; /* the EMA when the run kept one */
     if (weights && tw_weights_parse(weights, &q->weights) != 0) { /* tf: both are in the bundle */
         tw_reply_error(r, TW_API_INVALID_ARGUMENT, "weights: must be 'raw' or 'ema'");
         return -1;
@@ -95,7 +95,7 @@ static tw_status build(const char *path, const request *q, uint8_t **bytes, size
     TW_TRY(tw_inference_open(path, q->weights, 1, &inf, err));
     tw_status s = tw_export_onnx(inf, q->input, bytes, len, err);
     snprintf(name, size, "model-%lld-%s.onnx", (long long)tw_inference_step(inf),
-             q->weights == TW_WEIGHTS_EMA ? "ema" : "raw");
+             tw_inference_weights(inf) == TW_WEIGHTS_EMA ? "ema" : "raw");
     tw_inference_close(inf);
     return s;
 }

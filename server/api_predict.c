@@ -205,7 +205,7 @@ static tw_status read_inputs(tw_req *r, predict_body *b, tw_predict_batch *batch
 
 typedef struct {
     long long step;  /* -1: latest */
-    int weights;     /* tw_weights or TW_PREDICT_WEIGHTS_DEFAULT */
+    int weights;     /* tw_weights or TW_WEIGHTS_DEFAULT */
     long top_k;
 } predict_query;
 
@@ -223,7 +223,7 @@ static int read_query(tw_req *r, predict_query *q)
         }
     }
     tw_weights given;
-    q->weights = !w ? TW_PREDICT_WEIGHTS_DEFAULT : tw_weights_parse(w, &given) == 0 ? (int)given : -2;
+    q->weights = !w ? TW_WEIGHTS_DEFAULT : tw_weights_parse(w, &given) == 0 ? (int)given : -2;
     if (q->weights == -2) {
         tw_reply_error(r, TW_API_INVALID_ARGUMENT, "query parameter 'weights': '%.64s' is not raw or ema", w);
         return -1;

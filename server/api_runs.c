@@ -28,6 +28,7 @@
 #include "predict_cache.h"
 #include "scalars_cache.h"
 #include "reply.h"
+#include "resolve.h"
 #include "scheduler.h"
 #include "store.h"
 #include "trainer.h"
@@ -168,8 +169,12 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
         return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset",
                    "must name an uploaded dataset (its id or name), or be an object with \"name\"");
     tw_status found = tw_store_dataset_resolve(S->store, json_string_value(ref), &k->dataset_row, err);
-    if (found == TW_END)
-        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", "no dataset has that id or name");
+    if (found == TW_END) {
+        char hint[TW_NAME_MAX + 32], msg[TW_NAME_MAX + 96];
+        tw_api_suggest_name(S, 'd', json_string_value(ref), hint, sizeof hint);
+        snprintf(msg, sizeof msg, "no dataset has that id or name%s", hint);
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", msg);
+    }
     if (found != TW_OK)
         return found; /* the caller maps a failed read to its code */
     tw_dataset_state state = tw_store_dataset_state(k->dataset_row);

@@ -55,6 +55,7 @@ typedef struct tw_dataset_upload {
     int fd;                /* its file, -1 for a value field */
     unsigned have;         /* bit per field received */
     char values[N_FIELDS][128];
+    char filenames[N_FILES][128]; /* each file part's name as the client gave it (base name), or "" */
     size_t value_len;
     uint64_t bytes;
     int committed;
@@ -80,7 +81,6 @@ static int field_index(const char *name)
 tw_status tw_dataset_upload_part_begin(void *ctx, const char *name, const char *filename, const char *ctype,
                                        tw_error *err)
 {
-    (void)filename;
     (void)ctype;
     upload *u = ctx;
     int f = field_index(name);
@@ -88,12 +88,14 @@ tw_status tw_dataset_upload_part_begin(void *ctx, const char *name, const char *
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "unknown form field '%s' (known: %s)", name,
                             KNOWN_FIELDS);
     if (u->have & BIT(f))
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "form field '%s' is given twice", name);
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "'%s' is given twice (give it once: as a form field or a query parameter)", name);
     u->have |= BIT(f);
     u->field = f;
     u->value_len = 0;
     if (f >= N_FILES)
         return TW_OK;
+    const char *base = filename ? strrchr(filename, '/') : NULL;
+    snprintf(u->filenames[f], sizeof u->filenames[0], "%s", base ? base + 1 : filename ? filename : "");
     char path[PATH_MAX];
     if (upload_path(u, f, path, sizeof path) != 0)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
@@ -168,13 +170,6 @@ void tw_dataset_upload_free(tw_dataset_upload *u)
     free(u);
 }
 
-void tw_dataset_upload_set_value(tw_dataset_upload *u, const char *name, const char *value)
-{
-    int f = field_index(name);
-    if (f >= N_FILES)
-        snprintf(u->values[f], sizeof u->values[0], "%s", value);
-}
-
 const char *tw_dataset_upload_id(const tw_dataset_upload *u) { return u->id; }
 
 /* ================================ conversion ================================ */
@@ -234,10 +229,14 @@ static void source_options(const upload *u, tw_convert_options *o, char paths[][
 /* The conversion parameters that must survive a restart: upload/params.json. */
 static tw_status save_params(const upload *u, tw_error *err)
 {
-    json_t *p = json_pack("{s:i, s:s, s:s, s:s, s:s}", "fields", (int)u->have, "label_column",
+    json_t *names = json_object();
+    for (int f = 0; f < N_FILES; f++)
+        if (u->filenames[f][0])
+            json_object_set_new(names, FIELDS[f], json_string(u->filenames[f]));
+    json_t *p = json_pack("{s:i, s:s, s:s, s:s, s:s, s:o}", "fields", (int)u->have, "label_column",
                           u->values[F_LABEL_COLUMN], "test_fraction", u->values[F_TEST_FRACTION],
                           "validation_split", u->values[F_VALIDATION_SPLIT], "split_seed",
-                          u->values[F_SPLIT_SEED]);
+                          u->values[F_SPLIT_SEED], "filenames", names);
     char *text = json_dumps(p, JSON_COMPACT), path[PATH_MAX];
     json_decref(p);
     tw_status s = tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path) != 0
@@ -266,9 +265,10 @@ static tw_status load_params(upload *u, tw_error *err)
     json_error_t je;
     json_t *p = load_json(path, JSON_REJECT_DUPLICATES, &je);
     const char *lc = NULL, *tf = NULL, *vs = "", *seed = "";
+    json_t *names = NULL;
     int fields = 0;
-    if (!p || json_unpack(p, "{s:i, s:s, s:s, s?:s, s?:s}", "fields", &fields, "label_column", &lc, "test_fraction",
-                          &tf, "validation_split", &vs, "split_seed", &seed)) {
+    if (!p || json_unpack(p, "{s:i, s:s, s:s, s?:s, s?:s, s?:o}", "fields", &fields, "label_column", &lc,
+                          "test_fraction", &tf, "validation_split", &vs, "split_seed", &seed, "filenames", &names)) {
         json_decref(p);
         return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "unreadable upload parameters");
     }
@@ -277,6 +277,10 @@ static tw_status load_params(upload *u, tw_error *err)
     snprintf(u->values[F_TEST_FRACTION], sizeof u->values[0], "%s", tf);
     snprintf(u->values[F_VALIDATION_SPLIT], sizeof u->values[0], "%s", vs);
     snprintf(u->values[F_SPLIT_SEED], sizeof u->values[0], "%s", seed);
+    for (int f = 0; f < N_FILES; f++) {
+        const char *name = json_string_value(json_object_get(names, FIELDS[f]));
+        snprintf(u->filenames[f], sizeof u->filenames[0], "%s", name ? name : "");
+    }
     tw_dataset_dir(u->S, u->id, u->dir, sizeof u->dir);
     json_decref(p);
     return TW_OK;
@@ -384,6 +388,22 @@ static tw_status convert_dir(tw_server *S, const upload *u, char **meta, tw_erro
     return *meta ? TW_OK : tw_error_set(err, TW_ERR_IO, meta_path, -1, "cannot read the meta file back");
 }
 
+/* A conversion error about a received file names the file as the client sent it ("data.csv", else the
+ * form field: "the uploaded csv"), never its path in the data folder. */
+static void name_uploaded_file(const upload *u, tw_error *err)
+{
+    char path[PATH_MAX];
+    for (int f = 0; f < N_FILES; f++) {
+        if (!(u->have & BIT(f)) || upload_path(u, f, path, sizeof path) != 0 || strcmp(path, err->file))
+            continue;
+        if (u->filenames[f][0])
+            snprintf(err->file, sizeof err->file, "%s", u->filenames[f]);
+        else
+            snprintf(err->file, sizeof err->file, "the uploaded %s", FIELDS[f]);
+        return;
+    }
+}
+
 /* Converts and records the outcome in the store. Returns the conversion's status (err says why it failed:
  * the row's error holds the same code and message). */
 static tw_status convert_and_record(tw_server *S, const upload *u, tw_error *err)
@@ -394,6 +414,7 @@ static tw_status convert_and_record(tw_server *S, const upload *u, tw_error *err
     tw_status s = convert_dir(S, u, &meta, err);
     if (s != TW_OK) {
         char msg[1200];
+        name_uploaded_file(u, err);
         tw_error_format(err, msg, sizeof msg);
         json_t *e = json_pack("{s:s, s:s}", "code", tw_api_code_name(tw_api_code_for(err)), "message", msg);
         if (err->offset >= 0)
@@ -600,6 +621,8 @@ json_t *tw_dataset_present(const json_t *row)
         "shape", tw_convert_meta_shape(meta), "dtype", json_object_get(meta, "dtype"), "features",
         json_object_get(meta, "features"));
     json_object_set_new(d, "class_names", json_incref((json_t *)tw_convert_meta_class_names(meta)));
+    json_t *columns = json_object_get(meta, "feature_names");
+    json_object_set_new(d, "feature_names", json_is_array(columns) ? json_incref(columns) : json_null());
     json_object_set_new(d, "test_split", json_is_object(meta) ? split_shown(meta) : json_null());
     json_object_set_new(d, "label_histogram",
                         json_is_object(meta) ? json_pack("{s:O*, s:O*}", "train",

@@ -35,8 +35,6 @@ tw_status tw_dataset_upload_part_begin(void *ctx, const char *name, const char *
 tw_status tw_dataset_upload_part_data(void *ctx, const void *data, size_t n, tw_error *err);
 tw_status tw_dataset_upload_part_end(void *ctx, tw_error *err); /* no part open: does nothing */
 
-/* Sets the value field `name` (label_column, test_fraction) as a form part would. */
-void tw_dataset_upload_set_value(tw_dataset_upload *u, const char *name, const char *value);
 
 /* Ends the open part, checks that the files make a dataset (TW_ERR_INVALID naming the sets expected),
  * makes everything durable and registers the dataset (bytes: the body's size): from here on the folder

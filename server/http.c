@@ -584,6 +584,22 @@ typedef struct {
     int count;
 } query_scan;
 
+/* 400 for a query parameter the route does not declare, listing those it does ("it takes: name,
+ * label_column"; the route table marks required ones "!name"). */
+static void unknown_arg(tw_req *r, const char *key)
+{
+    const tw_route *rt = r->route;
+    char list[512] = "";
+    size_t len = 0;
+    for (const char *c = rt->query ? rt->query : ""; *c && len + 3 < sizeof list; c++)
+        if (*c == ' ')
+            len += (size_t)snprintf(list + len, sizeof list - len, ", ");
+        else if (*c != '!')
+            list[len++] = *c, list[len] = 0;
+    tw_reply_error(r, TW_API_INVALID_ARGUMENT, "unknown query parameter '%.64s' for %s %s (it takes%s%s)", key,
+                   rt->method, rt->pattern, rt->query ? ": " : " none", list);
+}
+
 /* One query argument: declared by the route, no NUL, capped. Stops the scan after replying 400. */
 static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
                                  const char *value, size_t value_size)
@@ -596,9 +612,7 @@ static enum MHD_Result check_arg(void *cls, enum MHD_ValueKind kind, const char 
     else if (strlen(key) != key_size || (value && strlen(value) != value_size))
         tw_reply_error(q->r, TW_API_INVALID_ARGUMENT, "query parameter '%.64s' contains a NUL byte", key);
     else if (!declared(rt->query, key, key_size))
-        tw_reply_error(q->r, TW_API_INVALID_ARGUMENT, "unknown query parameter '%.64s' for %s %s%s%s", key,
-                       rt->method, rt->pattern, rt->query ? " (it takes: " : " (it takes none)",
-                       rt->query ? rt->query : "");
+        unknown_arg(q->r, key);
     else if (value_size > QUERY_VALUE_BYTES)
         tw_reply_error(q->r, TW_API_INVALID_ARGUMENT, "query parameter '%.64s' is over %d bytes", key,
                        QUERY_VALUE_BYTES);
@@ -853,7 +867,7 @@ static enum MHD_Result first_call(tw_req *r, const char *url)
 }
 
 /* Names work wherever ids do: a route's {id} becomes the id of the run or dataset it names (resolve.h);
- * a name several rows share is answered 409 with their ids. */
+ * a name several rows share is answered 409 with their ids, one no row has 404 with the closest name. */
 static void resolve_id(tw_req *r)
 {
     for (int i = 0; i < r->n_params; i++) {
@@ -866,6 +880,10 @@ static void resolve_id(tw_req *r)
             snprintf(r->params[i][1], PARAM_BYTES, "%s", id);
         else if (s == TW_ERR_INVALID)
             tw_reply_error(r, TW_API_CONFLICT, "%s", err.message);
+        else if (s == TW_END && err.message[0])
+            tw_reply_error(r, TW_API_NOT_FOUND, "%s", err.message);
+        else if (s != TW_END)
+            tw_reply_status(r, &err);
     }
 }
 

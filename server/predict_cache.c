@@ -13,7 +13,7 @@
 struct tw_predict_entry {
     char run[64];
     char path[PATH_MAX + 320]; /* the checkpoint file under the data folder: the key with run and weights */
-    int weights;             /* as asked: tw_weights or TW_PREDICT_WEIGHTS_DEFAULT */
+    int weights;             /* as asked: tw_weights or TW_WEIGHTS_DEFAULT */
     struct stat id;          /* the file's identity when it was read: dev, ino, size, mtime */
     tw_inference *inf;       /* owned */
     uint64_t bytes;

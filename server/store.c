@@ -739,6 +739,15 @@ tw_status tw_store_dataset_resolve_unique(tw_store *st, const char *ref, json_t 
                    "dataset", ref, out, err);
 }
 
+tw_status tw_store_names(tw_store *st, char kind, json_t **out, tw_error *err)
+{
+    return query(st, out, err,
+                 kind == 'r' ? "SELECT name FROM runs WHERE name IS NOT NULL GROUP BY name ORDER BY MAX(seq) DESC "
+                               "LIMIT 10000"
+                             : "SELECT name FROM datasets GROUP BY name ORDER BY MAX(created) DESC LIMIT 10000",
+                 "");
+}
+
 /* Why a conditional update of run id changed nothing: TW_END (no such run) or TW_ERR_INVALID naming
  * its state and `why`. */
 static tw_status unchanged(tw_store *st, const char *id, const char *why, tw_error *err)

@@ -162,6 +162,9 @@ tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err);
  * TW_ERR_INVALID: several have that name (err says so; *out is the array of their ids, newest first). */
 tw_status tw_store_run_resolve(tw_store *st, const char *ref, json_t **out, tw_error *err);
 tw_status tw_store_dataset_resolve_unique(tw_store *st, const char *ref, json_t **out, tw_error *err);
+/* The distinct names of the runs (kind 'r') or datasets ('d'), newest first, at most 10,000: *out an array
+ * of {"name": N} rows (new). */
+tw_status tw_store_names(tw_store *st, char kind, json_t **out, tw_error *err);
 /* Moves a queued run in the queue: TW_ERR_INVALID when it is not queued (err names its state), TW_END
  * when there is no such run. */
 tw_status tw_store_run_set_priority(tw_store *st, const char *id, int priority, tw_error *err);

@@ -20,7 +20,7 @@ from helpers import poll
 SEED = ROOT / "examples" / "seed_mlp.json"
 IDX = ["train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
        "t10k-labels-idx1-ubyte.gz"]
-COLUMNS = ["ID", "NAME", "STATUS", "STEP", "LOSS", "EVAL_ACCURACY", "DATASET", "CREATED"]
+COLUMNS = ["ID", "NAME", "STATUS", "STEP", "LOSS", "EVAL_ACCURACY_EMA", "DATASET", "CREATED"]
 
 
 def client(tower_bin, server, *args, token=None, timeout=300):
@@ -156,7 +156,9 @@ def test_runs_table(finished, real, tower_bin):
     for run_id, name in zip(ids, ("lr-a", "lr-b")):
         row = by_id[run_id]
         assert row[1:4] == [name, "succeeded", "300/300"]
-        float(row[4]), float(row[5])  # loss, eval accuracy
+        float(row[4])  # loss
+        # the headline accuracy is the EMA weights' evaluation (README: "raw and EMA")
+        assert float(row[5]) == pytest.approx(get_run(real, run_id)["metrics"]["eval_accuracy_ema"], abs=1e-4)
         assert row[6] == "fashion-mnist"
         assert re.fullmatch(r"\d{4}-\d\d-\d\d", row[7]) and re.fullmatch(r"\d\d:\d\d:\d\d", row[8])
 
@@ -196,14 +198,22 @@ def test_compare_shows_differing_hparams_and_final_metrics(finished, real, tower
     ids, _ = finished
     r = client(tower_bin, real, "compare", *ids)
     assert r.returncode == 0, r.stderr
-    rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines()}
+    head, config, final = re.split(r"\n(?:Config|Final metrics)\b[^\n]*\n", r.stdout)
+    rows = {line.split()[0]: line.split()[1:] for line in head.splitlines() if line.strip()}
     assert rows["id"] == ids and rows["name"] == ["lr-a", "lr-b"]
+    assert r.stdout.count("lr-a") == 1  # the name once, not again among the config keys
+    rows = {line.split()[0]: line.split()[1:] for line in config.splitlines() if line.strip()}
     assert rows["optimizer.learning_rate"] == ["0.001", "0.01"] and rows["seed"] == ["1", "2"]
     assert "batch_size" not in rows and "steps" not in rows  # the same in both
-    for metric in ("eval_accuracy", "eval_loss", "loss"):
-        assert len(rows[metric]) == 2 and all(0 <= float(v) for v in rows[metric])
-    final = [get_run(real, i)["metrics"]["eval_accuracy"] for i in ids]
-    assert [float(v) for v in rows["eval_accuracy"]] == pytest.approx(final, abs=1e-6)
+    rows = {line.split()[0]: line.split()[1:] for line in final.splitlines() if line.strip()}
+    runs = [get_run(real, i)["metrics"] for i in ids]
+    for metric in ("eval_accuracy", "eval_accuracy_ema", "eval_loss", "eval_loss_ema", "loss"):
+        cells = rows[metric]
+        assert [float(c.rstrip("*")) for c in cells] == pytest.approx([m[metric] for m in runs], abs=1e-4)
+        values = [m[metric] for m in runs]
+        best = values.index(max(values) if "accuracy" in metric else min(values))
+        if values[0] != values[1]:  # the best, and only it, is marked
+            assert [c.endswith("*") for c in cells] == [i == best for i in range(2)], (metric, cells)
 
 
 # ---------------------------------------------------------------- errors, usage, token
