@@ -2,7 +2,7 @@
 
 They run in a folder holding a copy of `examples/` and `rows.npy` (an [8, 4] float32 array, what the
 prediction example sends), on the server's port instead of 8080, with RUN_ID the id of a run of
-examples/blobs_mlp.json that the test trains first on examples/blobs.csv (uploaded as `setup-blobs` with
+examples/runs/blobs_mlp.json that the test trains first on examples/blobs.csv (uploaded as `setup-blobs` with
 the raw-body form). A block waits for nothing the document does not: an upload is converted in the
 background, so the submission after it needs the server to queue a run on a converting dataset. After the
 blocks, every dataset they uploaded must be ready and every run they submitted must succeed (an upload's

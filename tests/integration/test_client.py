@@ -77,8 +77,8 @@ def real(tower_bin, tmp_path_factory):
     try:
         r = client(tower_bin, server, "upload", "fashion-mnist", *(FASHION / f for f in IDX), "--wait")
         assert r.returncode == 0, r.stderr
-        dataset_id, status = r.stdout.split()[:2]
-        assert status == "ready"
+        dataset_id, name, status = r.stdout.split()[:3]
+        assert (name, status) == ("fashion-mnist", "ready:"), r.stdout
         d = requests.get(server.api(f"/datasets/{dataset_id}"), timeout=10).json()
         assert d["source"] == "idx" and d["train_examples"] == 60000 and d["test_examples"] == 10000
         yield server

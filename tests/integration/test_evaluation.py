@@ -267,7 +267,7 @@ def test_regression_metrics_equal_numpy(tower_bin, run_tower, tmp_path):
     assert line["eval_mae_ema"] == pytest.approx(doc["ema"]["mae"], abs=1e-6)
     x2, y2 = regression_set(tmp_path, run_tower, "other", 150, 3)
     res = run_tower("evaluate", logdir / "checkpoints" / "ckpt-0000000100.safetensors", "--data",
-                    tmp_path / "other.tfrecord", "--out", tmp_path / "other.json")
+                    tmp_path / "other.tfrecord", "--weights", "raw", "--out", tmp_path / "other.json")
     assert res.returncode == 0, res.stderr
     got = json.loads((tmp_path / "other.json").read_text())["raw"]
     want = numpy_regression(tensors, x2, y2, False)
@@ -306,12 +306,17 @@ def test_post_evaluate_on_a_second_dataset(served, reference, fashion):
     assert job["id"] in [j["id"] for j in listed] and "job" not in listed[0]
     # the raw weights of checkpoint 300 on the train split of the same dataset
     r = requests.post(server.api(f"/runs/{run['id']}/evaluate"),
-                      json={"dataset": second["id"], "checkpoint": 300, "split": "train"}, timeout=30)
+                      json={"dataset": second["id"], "checkpoint": 300, "split": "train", "weights": "raw"},
+                      timeout=30)
     assert r.status_code == 202, r.text
     job = wait_job(server, run["id"], r.json()["id"])
     assert job["status"] == "succeeded", job
     images, labels = tf_examples(server.data / "datasets" / second["id"] / "train.tfrecord")
     check_against_numpy(job["result"]["raw"], numpy_metrics(mlp_logits(tensors, images, False), labels))
+    # the weights not named: the EMA (README, "Raw and EMA")
+    r = requests.post(server.api(f"/runs/{run['id']}/evaluate"),
+                      json={"dataset": second["id"], "checkpoint": 300}, timeout=30)
+    assert r.status_code == 202 and r.json()["weights"] == "ema", r.text
 
 
 def test_post_evaluate_refuses_what_does_not_fit(served, fashion):

@@ -306,8 +306,14 @@ def test_route_returns_what_the_cli_writes(served_run, run_tower, tmp_path):
     assert (tmp_path / "client.onnx").read_bytes() == r.content
     res = run_tower("download", run_id, "--server", server.url, "--format", "tf", "--weights", "ema")
     assert res.returncode == 2 and "--weights" in res.stderr
+    # the weights not named: the EMA (README, "Raw and EMA"), as `tower export` chooses them
     r = requests.get(server.api(f"/runs/{run_id}/export?format=onnx&step=latest"), timeout=120)
-    assert r.status_code == 200 and 'filename="model-20-raw.onnx"' in r.headers["Content-Disposition"]
+    assert r.status_code == 200 and 'filename="model-20-ema.onnx"' in r.headers["Content-Disposition"]
+    res = run_tower("export", ckdir / "ckpt-0000000020.safetensors", "--format", "onnx", "-o", tmp_path / "d.onnx")
+    assert res.returncode == 0, res.stderr
+    assert r.content == (tmp_path / "d.onnx").read_bytes()
+    raw = requests.get(server.api(f"/runs/{run_id}/export?format=onnx&step=latest&weights=raw"), timeout=120)
+    assert raw.status_code == 200 and raw.content != r.content
 
 
 @pytest.mark.parametrize("query, status, names", [
