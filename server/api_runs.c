@@ -449,6 +449,20 @@ static json_t *run_dataset(tw_server *S, const json_t *row)
     return ds;
 }
 
+/* The seconds the run's attempts have trained, all of them: each from its start to its end, the open one
+ * to now. */
+static double total_time(const json_t *row)
+{
+    double sum = 0, now = tw_now_wall();
+    size_t i;
+    json_t *a;
+    json_array_foreach(json_object_get(row, "attempts"), i, a) {
+        const json_t *ended = json_object_get(a, "ended");
+        sum += (json_is_number(ended) ? json_number_value(ended) : now) - json_number_value(json_object_get(a, "started"));
+    }
+    return sum;
+}
+
 json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds)
 {
     json_t *r = json_deep_copy(row);
@@ -469,7 +483,12 @@ json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds)
         json_object_set_new(r, "devices", json_array());
     if (!json_is_object(json_object_get(r, "metrics")))
         json_object_set_new(r, "metrics", json_object());
-    if (tw_store_run_state(row) == TW_RUN_RUNNING && tw_scheduler_cancelling(S->sched, id))
+    if (!json_is_array(json_object_get(r, "attempts")))
+        json_object_set_new(r, "attempts", json_array());
+    json_object_set_new(r, "total_time_s", json_real(total_time(row)));
+    int running = tw_store_run_state(row) == TW_RUN_RUNNING;
+    json_object_set_new(r, "resources", running ? tw_scheduler_usage(S->sched, id) : json_null());
+    if (running && tw_scheduler_cancelling(S->sched, id))
         json_object_set_new(r, "status", json_string("cancelling")); /* shown, never stored (runs.h) */
     return r;
 }

@@ -206,6 +206,12 @@ static const char *const REPLY_SCHEMAS[][2] = {
             " \"processes\": {\"type\": \"integer\", \"minimum\": 1, \"description\": \"processes the run trains"
             " in (1: the trainer alone; more: started by the server's --launcher)\"}, \"hosts\": {\"type\":"
             " \"array\", \"items\": {\"type\": \"string\"}, \"description\": \"the hosts given to the launcher\"},"
+            " \"attempts\": {\"type\": \"array\", \"description\": \"every start of the trainer: attempt, started, ended"
+            " (null while it runs), step_start, step_end, reason (why it ended)\", \"items\": {\"type\": \"object\","
+            " \"required\": [\"attempt\", \"started\", \"ended\", \"step_start\", \"step_end\", \"reason\"]}},"
+            " \"total_time_s\": {\"type\": \"number\", \"minimum\": 0, \"description\": \"seconds trained across"
+            " the attempts, the running one to now\"}, \"resources\": {\"type\": [\"object\", \"null\"],"
+            " \"description\": \"while running: cpu_percent, rss_bytes, gpu_utilization_percent, gpu_memory_bytes\"},"
             " \"config\": {\"type\": \"object\", \"description\": \"the run config"
             " as submitted\"}}}"},
 };
@@ -445,6 +451,32 @@ void tw_api_openapi(tw_server *S, tw_req *r)
 
 /* ---- Prometheus ---- */
 
+/* The running runs' resource gauges (usage.h), one series per run: run="ID"; the GPU ones only for runs
+ * with GPU figures. */
+static void run_usage(tw_server *S, FILE *f)
+{
+    static const struct {
+        const char *name, *key, *help;
+    } GAUGES[] = {
+        {"tower_run_cpu_percent", "cpu_percent", "CPU use of a running run's processes (100 = one core)."},
+        {"tower_run_rss_bytes", "rss_bytes", "Resident memory of a running run's processes."},
+        {"tower_run_gpu_utilization_percent", "gpu_utilization_percent", "Mean utilisation of a running run's GPUs."},
+        {"tower_run_gpu_memory_bytes", "gpu_memory_bytes", "Memory used on a running run's GPUs."},
+    };
+    json_t *all = tw_scheduler_usage(S->sched, NULL);
+    for (size_t g = 0; g < sizeof GAUGES / sizeof GAUGES[0]; g++) {
+        fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n", GAUGES[g].name, GAUGES[g].help, GAUGES[g].name);
+        const char *id;
+        json_t *u;
+        json_object_foreach(all, id, u) {
+            json_t *v = json_object_get(u, GAUGES[g].key);
+            if (json_is_number(v))
+                fprintf(f, "%s{run=\"%s\"} %.17g\n", GAUGES[g].name, id, json_number_value(v));
+        }
+    }
+    json_decref(all);
+}
+
 void tw_api_prometheus(tw_server *S, tw_req *r)
 {
     char *text = NULL;
@@ -472,6 +504,7 @@ void tw_api_prometheus(tw_server *S, tw_req *r)
     fprintf(f, "# HELP tower_steps_per_second Training steps per second, all running runs.\n"
                "# TYPE tower_steps_per_second gauge\ntower_steps_per_second %g\n",
             tw_scheduler_steps_per_sec(S->sched));
+    run_usage(S, f);
     fprintf(f, "# HELP tower_http_requests_total HTTP replies by status.\n# TYPE tower_http_requests_total counter\n");
     for (int i = 0; i < TW_STATUS_SLOTS; i++)
         fprintf(f, "tower_http_requests_total{code=\"%s\"} %llu\n", tw_http_status_label(i),

@@ -43,6 +43,7 @@
 #include "launch.h"
 #include "logtext.h"
 #include "store.h"
+#include "usage.h"
 #include "checkpoint.h"
 #include "child.h"
 #include "evaluation.h"
@@ -57,6 +58,7 @@ enum {
 };
 
 static const double PROGRESS_EVERY = 1.0; /* seconds between progress writes per run */
+static const double USAGE_EVERY = 1.0;    /* seconds between samples of a run's CPU, memory and GPUs */
 
 typedef struct {
     char buf[LINE_CAP];
@@ -80,6 +82,7 @@ typedef struct {
     const char *kill_reason; /* "timeout", "deadline" or NULL */
     double deadline;         /* monotonic; 0 = none */
     int restarts, max_restarts;
+    int attempt;             /* this start's number among the run's attempts (1, 2, ...) */
     unsigned devices;        /* bit mask of device indices */
     int64_t step, steps;
     json_t *metrics;         /* latest values by key (owned) */
@@ -93,6 +96,7 @@ typedef struct {
     char *eval_out;          /* an evaluation job's child (`tower evaluate`): its --out file; NULL: a run */
     int processes;           /* > 1: started through the launcher, in a session of its own (launch.h) */
     json_t *hosts;           /* the run's host list for the launcher (owned; empty: none) */
+    tw_usage usage;          /* what its processes use (usage.h), sampled every USAGE_EVERY */
 } child;
 
 struct tw_scheduler {
@@ -519,6 +523,7 @@ static child *child_new(json_t *run, unsigned mask)
     c->steps = json_integer_value(json_object_get(run, "steps"));
     c->step = json_integer_value(json_object_get(run, "step"));
     c->restarts = (int)json_integer_value(json_object_get(run, "restarts"));
+    c->attempt = (int)json_array_size(json_object_get(run, "attempts")) + 1;
     c->max_restarts = (int)json_integer_value(json_object_get(run, "max_restarts"));
     c->processes = (int)json_integer_value(json_object_get(run, "processes"));
     c->hosts = json_incref(json_object_get(run, "hosts"));
@@ -577,7 +582,7 @@ static int start_next(tw_scheduler *s)
             if (tw_store_run_started(s->S->store, c->id, ids, tw_now_wall(), &err) != TW_OK)
                 log_store_error(&err);
             char head[128];
-            int n = snprintf(head, sizeof head, "== attempt %d: pid %d ==", c->restarts + 1, (int)c->pid);
+            int n = snprintf(head, sizeof head, "== attempt %d: pid %d ==", c->attempt, (int)c->pid);
             log_line(c, head, (size_t)n);
             tw_server_changed(s->S);
         }
@@ -634,6 +639,18 @@ static void watch(tw_scheduler *s, child *c, double now)
         c->killed = 1;
         signal_group(c, SIGKILL);
     }
+}
+
+/* Samples what a running trainer's processes use (not an evaluation job's), every USAGE_EVERY. */
+static void sample_usage(tw_scheduler *s, child *c, double now)
+{
+    if (c->eval_out || c->exited || c->pid <= 0 || now - c->usage.at < USAGE_EVERY)
+        return;
+    int gpus[32], n = 0;
+    for (int i = 0; i < s->n_dev && n < 32; i++)
+        if (c->devices & (1u << i) && s->dev[i].index >= 0)
+            gpus[n++] = s->dev[i].index;
+    tw_usage_sample(&c->usage, c->pid, gpus, n, now);
 }
 
 static void save_progress(tw_scheduler *s, child *c, double now)
@@ -880,6 +897,7 @@ static void *supervise(void *arg)
         }
         for (int i = 0; i < s->n_kids; i++) {
             watch(s, s->kids[i], now);
+            sample_usage(s, s->kids[i], now);
             save_progress(s, s->kids[i], now);
         }
         reap(s, !s->stopping);
@@ -988,6 +1006,21 @@ int tw_scheduler_cancelling(tw_scheduler *s, const char *id)
     int cancelling = c && c->cancel;
     pthread_mutex_unlock(&s->mu);
     return cancelling;
+}
+
+json_t *tw_scheduler_usage(tw_scheduler *s, const char *id)
+{
+    pthread_mutex_lock(&s->mu);
+    json_t *all = json_object();
+    for (int i = 0; i < s->n_kids; i++)
+        if (!s->kids[i]->eval_out && (!id || !strcmp(s->kids[i]->id, id)))
+            json_object_set_new(all, s->kids[i]->id, tw_usage_json(&s->kids[i]->usage));
+    pthread_mutex_unlock(&s->mu);
+    if (!id)
+        return all;
+    json_t *u = json_incref(json_object_get(all, id));
+    json_decref(all);
+    return u ? u : json_null();
 }
 
 json_t *tw_scheduler_devices(tw_scheduler *s)

@@ -41,6 +41,9 @@ int tw_scheduler_gpu_count(const tw_scheduler *s);
 
 /* Sum of the running children's steps per second, for /metrics. */
 double tw_scheduler_steps_per_sec(tw_scheduler *s);
+/* What run id's processes use now (usage.h's tw_usage_json; null when it is not running or not yet
+ * sampled twice); id NULL: {run id: that, ...} for every running run. New reference. */
+json_t *tw_scheduler_usage(tw_scheduler *s, const char *id);
 
 /* Cancels an evaluation job (store.h: tw_store_eval_*): a queued one at once, a running one by stopping
  * its child (the job becomes "cancelled" when its group is gone). TW_ERR_INVALID when it has already

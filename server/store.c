@@ -99,7 +99,23 @@ static const char MIGRATE_7[] =
     "ALTER TABLE runs ADD COLUMN hosts TEXT NOT NULL DEFAULT '[]';"
     "PRAGMA user_version = 7;";
 
-static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices", "job", "result", "hosts"};
+/* Version 8 keeps each run's attempts (every start of its trainer: when, the steps, why it ended) as a JSON
+ * array; an older run's history before it is unknown: []. */
+static const char MIGRATE_8[] =
+    "ALTER TABLE runs ADD COLUMN attempts TEXT NOT NULL DEFAULT '[]';"
+    "PRAGMA user_version = 8;";
+
+/* The SQL that ends a run's open attempt (its last, while "ended" is null) at the time ?N with the reason
+ * ?M and the run's step: the attempt timeline of the run object (server/API.md). */
+#define END_ATTEMPT(now, reason)                                                                     \
+    "attempts = CASE WHEN json_extract(attempts, '$[#-1].ended') IS NULL AND json_array_length(attempts) "  \
+    "> 0 THEN json_set(attempts, '$[#-1].ended', " now ", '$[#-1].step_end', step, '$[#-1].reason', " \
+    reason ") ELSE attempts END"
+/* The time now in SQL, seconds since the epoch (for the statements not given one). */
+#define SQL_NOW "((julianday('now') - 2440587.5) * 86400.0)"
+
+static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices", "job", "result", "hosts",
+                                           "attempts"};
 
 /* The names the states are stored and shown as (the statements below spell the ones they test in SQL). */
 static const char *const RUN_STATES[TW_RUN_STATES] = {
@@ -348,6 +364,8 @@ static int migrate(sqlite3 *db, char *why, size_t why_size)
         rc = sqlite3_exec(db, MIGRATE_6, NULL, NULL, NULL);
     if (rc == SQLITE_OK && version < 7)
         rc = sqlite3_exec(db, MIGRATE_7, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && version < 8)
+        rc = sqlite3_exec(db, MIGRATE_8, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
@@ -487,7 +505,7 @@ tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)
 #define RUN_COLUMNS_TAIL                                                                           \
     ", towers, steps, step, metrics, devices,"                                                     \
     " eta_s, created, started, first_started, finished, restarts, max_restarts, deadline_s,"       \
-    " not_before, priority, folder, processes, hosts"
+    " not_before, priority, folder, processes, hosts, attempts"
 
 tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
 {
@@ -628,7 +646,9 @@ tw_status tw_store_run_started(tw_store *st, const char *id, const char *devices
 {
     return exec(st, NULL, err,
                 "UPDATE runs SET status = 'running', devices = ?, started = ?2, "
-                "first_started = coalesce(first_started, ?2) WHERE id = ?3",
+                "first_started = coalesce(first_started, ?2), attempts = json_insert(attempts, '$[#]', "
+                "json_object('attempt', json_array_length(attempts) + 1, 'started', ?2, 'ended', NULL, "
+                "'step_start', step, 'step_end', NULL, 'reason', NULL)) WHERE id = ?3",
                 "sds", devices, now, id);
 }
 
@@ -643,7 +663,8 @@ tw_status tw_store_run_finished(tw_store *st, const char *id, tw_run_state state
                                 const char *error, double now, tw_error *err)
 {
     return exec(st, NULL, err,
-                "UPDATE runs SET status = ?, reason = ?, error = ?, finished = ?, eta_s = NULL WHERE id = ?",
+                "UPDATE runs SET status = ?1, reason = ?2, error = ?3, finished = ?4, eta_s = NULL, "
+                END_ATTEMPT("?4", "coalesce(?2, ?1)") " WHERE id = ?5",
                 "sSSds", tw_run_state_name(state), reason, error, now, id);
 }
 
@@ -651,8 +672,9 @@ tw_status tw_store_run_requeue(tw_store *st, const char *id, const char *reason,
                                double not_before, tw_error *err)
 {
     return exec(st, NULL, err,
-                "UPDATE runs SET status = 'queued', reason = ?, error = ?, not_before = ?, "
-                "restarts = restarts + 1, devices = NULL, eta_s = NULL WHERE id = ?",
+                "UPDATE runs SET status = 'queued', reason = ?1, error = ?2, not_before = ?3, "
+                "restarts = restarts + 1, devices = NULL, eta_s = NULL, " END_ATTEMPT(SQL_NOW, "?1")
+                " WHERE id = ?4",
                 "SSds", reason, error, not_before, id);
 }
 
@@ -660,7 +682,8 @@ int tw_store_runs_recover(tw_store *st, tw_error *err)
 {
     int changed = 0;
     if (exec(st, &changed, err,
-             "UPDATE runs SET status = 'queued', devices = NULL, eta_s = NULL WHERE status = 'running'",
+             "UPDATE runs SET status = 'queued', devices = NULL, eta_s = NULL, "
+             END_ATTEMPT(SQL_NOW, "'server stopped'") " WHERE status = 'running'",
              "") != TW_OK)
         return -1;
     return changed;
