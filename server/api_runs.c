@@ -292,6 +292,34 @@ static tw_status write_config(tw_server *S, const char *id, const char *name, ch
     return s;
 }
 
+enum { WEEK_S = 7 * 24 * 3600 };
+
+/* A warning (new string) when `steps` more steps at `rate` steps/s (measured by `by`) take more than a week,
+ * else NULL. */
+static json_t *eta_warning(double steps, double rate, const char *by)
+{
+    if (rate <= 0 || steps / rate <= WEEK_S)
+        return NULL;
+    return json_sprintf("at %.0f steps/s (%s) this run's %.0f steps to go take about %.0f days: check \"steps\"",
+                        rate, by, steps, steps / rate / 86400);
+}
+
+/* A submitted run's duration from the rate the newest run of the same model, batch size and towers
+ * measured on this server: its warning appended to the run's "warnings" when over a week. */
+static void warn_long_run(tw_server *S, const json_t *row, json_t *run)
+{
+    double rate;
+    tw_error ignored;
+    char *config = json_dumps(json_object_get(row, "config"), JSON_COMPACT);
+    if (config && tw_store_run_rate_like(S->store, config, &rate, &ignored) == TW_OK) {
+        json_t *w = eta_warning((double)json_integer_value(json_object_get(row, "steps")), rate,
+                                "measured by the last run of this model");
+        if (w)
+            json_array_append_new(json_object_get(run, "warnings"), w);
+    }
+    free(config);
+}
+
 /* An Idempotency-Key is 1 to MAX_IDEM_KEY bytes without control characters. */
 static tw_status check_key(const char *key, tw_api_code *code, tw_error *err)
 {
@@ -377,6 +405,7 @@ static tw_status submit_new(tw_server *S, const json_t *body, const char *idem_k
         return s == TW_END ? tw_error_set(err, TW_ERR_IO, NULL, -1, "run %s vanished after its insert", id) : s;
     }
     *run = tw_run_present(S, row);
+    warn_long_run(S, row, *run);
     json_decref(row);
     *created = 1;
     tw_scheduler_wake(S->sched);
@@ -487,6 +516,13 @@ json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds)
         json_object_set_new(r, "attempts", json_array());
     json_object_set_new(r, "total_time_s", json_real(total_time(row)));
     int running = tw_store_run_state(row) == TW_RUN_RUNNING;
+    json_t *w = running ? eta_warning((double)(json_integer_value(json_object_get(row, "steps")) -
+                                               json_integer_value(json_object_get(row, "step"))),
+                                      json_number_value(json_object_get(json_object_get(row, "metrics"), "steps_per_sec")),
+                                      "its own rate")
+                        : NULL;
+    if (w)
+        json_array_append_new(json_object_get(r, "warnings"), w);
     json_object_set_new(r, "resources", running ? tw_scheduler_usage(S->sched, id) : json_null());
     if (running && tw_scheduler_cancelling(S->sched, id))
         json_object_set_new(r, "status", json_string("cancelling")); /* shown, never stored (runs.h) */

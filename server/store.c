@@ -762,6 +762,22 @@ tw_status tw_store_dataset_resolve_unique(tw_store *st, const char *ref, json_t 
                    "dataset", ref, out, err);
 }
 
+tw_status tw_store_run_rate_like(tw_store *st, const char *config, double *rate, tw_error *err)
+{
+    json_t *rows;
+    *rate = 0;
+    TW_TRY(query(st, &rows, err,
+                 "SELECT json_extract(metrics, '$.steps_per_sec') AS rate FROM runs WHERE "
+                 "json_extract(config, '$.model') = json_extract(?1, '$.model') AND "
+                 "json_extract(config, '$.batch_size') IS json_extract(?1, '$.batch_size') AND "
+                 "json_extract(config, '$.towers') IS json_extract(?1, '$.towers') AND "
+                 "json_extract(metrics, '$.steps_per_sec') > 0 ORDER BY seq DESC LIMIT 1",
+                 "s", config));
+    *rate = json_number_value(json_object_get(json_array_get(rows, 0), "rate"));
+    json_decref(rows);
+    return TW_OK;
+}
+
 tw_status tw_store_names(tw_store *st, char kind, json_t **out, tw_error *err)
 {
     return query(st, out, err,

@@ -162,6 +162,9 @@ tw_status tw_store_run_delete(tw_store *st, const char *id, tw_error *err);
  * TW_ERR_INVALID: several have that name (err says so; *out is the array of their ids, newest first). */
 tw_status tw_store_run_resolve(tw_store *st, const char *ref, json_t **out, tw_error *err);
 tw_status tw_store_dataset_resolve_unique(tw_store *st, const char *ref, json_t **out, tw_error *err);
+/* The steps per second last measured by the newest run whose config has the same "model", "batch_size"
+ * and "towers" as config (a run config's JSON text), into *rate (0: no such run has measured one). */
+tw_status tw_store_run_rate_like(tw_store *st, const char *config, double *rate, tw_error *err);
 /* The distinct names of the runs (kind 'r') or datasets ('d'), newest first, at most 10,000: *out an array
  * of {"name": N} rows (new). */
 tw_status tw_store_names(tw_store *st, char kind, json_t **out, tw_error *err);
