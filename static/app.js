@@ -154,7 +154,9 @@
     return m.examples_per_sec / (batch * Math.max(1, towers));
   }
 
+  /* Seconds trained: across every attempt (total_time_s), else the last attempt's. */
   function elapsed(run) {
+    if (isNum(run.total_time_s) && (run.attempts || []).length) return run.total_time_s;
     if (!isNum(run.started)) return null;
     const end = isNum(run.finished) ? run.finished : Date.now() / 1000;
     return Math.max(0, end - run.started);
@@ -835,6 +837,28 @@
     return h('div', {id: 'classify'}, drop, result);
   }
 
+  /* A running run's resources (CPU %, RSS, GPU when known) on one line. */
+  function resourcesText(u) {
+    const gpu = isNum(u.gpu_utilization_percent)
+      ? ` · GPU ${fmtNum(u.gpu_utilization_percent, 0)}% ${fmtBytes(u.gpu_memory_bytes)}` : '';
+    return `CPU ${fmtNum(u.cpu_percent, 0)}% · memory ${fmtBytes(u.rss_bytes)}${gpu}`;
+  }
+
+  /* Every start of the run's trainer: when, how long, the steps it covered and why it ended. */
+  function attemptsTable(attempts) {
+    if (!attempts.length) return null;
+    const now = Date.now() / 1000;
+    return h('table', {id: 'run-attempts', class: 'grid'},
+      h('thead', {}, h('tr', {}, ['attempt', 'started', 'ended', 'time', 'steps', 'ended because'].map(
+        (t) => h('th', {text: t})))),
+      h('tbody', {}, attempts.map((a) => h('tr', {},
+        h('td', {text: String(a.attempt)}), h('td', {text: fmtTime(a.started)}),
+        h('td', {text: isNum(a.ended) ? fmtTime(a.ended) : 'running'}),
+        h('td', {text: fmtDuration((isNum(a.ended) ? a.ended : now) - a.started)}),
+        h('td', {text: `${fmtInt(a.step_start)} → ${isNum(a.step_end) ? fmtInt(a.step_end) : '…'}`}),
+        h('td', {text: a.reason || '—'})))));
+  }
+
   function viewRun(ctx, main, id) {
     const el = {};
     const mk = (name, tag, props, ...kids) => (el[name] = h(tag, props, ...kids));
@@ -858,6 +882,7 @@
       mk('progress', 'div', {id: 'run-progress-wrap'}),
       mk('error', 'p', {id: 'run-error', class: 'banner error', hidden: true}),
       mk('facts', 'dl', {id: 'run-facts', class: 'facts'}),
+      mk('attempts', 'div', {id: 'run-attempts-wrap', class: 'table-wrap'}),
       h('h3', {text: 'Metrics'}),
       mk('metricsNote', 'p', {id: 'metrics-note', class: 'muted'}),
       mk('charts', 'div', {id: 'charts', class: 'charts'}),
@@ -932,7 +957,9 @@
         fact('started', fmtTime(r.started)),
         fact('finished', fmtTime(r.finished)),
         fact('restarts', `${r.restarts || 0} of ${isNum(r.max_restarts) ? r.max_restarts : '—'}`),
+        r.resources ? fact('uses', h('span', {id: 'run-resources', text: resourcesText(r.resources)})) : null,
         fact('logdir', h('code', {text: r.logdir || '—'})));
+      set(el.attempts, attemptsTable(r.attempts || []));
       el.tb.textContent = r.tensorboard || (r.logdir ? `tensorboard --logdir ${r.logdir}` : '—');
       el.tbLink.hidden = !r.tensorboard_url;
       if (r.tensorboard_url && !el.tbLink.firstChild) {
@@ -1250,7 +1277,7 @@
       section.appendChild(drawSamples(samples, shape, d.class_names));
       note.textContent = `${samples.length} examples from the training set, label below each`;
     } else {
-      section.appendChild(featuresTable(samples, d.class_names));
+      section.appendChild(featuresTable(samples, d.class_names, d.feature_names));
       note.textContent = `${samples.length} examples from the training set`;
     }
   }
@@ -1332,11 +1359,12 @@
     return canvas;
   }
 
-  function featuresTable(samples, names) {
+  /* The first samples' features under their CSV column names (columns: the dataset's feature_names). */
+  function featuresTable(samples, names, columns) {
     const n = Math.min(12, Math.max(0, ...samples.map((s) => (s.features || []).length)));
     return h('table', {id: 'dataset-features', class: 'grid numeric'},
       h('thead', {}, h('tr', {}, h('th', {text: 'label'}),
-        Array.from({length: n}, (_, i) => h('th', {text: `f${i}`})))),
+        Array.from({length: n}, (_, i) => h('th', {text: (columns || [])[i] || `feature ${i + 1}`})))),
       h('tbody', {}, samples.map((s) => h('tr', {}, h('td', {text: labelText(names, s.label)}),
         Array.from({length: n}, (_, i) => h('td', {text: fmtNum((s.features || [])[i], 3)}))))));
   }
