@@ -359,10 +359,10 @@
   const ROUTES = [
     [/^#?\/?$/, 'runs', viewRuns],
     [/^#\/runs\/?$/, 'runs', viewRuns],
-    [/^#\/runs\/([A-Za-z0-9]+)$/, 'runs', viewRun],
+    [/^#\/runs\/([A-Za-z0-9._-]+)$/, 'runs', viewRun],
     [/^#\/compare\/([A-Za-z0-9._,-]+)$/, 'runs', viewCompare],
     [/^#\/datasets\/?$/, 'datasets', viewDatasets],
-    [/^#\/datasets\/([A-Za-z0-9]+)$/, 'datasets', viewDatasets],
+    [/^#\/datasets\/([A-Za-z0-9._-]+)$/, 'datasets', viewDatasets],
     [/^#\/submit$/, 'submit', viewSubmit],
     [/^#\/upload$/, 'upload', viewUpload],
     [/^#\/devices$/, 'devices', viewDevices]
