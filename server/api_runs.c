@@ -751,10 +751,19 @@ typedef struct {
     char *pending;   /* bytes not yet handed to the connection (owned) */
     size_t off, len;
     int ending;      /* the run finished: end after pending */
-    double quiet;    /* seconds since the last event */
+    double sent_at;  /* monotonic time this stream last produced anything */
 } sse;
 
-/* Produces the next event text into s->pending (blocking up to a keep-alive interval). */
+/* The longest a stream stays silent: 15 s, or a third of --conn-timeout when that is shorter, so that a
+ * queued run's stream outlives the connection timeout however long it waits. */
+static double keepalive_every(const tw_server *S)
+{
+    double third = S->opt.conn_timeout / 3.0;
+    return third < 15.0 ? third : 15.0;
+}
+
+/* Produces the next event text into s->pending: the run when it changed, else a keep-alive comment once the
+ * stream has been silent for keepalive_every (whatever other runs do meanwhile). Blocks until then. */
 static void sse_produce(sse *s)
 {
     for (;;) {
@@ -785,11 +794,14 @@ static void sse_produce(sse *s)
             s->pending = NULL;
             break;
         }
-        if (!tw_server_wait_change(s->S, &s->seen, 15.0)) {
+        double left = s->sent_at + keepalive_every(s->S) - tw_now_mono();
+        if (left <= 0) {
             s->pending = strdup(": keep-alive\n\n");
             break;
         }
+        tw_server_wait_change(s->S, &s->seen, left); /* a change (of any run), or the keep-alive's time */
     }
+    s->sent_at = tw_now_mono();
     s->off = 0;
     s->len = s->pending ? strlen(s->pending) : 0;
 }
@@ -834,6 +846,7 @@ void tw_api_run_events(tw_server *S, tw_req *r)
         return;
     }
     s->S = S;
+    s->sent_at = tw_now_mono();
     snprintf(s->id, sizeof s->id, "%s", tw_req_param(r, "id"));
     tw_reply_stream(r, "text/event-stream", sse_next, sse_done, s);
 }
