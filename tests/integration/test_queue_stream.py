@@ -18,6 +18,16 @@ def run(server, ref):
 
 
 def test_a_queued_runs_stream_outlives_the_connection_timeout(serve, tool, tower_bin, tmp_path):
+    procs = []
+    try:
+        follow_queued(serve, tool, tower_bin, tmp_path, procs)
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+def follow_queued(serve, tool, tower_bin, tmp_path, procs):
     server = serve("--trainer", tool("tw_faketrain"), "--conn-timeout", CONN_TIMEOUT,
                    env={"TW_FAKE": "step_ms=5", "CUDA_VISIBLE_DEVICES": ""})
     text = "a,label\n" + "".join(f"{i},{i % 2}\n" for i in range(40))
@@ -32,10 +42,12 @@ def test_a_queued_runs_stream_outlives_the_connection_timeout(serve, tool, tower
     cfg.write_text(json.dumps({**base, "steps": 50, "name": "short"}))
     follow = subprocess.Popen([str(tower_bin), "submit", str(cfg), "--follow", "--server", server.url],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    procs.append(follow)
     short_id = follow.stdout.readline().strip()
     assert run(server, short_id)["status"] == "queued"
     curl = subprocess.Popen(["curl", "-sSN", server.api(f"/runs/{short_id}/events")], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
+    procs.append(curl)
     seen = {"keepalive": 0, "lines": []}
     done = threading.Event()
 
@@ -48,7 +60,7 @@ def test_a_queued_runs_stream_outlives_the_connection_timeout(serve, tool, tower
                     done.set()
         done.set()
     threading.Thread(target=read, daemon=True).start()
-    assert done.wait(60) and seen["keepalive"] >= 4 * CONN_TIMEOUT, (seen, curl.stderr.read())
+    assert done.wait(60) and seen["keepalive"] >= 4 * CONN_TIMEOUT, seen
     assert curl.poll() is None and follow.poll() is None  # both still open, the run still queued
     assert run(server, short_id)["status"] == "queued"
     # the long run goes; the short one runs and succeeds; both followers end normally
@@ -57,8 +69,8 @@ def test_a_queued_runs_stream_outlives_the_connection_timeout(serve, tool, tower
     assert follow.returncode == 0, err
     statuses = [json.loads(line)["status"] for line in out.splitlines()]
     assert statuses[0] == "queued" and statuses[-1] == "succeeded", statuses
-    curl.wait(timeout=60)
-    assert curl.returncode == 0, curl.stderr.read()
+    _, curl_err = curl.communicate(timeout=60)
+    assert curl.returncode == 0, curl_err
     events = [json.loads(l[5:]) for l in seen["lines"] if l.startswith("data:")]
     assert events[-1]["status"] == "succeeded" and events[-1]["id"] == short_id
 
