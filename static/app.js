@@ -357,10 +357,10 @@
   const ROUTES = [
     [/^#?\/?$/, 'runs', viewRuns],
     [/^#\/runs\/?$/, 'runs', viewRuns],
-    [/^#\/runs\/([A-Za-z0-9]+)$/, 'runs', viewRun],
+    [/^#\/runs\/([A-Za-z0-9._-]+)$/, 'runs', viewRun],
     [/^#\/compare\/([A-Za-z0-9._,-]+)$/, 'runs', viewCompare],
     [/^#\/datasets\/?$/, 'datasets', viewDatasets],
-    [/^#\/datasets\/([A-Za-z0-9]+)$/, 'datasets', viewDatasets],
+    [/^#\/datasets\/([A-Za-z0-9._-]+)$/, 'datasets', viewDatasets],
     [/^#\/submit$/, 'submit', viewSubmit],
     [/^#\/upload$/, 'upload', viewUpload],
     [/^#\/devices$/, 'devices', viewDevices]
@@ -1165,11 +1165,12 @@
           body)),
       empty, detail);
     let shownStatus = null;
+    const isSelected = (d) => d.id === selected || d.name === selected; /* the page takes an id or a name */
 
     async function refresh() {
       const reply = await api('/datasets');
       if (!ctx.alive) return;
-      set(body, reply.datasets.map((d) => h('tr', {id: `dataset-row-${d.id}`, class: d.id === selected ? 'selected' : null,
+      set(body, reply.datasets.map((d) => h('tr', {id: `dataset-row-${d.id}`, class: isSelected(d) ? 'selected' : null,
         'data-status': d.status},
       h('td', {}, h('a', {href: `#/datasets/${d.id}`, id: `dataset-link-${d.id}`, text: d.name}),
         h('div', {class: 'id', text: d.id})),
@@ -1183,7 +1184,7 @@
       h('td', {}, h('button', {type: 'button', class: 'small', id: `dataset-delete-${d.id}`, text: 'Delete',
         onclick: () => deleteDataset(d, refresh)})))));
       empty.hidden = reply.datasets.length > 0;
-      const sel = reply.datasets.find((d) => d.id === selected);
+      const sel = reply.datasets.find(isSelected);
       if (selected && sel && sel.status !== shownStatus) {
         shownStatus = sel.status;
         await showDataset(ctx, detail, sel);
@@ -1192,7 +1193,7 @@
 
     if (selected) {
       /* The list has only the newest datasets: fetch the selected one directly too. */
-      api(`/datasets/${selected}`).then((d) => {
+      api(`/datasets/${encodeURIComponent(selected)}`).then((d) => {
         if (!ctx.alive || shownStatus === d.status) return;
         shownStatus = d.status;
         return showDataset(ctx, detail, d);
