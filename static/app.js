@@ -652,7 +652,9 @@
       const metricCols = COMPARE_CHARTS.map((spec) => [`final_${spec.key}`, `final ${spec.title.toLowerCase()}`,
         (x) => lastValue(x.scalars, spec.tags), (v) => (spec.key.startsWith('accuracy') ? fmtPct(v) : fmtNum(v))]);
       const all = [['name', 'run', (x) => x.run.name || x.run.id, (v) => v], ['status', 'status', (x) => x.run.status, (v) => v],
-        ['step', 'step', (x) => x.run.step, fmtInt]].concat(cols, metricCols);
+        ['step', 'step', (x) => x.run.step, fmtInt]];
+      all.splice(1, 0, ...metricCols); /* the final metrics next to the names: what the page is for */
+      all.push(...cols);
       const spec = all.find((c) => c[0] === sort.key) || all[0];
       const sorted = runs.slice().sort((a, b) => sort.dir * compareValues(spec[2](a), spec[2](b)));
       set(table, h('thead', {}, h('tr', {}, all.map(([k, label]) => sortHeader(label, k, sort, render, `compare-sort-${k}`)))),
