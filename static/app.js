@@ -631,11 +631,12 @@
       h('h3', {text: 'Metrics'}), charts);
     const chartOf = {};
     if (hasChart) {
+      charts.before(chartControls(() => chartOf));
       for (const spec of COMPARE_CHARTS) {
-        const canvas = h('canvas', {id: `compare-chart-${spec.key}`, 'aria-label': spec.title, role: 'img'});
-        charts.appendChild(h('figure', {class: 'chart'}, h('figcaption', {text: spec.title}),
-          h('div', {class: 'chart-box'}, canvas)));
-        chartOf[spec.key] = makeChart(canvas, {series: list.map((id) => [id, id])});
+        const cspec = {series: list.map((id) => [id, id])};
+        const [figure, canvas] = chartFigure(`compare-chart-${spec.key}`, spec.title, cspec);
+        charts.appendChild(figure);
+        chartOf[spec.key] = makeChart(canvas, cspec);
       }
       window.towerCharts = chartOf;
       ctx.cleanups.push(() => { for (const c of Object.values(chartOf)) c.destroy(); });
@@ -675,7 +676,7 @@
           const chart = chartOf[spec.key];
           runs.forEach((x, i) => {
             chart.data.datasets[i].label = x.run.name || x.run.id;
-            chart.data.datasets[i].data = thin(firstSeries(x.scalars, spec.tags));
+            window.TowerCharts.setSeries(chart, i, thin(firstSeries(x.scalars, spec.tags)));
           });
           chart.update('none');
         }
@@ -735,6 +736,29 @@
     {key: 'throughput', title: 'Examples / s', series: [['examples_per_sec', 'examples/s']]}
   ];
 
+  /* A chart's figure: caption, canvas, the hover readout (charts.js) and a hint; spec.readout is set. */
+  function chartFigure(id, title, spec) {
+    const canvas = h('canvas', {id, 'aria-label': title, role: 'img'});
+    spec.readout = h('div', {class: 'readout', id: `${id}-readout`});
+    return [h('figure', {class: 'chart'}, h('figcaption', {text: title}), h('div', {class: 'chart-box'}, canvas), spec.readout), canvas];
+  }
+
+  /* The controls every chart of a view shares (TowerCharts.view): step 0, smoothing, log scale. */
+  function chartControls(charts) {
+    const v = window.TowerCharts.view;
+    const redraw = () => window.TowerCharts.redraw(charts());
+    const skip = h('input', {type: 'checkbox', id: 'chart-skip0', checked: v.skip0,
+      onchange: () => { v.skip0 = skip.checked; redraw(); }});
+    const log = h('input', {type: 'checkbox', id: 'chart-log', checked: v.log, onchange: () => { v.log = log.checked; redraw(); }});
+    const out = h('span', {id: 'chart-smoothing-value', text: String(v.smoothing)});
+    const slider = h('input', {type: 'range', id: 'chart-smoothing', min: '0', max: '0.99', step: '0.01', value: String(v.smoothing),
+      oninput: () => { v.smoothing = Number(slider.value); out.textContent = slider.value; redraw(); }});
+    return h('div', {class: 'chart-controls', id: 'chart-controls'},
+      h('label', {}, skip, ' skip step 0'), h('label', {}, log, ' log scale'),
+      h('label', {}, 'smoothing ', slider, ' ', out),
+      h('span', {class: 'muted', text: 'drag across a chart to zoom, double-click to reset'}));
+  }
+
   function makeChart(canvas, spec) {
     return new window.Chart(canvas, {
       type: 'line',
@@ -752,13 +776,15 @@
         parsing: false,
         normalized: true,
         interaction: {mode: 'nearest', axis: 'x', intersect: false},
+        events: ['mousemove', 'mouseout', 'mousedown', 'mouseup', 'dblclick'],
         scales: {
           x: {type: 'linear', min: 0, title: {display: true, text: 'step'}, ticks: {maxTicksLimit: 8}},
-          y: {type: 'linear', ticks: {maxTicksLimit: 6}}
+          y: {type: window.TowerCharts.view.log ? 'logarithmic' : 'linear', ticks: {maxTicksLimit: 6}}
         },
         plugins: {legend: {display: spec.series.length > 1, labels: {sort: (x, y) => x.datasetIndex - y.datasetIndex}},
-          title: {display: false}}
-      }
+          title: {display: false}, tooltip: {enabled: false}, towerReadout: {el: spec.readout}}
+      },
+      plugins: [window.TowerCharts.plugin]
     });
   }
 
@@ -883,15 +909,28 @@
           mk('log', 'pre', {id: 'run-log', class: 'log'}))));
 
     let run = null, es = null, lastEvent = 0, started = false; /* started: the first load is done */
-    const charts = {};
+    const charts = {}, specs = []; /* specs: the charts shown, CHARTS then the picked tags */
+
+    function addChart(spec) {
+      const cspec = Object.assign({}, spec);
+      const [figure, canvas] = chartFigure(`chart-${spec.key}`, spec.title, cspec);
+      el.charts.appendChild(figure);
+      charts[spec.key] = makeChart(canvas, cspec);
+      specs.push(cspec);
+    }
 
     if (hasChart) {
-      for (const spec of CHARTS) {
-        const canvas = h('canvas', {id: `chart-${spec.key}`, 'aria-label': spec.title, role: 'img'});
-        el.charts.appendChild(h('figure', {class: 'chart'}, h('figcaption', {text: spec.title}),
-          h('div', {class: 'chart-box'}, canvas)));
-        charts[spec.key] = makeChart(canvas, spec);
-      }
+      /* the picker: any tag of the run (per-class ones too) as a chart of its own */
+      el.picker = h('select', {id: 'chart-picker', onchange: () => {
+        const tag = el.picker.value;
+        el.picker.value = '';
+        if (tag && !specs.some((x) => x.key === `tag-${tag}`)) {
+          addChart({key: `tag-${tag}`, title: tag, series: [[tag, tag]]});
+          loadMetrics().catch(() => {});
+        }
+      }}, h('option', {value: '', text: 'add a chart of…'}));
+      el.charts.before(chartControls(() => charts), h('p', {}, el.picker));
+      for (const spec of CHARTS) addChart(spec);
       window.towerCharts = charts;
       ctx.cleanups.push(() => { for (const c of Object.values(charts)) c.destroy(); });
     } else {
@@ -951,11 +990,16 @@
       const scalars = (reply && reply.scalars) || {};
       let n = 0;
       if (hasChart) {
-        for (const spec of CHARTS) {
+        const tags = Object.keys(scalars).sort();
+        if (el.picker.options.length !== tags.length + 1) {
+          set(el.picker, h('option', {value: '', text: `add a chart of… (${tags.length} series)`}),
+            tags.map((t) => h('option', {value: t, text: t})));
+        }
+        for (const spec of specs) {
           const chart = charts[spec.key];
           spec.series.forEach(([tag], i) => {
             const pts = thin(seriesOf(scalars, tag));
-            chart.data.datasets[i].data = pts;
+            window.TowerCharts.setSeries(chart, i, pts);
             n += pts.length;
           });
           chart.update('none');
