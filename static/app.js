@@ -633,11 +633,12 @@
       h('h3', {text: 'Metrics'}), charts);
     const chartOf = {};
     if (hasChart) {
+      charts.before(chartControls(() => chartOf));
       for (const spec of COMPARE_CHARTS) {
-        const canvas = h('canvas', {id: `compare-chart-${spec.key}`, 'aria-label': spec.title, role: 'img'});
-        charts.appendChild(h('figure', {class: 'chart'}, h('figcaption', {text: spec.title}),
-          h('div', {class: 'chart-box'}, canvas)));
-        chartOf[spec.key] = makeChart(canvas, {series: list.map((id) => [id, id])});
+        const cspec = {series: list.map((id) => [id, id])};
+        const [figure, canvas] = chartFigure(`compare-chart-${spec.key}`, spec.title, cspec);
+        charts.appendChild(figure);
+        chartOf[spec.key] = makeChart(canvas, cspec);
       }
       window.towerCharts = chartOf;
       ctx.cleanups.push(() => { for (const c of Object.values(chartOf)) c.destroy(); });
@@ -654,7 +655,9 @@
       const metricCols = COMPARE_CHARTS.map((spec) => [`final_${spec.key}`, `final ${spec.title.toLowerCase()}`,
         (x) => lastValue(x.scalars, spec.tags), (v) => (spec.key.startsWith('accuracy') ? fmtPct(v) : fmtNum(v))]);
       const all = [['name', 'run', (x) => x.run.name || x.run.id, (v) => v], ['status', 'status', (x) => x.run.status, (v) => v],
-        ['step', 'step', (x) => x.run.step, fmtInt]].concat(cols, metricCols);
+        ['step', 'step', (x) => x.run.step, fmtInt]];
+      all.splice(1, 0, ...metricCols); /* the final metrics next to the names: what the page is for */
+      all.push(...cols);
       const spec = all.find((c) => c[0] === sort.key) || all[0];
       const sorted = runs.slice().sort((a, b) => sort.dir * compareValues(spec[2](a), spec[2](b)));
       set(table, h('thead', {}, h('tr', {}, all.map(([k, label]) => sortHeader(label, k, sort, render, `compare-sort-${k}`)))),
@@ -675,7 +678,7 @@
           const chart = chartOf[spec.key];
           runs.forEach((x, i) => {
             chart.data.datasets[i].label = x.run.name || x.run.id;
-            chart.data.datasets[i].data = thin(firstSeries(x.scalars, spec.tags));
+            window.TowerCharts.setSeries(chart, i, thin(firstSeries(x.scalars, spec.tags)));
           });
           chart.update('none');
         }
@@ -735,6 +738,29 @@
     {key: 'throughput', title: 'Examples / s', series: [['examples_per_sec', 'examples/s']]}
   ];
 
+  /* A chart's figure: caption, canvas, the hover readout (charts.js) and a hint; spec.readout is set. */
+  function chartFigure(id, title, spec) {
+    const canvas = h('canvas', {id, 'aria-label': title, role: 'img'});
+    spec.readout = h('div', {class: 'readout', id: `${id}-readout`});
+    return [h('figure', {class: 'chart'}, h('figcaption', {text: title}), h('div', {class: 'chart-box'}, canvas), spec.readout), canvas];
+  }
+
+  /* The controls every chart of a view shares (TowerCharts.view): step 0, smoothing, log scale. */
+  function chartControls(charts) {
+    const v = window.TowerCharts.view;
+    const redraw = () => window.TowerCharts.redraw(charts());
+    const skip = h('input', {type: 'checkbox', id: 'chart-skip0', checked: v.skip0,
+      onchange: () => { v.skip0 = skip.checked; redraw(); }});
+    const log = h('input', {type: 'checkbox', id: 'chart-log', checked: v.log, onchange: () => { v.log = log.checked; redraw(); }});
+    const out = h('span', {id: 'chart-smoothing-value', text: String(v.smoothing)});
+    const slider = h('input', {type: 'range', id: 'chart-smoothing', min: '0', max: '0.99', step: '0.01', value: String(v.smoothing),
+      oninput: () => { v.smoothing = Number(slider.value); out.textContent = slider.value; redraw(); }});
+    return h('div', {class: 'chart-controls', id: 'chart-controls'},
+      h('label', {}, skip, ' skip step 0'), h('label', {}, log, ' log scale'),
+      h('label', {}, 'smoothing ', slider, ' ', out),
+      h('span', {class: 'muted', text: 'drag across a chart to zoom, double-click to reset'}));
+  }
+
   function makeChart(canvas, spec) {
     return new window.Chart(canvas, {
       type: 'line',
@@ -752,13 +778,15 @@
         parsing: false,
         normalized: true,
         interaction: {mode: 'nearest', axis: 'x', intersect: false},
+        events: ['mousemove', 'mouseout', 'mousedown', 'mouseup', 'dblclick'],
         scales: {
           x: {type: 'linear', min: 0, title: {display: true, text: 'step'}, ticks: {maxTicksLimit: 8}},
-          y: {type: 'linear', ticks: {maxTicksLimit: 6}}
+          y: {type: window.TowerCharts.view.log ? 'logarithmic' : 'linear', ticks: {maxTicksLimit: 6}}
         },
         plugins: {legend: {display: spec.series.length > 1, labels: {sort: (x, y) => x.datasetIndex - y.datasetIndex}},
-          title: {display: false}}
-      }
+          title: {display: false}, tooltip: {enabled: false}, towerReadout: {el: spec.readout}}
+      },
+      plugins: [window.TowerCharts.plugin]
     });
   }
 
@@ -906,15 +934,28 @@
           mk('log', 'pre', {id: 'run-log', class: 'log'}))));
 
     let run = null, es = null, lastEvent = 0, started = false; /* started: the first load is done */
-    const charts = {};
+    const charts = {}, specs = []; /* specs: the charts shown, CHARTS then the picked tags */
+
+    function addChart(spec) {
+      const cspec = Object.assign({}, spec);
+      const [figure, canvas] = chartFigure(`chart-${spec.key}`, spec.title, cspec);
+      el.charts.appendChild(figure);
+      charts[spec.key] = makeChart(canvas, cspec);
+      specs.push(cspec);
+    }
 
     if (hasChart) {
-      for (const spec of CHARTS) {
-        const canvas = h('canvas', {id: `chart-${spec.key}`, 'aria-label': spec.title, role: 'img'});
-        el.charts.appendChild(h('figure', {class: 'chart'}, h('figcaption', {text: spec.title}),
-          h('div', {class: 'chart-box'}, canvas)));
-        charts[spec.key] = makeChart(canvas, spec);
-      }
+      /* the picker: any tag of the run (per-class ones too) as a chart of its own */
+      el.picker = h('select', {id: 'chart-picker', onchange: () => {
+        const tag = el.picker.value;
+        el.picker.value = '';
+        if (tag && !specs.some((x) => x.key === `tag-${tag}`)) {
+          addChart({key: `tag-${tag}`, title: tag, series: [[tag, tag]]});
+          loadMetrics().catch(() => {});
+        }
+      }}, h('option', {value: '', text: 'add a chart of…'}));
+      el.charts.before(chartControls(() => charts), h('p', {}, el.picker));
+      for (const spec of CHARTS) addChart(spec);
       window.towerCharts = charts;
       ctx.cleanups.push(() => { for (const c of Object.values(charts)) c.destroy(); });
     } else {
@@ -976,11 +1017,16 @@
       const scalars = (reply && reply.scalars) || {};
       let n = 0;
       if (hasChart) {
-        for (const spec of CHARTS) {
+        const tags = Object.keys(scalars).sort();
+        if (el.picker.options.length !== tags.length + 1) {
+          set(el.picker, h('option', {value: '', text: `add a chart of… (${tags.length} series)`}),
+            tags.map((t) => h('option', {value: t, text: t})));
+        }
+        for (const spec of specs) {
           const chart = charts[spec.key];
           spec.series.forEach(([tag], i) => {
             const pts = thin(seriesOf(scalars, tag));
-            chart.data.datasets[i].data = pts;
+            window.TowerCharts.setSeries(chart, i, pts);
             n += pts.length;
           });
           chart.update('none');
@@ -1192,11 +1238,12 @@
           body)),
       empty, detail);
     let shownStatus = null;
+    const isSelected = (d) => d.id === selected || d.name === selected; /* the page takes an id or a name */
 
     async function refresh() {
       const reply = await api('/datasets');
       if (!ctx.alive) return;
-      set(body, reply.datasets.map((d) => h('tr', {id: `dataset-row-${d.id}`, class: d.id === selected ? 'selected' : null,
+      set(body, reply.datasets.map((d) => h('tr', {id: `dataset-row-${d.id}`, class: isSelected(d) ? 'selected' : null,
         'data-status': d.status},
       h('td', {}, h('a', {href: `#/datasets/${d.id}`, id: `dataset-link-${d.id}`, text: d.name}),
         h('div', {class: 'id', text: d.id})),
@@ -1210,7 +1257,7 @@
       h('td', {}, h('button', {type: 'button', class: 'small', id: `dataset-delete-${d.id}`, text: 'Delete',
         onclick: () => deleteDataset(d, refresh)})))));
       empty.hidden = reply.datasets.length > 0;
-      const sel = reply.datasets.find((d) => d.id === selected);
+      const sel = reply.datasets.find(isSelected);
       if (selected && sel && sel.status !== shownStatus) {
         shownStatus = sel.status;
         await showDataset(ctx, detail, sel);
@@ -1219,7 +1266,7 @@
 
     if (selected) {
       /* The list has only the newest datasets: fetch the selected one directly too. */
-      api(`/datasets/${selected}`).then((d) => {
+      api(`/datasets/${encodeURIComponent(selected)}`).then((d) => {
         if (!ctx.alive || shownStatus === d.status) return;
         shownStatus = d.status;
         return showDataset(ctx, detail, d);
