@@ -30,7 +30,7 @@ def test_every_api_shell_block_runs_or_says_why_not(serve, tmp_path):
                       data=(work / "examples" / "blobs.csv").read_bytes(), headers={"Content-Type": "text/csv"},
                       timeout=30)
     assert r.status_code == 202, r.text
-    body = {**json.loads((work / "examples" / "blobs_mlp.json").read_text()), "dataset": "setup-blobs"}
+    body = {**json.loads((work / "examples" / "runs" / "blobs_mlp.json").read_text()), "dataset": "setup-blobs"}
     ready = wait_dataset(server, r.json()["id"])
     assert ready["status"] == "ready", ready
     r = requests.post(server.api("/runs"), json=body, timeout=30)

@@ -207,7 +207,7 @@ def test_second_server_on_one_data_folder_refuses(serve, tool, tower_bin, tmp_pa
 def test_query_parameters_are_declared(serve):
     server = serve()
     e = error_of(requests.get(server.api("/runs?name=x"), timeout=10), 400, "INVALID_ARGUMENT")
-    assert "'name'" in e["message"] and "status limit offset" in e["message"]
+    assert "'name'" in e["message"] and "(it takes: status, limit, offset, fields)" in e["message"]
     error_of(requests.get(server.api("/health?verbose=1"), timeout=10), 400, "INVALID_ARGUMENT")
     assert requests.get(server.api("/runs?status=queued&limit=5&offset=0"), timeout=10).status_code == 200
     e = error_of(requests.get(server.api("/runs?limit=" + "9" * 2000), timeout=10), 400, "INVALID_ARGUMENT")
