@@ -43,7 +43,7 @@ def test_run_history_resources_and_csv_columns(serve, browser):  # noqa: F811
     heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#dataset-features thead th")]
     assert heads == ["label", "height", "width", "depth"], heads
     cfg = {"dataset": "boxes", "name": "boxes-mlp", "model": {"layers": [{"type": "dense", "units": 32,
-           "activation": "relu"}, {"type": "dense", "units": 3}]}, "batch_size": 8, "steps": 2_000_000,
+           "activation": "relu"}, {"type": "dense", "units": 3}]}, "batch_size": 8, "steps": 1_000_000,
            "summary_every": 100000, "eval_every": 0, "checkpoint_every": 500000}
     rid = requests.post(server.api("/runs"), json=cfg, timeout=30).json()["id"]
     browser.get(f"{server.url}/#/runs/boxes-mlp")
@@ -57,7 +57,7 @@ def test_run_history_resources_and_csv_columns(serve, browser):  # noqa: F811
     r = requests.post(server.api(f"/runs/{rid}/resume"), json={}, timeout=10)
     assert r.status_code == 202, r.text
     done = poll("the resumed run", lambda: (lambda x: x if x["status"] == "succeeded" else None)(run(server, rid)),
-                120)
+                300)
     browser.refresh()  # resumed from the API, not the page: its stream ended with the cancel
     rows = wait(browser, lambda b: (lambda rows: rows if len(rows) == 2 and rows[1][5] != "—" else None)(
         b.execute_script(ROWS)), 30, message="two ended attempts on the page")
