@@ -518,7 +518,7 @@ tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
                            "processes, hosts) "
                            "SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, COALESCE(?13, ?1), "
                            "MAX(?14, 1), COALESCE(?15, '[]') "
-                           "WHERE EXISTS (SELECT 1 FROM datasets WHERE id = ?3 AND status = 'ready')",
+                           "WHERE EXISTS (SELECT 1 FROM datasets WHERE id = ?3 AND status IN ('ready', 'converting'))",
                            "sSssiididSSiSiS", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
                            ts.tv_sec + ts.tv_nsec * 1e-9, (int64_t)r->max_restarts, r->deadline_s, r->idem_key,
                            r->idem_body, (int64_t)r->priority, r->folder, (int64_t)r->processes, r->hosts);
@@ -527,7 +527,7 @@ tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
         return TW_END;
     }
     if (s == TW_OK && !changed)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "dataset %s was deleted or is not ready", r->dataset_id);
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "dataset %s was deleted or failed to convert", r->dataset_id);
     return s;
 }
 
@@ -629,7 +629,8 @@ tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *er
 {
     json_t *rows;
     tw_status s = query(st, &rows, err,
-                        "SELECT " RUN_COLUMNS " FROM runs WHERE status = 'queued' AND not_before <= ? "
+                        "SELECT " RUN_COLUMNS " FROM runs WHERE status = 'queued' AND not_before <= ? AND "
+                        "(SELECT status FROM datasets WHERE datasets.id = runs.dataset_id) IS NOT 'converting' "
                         "ORDER BY priority DESC, seq LIMIT 1",
                         "d", now);
     return first(s, rows, out);
