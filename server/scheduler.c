@@ -40,7 +40,6 @@
 #include "devices.h"
 #include "hparams.h"
 #include "run_hparams.h"
-#include "runs.h"
 #include "launch.h"
 #include "logtext.h"
 #include "store.h"
@@ -542,14 +541,14 @@ static child *child_new(json_t *run, unsigned mask)
     return c;
 }
 
-/* A run submitted while its dataset converted gets its config completed (tw_runs_complete) before it starts;
- * one that cannot start (the conversion failed, or the config does not fit the converted dataset) fails
- * now. Returns 1 when it was failed. */
+/* A run submitted while its dataset converted gets its config completed (S->complete_run: runs.h's
+ * tw_runs_complete) before it starts; one that cannot start (the conversion failed, or the config does not
+ * fit the converted dataset) fails now. Returns 1 when it was failed. */
 static int cannot_start(tw_scheduler *s, json_t *run)
 {
     tw_error err;
     const char *reason = "crashed";
-    if (tw_runs_complete(s->S, run, &reason, &err) == TW_OK)
+    if (!s->S->complete_run || s->S->complete_run(s->S, run, &reason, &err) == TW_OK)
         return 0;
     char msg[1200];
     tw_error_format(&err, msg, sizeof msg);
