@@ -589,6 +589,26 @@ static json_t *waiting_for(const json_t *row, const json_t *ds)
     return json_sprintf("dataset %s is converting", json_string_value(json_object_get(ds, "name")));
 }
 
+/* When the queued run `row` should start (new JSON, whole epoch seconds): as the running run whose end frees
+ * its device ends by its eta_s (the p-th shortest for queue_position p: each ends and frees one), not before
+ * its back-off; null when not queued, waiting for its dataset (waiting), with more runs queued ahead than
+ * running, or while a running run's ETA is not known. */
+static json_t *expected_start(tw_server *S, const json_t *row, const json_t *waiting)
+{
+    json_t *pos = json_object_get(row, "queue_position"), *etas;
+    tw_error ignored;
+    if (!json_is_integer(pos) || !json_is_null(waiting) || tw_store_running_etas(S->store, &etas, &ignored) != TW_OK)
+        return json_null();
+    json_t *eta = json_array_get(etas, (size_t)json_integer_value(pos) - 1);
+    json_t *at = json_null();
+    if (json_is_number(eta) && json_is_number(json_array_get(etas, 0))) { /* unknown ETAs sort first */
+        double t = tw_now_wall() + json_number_value(eta), after = json_number_value(json_object_get(row, "not_before"));
+        at = json_integer((json_int_t)((t > after ? t : after) + 0.5));
+    }
+    json_decref(etas);
+    return at;
+}
+
 json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds)
 {
     json_t *r = json_deep_copy(row);
@@ -622,6 +642,7 @@ json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds)
         json_array_append_new(json_object_get(r, "warnings"), w);
     json_object_set_new(r, "resources", running ? tw_scheduler_usage(S->sched, id) : json_null());
     json_object_set_new(r, "waiting_for", waiting_for(row, ds));
+    json_object_set_new(r, "expected_start", expected_start(S, row, json_object_get(r, "waiting_for")));
     if (running && tw_scheduler_cancelling(S->sched, id))
         json_object_set_new(r, "status", json_string("cancelling")); /* shown, never stored (runs.h) */
     return r;

@@ -39,7 +39,7 @@ json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds);
 #define TW_RUN_FIELDS                                                                                        \
     "id|name|dataset|status|priority|reason|error|config|towers|steps|step|metrics|devices|eta_s|created|"   \
     "started|first_started|finished|restarts|max_restarts|deadline_s|not_before|folder|logdir|tensorboard|" \
-    "tensorboard_url|class_names|warnings|processes|hosts|attempts|total_time_s|resources|waiting_for"
+    "tensorboard_url|class_names|warnings|processes|hosts|attempts|total_time_s|resources|waiting_for|queue_position|expected_start"
 
 void tw_api_runs_list(tw_server *S, tw_req *r);
 void tw_api_runs_create(tw_server *S, tw_req *r);

@@ -505,7 +505,13 @@ tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)
 #define RUN_COLUMNS_TAIL                                                                           \
     ", towers, steps, step, metrics, devices,"                                                     \
     " eta_s, created, started, first_started, finished, restarts, max_restarts, deadline_s,"       \
-    " not_before, priority, folder, processes, hosts, attempts"
+    " not_before, priority, folder, processes, hosts, attempts, " QUEUE_POSITION
+
+/* A queued run's place in the queue, 1-based, in the order tw_store_run_next takes runs (priority, then
+ * submission); NULL for a run in another state. */
+#define QUEUE_POSITION                                                                                  \
+    "CASE WHEN status = 'queued' THEN (SELECT count(*) + 1 FROM runs q WHERE q.status = 'queued' AND "   \
+    "(q.priority > runs.priority OR (q.priority = runs.priority AND q.seq < runs.seq))) END AS queue_position"
 
 tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
 {
@@ -634,6 +640,18 @@ tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *er
                         "ORDER BY priority DESC, seq LIMIT 1",
                         "d", now);
     return first(s, rows, out);
+}
+
+tw_status tw_store_running_etas(tw_store *st, json_t **out, tw_error *err)
+{
+    json_t *rows;
+    TW_TRY(query(st, &rows, err, "SELECT eta_s FROM runs WHERE status = 'running' ORDER BY eta_s", ""));
+    *out = json_array();
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) json_array_append(*out, json_object_get(row, "eta_s"));
+    json_decref(rows);
+    return TW_OK;
 }
 
 tw_status tw_store_runs_in(tw_store *st, tw_run_state state, json_t **out, tw_error *err)

@@ -136,6 +136,9 @@ tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err);
 /* The queued run of the highest priority, the oldest (by submission) among equals, whose back-off has
  * passed (not_before <= now) and whose dataset no longer converts; TW_END if none. */
 tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *err);
+/* The running runs' eta_s (seconds to go, null when not yet known), unknown first, then shortest first:
+ * a new array. */
+tw_status tw_store_running_etas(tw_store *st, json_t **out, tw_error *err);
 /* Every run in `state` (array of run objects). */
 tw_status tw_store_runs_in(tw_store *st, tw_run_state state, json_t **out, tw_error *err);
 
