@@ -212,16 +212,27 @@ static const char *created_text(const json_t *run, char *buf, size_t size)
     return buf;
 }
 
+/* The run's status, a queued run's with its place in the queue ("queued #2"), into buf[size]. */
+static const char *status_text(const json_t *run, char *buf, size_t size)
+{
+    const char *status = json_string_value(json_object_get(run, "status"));
+    const json_t *pos = json_object_get(run, "queue_position");
+    if (!status || !json_is_integer(pos))
+        return status;
+    snprintf(buf, size, "%s #%lld", status, (long long)json_integer_value(pos));
+    return buf;
+}
+
 static int add_run_row(tw_table *t, const json_t *run)
 {
-    char step[64], loss[32], acc[32], created[32];
+    char step[64], loss[32], acc[32], created[32], status[48];
     const json_t *metrics = json_object_get(run, "metrics");
     snprintf(step, sizeof step, "%lld/%lld", (long long)json_integer_value(json_object_get(run, "step")),
              (long long)json_integer_value(json_object_get(run, "steps")));
     const char *cells[] = {
         json_string_value(json_object_get(run, "id")),
         json_string_value(json_object_get(run, "name")),
-        json_string_value(json_object_get(run, "status")),
+        status_text(run, status, sizeof status),
         step,
         num(metrics, "loss", "%.4f", loss, sizeof loss),
         num(metrics, "eval_accuracy_ema", "%.4f", acc, sizeof acc) ? acc /* the EMA weights: Tower's answer */
@@ -236,7 +247,7 @@ static int cmd_runs(const tw_rest *c, const command *cmd, const args *a)
 {
     (void)a;
     int rc = EXIT_OK;
-    json_t *list = call(c, cmd, "GET", "/api/v1/runs?limit=1000&fields=name,status,step,steps,metrics,dataset,created",
+    json_t *list = call(c, cmd, "GET", "/api/v1/runs?limit=1000&fields=name,status,queue_position,step,steps,metrics,dataset,created",
                         NULL, &rc); /* what add_run_row shows: no config is read for the list */
     if (!list)
         return rc;
@@ -782,7 +793,8 @@ static int cmd_compare(const tw_rest *c, const command *cmd, const args *a)
 /* ================================ the commands ================================ */
 
 static const command COMMANDS[] = {
-    {"runs", "", "Lists the server's runs, newest first: id, name, status, step/steps, loss, eval accuracy\n"
+    {"runs", "", "Lists the server's runs, newest first: id, name, status (a queued run's with its place\n"
+     "in the queue: \"queued #2\"), step/steps, loss, eval accuracy\n"
      "with the EMA weights (\"(raw)\" after it: the run has no EMA evaluation), dataset and created time.\n",
      "", 0, 0, cmd_runs},
     {"submit", "CONFIG.json [--dataset NAME] [--name N] [--follow]",

@@ -43,6 +43,7 @@ typedef struct {
     double deadline_s;
     int priority;
     json_t *dataset_row; /* owned */
+    int converting;      /* the dataset is still converting: "dataset" stays a reference (tw_runs_complete) */
     tw_launch_keys launch; /* "processes", "hosts" (launch.h); its hosts owned */
 } server_keys;
 
@@ -135,6 +136,59 @@ static tw_status check_paths(tw_server *S, json_t *cfg, tw_api_code *code, tw_er
     return s;
 }
 
+/* What a failed dataset says: its name and the upload's error message, into buf. */
+static const char *failed_text(const json_t *row, char *buf, size_t size)
+{
+    json_t *e = json_object_get(row, "error");
+    const char *msg = json_is_object(e) ? json_string_value(json_object_get(e, "message")) : json_string_value(e);
+    snprintf(buf, size, "dataset %s failed to convert: %s", json_string_value(json_object_get(row, "name")),
+             msg ? msg : "no error recorded");
+    return buf;
+}
+
+/* Resolves cfg's "dataset" (an uploaded dataset's id or name, or an object with "name" and overrides) into
+ * *row (new) and replaces it in cfg with the engine's dataset object, the overrides kept. A dataset still
+ * converting: *converting = 1 and cfg keeps the reference (tw_runs_complete fills it in when the run may
+ * start); converting NULL: an error, as for a failed dataset (TW_ERR_INVALID with *code). */
+static tw_status resolve_dataset(tw_server *S, json_t *cfg, json_t **row, int *converting, tw_api_code *code,
+                                 tw_error *err)
+{
+    json_t *ds = json_object_get(cfg, "dataset"), *v;
+    json_t *ref = json_is_object(ds) ? json_object_get(ds, "name") : ds;
+    if (!json_is_string(ref))
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset",
+                   "must name an uploaded dataset (its id or name), or be an object with \"name\"");
+    tw_status found = tw_store_dataset_resolve(S->store, json_string_value(ref), row, err);
+    if (found == TW_END) {
+        char hint[TW_NAME_MAX + 32], msg[TW_NAME_MAX + 96];
+        tw_api_suggest_name(S, 'd', json_string_value(ref), hint, sizeof hint);
+        snprintf(msg, sizeof msg, "no dataset has that id or name%s", hint);
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", msg);
+    }
+    if (found != TW_OK)
+        return found; /* the caller maps a failed read to its code */
+    tw_dataset_state state = tw_store_dataset_state(*row);
+    char why[1200];
+    if (state == TW_DATASET_FAILED)
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", failed_text(*row, why, sizeof why));
+    if (state != TW_DATASET_READY && converting) {
+        *converting = 1;
+        return TW_OK;
+    }
+    if (state != TW_DATASET_READY)
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", "that dataset is still converting");
+    const char *why_not;
+    json_t *engine_ds = tw_dataset_for_run(S, *row, &why_not);
+    if (!engine_ds)
+        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", why_not);
+    const char *key;
+    json_object_foreach(ds, key, v) /* the overrides of an object "dataset" */
+        if (strcmp(key, "name"))
+            json_object_set(engine_ds, key, v);
+    json_object_set_new(cfg, "dataset", engine_ds);
+    return TW_OK;
+}
+
 /* Reads and removes the server's own keys from cfg (a copy). */
 static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_api_code *code, tw_error *err)
 {
@@ -163,33 +217,7 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
         TW_TRY(priority_of(v, &k->priority, code, err));
     *code = TW_API_INVALID_ARGUMENT;
     TW_TRY(tw_launch_take_keys(S->launcher, cfg, &k->launch, err));
-    json_t *ds = json_object_get(cfg, "dataset");
-    json_t *ref = json_is_object(ds) ? json_object_get(ds, "name") : ds;
-    if (!json_is_string(ref))
-        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset",
-                   "must name an uploaded dataset (its id or name), or be an object with \"name\"");
-    tw_status found = tw_store_dataset_resolve(S->store, json_string_value(ref), &k->dataset_row, err);
-    if (found == TW_END) {
-        char hint[TW_NAME_MAX + 32], msg[TW_NAME_MAX + 96];
-        tw_api_suggest_name(S, 'd', json_string_value(ref), hint, sizeof hint);
-        snprintf(msg, sizeof msg, "no dataset has that id or name%s", hint);
-        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", msg);
-    }
-    if (found != TW_OK)
-        return found; /* the caller maps a failed read to its code */
-    tw_dataset_state state = tw_store_dataset_state(k->dataset_row);
-    if (state != TW_DATASET_READY)
-        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset",
-                   state == TW_DATASET_FAILED ? "that dataset failed to convert" : "that dataset is still converting");
-    const char *why_not;
-    json_t *engine_ds = tw_dataset_for_run(S, k->dataset_row, &why_not);
-    if (!engine_ds)
-        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", why_not);
-    const char *key;
-    json_object_foreach(ds, key, v) /* the overrides of an object "dataset" */
-        if (strcmp(key, "name"))
-            json_object_set(engine_ds, key, v);
-    json_object_set_new(cfg, "dataset", engine_ds);
+    TW_TRY(resolve_dataset(S, cfg, &k->dataset_row, &k->converting, code, err));
     json_object_del(cfg, "name");
     json_object_del(cfg, "max_restarts");
     json_object_del(cfg, "deadline_s");
@@ -244,6 +272,24 @@ static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset
     return s;
 }
 
+/* Decodes cfg, whose dataset still converts, with a stand-in for the dataset's files and shape (known once
+ * it is converted): its keys and values are checked now; the model, init_from and the memory estimate when
+ * the run may start (tw_runs_complete). Fills *c. */
+static tw_status decode_waiting(const json_t *cfg, tw_config *c, tw_api_code *code, tw_error *err)
+{
+    json_t *copy = json_deep_copy(cfg), *ds = json_object_get(cfg, "dataset"), *v;
+    json_t *stand_in = json_pack("{s:s, s:[i]}", "train", "converting", "shape", 1);
+    const char *key;
+    json_object_foreach(ds, key, v) /* the overrides of an object "dataset" */
+        if (strcmp(key, "name"))
+            json_object_set(stand_in, key, v);
+    json_object_set_new(copy, "dataset", stand_in);
+    *code = TW_API_INVALID_ARGUMENT;
+    tw_status s = tw_config_decode(copy, NULL, c, err);
+    json_decref(copy);
+    return s;
+}
+
 /* A run of several processes on a GPU server needs its towers on this host's GPUs (launch.h's count). */
 static tw_status launch_devices(tw_server *S, const tw_launch_keys *k, int towers, tw_error *err)
 {
@@ -271,6 +317,31 @@ static tw_status make_run_dir(tw_server *S, const char *id, const char *name, ch
     return tw_fs_error(err, dir, "cannot create the run folder");
 }
 
+/* The config.json of the run in folder (its path into path[PATH_MAX]), read (new JSON); NULL when it cannot
+ * be read (err says so). */
+static json_t *read_run_config(tw_server *S, const char *folder, char *path, tw_error *err)
+{
+    tw_run_path(S, folder, TW_RUN_CONFIG, path, PATH_MAX);
+    json_error_t je;
+    int fd = tw_fs_open(path, O_RDONLY, 0);
+    json_t *cfg = fd >= 0 ? json_loadfd(fd, 0, &je) : NULL;
+    if (fd >= 0)
+        close(fd);
+    if (!cfg)
+        tw_error_set(err, TW_ERR_IO, path, -1, "cannot read the run's config");
+    return cfg;
+}
+
+/* Writes cfg to the config.json at path (temp name, fsync, rename). */
+static tw_status write_run_config(const char *path, const json_t *cfg, tw_error *err)
+{
+    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
+    tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
+                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    free(text);
+    return s;
+}
+
 /* Creates the run's folder (its name into folder[TW_RUN_FOLDER_BYTES]) and writes its config.json durably. */
 static tw_status write_config(tw_server *S, const char *id, const char *name, char *folder, const json_t *cfg,
                               tw_error *err)
@@ -281,10 +352,7 @@ static tw_status write_config(tw_server *S, const char *id, const char *name, ch
         tw_remove_tree(dir);
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
     }
-    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
-    tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
-                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-    free(text);
+    tw_status s = write_run_config(path, cfg, err);
     if (s == TW_OK)
         s = tw_fsync_dir_of(dir, err);
     if (s != TW_OK)
@@ -318,6 +386,27 @@ static void warn_long_run(tw_server *S, const json_t *row, json_t *run)
             json_array_append_new(json_object_get(run, "warnings"), w);
     }
     free(config);
+}
+
+tw_status tw_runs_complete(tw_server *S, const json_t *row, const char **reason, tw_error *err)
+{
+    char path[PATH_MAX];
+    json_t *cfg = read_run_config(S, tw_run_folder(row), path, err), *dataset_row = NULL;
+    if (!cfg)
+        return err->status;
+    json_t *ds = json_object_get(cfg, "dataset");
+    tw_status s = TW_OK;
+    if (json_is_string(ds) || json_object_get(ds, "name")) { /* still a reference: submitted while converting */
+        static __thread tw_config c; /* large: off the stack */
+        tw_api_code code;
+        *reason = "bad_dataset";
+        s = resolve_dataset(S, cfg, &dataset_row, NULL, &code, err);
+        if (s == TW_OK && (*reason = "bad_config", s = validate(S, cfg, dataset_row, &c, &code, err)) == TW_OK)
+            s = write_run_config(path, cfg, err);
+    }
+    json_decref(dataset_row);
+    json_decref(cfg);
+    return s;
 }
 
 /* An Idempotency-Key is 1 to MAX_IDEM_KEY bytes without control characters. */
@@ -364,7 +453,7 @@ static tw_status submit_new(tw_server *S, const json_t *body, const char *idem_k
     tw_status s = take_server_keys(S, cfg, &k, code, err);
     k.name = json_string_value(json_object_get(submitted, "name")); /* cfg lost its copy */
     if (s == TW_OK)
-        s = validate(S, cfg, k.dataset_row, &c, code, err);
+        s = k.converting ? decode_waiting(cfg, &c, code, err) : validate(S, cfg, k.dataset_row, &c, code, err);
     if (s == TW_OK)
         s = launch_devices(S, &k.launch, c.towers, err);
     if (s == TW_OK)
@@ -492,6 +581,34 @@ static double total_time(const json_t *row)
     return sum;
 }
 
+/* What a queued run waits for besides a device (new JSON): its dataset's conversion, else null. */
+static json_t *waiting_for(const json_t *row, const json_t *ds)
+{
+    if (tw_store_run_state(row) != TW_RUN_QUEUED || !ds || tw_store_dataset_state(ds) != TW_DATASET_CONVERTING)
+        return json_null();
+    return json_sprintf("dataset %s is converting", json_string_value(json_object_get(ds, "name")));
+}
+
+/* When the queued run `row` should start (new JSON, whole epoch seconds): as the running run whose end frees
+ * its device ends by its eta_s (the p-th shortest for queue_position p: each ends and frees one), not before
+ * its back-off; null when not queued, waiting for its dataset (waiting), with more runs queued ahead than
+ * running, or while a running run's ETA is not known. */
+static json_t *expected_start(tw_server *S, const json_t *row, const json_t *waiting)
+{
+    json_t *pos = json_object_get(row, "queue_position"), *etas;
+    tw_error ignored;
+    if (!json_is_integer(pos) || !json_is_null(waiting) || tw_store_running_etas(S->store, &etas, &ignored) != TW_OK)
+        return json_null();
+    json_t *eta = json_array_get(etas, (size_t)json_integer_value(pos) - 1);
+    json_t *at = json_null();
+    if (json_is_number(eta) && json_is_number(json_array_get(etas, 0))) { /* unknown ETAs sort first */
+        double t = tw_now_wall() + json_number_value(eta), after = json_number_value(json_object_get(row, "not_before"));
+        at = json_integer((json_int_t)((t > after ? t : after) + 0.5));
+    }
+    json_decref(etas);
+    return at;
+}
+
 json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds)
 {
     json_t *r = json_deep_copy(row);
@@ -524,6 +641,8 @@ json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds)
     if (w)
         json_array_append_new(json_object_get(r, "warnings"), w);
     json_object_set_new(r, "resources", running ? tw_scheduler_usage(S->sched, id) : json_null());
+    json_object_set_new(r, "waiting_for", waiting_for(row, ds));
+    json_object_set_new(r, "expected_start", expected_start(S, row, json_object_get(r, "waiting_for")));
     if (running && tw_scheduler_cancelling(S->sched, id))
         json_object_set_new(r, "status", json_string("cancelling")); /* shown, never stored (runs.h) */
     return r;
@@ -1058,19 +1177,11 @@ void tw_api_run_priority(tw_server *S, tw_req *r)
 static tw_status rewrite_steps(tw_server *S, const char *folder, int64_t steps, tw_error *err)
 {
     char path[PATH_MAX];
-    tw_run_path(S, folder, TW_RUN_CONFIG, path, sizeof path);
-    json_error_t je;
-    int fd = tw_fs_open(path, O_RDONLY, 0);
-    json_t *cfg = fd >= 0 ? json_loadfd(fd, 0, &je) : NULL;
-    if (fd >= 0)
-        close(fd);
+    json_t *cfg = read_run_config(S, folder, path, err);
     if (!cfg)
-        return tw_error_set(err, TW_ERR_IO, path, -1, "cannot read the run's config");
+        return err->status;
     json_object_set_new(cfg, "steps", json_integer(steps));
-    char *text = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS);
-    tw_status s = text ? tw_atomic_write_file(path, text, strlen(text), err)
-                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-    free(text);
+    tw_status s = write_run_config(path, cfg, err);
     json_decref(cfg);
     return s;
 }

@@ -20,6 +20,14 @@ tw_status tw_runs_submit(tw_server *S, const json_t *body, const char *idem_key,
  * second step, after tw_datasets_demo registered it: serve_main.c). */
 tw_status tw_runs_submit_demo(tw_server *S, tw_error *err);
 
+/* Completes the config.json of the queued run `row` when it was submitted while its dataset converted (its
+ * "dataset" still names the upload): the engine's dataset object filled in, the config validated as at
+ * submission (model, init_from, memory) and written durably. The scheduler calls it before it starts a run
+ * whose dataset no longer converts. TW_OK (also when there was nothing to complete); TW_ERR_INVALID: the
+ * run cannot start (*reason is "bad_dataset" or "bad_config", static; err says why, naming a failed
+ * dataset's error); else the config could not be read or written. */
+tw_status tw_runs_complete(tw_server *S, const json_t *row, const char **reason, tw_error *err);
+
 /* A run row as the API shows it (new JSON): a running run whose cancel was asked shows "cancelling". */
 json_t *tw_run_present(tw_server *S, const json_t *row);
 /* tw_run_present with the run's dataset row ds (borrowed; NULL: gone) already read (the list reads each
@@ -31,7 +39,7 @@ json_t *tw_run_present_with(tw_server *S, const json_t *row, const json_t *ds);
 #define TW_RUN_FIELDS                                                                                        \
     "id|name|dataset|status|priority|reason|error|config|towers|steps|step|metrics|devices|eta_s|created|"   \
     "started|first_started|finished|restarts|max_restarts|deadline_s|not_before|folder|logdir|tensorboard|" \
-    "tensorboard_url|class_names|warnings|processes|hosts|attempts|total_time_s|resources"
+    "tensorboard_url|class_names|warnings|processes|hosts|attempts|total_time_s|resources|waiting_for|queue_position|expected_start"
 
 void tw_api_runs_list(tw_server *S, tw_req *r);
 void tw_api_runs_create(tw_server *S, tw_req *r);

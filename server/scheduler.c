@@ -541,6 +541,24 @@ static child *child_new(json_t *run, unsigned mask)
     return c;
 }
 
+/* A run submitted while its dataset converted gets its config completed (S->complete_run: runs.h's
+ * tw_runs_complete) before it starts; one that cannot start (the conversion failed, or the config does not
+ * fit the converted dataset) fails now. Returns 1 when it was failed. */
+static int cannot_start(tw_scheduler *s, json_t *run)
+{
+    tw_error err;
+    const char *reason = "crashed";
+    if (!s->S->complete_run || s->S->complete_run(s->S, run, &reason, &err) == TW_OK)
+        return 0;
+    char msg[1200];
+    tw_error_format(&err, msg, sizeof msg);
+    if (err.status != TW_ERR_INVALID)
+        reason = "crashed";
+    fail_now(s, json_string_value(json_object_get(run, "id")), reason,
+             err.status == TW_ERR_INVALID ? "INVALID_ARGUMENT" : "INTERNAL", msg);
+    return 1;
+}
+
 /* Starts the next queued run if its devices are free. Returns 1 when it started or disposed of one. */
 static int start_next(tw_scheduler *s)
 {
@@ -560,6 +578,7 @@ static int start_next(tw_scheduler *s)
                                                                (int)json_integer_value(json_object_get(run, "processes")),
                                                                json_object_get(run, "hosts"))))) {
         done = 0; /* FIFO: the head waits for its devices */
+    } else if (cannot_start(s, run)) {
     } else {
         child *c = child_new(run, mask);
         char ids[256], visible[128];

@@ -265,6 +265,7 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
     if (tw_store_evals_recover(S->store, err) < 0) /* evaluation jobs start again from the beginning */
         return err->status;
     TW_TRY(tw_datasets_start(S, err));
+    S->complete_run = tw_runs_complete;
     TW_TRY(tw_scheduler_create(S, &S->sched, err));
     int demo = 0;
     if (S->opt.demo)

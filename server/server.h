@@ -76,6 +76,9 @@ typedef struct tw_server {
     pthread_cond_t change_cv;
     uint64_t change;               /* bumped on every run or dataset change (guarded by change_mu) */
     atomic_int port;               /* the bound port once listening (serve_main.c); 0 before */
+    /* Completes a queued run's config before it starts (runs.h, tw_runs_complete; set by serve_main.c so
+     * that the scheduler calls into the run routes without depending on them). */
+    tw_status (*complete_run)(struct tw_server *S, const struct json_t *row, const char **reason, tw_error *err);
 } tw_server;
 
 /* Signals that runs or datasets changed: wakes every SSE stream. Thread-safe. */

@@ -505,7 +505,13 @@ tw_status tw_store_dataset_delete(tw_store *st, const char *id, tw_error *err)
 #define RUN_COLUMNS_TAIL                                                                           \
     ", towers, steps, step, metrics, devices,"                                                     \
     " eta_s, created, started, first_started, finished, restarts, max_restarts, deadline_s,"       \
-    " not_before, priority, folder, processes, hosts, attempts"
+    " not_before, priority, folder, processes, hosts, attempts, " QUEUE_POSITION
+
+/* A queued run's place in the queue, 1-based, in the order tw_store_run_next takes runs (priority, then
+ * submission); NULL for a run in another state. */
+#define QUEUE_POSITION                                                                                  \
+    "CASE WHEN status = 'queued' THEN (SELECT count(*) + 1 FROM runs q WHERE q.status = 'queued' AND "   \
+    "(q.priority > runs.priority OR (q.priority = runs.priority AND q.seq < runs.seq))) END AS queue_position"
 
 tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
 {
@@ -518,7 +524,7 @@ tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
                            "processes, hosts) "
                            "SELECT ?1, ?2, ?3, 'queued', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, COALESCE(?13, ?1), "
                            "MAX(?14, 1), COALESCE(?15, '[]') "
-                           "WHERE EXISTS (SELECT 1 FROM datasets WHERE id = ?3 AND status = 'ready')",
+                           "WHERE EXISTS (SELECT 1 FROM datasets WHERE id = ?3 AND status IN ('ready', 'converting'))",
                            "sSssiididSSiSiS", r->id, r->name, r->dataset_id, r->config, (int64_t)r->towers, r->steps,
                            ts.tv_sec + ts.tv_nsec * 1e-9, (int64_t)r->max_restarts, r->deadline_s, r->idem_key,
                            r->idem_body, (int64_t)r->priority, r->folder, (int64_t)r->processes, r->hosts);
@@ -527,7 +533,7 @@ tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err)
         return TW_END;
     }
     if (s == TW_OK && !changed)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "dataset %s was deleted or is not ready", r->dataset_id);
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "dataset %s was deleted or failed to convert", r->dataset_id);
     return s;
 }
 
@@ -629,10 +635,23 @@ tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *er
 {
     json_t *rows;
     tw_status s = query(st, &rows, err,
-                        "SELECT " RUN_COLUMNS " FROM runs WHERE status = 'queued' AND not_before <= ? "
+                        "SELECT " RUN_COLUMNS " FROM runs WHERE status = 'queued' AND not_before <= ? AND "
+                        "(SELECT status FROM datasets WHERE datasets.id = runs.dataset_id) IS NOT 'converting' "
                         "ORDER BY priority DESC, seq LIMIT 1",
                         "d", now);
     return first(s, rows, out);
+}
+
+tw_status tw_store_running_etas(tw_store *st, json_t **out, tw_error *err)
+{
+    json_t *rows;
+    TW_TRY(query(st, &rows, err, "SELECT eta_s FROM runs WHERE status = 'running' ORDER BY eta_s", ""));
+    *out = json_array();
+    size_t i;
+    json_t *row;
+    json_array_foreach(rows, i, row) json_array_append(*out, json_object_get(row, "eta_s"));
+    json_decref(rows);
+    return TW_OK;
 }
 
 tw_status tw_store_runs_in(tw_store *st, tw_run_state state, json_t **out, tw_error *err)

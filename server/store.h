@@ -98,9 +98,9 @@ typedef struct {
     const char *hosts; /* JSON text of its host list (launch.h); NULL = none, "[]" */
 } tw_run_new;
 
-/* Inserts a queued run in one statement that commits only while its dataset exists and is "ready" (the
- * check and the insert are one step: a dataset deleted meanwhile makes the insert a no-op). TW_OK;
- * TW_ERR_INVALID when the dataset is gone or not ready (err names it); TW_END when another run already
+/* Inserts a queued run in one statement that commits only while its dataset exists and is "ready" or
+ * "converting" (the check and the insert are one step: a dataset deleted meanwhile makes the insert a
+ * no-op). TW_OK; TW_ERR_INVALID when the dataset is gone or failed (err names it); TW_END when another run already
  * holds r->idem_key (the UNIQUE index decides between concurrent submissions: read the winner with
  * tw_store_run_by_key); TW_ERR_IO on failure. */
 tw_status tw_store_run_insert(tw_store *st, const tw_run_new *r, tw_error *err);
@@ -134,8 +134,11 @@ tw_status tw_store_run_page_next(tw_store *st, tw_run_page *p, int n, int with_c
 /* Counts by state name, every state present: {"queued": n, ...}. */
 tw_status tw_store_run_counts(tw_store *st, json_t **out, tw_error *err);
 /* The queued run of the highest priority, the oldest (by submission) among equals, whose back-off has
- * passed (not_before <= now); TW_END if none. */
+ * passed (not_before <= now) and whose dataset no longer converts; TW_END if none. */
 tw_status tw_store_run_next(tw_store *st, double now, json_t **out, tw_error *err);
+/* The running runs' eta_s (seconds to go, null when not yet known), unknown first, then shortest first:
+ * a new array. */
+tw_status tw_store_running_etas(tw_store *st, json_t **out, tw_error *err);
 /* Every run in `state` (array of run objects). */
 tw_status tw_store_runs_in(tw_store *st, tw_run_state state, json_t **out, tw_error *err);
 

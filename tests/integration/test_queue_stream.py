@@ -54,7 +54,7 @@ def follow_queued(serve, tool, tower_bin, tmp_path, procs):
     def read():
         for line in curl.stdout:
             seen["lines"].append(line)
-            if line.startswith(": keep-alive"):
+            if line.startswith((": keep-alive", "data:")):  # or an event: its expected_start moved
                 seen["keepalive"] += 1
                 if seen["keepalive"] >= 4 * CONN_TIMEOUT:  # > 3 connection time-outs of silence otherwise
                     done.set()
