@@ -214,7 +214,7 @@ static void test_open_creates_schema_in_wal_mode(void **state)
 {
     fixture *f = *state;
     expect_peek(f->db, "PRAGMA journal_mode", "wal");
-    expect_peek(f->db, "PRAGMA user_version", "7");
+    expect_peek(f->db, "PRAGMA user_version", "8");
     expect_peek(f->db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'idempotency_body'", "1");
     expect_peek(f->db,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
@@ -1132,8 +1132,9 @@ static void test_migrates_version_1(void **state)
     sqlite3_close(c);
     tw_error err;
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "7");
+    expect_peek(path, "PRAGMA user_version", "8");
     expect_peek(path, "SELECT priority FROM runs WHERE id = 'rold'", "0");
+    expect_peek(path, "SELECT attempts FROM runs WHERE id = 'rold'", "[]"); /* its history before: unknown */
     expect_peek(path, "SELECT processes || ' ' || hosts FROM runs WHERE id = 'rold'", "1 []"); /* one process */
     expect_peek(path, "SELECT n FROM run_counts WHERE status = 'queued'", "1"); /* counted from the rows */
     expect_peek(path, "SELECT folder FROM runs WHERE id = 'rold'", "rold"); /* an old run's folder: its id */
@@ -1142,9 +1143,9 @@ static void test_migrates_version_1(void **state)
     assert_int_equal(tw_store_run_by_key(f->st, "old-key", "{\"any\":1}", &r, &err), TW_OK);
     assert_string_equal(str(r, "id"), "rold");
     json_decref(r);
-    tw_store_close(f->st); /* and opening a version-7 database again changes nothing */
+    tw_store_close(f->st); /* and opening a version-8 database again changes nothing */
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "7");
+    expect_peek(path, "PRAGMA user_version", "8");
 }
 
 /* Drops the store's tables through a second connection: every later read of them fails for real. */
