@@ -660,9 +660,19 @@
       all.push(...cols);
       const spec = all.find((c) => c[0] === sort.key) || all[0];
       const sorted = runs.slice().sort((a, b) => sort.dir * compareValues(spec[2](a), spec[2](b)));
+      /* each final metric's best value (highest accuracy, lowest loss), marked when runs differ in it */
+      const best = {};
+      for (const [k, , v] of metricCols) {
+        const vals = runs.map(v).filter(isNum);
+        if (new Set(vals).size > 1) best[k] = k.startsWith('final_accuracy') ? Math.max(...vals) : Math.min(...vals);
+      }
+      const cell = (x, k, v, f) => {
+        const isBest = k in best && v(x) === best[k];
+        return h('td', {class: `col-${k}${isBest ? ' best' : ''}`, title: isBest ? 'the best of these runs' : null},
+          k === 'name' ? h('a', {href: `#/runs/${x.run.id}`, text: f(v(x))}) : f(v(x)), isBest ? ' ★' : null);
+      };
       set(table, h('thead', {}, h('tr', {}, all.map(([k, label]) => sortHeader(label, k, sort, render, `compare-sort-${k}`)))),
-        h('tbody', {}, sorted.map((x) => h('tr', {id: `compare-row-${x.run.id}`}, all.map(([k, , v, f]) =>
-          h('td', {class: `col-${k}`}, k === 'name' ? h('a', {href: `#/runs/${x.run.id}`, text: f(v(x))}) : f(v(x))))))));
+        h('tbody', {}, sorted.map((x) => h('tr', {id: `compare-row-${x.run.id}`}, all.map(([k, , v, f]) => cell(x, k, v, f))))));
     }
 
     async function load() {

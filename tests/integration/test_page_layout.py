@@ -105,6 +105,16 @@ def test_confusion_matrix_and_compare_fit(serve, browser, tmp_path):
             assert got["box_left"] <= got["left"] and got["right"] <= min(got["box_right"], got["view"]), \
                 f"the column is off-screen without scrolling: {where}"
         if (width, height) == (1280, 800):
+            # the table marks each final metric's best value: the highest accuracy, the lowest loss
+            finals = {run_id: requests.get(server.api(f"/runs/{run_id}"), timeout=10).json()["metrics"]
+                      for run_id in ids}
+            for col, key, pick in (("final_accuracy_ema", "eval_accuracy_ema", max), ("final_loss", "loss", min)):
+                values = [finals[i][key] for i in ids]
+                marked = js(d, "return [...document.querySelectorAll('#compare-table tbody tr')].map((tr) =>"
+                               " [tr.id.slice(12), tr.querySelector('td.col-' + arguments[0]).classList"
+                               ".contains('best')])", col)
+                want = {i for i in ids if finals[i][key] == pick(values)} if len(set(values)) > 1 else set()
+                assert {i for i, b in marked if b} == want, (col, marked, values)
             d.save_screenshot(str(shots / "compare-1280x800.png"))
             d.get(f"{server.url}/#/datasets/{dataset['id']}")
             wait(d, lambda d: d.find_element(By.ID, "dataset-detail").text.strip() != "",
