@@ -1073,8 +1073,8 @@
           download: `${id}-step${reply.latest}.safetensors`, text: `Download step ${fmtInt(reply.latest)}`}),
         latest ? ` (${fmtBytes(latest.bytes)}, ${(reply.checkpoints || []).length} kept)` : '',
         ' · export: ', exportLink('tf', 'TensorFlow', `model.ckpt-${reply.latest}.tar`, reply.latest), ' · ',
-        exportLink('onnx', 'ONNX', `model-${reply.latest}-raw.onnx`, reply.latest), ' · ',
-        exportLink('onnx&weights=ema', 'ONNX (EMA)', `model-${reply.latest}-ema.onnx`, reply.latest));
+        exportLink('onnx&weights=ema', 'ONNX (EMA)', `model-${reply.latest}-ema.onnx`, reply.latest), ' · ',
+        exportLink('onnx&weights=raw', 'ONNX (raw)', `model-${reply.latest}-raw.onnx`, reply.latest));
         el.ckpt.className = '';
       }
     }
@@ -1151,7 +1151,7 @@
    * confusion-matrix heat map (a table, rows the true class, cell colour by the share of the row) and
    * per-class precision/recall bars; for regression MSE, MAE and R². */
   function evaluationPanel(box) {
-    let doc = null, slot = 'raw', lastText = '';
+    let doc = null, slot = 'ema', lastText = ''; /* the EMA weights first: Tower's answer (README) */
     const pct = (v) => (v === null || v === undefined ? '—' : fmtPct(v));
 
     function heatMap(m, names) {
@@ -1212,7 +1212,7 @@
       if (text === lastText) return;
       lastText = text;
       doc = JSON.parse(text);
-      if (!doc[slot]) slot = doc.raw ? 'raw' : 'ema';
+      if (!doc[slot]) slot = doc.ema ? 'ema' : 'raw';
       render();
     }
     return {load};

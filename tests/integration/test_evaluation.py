@@ -381,9 +381,9 @@ def test_run_page_shows_the_heat_map(served):
             return [[int(td.text) for td in r.find_elements(By.TAG_NAME, "td")] for r in rows]
         page.wait(driver, lambda d: len(cells()) == 10, message="the confusion matrix",
                   detail=lambda d: d.find_element(By.ID, "run-evaluation").text)
-        assert cells() == doc["raw"]["confusion"]
-        driver.find_element(By.ID, "evaluation-ema").click()
-        page.wait(driver, lambda d: cells() == doc["ema"]["confusion"], message="the EMA matrix")
+        assert cells() == doc["ema"]["confusion"]  # the EMA weights first (README, "Raw and EMA")
+        driver.find_element(By.ID, "evaluation-raw").click()
+        page.wait(driver, lambda d: cells() == doc["raw"]["confusion"], message="the raw matrix")
         colour = page.js(driver, "return getComputedStyle(document.querySelector("
                                  "'#confusion-matrix tbody tr td')).backgroundColor")
         assert colour.startswith("rgba(") and not colour.endswith(", 0)"), colour

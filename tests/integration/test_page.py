@@ -214,7 +214,7 @@ def test_upload_submit_and_live_charts(serve, browser):
     ckpt = requests.get(href, timeout=30)
     assert ckpt.status_code == 200 and len(ckpt.content) > 8
     exports = {a.text: a.get_attribute("href") for a in d.find_elements(By.CSS_SELECTOR, "a.run-export")}
-    assert set(exports) == {"TensorFlow", "ONNX", "ONNX (EMA)"}, exports  # test_export.py checks the bytes
+    assert set(exports) == {"TensorFlow", "ONNX (EMA)", "ONNX (raw)"}, exports  # test_export.py checks the bytes
     tar = requests.get(exports["TensorFlow"], timeout=60)
     assert tar.status_code == 200 and tar.content[257:262] == b"ustar", tar.text[:200]
 
