@@ -875,6 +875,12 @@
     return h('div', {id: 'classify'}, drop, result);
   }
 
+  /* Where a queued run stands: "#2 · expected to start 14:05 · dataset x is converting". */
+  function queueText(r) {
+    return [`#${r.queue_position}`, isNum(r.expected_start) ? `expected to start ${fmtTime(r.expected_start)}` : null,
+      r.waiting_for].filter(Boolean).join(' · ');
+  }
+
   /* A running run's resources (CPU %, RSS, GPU when known) on one line. */
   function resourcesText(u) {
     const gpu = isNum(u.gpu_utilization_percent)
@@ -1009,6 +1015,7 @@
         fact('finished', fmtTime(r.finished)),
         fact('restarts', `${r.restarts || 0} of ${isNum(r.max_restarts) ? r.max_restarts : '—'}`),
         r.resources ? fact('uses', h('span', {id: 'run-resources', text: resourcesText(r.resources)})) : null,
+        isNum(r.queue_position) ? fact('queue', h('span', {id: 'run-queue', text: queueText(r)})) : null,
         fact('logdir', h('code', {text: r.logdir || '—'})));
       set(el.attempts, attemptsTable(r.attempts || []));
       el.tb.textContent = r.tensorboard || (r.logdir ? `tensorboard --logdir ${r.logdir}` : '—');

@@ -43,7 +43,7 @@ def test_run_history_resources_and_csv_columns(serve, browser):  # noqa: F811
     heads = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#dataset-features thead th")]
     assert heads == ["label", "height", "width", "depth"], heads
     cfg = {"dataset": "boxes", "name": "boxes-mlp", "model": {"layers": [{"type": "dense", "units": 32,
-           "activation": "relu"}, {"type": "dense", "units": 3}]}, "batch_size": 8, "steps": 1_000_000,
+           "activation": "relu"}, {"type": "dense", "units": 3}]}, "batch_size": 8, "steps": 50_000_000,
            "summary_every": 100000, "eval_every": 0, "checkpoint_every": 500000}
     rid = requests.post(server.api("/runs"), json=cfg, timeout=30).json()["id"]
     browser.get(f"{server.url}/#/runs/boxes-mlp")
@@ -52,17 +52,28 @@ def test_run_history_resources_and_csv_columns(serve, browser):  # noqa: F811
     shown = browser.execute_script("return document.getElementById('run-resources').textContent")
     assert re.fullmatch(r"CPU \d+% · memory [\d.]+ [KMG]i?B", shown), shown
     assert [r[2] for r in browser.execute_script(ROWS)] == ["running"]
+    # a second run waits behind it: its page says where it stands in the queue
+    queued = requests.post(server.api("/runs"), json={**cfg, "name": "boxes-next", "steps": 10}, timeout=30).json()
+    assert queued.get("status") == "queued", queued
+    browser.get(f"{server.url}/#/runs/boxes-next")
+    wait(browser, lambda b: b.find_elements(By.ID, "run-queue"), 30, message="the queued run's place")
+    assert browser.execute_script("return document.getElementById('run-queue').textContent").startswith("#1")
+    requests.post(server.api(f"/runs/{queued['id']}/cancel"), timeout=10)
+    browser.get(f"{server.url}/#/runs/boxes-mlp")
     requests.post(server.api(f"/runs/{rid}/cancel"), timeout=10)
     poll("the cancel", lambda: run(server, rid)["status"] == "cancelled" or None, 60)
     r = requests.post(server.api(f"/runs/{rid}/resume"), json={}, timeout=10)
     assert r.status_code == 202, r.text
-    done = poll("the resumed run", lambda: (lambda x: x if x["status"] == "succeeded" else None)(run(server, rid)),
-                300)
+    poll("the resumed run", lambda: run(server, rid)["status"] == "running" or None, 60)
+    requests.post(server.api(f"/runs/{rid}/cancel"), timeout=10)
+    done = poll("the second cancel", lambda: (lambda x: x if x["status"] == "cancelled" else None)(run(server, rid)),
+                60)
     browser.refresh()  # resumed from the API, not the page: its stream ended with the cancel
     rows = wait(browser, lambda b: (lambda rows: rows if len(rows) == 2 and rows[1][5] != "—" else None)(
         b.execute_script(ROWS)), 30, message="two ended attempts on the page")
     a1, a2 = done["attempts"]
-    assert [r[0] for r in rows] == ["1", "2"] and [r[5] for r in rows] == ["cancelled", "succeeded"], rows
+    assert [r[0] for r in rows] == ["1", "2"] and [r[5] for r in rows] == ["cancelled", "cancelled"], rows
+    assert a2["step_start"] == a1["step_end"]
     assert rows[1][4].replace(",", "").split(" → ") == [str(a2["step_start"]), str(a2["step_end"])], rows
     assert not browser.find_elements(By.ID, "run-resources")  # finished: nothing runs
     assert severe(browser) == []
