@@ -327,7 +327,9 @@ static json_t *read_run_config(tw_server *S, const char *folder, char *path, tw_
     json_t *cfg = fd >= 0 ? json_loadfd(fd, 0, &je) : NULL;
     if (fd >= 0)
         close(fd);
-    if (!cfg)
+    if (fd < 0)
+        tw_fs_error(err, path, "cannot read the run's config"); /* names a symbolic link met on the way */
+    else if (!cfg)
         tw_error_set(err, TW_ERR_IO, path, -1, "cannot read the run's config");
     return cfg;
 }

@@ -415,6 +415,7 @@ def test_compare_sort_filter_resume_and_finetune(serve, browser):
     assert "learning rate" in headers and "optimizer" not in headers and "batch" not in headers, headers
     assert sorted(column_texts(d, "compare-table", "learning_rate")) == ["0.001", "0.01"]
     for acc in column_texts(d, "compare-table", "final_accuracy_ema"):
+        acc = acc.removesuffix(" ★")  # the best of the compared runs is marked
         assert acc.endswith("%") and 10 < float(acc[:-1]) <= 100, acc
     for loss in column_texts(d, "compare-table", "final_loss"):
         assert float(loss) > 0, loss
