@@ -552,6 +552,7 @@ static int cannot_start(tw_scheduler *s, json_t *run)
         return 0;
     char msg[1200];
     tw_error_format(&err, msg, sizeof msg);
+    tw_log("tower serve: run %s: %s", json_string_value(json_object_get(run, "id")), msg);
     if (err.status != TW_ERR_INVALID)
         reason = "crashed";
     fail_now(s, json_string_value(json_object_get(run, "id")), reason,
