@@ -29,6 +29,7 @@
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,7 @@ typedef struct {
     int64_t rate_step;
     int dirty;
     double saved_at;
+    int64_t saved_step;      /* the step of the last progress write */
     char final_status[16];   /* "completed" / "cancelled" from the last status line */
     char last_error[600];    /* the last error line the child printed, else its last stderr line */
     int json_error;          /* last_error came from a JSON error line (it wins over stderr) */
@@ -677,7 +679,8 @@ static void save_progress(tw_scheduler *s, child *c, double now)
 {
     if (c->eval_out) /* an evaluation job has no progress row */
         return;
-    if (!c->dirty || now - c->saved_at < PROGRESS_EVERY)
+    int first_step = c->step > 0 && c->saved_step == 0; /* the first step is shown at once */
+    if (!c->dirty || (now - c->saved_at < PROGRESS_EVERY && !first_step))
         return;
     char *m = json_dumps(c->metrics, JSON_COMPACT);
     tw_error err;
@@ -686,6 +689,7 @@ static void save_progress(tw_scheduler *s, child *c, double now)
     free(m);
     c->dirty = 0;
     c->saved_at = now;
+    c->saved_step = c->step;
     tw_server_changed(s->S);
 }
 
@@ -753,6 +757,19 @@ static void hparams_end(tw_server *S, const child *c, outcome o)
         log_store_error(&err);
 }
 
+/* The server's closing line of a child's log, "== TEXT ==" (one line of the log, as log_line keeps it). */
+static void log_closing(child *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void log_closing(child *c, const char *fmt, ...)
+{
+    char text[1000], tail[1100];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof text, fmt, ap);
+    va_end(ap);
+    int n = snprintf(tail, sizeof tail, "== %s ==", text);
+    log_line(c, tail, (size_t)n < sizeof tail ? (size_t)n : sizeof tail - 1);
+}
+
 static void finish_evaluation(tw_scheduler *s, child *c); /* evaluation jobs: at the end of the file */
 
 static void finish(tw_scheduler *s, child *c)
@@ -766,6 +783,7 @@ static void finish(tw_scheduler *s, child *c)
     char how[160], msg[900];
     describe_exit(c, S->opt.heartbeat_timeout, how, sizeof how);
     snprintf(msg, sizeof msg, "%s%s%s", how, c->last_error[0] ? ": " : "", c->last_error);
+    log_closing(c, "%s", msg); /* before the store says the run ended: a reader of the ended run's log finds it */
     c->dirty = 1;
     c->saved_at = 0;
     save_progress(s, c, tw_now_mono());
@@ -789,9 +807,6 @@ static void finish(tw_scheduler *s, child *c)
     if (st != TW_OK)
         log_store_error(&err);
     free(e);
-    char tail[1100];
-    int n = snprintf(tail, sizeof tail, "== %s ==", msg);
-    log_line(c, tail, (size_t)n < sizeof tail ? (size_t)n : sizeof tail - 1);
     tw_server_changed(S);
 }
 
@@ -1166,6 +1181,7 @@ static void finish_evaluation(tw_scheduler *s, child *c)
                                       : tw_child_failure_of(exit_status)->code;
     if (exited_ok && !doc && state == TW_RUN_FAILED)
         snprintf(msg, sizeof msg, "%s", err.message);
+    log_closing(c, "%s: %s", tw_run_state_name(state), msg);
     char *e = state == TW_RUN_FAILED ? error_text(code, msg) : NULL;
     char *result = doc ? json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(17)) : NULL;
     if (tw_store_eval_finished(S->store, c->id, state, e, result, tw_now_wall(), &err) != TW_OK)
@@ -1173,9 +1189,6 @@ static void finish_evaluation(tw_scheduler *s, child *c)
     free(e);
     free(result);
     json_decref(doc);
-    char tail[1100];
-    int n = snprintf(tail, sizeof tail, "== %s: %s ==", tw_run_state_name(state), msg);
-    log_line(c, tail, (size_t)n < sizeof tail ? (size_t)n : sizeof tail - 1);
     tw_server_changed(S);
 }
 

@@ -3,7 +3,7 @@
  * Every statement is prepared once (keyed by its text's address: they are literals) and bound with a
  * small format string ("s" text, "S" text or NULL, "i" int64, "d" double). Rows become JSON objects
  * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. The schema's version is
- * PRAGMA user_version (7), and an older database is migrated at open. */
+ * PRAGMA user_version (8), and an older database is migrated at open. */
 #define _GNU_SOURCE
 #include "store.h"
 
@@ -339,20 +339,6 @@ static tw_status first(tw_status s, json_t *rows, json_t **out)
     return s != TW_OK ? s : *out ? TW_OK : TW_END;
 }
 
-/* Whether table has the column (PRAGMA table_info). */
-static int has_column(sqlite3 *db, const char *table, const char *column)
-{
-    char sql[128];
-    sqlite3_stmt *stmt = NULL;
-    int found = 0;
-    snprintf(sql, sizeof sql, "PRAGMA table_info(%s)", table);
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt, NULL) == SQLITE_OK)
-        while (!found && sqlite3_step(stmt) == SQLITE_ROW)
-            found = !strcmp((const char *)sqlite3_column_text(stmt, 1), column);
-    sqlite3_finalize(stmt);
-    return found;
-}
-
 /* Brings a database of an older version to this one: the version is read and changed in one write
  * transaction, so two openers never both migrate. An SQLite result code; on failure why holds SQLite's
  * message (taken before the rollback, which clears it). */
@@ -378,9 +364,8 @@ static int migrate(sqlite3 *db, char *why, size_t why_size)
         rc = sqlite3_exec(db, MIGRATE_6, NULL, NULL, NULL);
     if (rc == SQLITE_OK && version < 7)
         rc = sqlite3_exec(db, MIGRATE_7, NULL, NULL, NULL);
-    if (rc == SQLITE_OK && version < 8) /* a folder an older Tower shared may have the column already */
-        rc = sqlite3_exec(db, has_column(db, "runs", "attempts") ? "PRAGMA user_version = 8;" : MIGRATE_8, NULL, NULL,
-                          NULL);
+    if (rc == SQLITE_OK && version < 8)
+        rc = sqlite3_exec(db, MIGRATE_8, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {

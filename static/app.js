@@ -772,7 +772,7 @@
   }
 
   function makeChart(canvas, spec) {
-    return new window.Chart(canvas, {
+    const chart = new window.Chart(canvas, {
       type: 'line',
       data: {
         datasets: spec.series.map(([, label], i) => ({
@@ -794,10 +794,12 @@
           y: {type: window.TowerCharts.view.log ? 'logarithmic' : 'linear', ticks: {maxTicksLimit: 6}}
         },
         plugins: {legend: {display: spec.series.length > 1, labels: {sort: (x, y) => x.datasetIndex - y.datasetIndex}},
-          title: {display: false}, tooltip: {enabled: false}, towerReadout: {el: spec.readout}}
+          title: {display: false}, tooltip: {enabled: false}}
       },
       plugins: [window.TowerCharts.plugin]
     });
+    chart.$towerReadout = spec.readout; /* charts.js's hover readout */
+    return chart;
   }
 
   /* At most MAX_CHART_POINTS points, evenly thinned, always with the last one. */

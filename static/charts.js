@@ -5,7 +5,8 @@
  *   redraw(charts)        redraws charts (an object or array of Chart instances) after view changed
  *   smooth(points, w)     TensorBoard's debiased exponential moving average of points' y
  *   plugin                the Chart.js plugin: a readout of every series' value at the step under the cursor
- *                         (options.plugins.towerReadout.el gets it), a drag on x to zoom, double-click to reset.
+ *                         (the element in chart.$towerReadout gets it: never in the options, whose resolver
+ *                         would walk the DOM), a drag on x to zoom, double-click to reset.
  * No state of its own besides view: each chart's unmodified points live in its datasets' `raw`. */
 (function () {
   'use strict';
@@ -59,7 +60,7 @@
   /* The readout of the step nearest to the cursor: one row per dataset, its unsmoothed value at that step
    * (and the smoothed one when smoothing is on). The element carries data-step for tests and scripts. */
   function readout(chart, x) {
-    const el = ((chart.options.plugins || {}).towerReadout || {}).el;
+    const el = chart.$towerReadout;
     if (!el) return;
     const all = chart.data.datasets.flatMap((ds) => ds.data || []);
     const at = nearest(all, x);
@@ -89,7 +90,8 @@
     id: 'towerReadout',
     afterEvent(chart, args) {
       const e = args.event, xs = chart.scales.x;
-      if (!xs) return;
+      /* chart.update() replays the last event: acting on a replay would update again, without end */
+      if (!xs || args.replay) return;
       const x = xs.getValueForPixel(e.x);
       if (e.type === 'mousemove') {
         readout(chart, x);

@@ -94,3 +94,12 @@ def test_hover_smoothing_scale_zoom_and_picker(serve, browser):
     # The picker lists every series of the run (per-class ones too).
     picker = Select(d.find_element(By.ID, "chart-picker"))
     wait(d, lambda d: len(picker.options) == len(scalars) + 1, message="every series in the picker")
+
+    # Picking a per-class series adds its chart, drawn with the run's values of that tag (the metrics reload
+    # that fills it also updates the loss chart just zoomed and reset: Chart.js replays that chart's last event).
+    tag = next(t for t in sorted(scalars) if "recall" in t)
+    picker.select_by_value(tag)
+    key = f"tag-{tag}"
+    wait(d, lambda d: js(d, "return !!(window.towerCharts[arguments[0]]);", key), message="the picked chart")
+    wait(d, lambda d: chart_state(d, key)["data"][0] == [[s, v] for s, v, _ in scalars[tag]],
+         message=f"the picked chart's points ({tag})", detail=lambda d: chart_state(d, key))

@@ -30,6 +30,7 @@ def make_old(data, run):
     db = sqlite3.connect(data / "tower.db")
     db.executescript("DROP INDEX runs_folder; ALTER TABLE runs DROP COLUMN folder;"  # the columns after v3
                      "ALTER TABLE runs DROP COLUMN processes; ALTER TABLE runs DROP COLUMN hosts;"
+                     "ALTER TABLE runs DROP COLUMN attempts;"
                      "PRAGMA user_version = 3;")
     db.close()
 
