@@ -868,7 +868,7 @@ typedef struct {
     tw_server *S;
     char id[TW_ID_BYTES];
     uint64_t seen;
-    char *last;      /* the last run JSON sent (owned) */
+    char *last;      /* the last run JSON sent, less its CLOCK_FIELDS (owned) */
     char *pending;   /* bytes not yet handed to the connection (owned) */
     size_t off, len;
     int ending;      /* the run finished: end after pending */
@@ -885,6 +885,9 @@ static double keepalive_every(const tw_server *S)
 
 /* Produces the next event text into s->pending: the run when it changed, else a keep-alive comment once the
  * stream has been silent for keepalive_every (whatever other runs do meanwhile). Blocks until then. */
+/* The run object's fields that move with the clock alone: a change of them is not an event. */
+static const char *const CLOCK_FIELDS[] = {"total_time_s", "expected_start"};
+
 static void sse_produce(sse *s)
 {
     for (;;) {
@@ -902,15 +905,20 @@ static void sse_produce(sse *s)
         json_decref(row);
         char *text = json_dumps(run, JSON_COMPACT);
         s->ending = tw_run_state_final(tw_store_run_state(run));
+        for (size_t i = 0; i < sizeof CLOCK_FIELDS / sizeof *CLOCK_FIELDS; i++)
+            json_object_del(run, CLOCK_FIELDS[i]);
+        char *seen = json_dumps(run, JSON_COMPACT);
         json_decref(run);
-        if (text && (!s->last || strcmp(text, s->last))) {
+        if (text && seen && (!s->last || strcmp(seen, s->last))) {
             free(s->last);
-            s->last = text;
+            s->last = seen;
             if (asprintf(&s->pending, "event: run\ndata: %s\n\n", text) < 0)
                 s->pending = NULL;
+            free(text);
             break;
         }
         free(text);
+        free(seen);
         if (s->ending) {
             s->pending = NULL;
             break;
