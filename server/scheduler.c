@@ -59,6 +59,7 @@ enum {
 };
 
 static const double PROGRESS_EVERY = 1.0; /* seconds between progress writes per run */
+static const char SHUTDOWN[] = "shutdown"; /* the kill reason of the children of a stopping server */
 static const double USAGE_EVERY = 1.0;    /* seconds between samples of a run's CPU, memory and GPUs */
 
 typedef struct {
@@ -80,7 +81,7 @@ typedef struct {
     double term_at;          /* when SIGTERM went out (0: not yet) */
     int killed;              /* SIGKILL went out */
     int cancel;              /* the user asked */
-    const char *kill_reason; /* "timeout", "deadline" or NULL */
+    const char *kill_reason; /* "timeout", "deadline", SHUTDOWN or NULL */
     double deadline;         /* monotonic; 0 = none */
     int restarts, max_restarts;
     int attempt;             /* this start's number among the run's attempts (1, 2, ...) */
@@ -702,17 +703,19 @@ typedef struct {
 /* What an exit means (docs/reliability.md rule 3: deterministic failures fail fast, infrastructure ones retry). */
 static outcome classify(const child *c)
 {
+    int clean = !WIFSIGNALED(c->wstatus) && WEXITSTATUS(c->wstatus) == 0;
     if (c->cancel)
         return (outcome){TW_RUN_CANCELLED, NULL, NULL};
+    if (clean && !strcmp(c->final_status, TW_CHILD_COMPLETED)) /* done, whatever asked it to stop meanwhile */
+        return (outcome){TW_RUN_SUCCEEDED, NULL, NULL};
     if (c->kill_reason && !strcmp(c->kill_reason, "deadline"))
         return (outcome){TW_RUN_FAILED, "deadline", "DEADLINE_EXCEEDED"};
+    if (c->kill_reason && !strcmp(c->kill_reason, SHUTDOWN))
+        return (outcome){TW_RUN_QUEUED, SHUTDOWN, NULL}; /* not the run's failure: no restart counted */
     if (c->kill_reason)
         return (outcome){TW_RUN_QUEUED, "timeout", "HEARTBEAT_TIMEOUT"};
-    if (!WIFSIGNALED(c->wstatus) && WEXITSTATUS(c->wstatus) == 0) {
-        if (!strcmp(c->final_status, TW_CHILD_COMPLETED))
-            return (outcome){TW_RUN_SUCCEEDED, NULL, NULL};
+    if (clean)
         return (outcome){TW_RUN_QUEUED, "interrupted", "INTERRUPTED"}; /* stopped by someone else's SIGTERM */
-    }
     const tw_child_failure *f = tw_child_failure_of(WIFSIGNALED(c->wstatus) ? -1 : WEXITSTATUS(c->wstatus));
     return (outcome){f->final ? TW_RUN_FAILED : TW_RUN_QUEUED, f->reason, f->code}; /* a signal: a crash */
 }
@@ -783,11 +786,19 @@ static void finish(tw_scheduler *s, child *c)
     char how[160], msg[900];
     describe_exit(c, S->opt.heartbeat_timeout, how, sizeof how);
     snprintf(msg, sizeof msg, "%s%s%s", how, c->last_error[0] ? ": " : "", c->last_error);
+    if (o.reason == SHUTDOWN)
+        snprintf(msg, sizeof msg, "server stopped: the run is queued to go on when it starts again");
     log_closing(c, "%s", msg); /* before the store says the run ended: a reader of the ended run's log finds it */
     c->dirty = 1;
     c->saved_at = 0;
     save_progress(s, c, tw_now_mono());
     tw_error err;
+    if (o.reason == SHUTDOWN) {
+        if (tw_store_run_stopped(S->store, c->id, &err) < 0)
+            log_store_error(&err);
+        tw_server_changed(S);
+        return;
+    }
     tw_status st = TW_OK;
     char *e = o.code ? error_text(o.code, msg) : NULL;
     if (o.state == TW_RUN_QUEUED && c->restarts < c->max_restarts) {
@@ -866,9 +877,10 @@ static void flush_pipes(child *c, double now)
     }
 }
 
-/* Settles the runs whose leader exited and whose whole group is gone; finishes them (finish_runs) and
- * frees their devices. Caller holds the mutex. */
-static void reap(tw_scheduler *s, int finish_runs)
+/* Settles the runs whose leader exited and whose whole group is gone; finishes them and frees their
+ * devices. An evaluation job a stopping server ended stays "running" in the store, to start again from the
+ * beginning (tw_store_evals_recover). Caller holds the mutex. */
+static void reap(tw_scheduler *s)
 {
     reap_children(s);
     for (int i = 0; i < s->n_kids;) {
@@ -880,7 +892,7 @@ static void reap(tw_scheduler *s, int finish_runs)
             continue;
         }
         flush_pipes(c, tw_now_mono());
-        if (finish_runs)
+        if (!(s->stopping && c->eval_out))
             finish(s, c);
         child_free(c);
         s->kids[i] = s->kids[--s->n_kids];
@@ -935,7 +947,7 @@ static void *supervise(void *arg)
             sample_usage(s, s->kids[i], now);
             save_progress(s, s->kids[i], now);
         }
-        reap(s, !s->stopping);
+        reap(s);
         while (!s->stopping && !atomic_load(&s->S->fatal) && start_next(s)) {
         }
         if (!s->stopping && !atomic_load(&s->S->fatal))
@@ -980,7 +992,7 @@ void tw_scheduler_destroy(tw_scheduler *s)
     s->stopping = 1;
     double now = tw_now_mono();
     for (int i = 0; i < s->n_kids; i++)
-        terminate(s->kids[i], "shutdown", now);
+        terminate(s->kids[i], SHUTDOWN, now);
     pthread_mutex_unlock(&s->mu);
     wake(s);
     pthread_join(s->thread, NULL);

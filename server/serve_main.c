@@ -256,12 +256,12 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
     tw_data_path(S, TW_DATA_DB, db, sizeof db); /* fits: the lock file's name is as long */
     TW_TRY(tw_store_open(db, &S->store, err));
     tw_store_on_fatal(S->store, store_failed, S);
-    int recovered = tw_store_runs_recover(S->store, err);
-    if (recovered < 0)
-        return err->status;
-    if (recovered)
-        fprintf(stderr, "tower serve: %d run(s) were running when the server stopped: queued to resume\n",
-                recovered);
+    int requeued, failed;
+    TW_TRY(tw_store_runs_recover(S->store, &requeued, &failed, err));
+    if (requeued + failed)
+        fprintf(stderr, "tower serve: %d run(s) were running when the server last ended without stopping them: "
+                "%d queued to try again (a restart each), %d failed with their restarts spent\n",
+                requeued + failed, requeued, failed);
     if (tw_store_evals_recover(S->store, err) < 0) /* evaluation jobs start again from the beginning */
         return err->status;
     TW_TRY(tw_datasets_start(S, err));

@@ -697,15 +697,32 @@ tw_status tw_store_run_requeue(tw_store *st, const char *id, const char *reason,
                 "SSds", reason, error, not_before, id);
 }
 
-int tw_store_runs_recover(tw_store *st, tw_error *err)
+int tw_store_run_stopped(tw_store *st, const char *id, tw_error *err)
 {
     int changed = 0;
     if (exec(st, &changed, err,
              "UPDATE runs SET status = 'queued', devices = NULL, eta_s = NULL, "
-             END_ATTEMPT(SQL_NOW, "'server stopped'") " WHERE status = 'running'",
-             "") != TW_OK)
+             END_ATTEMPT(SQL_NOW, "'server stopped'") " WHERE id = ? AND status = 'running'",
+             "s", id) != TW_OK)
         return -1;
     return changed;
+}
+
+tw_status tw_store_runs_recover(tw_store *st, int *requeued, int *failed, tw_error *err)
+{
+    static const char WHY[] = "the server ended without stopping the run (a crash, a kill or a power loss)";
+    *requeued = *failed = 0;
+    TW_TRY(exec(st, failed, err,
+                "UPDATE runs SET status = 'failed', reason = 'crashed', error = json_object('code', 'CRASHED', "
+                "'message', 'gave up after ' || restarts || ' restarts: ' || ?1), finished = " SQL_NOW
+                ", devices = NULL, eta_s = NULL, " END_ATTEMPT(SQL_NOW, "'server crashed'")
+                " WHERE status = 'running' AND restarts >= max_restarts",
+                "s", WHY));
+    return exec(st, requeued, err,
+                "UPDATE runs SET status = 'queued', reason = 'crashed', error = json_object('code', 'CRASHED', "
+                "'message', ?1), restarts = restarts + 1, devices = NULL, eta_s = NULL, "
+                END_ATTEMPT(SQL_NOW, "'server crashed'") " WHERE status = 'running'",
+                "s", WHY);
 }
 
 int tw_store_run_cancel_queued(tw_store *st, const char *id, double now, tw_error *err)

@@ -153,8 +153,13 @@ tw_status tw_store_run_finished(tw_store *st, const char *id, tw_run_state state
  * the last failure. */
 tw_status tw_store_run_requeue(tw_store *st, const char *id, const char *reason, const char *error,
                                double not_before, tw_error *err);
-/* Runs left "running" by a server that died: back to queued (not counted as restarts). Returns count. */
-int tw_store_runs_recover(tw_store *st, tw_error *err);
+/* A run the stopping server stopped: back to queued (not a restart), its attempt ended "server stopped".
+ * Returns 1, 0 when the run was not running, -1 on error. */
+int tw_store_run_stopped(tw_store *st, const char *id, tw_error *err);
+/* Runs left "running" by a server that died without stopping them: each such start was an attempt that
+ * crashed: back to queued with restarts + 1 (*requeued of them), or failed "crashed" once their restarts are
+ * spent (*failed); the attempt ends "server crashed". */
+tw_status tw_store_runs_recover(tw_store *st, int *requeued, int *failed, tw_error *err);
 /* queued -> cancelled in one statement. 1 when it changed the row. */
 int tw_store_run_cancel_queued(tw_store *st, const char *id, double now, tw_error *err);
 /* Deletes a finished run and its evaluation jobs: TW_ERR_INVALID when it is not finished or an evaluation job

@@ -168,7 +168,9 @@ def test_p2_kill_9_server_children_die_and_resume_exactly(with_dataset, serve, t
     poll("the children to die with the server", lambda: True if not any(map(pid_alive, children)) else None)
     again = fake_server(serve, tool, "step_ms=1", data=server.data)
     done = wait_run(again, run["id"])
-    assert done["status"] == "succeeded" and done["step"] == 300 and done["restarts"] == 0
+    # the server's crash ended an attempt: a restart counted, the timeline says why
+    assert done["status"] == "succeeded" and done["step"] == 300 and done["restarts"] == 1
+    assert [a["reason"] for a in done["attempts"]] == ["server crashed", "succeeded"], done["attempts"]
     lines = (helpers.run_dir(server.data, run["id"]) / "steps.log").read_text().split()
     assert lines[1::2] == [str(i) for i in range(1, 301)]
     assert run_steps(again, run["id"]) == list(range(1, 301))
@@ -234,5 +236,25 @@ def test_sigterm_stops_cleanly_and_the_run_resumes(with_dataset, serve, tool):
     assert 50 <= saved < 300  # checkpointed on SIGTERM, not at a checkpoint_every boundary
     again = fake_server(serve, tool, "step_ms=1", data=server.data)
     done = wait_run(again, run["id"])
-    assert done["status"] == "succeeded" and done["restarts"] == 0 and done["step"] == 300
+    assert done["status"] == "succeeded" and done["restarts"] == 0 and done["step"] == 300  # a stop is no crash
+    assert [a["reason"] for a in done["attempts"]] == ["server stopped", "succeeded"], done["attempts"]
     assert run_steps(again, run["id"]) == list(range(1, 301))
+
+
+def test_a_run_that_is_running_whenever_the_server_dies_meets_max_restarts(with_dataset, serve, tool):
+    """Every start of a trainer is an attempt, whatever ended the previous one: a run that is running each
+    time the server is killed (or that kills it) spends its restarts and fails, never loops for ever."""
+    server = with_dataset("step_ms=10")
+    run = submit(server, seed_config(steps=100_000, checkpoint_every=50, max_restarts=1)).json()
+    for crash in (1, 2):
+        poll("the run training", lambda: True if requests.get(server.api(f"/runs/{run['id']}"), timeout=10)
+             .json()["status"] == "running" else None)
+        server.proc.kill()
+        server.proc.wait()
+        server = fake_server(serve, tool, "step_ms=10", data=server.data)
+        shown = requests.get(server.api(f"/runs/{run['id']}"), timeout=10).json()
+        assert [a["reason"] for a in shown["attempts"]].count("server crashed") == crash, shown["attempts"]
+    done = wait_run(server, run["id"])
+    assert done["status"] == "failed" and done["reason"] == "crashed" and done["restarts"] == 1, done
+    assert "gave up after 1 restarts" in done["error"]["message"]
+    assert [a["reason"] for a in done["attempts"]] == ["server crashed", "server crashed"], done["attempts"]

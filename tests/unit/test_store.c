@@ -797,37 +797,77 @@ static void test_run_lifecycle(void **state)
     json_decref(r);
 }
 
+/* Reads the rows' recovery counts into *requeued and *failed, asserting the call succeeded. */
+static void recover(tw_store *st, int *requeued, int *failed)
+{
+    tw_error err;
+    assert_int_equal(tw_store_runs_recover(st, requeued, failed, &err), TW_OK);
+}
+
 static void test_runs_recover(void **state)
 {
     fixture *f = *state;
     tw_error err;
-    assert_int_equal(tw_store_runs_recover(f->st, &err), 0);
+    int requeued, failed;
+    recover(f->st, &requeued, &failed);
+    assert_int_equal(requeued + failed, 0);
     add_run(f->st, "r1", "d1");
     add_run(f->st, "r2", "d1");
     add_run(f->st, "r3", "d1");
     add_run(f->st, "r4", "d1");
+    add_run(f->st, "r5", "d1");
     assert_int_equal(tw_store_run_started(f->st, "r1", "[0]", 1.0, &err), TW_OK);
     assert_int_equal(tw_store_run_started(f->st, "r2", "[1]", 1.0, &err), TW_OK);
     assert_int_equal(tw_store_run_progress(f->st, "r2", 7, "{}", 3.0, &err), TW_OK);
     assert_int_equal(tw_store_run_started(f->st, "r3", "[2]", 1.0, &err), TW_OK);
     assert_int_equal(tw_store_run_finished(f->st, "r3", TW_RUN_SUCCEEDED, NULL, NULL, 2.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_started(f->st, "r5", "[3]", 1.0, &err), TW_OK);
+    assert_int_equal(tw_store_run_stopped(f->st, "r5", &err), 1); /* a stopping server stopped it */
+    assert_int_equal(tw_store_run_stopped(f->st, "r5", &err), 0);
 
-    /* The server dies and comes back. */
+    /* The server dies and comes back: each running run's start was an attempt that crashed. */
     tw_store_close(f->st);
     assert_int_equal(tw_store_open(f->db, &f->st, &err), TW_OK);
-    assert_int_equal(tw_store_runs_recover(f->st, &err), 2);
+    recover(f->st, &requeued, &failed);
+    assert_int_equal(requeued, 2);
+    assert_int_equal(failed, 0);
     expect_status(f->st, "r1", "queued");
     expect_status(f->st, "r2", "queued");
     expect_status(f->st, "r3", "succeeded");
     expect_status(f->st, "r4", "queued");
     json_t *r = run_row(f->st, "r2");
-    assert_int_equal(num(r, "restarts"), 0); /* not counted as a restart */
+    assert_int_equal(num(r, "restarts"), 1); /* counted: the crash ended an attempt */
+    assert_string_equal(str(r, "reason"), "crashed");
     expect_null(r, "devices");
     expect_null(r, "eta_s");
+    json_t *last = json_array_get(json_object_get(r, "attempts"), 0);
+    assert_string_equal(json_string_value(json_object_get(last, "reason")), "server crashed");
+    assert_int_equal(json_integer_value(json_object_get(last, "step_end")), 7);
     json_decref(r);
-    assert_int_equal(tw_store_runs_recover(f->st, &err), 0);
+    r = run_row(f->st, "r5");
+    assert_int_equal(num(r, "restarts"), 0); /* stopped, not crashed */
+    last = json_array_get(json_object_get(r, "attempts"), 0);
+    assert_string_equal(json_string_value(json_object_get(last, "reason")), "server stopped");
+    json_decref(r);
+    recover(f->st, &requeued, &failed);
+    assert_int_equal(requeued + failed, 0);
     /* Submission order survives: r1 is still first. */
     expect_next(f->st, 10.0, "r1");
+
+    /* A run that brings the server down every time it starts meets its max_restarts (3), then fails. */
+    for (int crash = 1; crash <= 3; crash++) {
+        assert_int_equal(tw_store_run_started(f->st, "r2", "[1]", 10.0 + crash, &err), TW_OK);
+        recover(f->st, &requeued, &failed);
+        assert_int_equal(requeued, crash < 3);
+        assert_int_equal(failed, crash == 3);
+    }
+    r = run_row(f->st, "r2");
+    assert_string_equal(str(r, "status"), "failed");
+    assert_string_equal(str(r, "reason"), "crashed");
+    const char *message = json_string_value(json_object_get(json_object_get(r, "error"), "message"));
+    assert_non_null(strstr(message, "gave up after 3 restarts"));
+    assert_int_equal(json_array_size(json_object_get(r, "attempts")), 4);
+    json_decref(r);
 }
 
 /* The state counts the triggers keep equal a count over the rows after every kind of change: inserts,
@@ -864,7 +904,9 @@ static void test_counts_follow_every_change(void **state)
     assert_int_equal(tw_store_run_progress(f->st, "r2", 5, NULL, 1.0, &err), TW_OK); /* no state change */
     assert_int_equal(tw_store_run_cancel_queued(f->st, "r3", 4.0, &err), 1);
     expect_counts_match_rows(f->st, f->db);
-    assert_int_equal(tw_store_runs_recover(f->st, &err), 1); /* r2: running -> queued */
+    int requeued, failed;
+    assert_int_equal(tw_store_runs_recover(f->st, &requeued, &failed, &err), TW_OK); /* r2: running -> queued */
+    assert_int_equal(requeued, 1);
     assert_int_equal(tw_store_run_delete(f->st, "r1", &err), TW_OK);
     assert_int_equal(tw_store_run_delete(f->st, "r3", &err), TW_OK);
     expect_counts_match_rows(f->st, f->db);
