@@ -44,6 +44,7 @@
 #include "launch.h"
 #include "logtext.h"
 #include "store.h"
+#include "memcg.h"
 #include "usage.h"
 #include "checkpoint.h"
 #include "child.h"
@@ -100,6 +101,9 @@ typedef struct {
     int processes;           /* > 1: started through the launcher, in a session of its own (launch.h) */
     json_t *hosts;           /* the run's host list for the launcher (owned; empty: none) */
     tw_usage usage;          /* what its processes use (usage.h), sampled every USAGE_EVERY */
+    tw_memcg memcg;          /* its memory cgroup, and the OOM kills counted there before it started */
+    long long oom_kills;
+    int oom;                 /* it died of the kernel's OOM killer (finish) */
 } child;
 
 struct tw_scheduler {
@@ -408,6 +412,8 @@ static tw_status fork_child(child *c, char **argv, const char *visible, char *ex
     if (!env || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)
         goto fail;
     pid_t parent = getpid();
+    tw_memcg_of(parent, &c->memcg); /* the child starts in the server's group: its count before the child */
+    c->oom_kills = tw_memcg_oom_kills(&c->memcg);
     c->pid = fork();
     if (c->pid == 0)
         exec_child(argv, env, out[1], err[1], parent, c->processes > 1);
@@ -706,6 +712,10 @@ static outcome classify(const child *c)
     int clean = !WIFSIGNALED(c->wstatus) && WEXITSTATUS(c->wstatus) == 0;
     if (c->cancel)
         return (outcome){TW_RUN_CANCELLED, NULL, NULL};
+    if (c->oom) { /* not retried: the next attempt would meet the same limit */
+        const tw_child_failure *f = tw_child_failure_of(TW_EXIT_OOM);
+        return (outcome){TW_RUN_FAILED, f->reason, f->code};
+    }
     if (clean && !strcmp(c->final_status, TW_CHILD_COMPLETED)) /* done, whatever asked it to stop meanwhile */
         return (outcome){TW_RUN_SUCCEEDED, NULL, NULL};
     if (c->kill_reason && !strcmp(c->kill_reason, "deadline"))
@@ -720,9 +730,35 @@ static outcome classify(const child *c)
     return (outcome){f->final ? TW_RUN_FAILED : TW_RUN_QUEUED, f->reason, f->code}; /* a signal: a crash */
 }
 
+/* Whether the child died of a SIGKILL the server did not send, counted by its memory cgroup as an OOM
+ * kill since it started (or recorded by the kernel's log). */
+static int killed_for_memory(const child *c)
+{
+    if (c->cancel || c->kill_reason || !WIFSIGNALED(c->wstatus) || WTERMSIG(c->wstatus) != SIGKILL)
+        return 0;
+    long long kills = tw_memcg_oom_kills(&c->memcg);
+    return (c->oom_kills >= 0 && kills > c->oom_kills) || tw_memcg_kernel_killed(c->pid);
+}
+
+/* What the kernel's OOM killer ended: the group, its limit and its peak. */
+static void describe_oom(const child *c, char *buf, size_t size)
+{
+    long long limit = tw_memcg_limit(&c->memcg), peak = tw_memcg_peak(&c->memcg);
+    char l[48] = "none (the machine's memory ran out)", p[48] = "unknown";
+    if (limit >= 0)
+        snprintf(l, sizeof l, "%.1f MiB", (double)limit / (1024.0 * 1024.0));
+    if (peak >= 0)
+        snprintf(p, sizeof p, "%.1f MiB", (double)peak / (1024.0 * 1024.0));
+    snprintf(buf, size, "killed by the kernel's OOM killer (signal 9): memory cgroup %s, limit %s, peak %s; give "
+             "the run less to hold (a smaller batch_size or model, a lower --input-memory) or the server more memory",
+             c->memcg.dir[0] ? c->memcg.dir : "unknown", l, p);
+}
+
 static void describe_exit(const child *c, double heartbeat_timeout, char *buf, size_t size)
 {
-    if (c->kill_reason && !strcmp(c->kill_reason, "timeout"))
+    if (c->oom)
+        describe_oom(c, buf, size);
+    else if (c->kill_reason && !strcmp(c->kill_reason, "timeout"))
         snprintf(buf, size, "no progress line for %.0f s: killed", heartbeat_timeout);
     else if (WIFSIGNALED(c->wstatus))
         snprintf(buf, size, "killed by signal %d (%s)", WTERMSIG(c->wstatus), strsignal(WTERMSIG(c->wstatus)));
@@ -764,7 +800,7 @@ static void hparams_end(tw_server *S, const child *c, outcome o)
 static void log_closing(child *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void log_closing(child *c, const char *fmt, ...)
 {
-    char text[1000], tail[1100];
+    char text[1400], tail[1500];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(text, sizeof text, fmt, ap);
@@ -782,8 +818,9 @@ static void finish(tw_scheduler *s, child *c)
         return;
     }
     tw_server *S = s->S;
+    c->oom = killed_for_memory(c);
     outcome o = classify(c);
-    char how[160], msg[900];
+    char how[600], msg[1300];
     describe_exit(c, S->opt.heartbeat_timeout, how, sizeof how);
     snprintf(msg, sizeof msg, "%s%s%s", how, c->last_error[0] ? ": " : "", c->last_error);
     if (o.reason == SHUTDOWN)
@@ -806,7 +843,7 @@ static void finish(tw_scheduler *s, child *c)
         st = tw_store_run_requeue(S->store, c->id, o.reason, e, tw_now_wall() + delay, &err);
     } else {
         if (o.state == TW_RUN_QUEUED && c->max_restarts > 0) {
-            char gave_up[1000];
+            char gave_up[1400];
             snprintf(gave_up, sizeof gave_up, "gave up after %d restarts: %s", c->restarts, msg);
             free(e);
             e = error_text(o.code, gave_up);

@@ -58,6 +58,8 @@
  *                    orphan       a grandchild: the helper forks it and exits at once, so it is orphaned
  *                                 while the trainer runs; it keeps stdout and stderr open
  *                  (every attempt forks one: `once` does not apply)
+ *   hog_mb=N       at start-up allocate N MiB and write to every page of it, as a trainer outgrowing its
+ *                  memory would: inside a memory cgroup limit below N MiB the kernel's OOM killer ends it
  *   forge          at start-up write a stderr line holding terminal escapes (ESC, BEL) and a failed line
  *                  whose message echoes a value with newlines and ESC, as a trainer quoting a bad config
  *                  value would, then exit 2: what a log must show without a forged line or a raw escape
@@ -98,13 +100,13 @@ static const char USAGE[] =
     "usage: tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B]\n"
     "                    [--data-root DIR] [--monitor-url URL]\n"
     "fault switches in $TW_FAKE: step_ms=N,startup_ms=N,ckpt_ms=N,nan_at=K,inf_at=K,hang_at=K,\n"
-    "crash_at=K,exit_at=K:CODE,once,helper=stdout|ignore_term|orphan,forge (see the comment at the top\n"
-    "of tw_faketrain.c)\n";
+    "crash_at=K,exit_at=K:CODE,once,helper=stdout|ignore_term|orphan,hog_mb=N,forge (see the comment at\n"
+    "the top of tw_faketrain.c)\n";
 
 typedef enum { HELPER_NONE, HELPER_STDOUT, HELPER_IGNORE_TERM, HELPER_ORPHAN } helper_kind;
 
 typedef struct {
-    long step_ms, startup_ms, ckpt_ms;
+    long step_ms, startup_ms, ckpt_ms, hog_mb;
     int64_t nan_at, inf_at, hang_at, crash_at, exit_at;
     int exit_code;
     int once, forge;
@@ -123,6 +125,15 @@ static void on_stop_signal(int sig)
 }
 
 static double now(void) { return tw_child_now(); }
+
+/* The hog_mb switch: N MiB written page by page (kept: the process holds it until it ends). */
+static void hog(void)
+{
+    size_t bytes = (size_t)F.hog_mb << 20;
+    volatile char *p = bytes ? malloc(bytes) : NULL;
+    for (size_t i = 0; p && i < bytes; i += 4096)
+        p[i] = 1;
+}
 
 /* Sleeps ms milliseconds, the whole time even when a signal interrupts. */
 static void sleep_ms(long ms)
@@ -185,8 +196,9 @@ static int parse_switch(char *item)
                  {"hang_at", &F.hang_at, 0},   {"crash_at", &F.crash_at, 0}};
     static const struct {
         const char *name;
-        long *ms;
-    } TIMES[] = {{"step_ms", &F.step_ms}, {"startup_ms", &F.startup_ms}, {"ckpt_ms", &F.ckpt_ms}};
+        long *value; /* milliseconds, or MiB for hog_mb */
+    } LONGS[] = {{"step_ms", &F.step_ms}, {"startup_ms", &F.startup_ms}, {"ckpt_ms", &F.ckpt_ms},
+                 {"hog_mb", &F.hog_mb}};
     if (!strcmp(item, "once"))
         return F.once = 1;
     if (!strcmp(item, "forge"))
@@ -199,11 +211,11 @@ static int parse_switch(char *item)
     for (size_t i = 0; i < sizeof STEPS / sizeof STEPS[0]; i++)
         if (!strcmp(item, STEPS[i].name))
             return parse_i64(value, STEPS[i].lo, STEPS[i].at);
-    for (size_t i = 0; i < sizeof TIMES / sizeof TIMES[0]; i++)
-        if (!strcmp(item, TIMES[i].name)) {
+    for (size_t i = 0; i < sizeof LONGS / sizeof LONGS[0]; i++)
+        if (!strcmp(item, LONGS[i].name)) {
             if (!parse_i64(value, 0, &v) || v > 86400000)
                 return 0;
-            *TIMES[i].ms = (long)v;
+            *LONGS[i].value = (long)v;
             return 1;
         }
     if (!strcmp(item, "helper")) {
@@ -663,6 +675,7 @@ int main(int argc, char **argv)
         return fail_with("INTERNAL", "helper: fork failed", 1);
     if (F.forge)
         forge();
+    hog();
     sleep_ms(F.startup_ms);
     return train(&o);
 }
