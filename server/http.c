@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "deadlines.h"
 #include "logtext.h"
 #include "resolve.h"
 
@@ -86,13 +87,6 @@ int tw_http_status_slot(int status)
 
 const char *tw_http_status_label(int slot) { return STATUS_SLOTS[slot].label; }
 
-/* One TCP connection, for the header deadline: deadline > 0 while a request's headers are awaited. */
-typedef struct conn_watch {
-    int fd;
-    double deadline;
-    struct conn_watch *prev, *next;
-} conn_watch;
-
 /* Open event streams of one client address. */
 typedef struct {
     struct sockaddr_storage addr;
@@ -103,11 +97,8 @@ struct tw_http {
     struct MHD_Daemon *daemon;
     int port;
     int loopback;
-    pthread_mutex_t mu;       /* guards conns, streams, stopping */
-    pthread_cond_t cv;        /* wakes the watchdog to stop */
-    pthread_t watchdog;
-    int watchdog_started, stopping;
-    conn_watch conns;         /* list head of the open connections */
+    pthread_mutex_t mu;       /* guards streams */
+    tw_deadlines *deadlines;  /* each connection's (deadlines.h) */
     stream_count *streams;    /* opt.conn_limit entries; n == 0 is free */
 };
 
@@ -763,77 +754,32 @@ static int decode_json(tw_req *r)
     return 0;
 }
 
-/* ================================ the header deadline ================================ */
+/* ================================ deadlines ================================ */
 
-/* A request's headers must arrive within opt.header_timeout seconds of the connection opening or of the
- * previous reply: libmicrohttpd's own timeout is an idle timeout, which a client sending a byte now and
- * then never meets, so a watchdog thread shuts down the sockets past their deadline (libmicrohttpd then
- * closes them as a client hang-up). Bodies and event streams are under the idle timeout only. */
-
+/* Each connection is watched from its opening to its closing (deadlines.h); the request's phase moves its
+ * deadline: headers due, body due, none while the handler works and the reply goes out. */
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe)
 {
-    tw_server *S = cls;
-    tw_http *h = S->http;
-    conn_watch *w = *socket_context;
+    tw_http *h = ((tw_server *)cls)->http;
     if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (!ci || !(w = calloc(1, sizeof *w)))
-            return;
-        w->fd = ci->connect_fd;
-        w->deadline = tw_now_mono() + S->opt.header_timeout;
-        pthread_mutex_lock(&h->mu);
-        w->prev = &h->conns;
-        w->next = h->conns.next;
-        w->next->prev = w;
-        h->conns.next = w;
-        pthread_mutex_unlock(&h->mu);
-        *socket_context = w;
-    } else if (w) { /* closed: libmicrohttpd closes the socket after this returns */
-        pthread_mutex_lock(&h->mu);
-        w->prev->next = w->next;
-        w->next->prev = w->prev;
-        pthread_mutex_unlock(&h->mu);
-        free(w);
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *addr = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context = fd ? tw_deadlines_open(h->deadlines, fd->connect_fd, addr ? addr->client_addr : NULL)
+                             : NULL;
+    } else { /* closed: libmicrohttpd closes the socket after this returns */
+        tw_deadlines_close(h->deadlines, *socket_context);
         *socket_context = NULL;
     }
 }
 
-/* Arms (awaiting = 1: the next request's headers are due) or clears the deadline of r's connection. */
-static void watch_headers(tw_req *r, int awaiting)
+static tw_conn *conn_of(tw_req *r)
 {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    conn_watch *w = ci ? ci->socket_context : NULL;
-    if (!w)
-        return;
-    pthread_mutex_lock(&r->S->http->mu);
-    w->deadline = awaiting ? tw_now_mono() + r->S->opt.header_timeout : 0;
-    pthread_mutex_unlock(&r->S->http->mu);
+    return ci ? ci->socket_context : NULL;
 }
 
-static void *watchdog(void *arg)
-{
-    tw_http *h = arg;
-    pthread_mutex_lock(&h->mu);
-    while (!h->stopping) {
-        double now = tw_now_mono();
-        for (conn_watch *w = h->conns.next; w != &h->conns; w = w->next)
-            if (w->deadline > 0 && now > w->deadline) {
-                shutdown(w->fd, SHUT_RDWR);
-                w->deadline = 0;
-            }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += 250 * 1000000L;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&h->cv, &h->mu, &until);
-    }
-    pthread_mutex_unlock(&h->mu);
-    return NULL;
-}
+static void phase(tw_req *r, tw_conn_phase p) { tw_deadlines_phase(r->S->http->deadlines, conn_of(r), p); }
 
 /* ================================ dispatch ================================ */
 
@@ -857,7 +803,7 @@ static enum MHD_Result queue(tw_req *r)
 /* First call: the headers are in. Routes, admits, and begins an upload. */
 static enum MHD_Result first_call(tw_req *r, const char *url)
 {
-    watch_headers(r, 0);
+    phase(r, TW_CONN_BODY); /* the headers are in: the body is due (an empty one at once) */
     r->route = route_for(r, r->method, url);
     if (r->route && admit(r) == 0 && (r->route->flags & TW_ROUTE_UPLOAD)) {
         r->began = 1;
@@ -889,6 +835,7 @@ static void resolve_id(tw_req *r)
 
 static enum MHD_Result last_call(tw_req *r)
 {
+    phase(r, TW_CONN_IDLE); /* the handler works and the reply goes out under the idle timeout */
     if (!r->response)
         resolve_id(r);
     if (!r->response && (r->route->flags & TW_ROUTE_JSON_BODY) && decode_json(r) != 0)
@@ -918,6 +865,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_NO;
     if (*upload_data_size) {
         size_t n = *upload_data_size;
+        tw_deadlines_body(r->S->http->deadlines, conn_of(r), n);
         *upload_data_size = 0;
         if (!r->response)
             take_body(r, upload_data, n);
@@ -936,7 +884,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     tw_req *r = *con_cls;
     if (!r)
         return;
-    watch_headers(r, 1);
+    phase(r, TW_CONN_HEADERS); /* the next request's headers are due */
     if (r->began && r->route->upload->cleanup)
         r->route->upload->cleanup(cls, r);
     if (r->response)
@@ -995,19 +943,20 @@ tw_status tw_http_start(tw_server *S, const tw_route *routes, int *port, tw_erro
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     }
     h->loopback = loopback;
-    h->conns.next = h->conns.prev = &h->conns;
     pthread_mutex_init(&h->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&h->cv, &ca);
-    pthread_condattr_destroy(&ca);
     S->http = h;
+    tw_status st = tw_deadlines_start(S->opt.header_timeout, S->opt.body_min_rate, S->opt.conn_limit, &h->deadlines,
+                                      err);
+    if (st != TW_OK) {
+        tw_http_stop(S);
+        return st;
+    }
     h->daemon = MHD_start_daemon(
         MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG,
         0, NULL, NULL, on_request, S, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, NULL, MHD_OPTION_SOCK_ADDR,
         (struct sockaddr *)&sa,
-        MHD_OPTION_CONNECTION_LIMIT, S->opt.conn_limit, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        MHD_OPTION_CONNECTION_LIMIT, S->opt.conn_limit + S->opt.conn_limit / 2, /* room for those closing */
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
         S->opt.per_ip_limit, MHD_OPTION_CONNECTION_TIMEOUT, S->opt.conn_timeout,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY, MHD_OPTION_NOTIFY_COMPLETED,
         on_completed, S, MHD_OPTION_NOTIFY_CONNECTION, on_connection, S, MHD_OPTION_END);
@@ -1016,11 +965,6 @@ tw_status tw_http_start(tw_server *S, const tw_route *routes, int *port, tw_erro
         return tw_error_set(err, TW_ERR_IO, NULL, -1, "cannot listen on %s (in use, or not an address of "
                             "this machine)", S->opt.listen);
     }
-    if (pthread_create(&h->watchdog, NULL, watchdog, h) != 0) {
-        tw_http_stop(S);
-        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cannot start the header watchdog thread");
-    }
-    h->watchdog_started = 1;
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
     h->port = info ? info->port : ntohs(sa.sin_port);
     *port = h->port;
@@ -1032,15 +976,9 @@ void tw_http_stop(tw_server *S)
     tw_http *h = S->http;
     if (!h)
         return;
-    pthread_mutex_lock(&h->mu);
-    h->stopping = 1;
-    pthread_cond_signal(&h->cv);
-    pthread_mutex_unlock(&h->mu);
-    if (h->watchdog_started)
-        pthread_join(h->watchdog, NULL);
     if (h->daemon)
-        MHD_stop_daemon(h->daemon);
-    pthread_cond_destroy(&h->cv);
+        MHD_stop_daemon(h->daemon); /* closes every connection: the deadlines' list is empty after it */
+    tw_deadlines_stop(h->deadlines);
     pthread_mutex_destroy(&h->mu);
     free(h->streams);
     free(h);

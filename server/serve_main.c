@@ -57,7 +57,9 @@ static const char USAGE[] =
     "  --conn-limit N            open connections (default 256)\n"
     "  --per-ip-limit N          open connections per client address (default 64)\n"
     "  --conn-timeout S          seconds of silence before a connection is closed (default 30)\n"
-    "  --header-timeout S        seconds for a request's headers to arrive (default 10)\n"
+    "  --header-timeout S        seconds for a request's headers to arrive (default 10); a body gets as\n"
+    "                            long, plus a second per --body-min-rate bytes received\n"
+    "  --body-min-rate BYTES     the slowest a request body may arrive on average (default 1000/s)\n"
     "  --sse-limit N             open event streams per client address, below --per-ip-limit (default:\n"
     "                            a quarter of it, 16)\n"
     "  --origin URL              another origin whose pages may change things (e.g. a proxy's https://\n"
@@ -80,7 +82,7 @@ static const char USAGE[] =
 
 enum {
     O_LISTEN = 256, O_DATA, O_TOKEN, O_INSECURE, O_NO_DEMO, O_MAX_UPLOAD, O_MAX_DATASET, O_MIN_FREE, O_CONN_LIMIT,
-    O_PER_IP, O_CONN_TIMEOUT, O_HEADER_TIMEOUT, O_SSE_LIMIT, O_ORIGIN, O_TB_URL, O_HEARTBEAT, O_GRACE, O_BACKOFF, O_BACKOFF_CAP, O_MAX_RESTARTS, O_TRAINER,
+    O_PER_IP, O_CONN_TIMEOUT, O_HEADER_TIMEOUT, O_BODY_MIN_RATE, O_SSE_LIMIT, O_ORIGIN, O_TB_URL, O_HEARTBEAT, O_GRACE, O_BACKOFF, O_BACKOFF_CAP, O_MAX_RESTARTS, O_TRAINER,
     O_LAUNCHER, O_MEMORY_LIMIT, O_INPUT_MEMORY, O_HELP
 };
 
@@ -114,6 +116,7 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
         {"conn-limit", required_argument, 0, O_CONN_LIMIT}, {"per-ip-limit", required_argument, 0, O_PER_IP},
         {"conn-timeout", required_argument, 0, O_CONN_TIMEOUT},
         {"header-timeout", required_argument, 0, O_HEADER_TIMEOUT}, {"sse-limit", required_argument, 0, O_SSE_LIMIT},
+        {"body-min-rate", required_argument, 0, O_BODY_MIN_RATE},
         {"origin", required_argument, 0, O_ORIGIN}, {"tensorboard-url", required_argument, 0, O_TB_URL},
         {"heartbeat-timeout", required_argument, 0, O_HEARTBEAT}, {"grace", required_argument, 0, O_GRACE},
         {"backoff", required_argument, 0, O_BACKOFF}, {"backoff-cap", required_argument, 0, O_BACKOFF_CAP},
@@ -147,6 +150,7 @@ static int parse_args(int argc, char **argv, tw_serve_options *o)
         case O_PER_IP: bad = number(name, optarg, 1, 10000, &v); o->per_ip_limit = (unsigned)v; break;
         case O_CONN_TIMEOUT: bad = number(name, optarg, 1, 86400, &v); o->conn_timeout = (unsigned)v; break;
         case O_HEADER_TIMEOUT: bad = number(name, optarg, 1, 3600, &v); o->header_timeout = (unsigned)v; break;
+        case O_BODY_MIN_RATE: bad = number(name, optarg, 1, 1e9, &v); o->body_min_rate = v; break;
         case O_SSE_LIMIT: bad = number(name, optarg, 1, 10000, &v); o->sse_limit = (unsigned)v; break;
         case O_ORIGIN: o->origin = optarg; break;
         case O_TB_URL: o->tensorboard_url = optarg; break;

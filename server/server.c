@@ -28,6 +28,7 @@ void tw_serve_options_default(tw_serve_options *o)
     o->per_ip_limit = 64;
     o->conn_timeout = 30;
     o->header_timeout = 10;
+    o->body_min_rate = 1000;
     o->heartbeat_timeout = 300;
     o->grace = 30;
     o->backoff_base = 10;

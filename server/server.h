@@ -37,6 +37,7 @@ typedef struct {
     unsigned per_ip_limit;     /* open connections per client address */
     unsigned conn_timeout;     /* seconds of silence before a connection is closed */
     unsigned header_timeout;   /* seconds for a request's headers to arrive (from connect or the last reply) */
+    double body_min_rate;      /* bytes/s a body keeps on average after header_timeout seconds of grace */
     unsigned sse_limit;        /* open event streams per client address (0: a quarter of per_ip_limit) */
     const char *origin;        /* another origin allowed to drive the API (a proxy's https://...); NULL: none */
     const char *tensorboard_url; /* a TensorBoard serving DATA/runs, linked from the page; NULL: none */
