@@ -105,7 +105,7 @@ static tw_status add_image(tw_predict_batch *b, const void *data, size_t n, cons
                             "the model takes inputs of shape [%s], not images ([height, width, 1 or 3]): "
                             "send a .npy or JSON array", shape_text(b, shape, sizeof shape));
     tw_image img;
-    TW_TRY(tw_image_decode(data, n, name, &img, err));
+    TW_TRY(tw_image_decode_sized(data, n, b->shape[0], b->shape[1], name, &img, err));
     uint8_t *px = malloc(b->width);
     float *row = NULL;
     tw_status s = px ? tw_image_fit(&img, b->shape[0], b->shape[1], channels, px, name, err)

@@ -39,16 +39,27 @@ void tw_image_free(tw_image *img)
     memset(img, 0, sizeof *img);
 }
 
-/* Checks the header's size against the caps before anything is allocated: 0, or -1 with why[]. */
-static int size_ok(unsigned long w, unsigned long h, char *why, size_t size)
+/* The size an image must have (0 x 0: any within the caps). */
+typedef struct {
+    int width, height;
+} want_size;
+
+/* Checks the header's size against the caps and the wanted size before anything is allocated: TW_OK, or
+ * TW_ERR_TOO_LARGE / TW_ERR_INVALID with why[]. */
+static tw_status size_ok(unsigned long w, unsigned long h, want_size want, char *why, size_t size)
 {
     if (w == 0 || h == 0 || w > TW_IMAGE_MAX_SIDE || h > TW_IMAGE_MAX_SIDE ||
         (unsigned long long)w * h > TW_IMAGE_MAX_PIXELS) {
         snprintf(why, size, "%lux%lu pixels is over the cap (sides up to %d, %d pixels in all)", w, h,
                  TW_IMAGE_MAX_SIDE, TW_IMAGE_MAX_PIXELS);
-        return -1;
+        return TW_ERR_TOO_LARGE;
     }
-    return 0;
+    if (want.width && (w != (unsigned long)want.width || h != (unsigned long)want.height)) {
+        snprintf(why, size, "the image is %lux%lu (width x height), the model takes %dx%d images (they are not "
+                 "resized: resize it first)", w, h, want.width, want.height);
+        return TW_ERR_INVALID;
+    }
+    return TW_OK;
 }
 
 /* ================================ PNG ================================ */
@@ -56,6 +67,7 @@ static int size_ok(unsigned long w, unsigned long h, char *why, size_t size)
 typedef struct {
     const uint8_t *p;
     size_t n, at;
+    want_size want;
     png_structp png;
     png_infop info;
     png_bytep *rows;   /* [height] pointers into img.pixels; owned */
@@ -95,10 +107,9 @@ static int png_run(png_job *j)
     png_set_read_fn(j->png, j, png_read_mem);
     png_read_info(j->png, j->info);
     png_uint_32 w = png_get_image_width(j->png, j->info), h = png_get_image_height(j->png, j->info);
-    if (size_ok(w, h, j->msg, sizeof j->msg) != 0) {
-        j->status = TW_ERR_TOO_LARGE;
+    if ((j->status = size_ok(w, h, j->want, j->msg, sizeof j->msg)) != TW_OK)
         return -1;
-    }
+    j->status = TW_ERR_CORRUPT;
     int type = png_get_color_type(j->png, j->info), depth = png_get_bit_depth(j->png, j->info);
     if (type == PNG_COLOR_TYPE_PALETTE)
         png_set_palette_to_rgb(j->png);
@@ -128,13 +139,16 @@ static int png_run(png_job *j)
 
 static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 
-static tw_status decode_png(const uint8_t *p, size_t n, const char *name, tw_image *out, tw_error *err)
+static tw_status decode_png(const uint8_t *p, size_t n, want_size want, const char *name, tw_image *out,
+                            tw_error *err)
 {
-    png_job j = {.p = p, .n = n, .status = TW_ERR_CORRUPT};
+    png_job j = {.p = p, .n = n, .want = want, .status = TW_ERR_CORRUPT};
     /* IHDR is the first chunk (libpng refuses a file where it is not): its size is refused at once, before
      * libpng reads on to the first IDAT; png_run checks it again from what libpng parsed. */
-    if (n >= 24 && !memcmp(p + 12, "IHDR", 4) && size_ok(be32(p + 16), be32(p + 20), j.msg, sizeof j.msg) != 0)
-        return tw_error_set(err, TW_ERR_TOO_LARGE, label(name), 16, "PNG: %s", j.msg);
+    tw_status s = n >= 24 && !memcmp(p + 12, "IHDR", 4) ? size_ok(be32(p + 16), be32(p + 20), want, j.msg, sizeof j.msg)
+                                                        : TW_OK;
+    if (s != TW_OK)
+        return tw_error_set(err, s, label(name), 16, "PNG: %s", j.msg);
     j.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &j, png_fail, png_warn);
     if (j.png)
         j.info = png_create_info_struct(j.png);
@@ -164,6 +178,7 @@ typedef struct {
 typedef struct {
     struct jpeg_decompress_struct ci;
     jpeg_err e;
+    want_size want;
     int created;
     tw_image img;
     tw_status status;
@@ -196,10 +211,9 @@ static int jpeg_run(jpeg_job *j, const uint8_t *p, size_t n)
     j->ci.mem->max_memory_to_use = 256L << 20;
     jpeg_mem_src(&j->ci, p, (unsigned long)n);
     jpeg_read_header(&j->ci, TRUE);
-    if (size_ok(j->ci.image_width, j->ci.image_height, j->msg, sizeof j->msg) != 0) {
-        j->status = TW_ERR_TOO_LARGE;
+    if ((j->status = size_ok(j->ci.image_width, j->ci.image_height, j->want, j->msg, sizeof j->msg)) != TW_OK)
         return -1;
-    }
+    j->status = TW_ERR_CORRUPT;
     if (j->ci.jpeg_color_space == JCS_CMYK || j->ci.jpeg_color_space == JCS_YCCK) {
         j->status = TW_ERR_UNSUPPORTED;
         snprintf(j->msg, sizeof j->msg, "a CMYK image (only grayscale and colour JPEGs are read)");
@@ -222,12 +236,14 @@ static int jpeg_run(jpeg_job *j, const uint8_t *p, size_t n)
     return 0;
 }
 
-static tw_status decode_jpeg(const uint8_t *p, size_t n, const char *name, tw_image *out, tw_error *err)
+static tw_status decode_jpeg(const uint8_t *p, size_t n, want_size want, const char *name, tw_image *out,
+                             tw_error *err)
 {
     jpeg_job *j = calloc(1, sizeof *j);
     if (!j)
         return tw_error_set(err, TW_ERR_NOMEM, label(name), -1, "out of memory");
     j->status = TW_ERR_CORRUPT;
+    j->want = want;
     j->ci.err = jpeg_std_error(&j->e.pub);
     j->e.pub.error_exit = jpeg_fail;
     j->e.pub.emit_message = jpeg_emit;
@@ -245,17 +261,28 @@ static tw_status decode_jpeg(const uint8_t *p, size_t n, const char *name, tw_im
     return s;
 }
 
-tw_status tw_image_decode(const void *data, size_t n, const char *name, tw_image *out, tw_error *err)
+static tw_status decode(const void *data, size_t n, want_size want, const char *name, tw_image *out, tw_error *err)
 {
     memset(out, 0, sizeof *out);
     switch (tw_image_sniff(data, n)) {
     case TW_IMAGE_PNG:
-        return decode_png(data, n, name, out, err);
+        return decode_png(data, n, want, name, out, err);
     case TW_IMAGE_JPEG:
-        return decode_jpeg(data, n, name, out, err);
+        return decode_jpeg(data, n, want, name, out, err);
     default:
         return tw_error_set(err, TW_ERR_UNSUPPORTED, label(name), 0, "not a PNG or JPEG image");
     }
+}
+
+tw_status tw_image_decode(const void *data, size_t n, const char *name, tw_image *out, tw_error *err)
+{
+    return decode(data, n, (want_size){0, 0}, name, out, err);
+}
+
+tw_status tw_image_decode_sized(const void *data, size_t n, int height, int width, const char *name, tw_image *out,
+                                tw_error *err)
+{
+    return decode(data, n, (want_size){width, height}, name, out, err);
 }
 
 /* ================================ fitting ================================ */

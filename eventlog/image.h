@@ -49,6 +49,12 @@ const char *tw_image_format_name(tw_image_format f);
  * TW_ERR_NOMEM. */
 tw_status tw_image_decode(const void *data, size_t n, const char *name, tw_image *out, tw_error *err);
 
+/* As tw_image_decode, for an image that must be height x width (a model's input): any other size is refused
+ * from the header, before a pixel is decoded or a buffer allocated (TW_ERR_INVALID naming both sizes), so a
+ * request's decoding never holds more than the model's own input size per image. */
+tw_status tw_image_decode_sized(const void *data, size_t n, int height, int width, const char *name, tw_image *out,
+                                tw_error *err);
+
 void tw_image_free(tw_image *img); /* NULL-safe; leaves *img zeroed */
 
 /* Writes img as [height, width, channels] uint8 into dst ([height · width · channels], caller-owned),

@@ -239,6 +239,30 @@ def test_caps_and_the_origin_rule(trained):
     assert r.status_code == 403
 
 
+def peak_rss(pid):
+    """The process's peak resident memory in bytes (VmHWM)."""
+    line = next(l for l in open(f"/proc/{pid}/status") if l.startswith("VmHWM:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_big_images_are_refused_from_their_header_before_decoding(trained):
+    """Sixteen concurrent 8192x2048 RGB PNGs (within every cap, 48 MiB each decoded, ~50 KB sent) for a model
+    of 28x28 images: each is refused from its header, so the server's peak memory hardly moves."""
+    server, run_id, _, _ = trained
+    big = png(np.zeros((2048, 8192, 3), np.uint8), mode="RGB")
+    assert len(big) < 100_000
+    before = peak_rss(server.proc.pid)
+
+    def one(i):
+        r = predict(server, run_id, files=[("file", (f"big{i}.png", big, "image/png"))])
+        return r.status_code, r.json()["error"]["message"]
+    with ThreadPoolExecutor(16) as pool:
+        for status, message in pool.map(one, range(16)):
+            assert status == 400 and "8192x2048" in message and "28x28" in message, message
+    grown = peak_rss(server.proc.pid) - before
+    assert grown < 64 << 20, f"the peak grew by {grown >> 20} MiB"  # one decoded image alone is 48 MiB
+
+
 def test_concurrent_requests_share_one_model(trained):
     """libmicrohttpd runs each request on its own thread; the cached model is used by one at a time."""
     server, run_id, images, path = trained

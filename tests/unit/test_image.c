@@ -229,6 +229,33 @@ static void size_caps_before_allocating(void **state)
     assert_null(img.pixels);
 }
 
+/* A wanted size refuses any other from the header, the PNG's data never read (here there is none) and the
+ * JPEG's never decoded; the wanted size itself decodes as without one. */
+static void wanted_size_before_decoding(void **state)
+{
+    (void)state;
+    uint8_t buf[64];
+    tw_image img;
+    tw_error err;
+    size_t n = png_header(buf, 8192, 2048);
+    assert_int_equal(tw_image_decode_sized(buf, n, 28, 28, "big.png", &img, &err), TW_ERR_INVALID);
+    assert_non_null(strstr(err.message, "8192x2048"));
+    assert_non_null(strstr(err.message, "28x28"));
+    assert_null(img.pixels);
+    n = png_header(buf, 28, 28); /* the wanted size: then the missing data is the error */
+    assert_int_equal(tw_image_decode_sized(buf, n, 28, 28, "t.png", &img, &err), TW_ERR_CORRUPT);
+    tw_image whole;
+    assert_int_equal(tw_image_decode(GRAY_JPG, sizeof GRAY_JPG, "g.jpg", &whole, &err), TW_OK);
+    assert_int_equal(tw_image_decode_sized(GRAY_JPG, sizeof GRAY_JPG, whole.height + 1, whole.width, "g.jpg", &img,
+                                           &err), TW_ERR_INVALID);
+    assert_null(img.pixels);
+    assert_int_equal(tw_image_decode_sized(GRAY_JPG, sizeof GRAY_JPG, whole.height, whole.width, "g.jpg", &img, &err),
+                     TW_OK);
+    assert_memory_equal(img.pixels, whole.pixels, (size_t)whole.width * whole.height);
+    tw_image_free(&img);
+    tw_image_free(&whole);
+}
+
 /* Every prefix shorter than the file is refused (never a partial image); every single-byte change is
  * refused or decodes to an image of a sane size, without a crash. */
 static void truncated_and_corrupt(void **state)
@@ -289,6 +316,7 @@ int main(void)
         cmocka_unit_test(jpeg_gray_and_colour),
         cmocka_unit_test(not_an_image),
         cmocka_unit_test(size_caps_before_allocating),
+        cmocka_unit_test(wanted_size_before_decoding),
         cmocka_unit_test(truncated_and_corrupt),
         cmocka_unit_test(fit_channels_and_size),
     };
