@@ -12,6 +12,7 @@ void tw_error_clear(tw_error *err)
         return;
     memset(err, 0, sizeof *err);
     err->offset = -1;
+    err->record = -1;
 }
 
 static tw_status set_v(tw_error *err, tw_status status, const char *file, int64_t offset,

@@ -29,6 +29,7 @@ typedef struct {
     int errno_value;          /* errno at the failure, 0 if none */
     int64_t offset;           /* byte offset in file, -1 when not applicable */
     int64_t line;             /* 1-based line in file, 0 when not applicable */
+    int64_t record;           /* 0-based record of a record file (TFRecord), -1 when not applicable */
     char file[512];           /* the file the error is about, "" if none */
     char message[512];        /* one human sentence, without the file/offset prefix */
 } tw_error;

@@ -685,6 +685,7 @@ static tw_status at_record(tw_status s, tw_error *err, const char *path, uint64_
     int errno_value = err->errno_value;
     tw_error_set(err, s, path, (int64_t)at, "record %llu: %s", (unsigned long long)index, msg);
     err->errno_value = errno_value;
+    err->record = (int64_t)index;
     return s;
 }
 

@@ -417,8 +417,7 @@ static tw_status convert_and_record(tw_server *S, const upload *u, tw_error *err
         name_uploaded_file(u, err);
         tw_error_format(err, msg, sizeof msg);
         json_t *e = json_pack("{s:s, s:s}", "code", tw_api_code_name(tw_api_code_for(err)), "message", msg);
-        if (err->offset >= 0)
-            json_object_set_new(e, "offset", json_integer(err->offset));
+        tw_error_where(e, err);
         error = json_dumps(e, JSON_COMPACT);
         json_decref(e);
     }

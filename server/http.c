@@ -354,13 +354,20 @@ tw_api_code tw_api_code_for(const tw_error *err)
     }
 }
 
+void tw_error_where(json_t *e, const tw_error *err)
+{
+    if (err->offset >= 0)
+        json_object_set_new(e, "offset", json_integer(err->offset));
+    if (err->record >= 0)
+        json_object_set_new(e, "record", json_integer(err->record));
+}
+
 void tw_reply_status(tw_req *r, const tw_error *err)
 {
     char msg[1200];
     tw_error_format(err, msg, sizeof msg);
     json_t *e = message_json(msg);
-    if (err->offset >= 0)
-        json_object_set_new(e, "offset", json_integer(err->offset));
+    tw_error_where(e, err);
     tw_reply_error_json(r, tw_api_code_for(err), e);
 }
 

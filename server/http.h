@@ -124,6 +124,8 @@ tw_api_code tw_api_code_for(const tw_error *err);
 /* Maps an engine/eventlog status to the envelope (TW_ERR_INVALID -> INVALID_ARGUMENT, ...) and replies
  * with the formatted error. */
 void tw_reply_status(tw_req *r, const tw_error *err);
+/* The envelope's fields saying where in a file err is: "offset" (bytes) and "record" (0-based), when known. */
+void tw_error_where(json_t *e, const tw_error *err);
 
 /* Replies err (tw_reply_status) and logs it on stderr: for a failure on the server's own files (a
  * symlink met under the data folder) that the operator must see. */

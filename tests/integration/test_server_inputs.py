@@ -335,9 +335,10 @@ def test_h11_corrupt_tfrecord_422_and_previous_version_intact(serve):
     for kind, data in bad.items():
         r = post_tfrecord(server, "recs", data)
         e = error_of(r, 422, "DATASET_CORRUPT")
-        assert "record" in e["message"] and "offset" in e, (kind, e)
+        assert "record" in e["message"] and "offset" in e and "record" in e, (kind, e)
         if kind not in ("torn_tail", "trailing_garbage"):
-            assert e["offset"] == 2 * rec, (kind, e)
+            assert e["offset"] == 2 * rec and e["record"] == 2, (kind, e)  # the third record, counted from 0
+        assert e["record"] == int(e["message"].split("record ")[1].split(":")[0]), e
     listed = requests.get(server.api("/datasets"), timeout=10).json()["datasets"]
     assert [d["id"] for d in listed if d["status"] == "ready"] == [first["id"]]
     assert (server.data / "datasets" / first["id"] / "train.tfrecord").read_bytes() == good
