@@ -74,7 +74,8 @@ static tw_status parent_checkpoint(tw_server *S, const char *ref, const json_t *
         snprintf(msg, sizeof msg, "%s", err->message);
     if (s == TW_END || s == TW_ERR_INVALID) {
         json_decref(row);
-        return bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.run", s == TW_END ? "no run has that id or name" : msg);
+        return s == TW_END ? bad(code, TW_API_NOT_FOUND, err, "init_from.run", "no run has that id or name")
+                           : bad(code, TW_API_INVALID_ARGUMENT, err, "init_from.run", msg);
     }
     TW_TRY(s);
     tw_run_dir(S, tw_run_folder(row), run, sizeof run);
@@ -163,20 +164,20 @@ static tw_status resolve_dataset(tw_server *S, json_t *cfg, json_t **row, int *c
         char hint[TW_NAME_MAX + 32], msg[TW_NAME_MAX + 96];
         tw_api_suggest_name(S, 'd', json_string_value(ref), hint, sizeof hint);
         snprintf(msg, sizeof msg, "no dataset has that id or name%s", hint);
-        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", msg);
+        return bad(code, TW_API_NOT_FOUND, err, "dataset", msg); /* the request names what does not exist */
     }
     if (found != TW_OK)
         return found; /* the caller maps a failed read to its code */
     tw_dataset_state state = tw_store_dataset_state(*row);
     char why[1200];
-    if (state == TW_DATASET_FAILED)
-        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", failed_text(*row, why, sizeof why));
+    if (state == TW_DATASET_FAILED) /* the dataset's state, not the request, is in the way */
+        return bad(code, TW_API_CONFLICT, err, "dataset", failed_text(*row, why, sizeof why));
     if (state != TW_DATASET_READY && converting) {
         *converting = 1;
         return TW_OK;
     }
     if (state != TW_DATASET_READY)
-        return bad(code, TW_API_INVALID_ARGUMENT, err, "dataset", "that dataset is still converting");
+        return bad(code, TW_API_CONFLICT, err, "dataset", "that dataset is still converting");
     const char *why_not;
     json_t *engine_ds = tw_dataset_for_run(S, *row, &why_not);
     if (!engine_ds)

@@ -243,6 +243,10 @@ static json_t *run_config_schema(void)
                                                   TW_LAUNCH_MAX_HOST_BYTES));
     json_object_set_new(props, "init_from", json_pack("{s:[{s:s}, {s:s}]}", "anyOf", "$ref", "#/components/schemas/InitFrom",
                                                       "type", "null"));
+    /* a run given hosts trains in more than one process (launch.c refuses hosts for one) */
+    json_object_set_new(s, "if", json_pack("{s:{s:{s:i}}, s:[s]}", "properties", "hosts", "minItems", 1, "required", "hosts"));
+    json_object_set_new(s, "then", json_pack("{s:{s:{s:i}}, s:[s]}", "properties", "processes", "minimum", 2, "required",
+                                             "processes"));
     json_object_del(s, "$schema");
     return s;
 }

@@ -300,8 +300,6 @@ static tw_status split_options(const upload *u, tw_convert_options *o, tw_error 
     if (vs[0] && (o->test_fraction = strtod(vs, &end), *end || !(o->test_fraction > 0 && o->test_fraction <= 0.5)))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
                             "validation_split must be a number in (0, 0.5]: the fraction held out for testing");
-    if (seed[0] && !tf[0] && !vs[0])
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "split_seed needs validation_split or test_fraction");
     unsigned long long v = 0;
     for (const char *c = seed; *c; c++) {
         if (*c < '0' || *c > '9' || v > (unsigned long long)(INT64_MAX - (*c - '0')) / 10)

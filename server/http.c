@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -742,6 +743,37 @@ static int take_body(tw_req *r, const char *data, size_t n)
     return 0;
 }
 
+/* The integer a real that is a whole number stands for (new), else NULL. */
+static json_t *whole_number(const json_t *v)
+{
+    double x = json_is_real(v) ? json_real_value(v) : 0.5;
+    return x == floor(x) && fabs(x) <= 9007199254740992.0 ? json_integer((json_int_t)x) : NULL; /* 2^53: exact */
+}
+
+/* Replaces every real of v that is a whole number (-62.0, 100.0) by the integer: JSON has one number type,
+ * and where the API declares an integer, JSON Schema's "integer" takes 100.0 as it does 100. */
+static void integral_reals(json_t *v)
+{
+    const char *key;
+    json_t *item, *n;
+    size_t i;
+    if (json_is_object(v)) {
+        json_object_foreach(v, key, item) {
+            if ((n = whole_number(item)))
+                json_object_set_new(v, key, n);
+            else
+                integral_reals(item);
+        }
+    } else if (json_is_array(v)) {
+        json_array_foreach(v, i, item) {
+            if ((n = whole_number(item)))
+                json_array_set_new(v, i, n);
+            else
+                integral_reals(item);
+        }
+    }
+}
+
 /* Decodes the JSON body strictly. Returns 0, or -1 after replying 400. */
 static int decode_json(tw_req *r)
 {
@@ -758,6 +790,7 @@ static int decode_json(tw_req *r)
         tw_reply_error(r, TW_API_INVALID_ARGUMENT, "request body: expected a JSON object");
         return -1;
     }
+    integral_reals(r->json);
     return 0;
 }
 

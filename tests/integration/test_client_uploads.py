@@ -117,7 +117,7 @@ def test_mistyped_names_get_the_closest_one(server, tower_bin, tmp_path):
     cfg = {"dataset": "fashon-csv", "model": {"layers": [{"type": "dense", "units": 3}]},
            "loss": "softmax_cross_entropy", "steps": 10}
     r = requests.post(server.api("/runs"), json=cfg, timeout=10)
-    assert r.status_code == 400 and "did you mean 'fashion-csv'?" in r.json()["error"]["message"], r.text
+    assert r.status_code == 404 and "did you mean 'fashion-csv'?" in r.json()["error"]["message"], r.text
     cfg.update(dataset="fashion-csv", name="seed-mlp", steps=10)
     r = requests.post(server.api("/runs"), json=cfg, timeout=10)
     assert r.status_code == 201, r.text

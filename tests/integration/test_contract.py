@@ -22,8 +22,7 @@ from test_server_hardening import csv_config, csv_dataset
 NOT_APPLICABLE = """
 # POST /api/v1/runs: a schema-valid config may still be refused with 400, for what no JSON Schema can say:
 # "dataset" must name a dataset that exists and is ready, the model must fit its shape (no convolution on
-# flat CSV rows), layer names must be unique, an integer must not be written as a real (100.0: JSON Schema's
-# "integer" takes it, the decoder does not), and the run must fit the server's memory (engine/memory.c).
+# flat CSV rows), layer names must be unique, and the run must fit the server's memory (engine/memory.c).
 # Its "dataset" is the registered one, so that accepted configs create runs the stateful phase follows.
 [[operations]]
 include-name = "POST /api/v1/runs"
@@ -34,17 +33,6 @@ parameters = { "body.dataset" = "tab" }
 # the converter does not know is 400); a schema cannot describe a valid IDX, NumPy, CSV or TFRecord file.
 [[operations]]
 include-name = "POST /api/v1/datasets"
-checks.positive_data_acceptance.enabled = false
-
-# POST /api/v1/runs/{id}/resume and /priority: their numbers are decoded as strictly as the run config's (an
-# integer written as a real, 5759.0, is refused; JSON Schema's "integer" takes it); test_runs_control.py
-# posts the bodies they accept. The other checks (conformance of every reply, negative data) stay on.
-[[operations]]
-include-name = "POST /api/v1/runs/{id}/resume"
-checks.positive_data_acceptance.enabled = false
-
-[[operations]]
-include-name = "POST /api/v1/runs/{id}/priority"
 checks.positive_data_acceptance.enabled = false
 
 # POST /api/v1/runs/{id}/predict: each input must fit the model's input shape (a 28x28 image, rows of 784

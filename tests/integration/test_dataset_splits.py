@@ -287,7 +287,6 @@ def test_class_names_reach_datasets_and_runs(serve, tmp_path):
     ({"validation_split": "0.2", "test_fraction": "0.2"}, {}, "test_fraction and validation_split exclude"),
     ({"validation_split": "0.2", "split_seed": "-1"}, {}, "split_seed must be an integer from 0 to"),
     ({"validation_split": "0.2", "split_seed": "99999999999999999999"}, {}, "split_seed must be an integer"),
-    ({"split_seed": "3"}, {}, "split_seed needs validation_split or test_fraction"),
     ({"validation_split": "0.2"}, {"test_features": "x", "test_labels": "y"},
      "validation_split and a test file (test_images, test_features, test_csv, test_tfrecord) exclude"),
     ({}, {"test_features": "x"}, "features + labels [+ test_features + test_labels] (NumPy)"),

@@ -65,4 +65,4 @@ def test_a_run_on_a_conversion_that_fails_fails_bad_dataset(serve):
     assert dataset["error"]["message"] in run["error"]["message"] and "broken" in run["error"]["message"], run
     # a submission after the failure is refused at once, naming the upload's error
     again = requests.post(server.api("/runs"), json={**SHORT, "dataset": "broken"}, timeout=30)
-    assert again.status_code == 400 and dataset["error"]["message"] in again.json()["error"]["message"], again.text
+    assert again.status_code == 409 and dataset["error"]["message"] in again.json()["error"]["message"], again.text

@@ -309,8 +309,10 @@ def test_a_fine_tune_starts_from_the_parents_weights(serve):
     renamed = config(dataset="split", init_from={"run": parent, "weights": "raw"})
     renamed["model"]["layers"][0]["name"] = "other"
     assert "no tensor 'other/weights'" in error(submit(server, renamed), 400, "INVALID_ARGUMENT")
-    for bad, key in [({"run": "nobody", "weights": "raw"}, "init_from.run"),
-                     ({"run": parent, "checkpoint": 7, "weights": "raw"}, "init_from.checkpoint"),
+    message = error(submit(server, config(dataset="split", init_from={"run": "nobody", "weights": "raw"})), 404,
+                    "NOT_FOUND")  # names a run that is not there
+    assert message.startswith("init_from.run"), message
+    for bad, key in [({"run": parent, "checkpoint": 7, "weights": "raw"}, "init_from.checkpoint"),
                      ({"run": parent, "checkpoint": "first", "weights": "raw"}, "init_from.checkpoint"),
                      ({"run": parent, "weights": "raw", "extra": 1}, "init_from"),
                      ({"run": parent, "weights": "best"}, "init_from.weights"),

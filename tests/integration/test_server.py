@@ -318,8 +318,9 @@ def test_bad_configs_name_the_key(serve):
              ({"max_restarts": 1000}, "max_restarts")]
     for change, key in cases:
         r = submit(server, seed_config(**change))
-        assert r.status_code == 400, (change, r.text)
-        assert r.json()["error"]["code"] == "INVALID_ARGUMENT" and key in r.json()["error"]["message"]
+        want = (404, "NOT_FOUND") if "dataset" in change else (400, "INVALID_ARGUMENT")  # names what is not there
+        assert (r.status_code, r.json()["error"]["code"]) == want, (change, r.text)
+        assert key in r.json()["error"]["message"]
     assert requests.get(server.api("/runs"), timeout=10).json()["total"] == 0
     assert os.listdir(server.data / "runs") == []
 
