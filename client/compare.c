@@ -102,10 +102,10 @@ static int add_header(tw_table *t, json_t *const *runs, int n)
 }
 
 /* The row of metric key: each run's value ("%.4f"), the best marked "*" (the highest accuracy, the lowest
- * loss) when more than one run has it. */
+ * loss; every run that ties with it as shown) when more than one run has it and not all are equal. */
 static int add_metric_row(tw_table *t, json_t *const *metrics, int n, const char *key)
 {
-    int higher = strstr(key, "accuracy") != NULL, best = -1, have = 0;
+    int higher = strstr(key, "accuracy") != NULL, best = -1, have = 0, ties = 0;
     for (int r = 0; r < n; r++) {
         const json_t *v = json_object_get(metrics[r], key);
         if (!json_is_number(v))
@@ -115,12 +115,20 @@ static int add_metric_row(tw_table *t, json_t *const *metrics, int n, const char
         if (best < 0 || (higher ? x > b : x < b))
             best = r;
     }
-    char text[n][32];
+    char text[n][32], best_text[32] = "";
+    if (best >= 0)
+        snprintf(best_text, sizeof best_text, "%.4f", json_number_value(json_object_get(metrics[best], key)));
+    for (int r = 0; r < n; r++) {
+        const json_t *v = json_object_get(metrics[r], key);
+        snprintf(text[r], sizeof text[r], "%.4f", json_number_value(v));
+        ties += json_is_number(v) && !strcmp(text[r], best_text);
+    }
     const char *cells[n + 1];
     cells[0] = key;
     for (int r = 0; r < n; r++) {
         const json_t *v = json_object_get(metrics[r], key);
-        snprintf(text[r], sizeof text[r], "%.4f%s", json_number_value(v), r == best && have > 1 ? "*" : "");
+        if (have > 1 && ties < have && json_is_number(v) && !strcmp(text[r], best_text))
+            strcat(text[r], "*");
         cells[r + 1] = json_is_number(v) ? text[r] : NULL;
     }
     return tw_table_add(t, cells);
