@@ -75,6 +75,7 @@ static const struct {
     {"GET", "/api/v1/runs/{id}/checkpoints/latest", "application/octet-stream", NULL, 0, NULL},
     {"GET", "/api/v1/runs/{id}/checkpoints/{step}", "application/octet-stream", NULL, 0, NULL},
     {"POST", "/api/v1/runs/{id}/predict", "application/json", "Prediction", 0, "PredictInputs"},
+    {"POST", "/api/v1/runs/{id}/evaluate", "application/json", NULL, 0, "EvaluateRequest"},
     {"GET", "/api/v1/runs/{id}/export", "application/octet-stream", NULL, 0, NULL},
     {"GET", "/metrics", "text/plain", NULL, 0, NULL},
     {"GET", "/", "text/html", NULL, 0, NULL},
@@ -163,6 +164,10 @@ static const char *const REPLY_SCHEMAS[][2] = {
                    " \"properties\": {\"class\": {\"type\": \"integer\", \"minimum\": 0}, \"name\": {\"type\": \"string\"},"
                    " \"probability\": {\"type\": \"number\", \"minimum\": 0, \"maximum\": 1}}}}, \"outputs\": {\"type\": \"array\","
                    " \"items\": {\"type\": \"number\"}}}}}}}"},
+    {"EvaluateRequest", "{\"type\": \"object\", \"required\": [\"dataset\"], \"additionalProperties\": false, \"properties\":"
+                        " {\"dataset\": {\"$ref\": \"#/components/schemas/Name\"}, \"checkpoint\": {\"anyOf\": [{\"type\":"
+                        " \"integer\", \"minimum\": 0}, {\"const\": \"latest\"}]}, \"weights\": {\"enum\": [\"raw\", \"ema\"]},"
+                        " \"split\": {\"enum\": [\"test\", \"train\"]}}}"},
     {"PredictInputs", "{\"type\": \"object\", \"required\": [\"inputs\"], \"additionalProperties\": false, \"properties\":"
                       " {\"inputs\": {\"type\": \"array\", \"minItems\": 1, \"maxItems\": 1024, \"items\": {\"anyOf\": [{\"type\":"
                       " \"string\", \"description\": \"the base64 of a PNG, JPEG or .npy file, or its data: URL\"}, {\"type\": \"array\","
