@@ -95,34 +95,36 @@ static int up(const tw_memcg *g, char *dir)
     return 1;
 }
 
-long long tw_memcg_oom_kills(const tw_memcg *g)
+/* The values of file (key, as read_value) in the group and each ancestor up to the root, folded with
+ * fold (acc starts at -1: none yet); -1 when the group is unknown. */
+static long long fold_up(const tw_memcg *g, const char *file, const char *key, long long (*fold)(long long, long long))
 {
     if (!g->dir[0])
         return -1;
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s", g->dir);
-    long long total = -1;
-    do {
-        long long n = read_value(dir, g->v2 ? "memory.events" : "memory.oom_control", "oom_kill");
-        if (n >= 0)
-            total = (total < 0 ? 0 : total) + n;
-    } while (up(g, dir));
-    return total;
+    long long acc = -1;
+    do
+        acc = fold(acc, read_value(dir, file, key));
+    while (up(g, dir));
+    return acc;
+}
+
+static long long sum(long long acc, long long v) { return v < 0 ? acc : (acc < 0 ? 0 : acc) + v; }
+
+static long long lowest_limit(long long acc, long long v)
+{
+    return v > 0 && v < UNLIMITED && (acc < 0 || v < acc) ? v : acc;
+}
+
+long long tw_memcg_oom_kills(const tw_memcg *g)
+{
+    return fold_up(g, g->v2 ? "memory.events" : "memory.oom_control", "oom_kill", sum);
 }
 
 long long tw_memcg_limit(const tw_memcg *g)
 {
-    if (!g->dir[0])
-        return -1;
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", g->dir);
-    long long lowest = -1;
-    do {
-        long long v = read_value(dir, g->v2 ? "memory.max" : "memory.limit_in_bytes", NULL);
-        if (v > 0 && v < UNLIMITED && (lowest < 0 || v < lowest))
-            lowest = v;
-    } while (up(g, dir));
-    return lowest;
+    return fold_up(g, g->v2 ? "memory.max" : "memory.limit_in_bytes", NULL, lowest_limit);
 }
 
 long long tw_memcg_peak(const tw_memcg *g)
