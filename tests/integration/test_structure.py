@@ -17,6 +17,11 @@ def test_no_circle_between_source_files():
     assert r.returncode == 0, r.stdout + r.stderr
     files = int(re.search(r"(\d+) files", r.stdout).group(1))
     assert files >= 40, r.stdout  # the build's objects were found, not an empty graph
+    folders = dict((k, int(v)) for k, v in re.findall(r"(\w+) (\d+)", r.stdout.split("files by folder:")[1]))
+    wanted = {"base", "eventlog", "engine", "client", "server"}
+    if list((BUILD / "kernels").glob("CMakeFiles/tower-cuda.dir/*.o")):  # a build with the CUDA module
+        wanted.add("kernels")
+    assert wanted <= set(folders), r.stdout  # every library the build makes is in the graph
 
 
 def test_check_circles_finds_a_circle(tmp_path):

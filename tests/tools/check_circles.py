@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """No two source files of Tower use each other, directly or around a circle.
 
-An arrow A -> B means: a function or global defined in B (a .c or .cu of eventlog/, engine/, kernels/,
-client/, server/) is named in A. The arrows come from the compiler, not from reading text: `nm` lists, for every
+An arrow A -> B means: a function or global defined in B (a .c or .cu of any library or program the build
+makes: base/, eventlog/, engine/, the CUDA module of kernels/ when it is built, client/, server/) is named in A. The arrows come from the compiler, not from reading text: `nm` lists, for every
 object file of the build, the global symbols it defines and the ones it leaves undefined, so an inline
 function in a header or a static one is not an arrow, and a call through a function pointer from a table is
 (the table names the function). Generated protobuf-c code is left out (it is a library's output).
@@ -18,7 +18,7 @@ import re
 import subprocess
 import sys
 
-LIBRARIES = ("tw_eventlog", "tw_engine", "tw_kernels", "tw_client", "tw_server", "tower")
+LIBRARIES = ("tw_base", "tw_eventlog", "tw_engine", "tower-cuda", "tw_client", "tw_server", "tower")
 
 
 def objects(build):
@@ -129,8 +129,11 @@ def main(argv):
         print(f"circle of {len(group)} files: {' '.join(group)}")
         for a, sym in steps:
             print(f"    {a} uses {sym}")
+    folders = {}
+    for name in graph:
+        folders[name.split("/")[0]] = folders.get(name.split("/")[0], 0) + 1
     print(f"check_circles: {len(graph)} files, {sum(len(v) for v in graph.values())} arrows, "
-          f"{len(found)} circles")
+          f"{len(found)} circles; files by folder: {', '.join(f'{k} {v}' for k, v in sorted(folders.items()))}")
     return 1 if found else 0
 
 
