@@ -2,7 +2,7 @@
  *
  * Why a library: oneDNN's JIT kernels (the ones TensorFlow and PyTorch run on CPUs) convolve without
  * materialising im2col's columns and use every core in each direction; a loop of our own would be the
- * im2col + sgemm this replaces, at half of TensorFlow's speed on the Fashion CNN (issue 13).
+ * im2col + sgemm this replaces, at half of TensorFlow's speed on the Fashion CNN (BENCHMARKS.md).
  *
  * Primitives: forward (prop forward_training, with the bias), backward data and backward weights (with the
  * bias gradient, from the same pass over dy), each described with
@@ -23,10 +23,10 @@
  * on sched_yield for 2^28 cycles after each sgemm: tw_cpu_conv_process_init has main re-execute with
  * OMP_WAIT_POLICY=passive (22-25 % less user CPU per Fashion CNN step, faster in every alternating
  * round) and OPENBLAS_THREAD_TIMEOUT=4 (then 1.5-1.8 s less system CPU over 40 steps, faster in 6 of 6
- * rounds; issue 13). With 2 towers each tower's libraries run one thread (tw_backend_plan), so neither
+ * rounds; BENCHMARKS.md). With 2 towers each tower's libraries run one thread (tw_backend_plan), so neither
  * has idle threads to park.
  *
- * Measured and left out (issue 13, oneDNN on the Fashion CNN's shapes, best of 20, on the shared 2-core
+ * Measured and left out (oneDNN on the Fashion CNN's shapes, best of 20, on the shared 2-core
  * VM): blocked activations (format "any": nChw16c) made the first convolution 0.8 ms faster each way;
  * the second, 12.1 / 17.3 / 15.0 ms fwd / bwd data / bwd weights against 14.2 / 10.3 / 16.4 ms in NHWC
  * on one thread (on two, a noisier run, blocked was ahead in all three), before the reorders and the

@@ -1,4 +1,4 @@
-"""Benchmark of the costs issue 14 names, each measured at three sizes, to see how they grow:
+"""Benchmark of the costs that grow with the work, each measured at three sizes, to see how they grow:
 
   convert       `tower convert` of synthetic IDX images (28x28 uint8): wall time and peak RSS
   startup       `tower convert --help`: the peak RSS of a `tower` process before any work

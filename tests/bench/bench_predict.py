@@ -1,4 +1,4 @@
-"""Benchmark of prediction (issue 12): POST /api/v1/runs/{id}/predict on a real `tower serve` against
+"""Benchmark of prediction: POST /api/v1/runs/{id}/predict on a real `tower serve` against
 TensorFlow's `model(x)` on the same weights.
 
 A run of examples/seed_mlp.json (784-500-10) trains a few steps on a slice of Fashion-MNIST; its checkpoint's

@@ -1,4 +1,4 @@
-"""Benchmark of `tower serve` (issue 4), with a run training on the same machine:
+"""Benchmark of `tower serve`, with a run training on the same machine:
 
   - wrk on GET /api/v1/runs/{id} and GET /api/v1/health: requests/s and p99 latency;
   - a raw upload body of --upload-mb MB (curl -T, streamed from a file): MB/s, and the server's peak resident memory

@@ -1,5 +1,5 @@
 """Training-speed benchmark (not a test): Tower against TensorFlow on the same machine, per workload, per
-OpenBLAS kernel, alternating Tower and TensorFlow round by round (issue 13).
+OpenBLAS kernel, alternating Tower and TensorFlow round by round.
 
 Workloads (--only NAME,... or --all; the names):
   mlp-1, mlp-2  the seed's MLP (examples/seed_mlp.json: 784-500-10 relu, SGD with decay, L2, EMA, batch 32

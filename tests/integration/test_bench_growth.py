@@ -1,4 +1,4 @@
-"""tests/bench/bench_growth.py (issue 14's benchmark) keeps running: its quick sizes of the cheap rows, as
+"""tests/bench/bench_growth.py (the benchmark of what grows with the work) keeps running: its quick sizes of the cheap rows, as
 JSON. Nothing timed is asserted; only that every row came out and that the request after an append read
 exactly the bytes appended (the Prometheus counter the benchmark reads)."""
 import json

@@ -1,4 +1,4 @@
-"""The API contract, checked by tools no one here wrote (issue 11): openapi-spec-validator validates the
+"""The API contract, checked by tools no one here wrote: openapi-spec-validator validates the
 OpenAPI document `tower serve` generates, and schemathesis runs its coverage, fuzzing and stateful phases
 with every check against a live server that has a registered dataset and a finished run, so the `{id}`
 routes are reached. Runs train with the fake trainer (tests/tools/tw_faketrain.c): nothing trains for real.

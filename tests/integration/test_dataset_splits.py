@@ -1,4 +1,4 @@
-"""Every dataset can be evaluated, and datasets carry class names (issue 12).
+"""Every dataset can be evaluated, and datasets carry class names.
 
 `tower convert` and the NumPy / CSV uploads of a real `tower serve` take a test file or a seeded,
 class-stratified holdout fraction (read back with TensorFlow's TFRecord reader: train + test is the input,

@@ -1,4 +1,4 @@
-"""`tower export` and GET /runs/{id}/export (issue 12, "Export"), checked by the real readers: TensorFlow's
+"""`tower export` and GET /runs/{id}/export , checked by the real readers: TensorFlow's
 tf.train.load_checkpoint and a tf.compat.v1 Saver restoring into the seed MLP's own graph, onnx.checker and
 onnxruntime against Tower's own forward pass (`tower export --verify`, the CPU engine the trainer evaluates
 with), on all 10,000 Fashion-MNIST test images. Training is short: what is checked is that the exported

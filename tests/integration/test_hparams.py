@@ -146,7 +146,7 @@ def test_every_run_is_a_session_with_its_hparams_and_final_metrics(local_tb, loc
                 "batch_size": 32.0, "towers": 1.0, "l2": 0.0001, "ema_decay": 0.99,
                 "steps": float(cfg["steps"]), "model": "dense64-dense10", "dataset": fashion[0].parent.name,
                 "seed": float(cfg["seed"])}
-        # A group shows its first session's hparams: the seeds of a group differ there only.
+        # A group shows the hparams of its earliest HParams session: the seeds of a group differ there only.
         seeds = sorted(cfgs[s["name"]]["seed"] for s in group["sessions"])
         shown = dict(group["hparams"])
         assert shown.pop("seed") in seeds and want.pop("seed") in seeds

@@ -1,4 +1,4 @@
-"""Issue 9 §7: a model too large for the memory of the device it would get is refused before anything
+"""A model too large for the memory of the device it would get is refused before anything
 runs. `POST /api/v1/runs` answers 400 naming the estimate, its parts and the limit (the seed MLP still
 passes); `tower train` exits 2 with the same message and writes nothing. The limit is the real one
 (total RAM capped by the cgroup) for a model no machine holds, and `--memory-limit` for a model that

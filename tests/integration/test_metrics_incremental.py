@@ -1,4 +1,4 @@
-"""Issue 14: GET /api/v1/runs/{id}/metrics reads only what was appended since the last request
+"""GET /api/v1/runs/{id}/metrics reads only what was appended since the last request
 (server/scalars_cache.c over eventlog/events_read.h's tw_events_scalars). A real `tower serve` (the fake
 trainer makes the run); its folder's event files are then grown by hand, record by record, as a trainer
 appends them: after each append the Prometheus counter tower_event_bytes_read_total grew by exactly the

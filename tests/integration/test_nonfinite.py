@@ -1,4 +1,4 @@
-"""Non-finite numbers never pass silently (issue 9 §8).
+"""Non-finite numbers never pass silently.
 
 1. `tower convert` refuses a NaN or Inf float feature of a CSV, a float32 .npy or a TFRecord written by
    TensorFlow itself, naming the file, the record or row and the column or feature, and writes nothing;

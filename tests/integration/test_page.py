@@ -288,7 +288,7 @@ EVIL_PAGE = """<!doctype html><title>evil</title>
 
 
 def test_foreign_page_cannot_act_and_own_page_can_without_token(serve, browser, tool, tmp_path):
-    """Issue 9 §2 in a real browser: a page on another origin (another port of 127.0.0.1) sends every
+    """In a real browser: a page on another origin (another port of 127.0.0.1) sends every
     "simple" request shape a browser allows without a preflight (text/plain fetch, sendBeacon, form posts
     as text/plain and multipart) plus a DELETE; none acts. Then the status page itself, on the server's own
     origin and with no token configured, cancels the run."""

@@ -1,4 +1,4 @@
-"""Prediction (issue 12): POST /api/v1/runs/{id}/predict on a real `tower serve` and `tower predict`, against
+"""Prediction: POST /api/v1/runs/{id}/predict on a real `tower serve` and `tower predict`, against
 a reader no one here wrote: the run's checkpoint loaded with the `safetensors` package and the MLP's forward
 pass computed in NumPy. Inputs are the dataset's own test images, written as PNG and JPEG by Pillow, as .npy
 rows and as a JSON array. Also every refusal (size, channels, garbage, caps, origin) and the model cache.

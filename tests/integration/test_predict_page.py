@@ -1,4 +1,4 @@
-"""The run page's "classify an image" box (issue 12) in headless Chromium against a real `tower serve`: choose a
+"""The run page's "classify an image" box in headless Chromium against a real `tower serve`: choose a
 PNG of one of the dataset's test images, see the top 5 with bars, the first the class NumPy computes from the
 run's checkpoint (read with the `safetensors` package); an image of the wrong size shows the server's message.
 Screenshots go to $TOWER_ARTIFACTS (default build/test-artifacts/).

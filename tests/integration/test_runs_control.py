@@ -1,4 +1,4 @@
-"""Driving runs through the API (issue 11, "The API"): resume of a stopped run (bit-exact against an
+"""Driving runs through the API: resume of a stopped run (bit-exact against an
 uninterrupted run, through the event files), queue priority (highest first, FIFO within one, with the fake
 trainer on the one CPU device), "cancelling" until the child is gone, any kept checkpoint by step, names for
 ids, init_from (a fine-tune's step-0 evaluation is its parent's last; mismatches are 400s naming the variable;

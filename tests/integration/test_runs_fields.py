@@ -1,4 +1,4 @@
-"""Issue 14: GET /api/v1/runs?fields=… chooses the fields each listed run shows (server/api_runs_list.c);
+"""GET /api/v1/runs?fields=… chooses the fields each listed run shows (server/api_runs_list.c);
 without it every field but the bulky config and class_names (the run's own route has them), fields=all or *
 every field. A real `tower serve` with the fake trainer."""
 import requests

@@ -1,4 +1,4 @@
-"""Issue 14: GET /api/v1/runs is streamed row by row (server/api_runs_list.c over the store's page reads): at
+"""GET /api/v1/runs is streamed row by row (server/api_runs_list.c over the store's page reads): at
 2,000 runs with bulky configs (32 KB each, so that a page of 1,000 is 32 MB of JSON) the pages parse and
 equal SQLite's own answer (newest first, total, limit, offset), the server's peak RSS does not grow with the
 page, and runs deleted while a list streams leave it valid JSON. A real `tower serve` over a data folder

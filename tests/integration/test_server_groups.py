@@ -1,4 +1,4 @@
-"""A run is its whole process group (issue 9 §6): when the trainer exits, what is left of its group is
+"""A run is its whole process group: when the trainer exits, what is left of its group is
 killed and reaped before the run settles and frees its device, whether a helper holds the trainer's
 stdout, ignores SIGTERM or was orphaned by a double fork. And the server's logs (a run's `log`, the
 server's stderr) show control characters escaped, never raw (§7). Driven by the fake trainer's helper=KIND

@@ -1,4 +1,4 @@
-"""Issue 9 hardening of `tower serve`, tried as an attacker would: a page on another origin must never act
+"""Hardening of `tower serve`, tried as an attacker would: a page on another origin must never act
 (CSRF through "simple" requests), a JSON body must say it is JSON, a run config cannot name a file, one data
 folder has one server, every query parameter is declared, event streams and idle sockets cannot lock other
 local clients out."""

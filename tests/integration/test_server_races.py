@@ -1,4 +1,4 @@
-"""Races and limits of `POST /api/v1/runs` (issue 9 §7): concurrent posts with one Idempotency-Key get the
+"""Races and limits of `POST /api/v1/runs` : concurrent posts with one Idempotency-Key get the
 one run, a used key with another body is refused (422), a key is capped (400), and a dataset delete racing a
 submission never leaves a run whose dataset is gone; a store that cannot be read answers 500, never 404.
 Runs use the fake trainer with slow steps, so a run stays queued or running (and holds its dataset) for the

@@ -1,4 +1,4 @@
-"""Issue 9 §4: a symlink planted in the data folder never leads the server, or the trainer it starts, outside
+"""A symlink planted in the data folder never leads the server, or the trainer it starts, outside
 it (base/datafs.h). One test per place: a run's `log`, its `checkpoints/` folder, a checkpoint file, an
 event file, a dataset's `train.tfrecord`, and a whole run folder. Each points its link at an outside target
 with known content; after every request (log, metrics, checkpoint list and download, samples, delete) and

@@ -1,4 +1,4 @@
-"""The trainer's cost stays bounded while it works (issue 14): a checkpoint is written off the step (complete and
+"""The trainer's cost stays bounded while it works: a checkpoint is written off the step (complete and
 atomic while training goes on: every `latest` ever observed names a file the safetensors package loads), a
 SIGTERM ends the trainer whatever it is doing (a step, a save on a disk that does not answer, an evaluation,
 an address-space limit), and a dataset over the memory budget streams instead of failing OUT_OF_MEMORY under
@@ -238,7 +238,7 @@ def test_budget_streams_under_an_address_space_limit(tower_bin, tmp_path, big):
 
 
 def test_sigterm_under_an_address_space_limit_ends_the_trainer(tower_bin, tmp_path, big):
-    """The limit that made OpenBLAS spin at 100% CPU ignoring SIGTERM (issue 14): the trainer now says
+    """The limit that made OpenBLAS spin at 100% CPU ignoring SIGTERM: the trainer now says
     OUT_OF_MEMORY, or stops on SIGTERM; it always ends."""
     t = Trainer(tower_bin, tmp_path, big_config(big, steps=1000000, input_memory_bytes=64 << 20),
                 "--stop-within", "5", env=PINNED, preexec_fn=address_space(400 << 20))
