@@ -421,7 +421,9 @@ tw_status tw_backend_world_id(tw_backend *b, void *id, tw_error *err);
 tw_status tw_backend_world_join(tw_backend *const *towers, int n_towers, const void *id, int node,
                                 int nodes, tw_error *err);
 
-/* The CPU backend's table (cpu_backend.c). */
-extern const tw_backend_ops tw_cpu_backend_ops;
+/* Prepares this process for computing with a backend, before anything else runs: called by main for the
+ * commands that train, evaluate or predict (the CPU backend's thread libraries may re-execute the process
+ * with the environment they need: cpu_conv.h). argv is main's. */
+void tw_backend_process_init(char **argv);
 
 #endif

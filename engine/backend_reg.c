@@ -18,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu_backend.h"
+#include "cpu_conv.h"
 #include "cuda_backend.h"
 
 enum { WHY_BYTES = 768 };
@@ -149,6 +151,8 @@ tw_status tw_backend_find(const char *kind, const tw_backend_ops **ops, tw_error
     return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
                         "tw_backend_create: unknown backend kind '%s' (expected cpu, cuda or auto)", kind);
 }
+
+void tw_backend_process_init(char **argv) { tw_cpu_conv_process_init(argv); }
 
 /* "cuda": whether the module file is there, found without loading it (the server asks this and must
  * not map the CUDA libraries). */

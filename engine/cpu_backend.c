@@ -22,7 +22,7 @@
  * convolves through them) while the engine convolves here through conv_* (summation order differs from
  * the im2col + gemm route only as two GEMM orders do). */
 #define _DEFAULT_SOURCE /* MAP_ANONYMOUS, MAP_NORESERVE */
-#include "backend.h"
+#include "cpu_backend.h"
 
 #include <cblas.h>
 #include <stdio.h>

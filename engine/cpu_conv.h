@@ -1,5 +1,5 @@
 /* cpu_conv.h — the CPU backend's convolutions through oneDNN (cpu_conv.c); internal to the CPU backend
- * (and main, which calls tw_cpu_conv_process_init).
+ * (and the backend registry, whose tw_backend_process_init calls tw_cpu_conv_process_init for main).
  *
  * Owns: one oneDNN engine and stream per CPU backend instance and its cache of convolution primitives,
  * one per (window, filters, direction), created on first use and executed on every later call. Layouts

@@ -6,10 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "bench_main.h"
 #include "client_main.h"
 #include "convert.h"
-#include "cpu_conv.h"
 #include "devices.h"
 #include "evaluate_main.h"
 #include "export_main.h"
@@ -21,27 +21,28 @@
 typedef struct {
     const char *name;
     int (*main)(int argc, char **argv);
+    int computes; /* trains, evaluates or predicts: the process is prepared for a backend first */
     const char *summary;
 } command;
 
 static const command COMMANDS[] = {
-    {"convert", tw_convert_main, "convert IDX, CSV, NumPy or TFRecord data into TFRecord files of tf.train.Example"},
-    {"inspect", tw_inspect_main, "describe a TFRecord or tfevents file (records, schema, tags)"},
-    {"train", tw_train_main, "train a model from a JSON run config; events and checkpoints in --logdir"},
-    {"evaluate", tw_evaluate_main, "evaluate a checkpoint on a TFRecord file: accuracy, per-class, confusion; MSE/MAE/R²"},
-    {"serve", tw_serve_main, "run the training service: REST API, job queue, status page"},
-    {"devices", tw_devices_main, "list the devices runs are scheduled on"},
-    {"export", tw_export_main, "write a checkpoint as a TensorFlow checkpoint or an ONNX graph"},
-    {"bench", tw_bench_main, "time the training step per model and tower count on synthetic data"},
-    {"predict", tw_predict_main, "classify images, .npy or JSON inputs with a checkpoint (top-k classes)"},
-    {"runs", tw_client_main, "client: list a server's runs (--server URL, default $TOWER_URL)"},
-    {"submit", tw_client_main, "client: submit a run config [--dataset NAME] [--follow]"},
-    {"logs", tw_client_main, "client: print a run's log [-f]"},
-    {"cancel", tw_client_main, "client: cancel a run"},
-    {"resume", tw_client_main, "client: resume a cancelled or failed run"},
-    {"download", tw_client_main, "client: download a run's checkpoint [--step S] [-o FILE]"},
-    {"upload", tw_client_main, "client: upload a dataset (IDX, .npy, CSV or TFRecord files)"},
-    {"compare", tw_client_main, "client: the differing hparams and final metrics of runs"},
+    {"convert", tw_convert_main, 0, "convert IDX, CSV, NumPy or TFRecord data into TFRecord files of tf.train.Example"},
+    {"inspect", tw_inspect_main, 0, "describe a TFRecord or tfevents file (records, schema, tags)"},
+    {"train", tw_train_main, 1, "train a model from a JSON run config; events and checkpoints in --logdir"},
+    {"evaluate", tw_evaluate_main, 1, "evaluate a checkpoint on a TFRecord file: accuracy, per-class, confusion; MSE/MAE/R²"},
+    {"serve", tw_serve_main, 0, "run the training service: REST API, job queue, status page"},
+    {"devices", tw_devices_main, 0, "list the devices runs are scheduled on"},
+    {"export", tw_export_main, 0, "write a checkpoint as a TensorFlow checkpoint or an ONNX graph"},
+    {"bench", tw_bench_main, 1, "time the training step per model and tower count on synthetic data"},
+    {"predict", tw_predict_main, 1, "classify images, .npy or JSON inputs with a checkpoint (top-k classes)"},
+    {"runs", tw_client_main, 0, "client: list a server's runs (--server URL, default $TOWER_URL)"},
+    {"submit", tw_client_main, 0, "client: submit a run config [--dataset NAME] [--follow]"},
+    {"logs", tw_client_main, 0, "client: print a run's log [-f]"},
+    {"cancel", tw_client_main, 0, "client: cancel a run"},
+    {"resume", tw_client_main, 0, "client: resume a cancelled or failed run"},
+    {"download", tw_client_main, 0, "client: download a run's checkpoint [--step S] [-o FILE]"},
+    {"upload", tw_client_main, 0, "client: upload a dataset (IDX, .npy, CSV or TFRecord files)"},
+    {"compare", tw_client_main, 0, "client: the differing hparams and final metrics of runs"},
 };
 
 static void usage(FILE *out)
@@ -66,12 +67,12 @@ int main(int argc, char **argv)
         printf("tower %s\n", TW_VERSION);
         exit(0);
     }
-    if (!strcmp(argv[1], "train") || !strcmp(argv[1], "bench") || !strcmp(argv[1], "evaluate") ||
-        !strcmp(argv[1], "predict"))
-        tw_cpu_conv_process_init(argv); /* may re-execute: libgomp's wait policy (cpu_conv.h) */
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        if (!strcmp(argv[1], COMMANDS[i].name))
+        if (!strcmp(argv[1], COMMANDS[i].name)) {
+            if (COMMANDS[i].computes)
+                tw_backend_process_init(argv); /* may re-execute the process (backend.h) */
             exit(COMMANDS[i].main(argc - 1, argv + 1));
+        }
     fprintf(stderr, "tower: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     exit(2);

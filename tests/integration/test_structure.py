@@ -1,5 +1,6 @@
 """The structure rules of docs/architecture.md that a tool can check: no two source files use each other,
 directly or around a circle, and no source file points outside the repository for its documentation."""
+import pathlib
 import re
 import subprocess
 import sys
@@ -54,3 +55,24 @@ def test_no_source_points_outside_the_repository():
         hits += [f"{path.name}:{i + 1}" for i, line in enumerate(path.read_text().splitlines())
                  if outside.search(line)]
     assert hits == [], "\n".join(hits)
+
+
+BACKEND_RULES = ["--forbid", "server/=engine/cpu_", "--forbid", "server/=kernels/"]
+
+
+def test_no_arrow_from_the_server_into_a_backend(tmp_path):
+    """server/ reaches a backend only through the registry (engine/backend.h), never a backend's own files;
+    shown to fail on a planted server file that calls into a CPU backend file."""
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "tools" / "check_circles.py"), str(BUILD), *BACKEND_RULES],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "forbidden arrow" not in r.stdout, r.stdout
+    objects = {"server/CMakeFiles/tw_server.dir/main.c": "void tw_cpu_start(void); int main(void) { tw_cpu_start(); }\n",
+               "engine/CMakeFiles/tw_engine.dir/cpu_start.c": "void tw_cpu_start(void) {}\n"}
+    for rel, text in objects.items():
+        src = tmp_path / f"{pathlib.Path(rel).name}"
+        src.write_text(text)
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["cc", "-c", str(src), "-o", str(tmp_path / f"{rel}.o")], check=True)
+    r = subprocess.run([sys.executable, str(ROOT / "tests" / "tools" / "check_circles.py"), str(tmp_path),
+                        *BACKEND_RULES], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "forbidden arrow: server/main.c uses engine/cpu_start.c" in r.stdout, r.stdout

@@ -7,8 +7,11 @@ object file of the build, the global symbols it defines and the ones it leaves u
 function in a header or a static one is not an arrow, and a call through a function pointer from a table is
 (the table names the function). Generated protobuf-c code is left out (it is a library's output).
 
-    check_circles.py BUILD_DIR        prints every circle (a strongly connected set of files, with one
-                                      cycle through it), exit 1; exit 0 when there is none
+    check_circles.py BUILD_DIR [--forbid FROM=TO ...]
+                                      prints every circle (a strongly connected set of files, with one
+                                      cycle through it), and every arrow from a file whose name starts
+                                      with FROM to one whose name starts with TO; exit 1 when there is
+                                      any, 0 when there is none
 
 Written here because no packaged tool reads object files this way (cscope and ctags read text and cannot
 tell a call from a comment or a macro's expansion)."""
@@ -116,8 +119,16 @@ def cycle(graph, group):
     return [(a, graph[a][b]) for a, b in zip(path, path[1:] + [start])]
 
 
+def forbidden(graph, rules):
+    """[(file, file it uses, symbol)] of the arrows that rules ([(from prefix, to prefix)]) forbid."""
+    return [(a, b, sym) for a, uses in sorted(graph.items()) for b, sym in sorted(uses.items())
+            for src, dst in rules if a.startswith(src) and b.startswith(dst)]
+
+
 def main(argv):
-    if len(argv) != 2 or not os.path.isdir(argv[1]):
+    rules = [tuple(r.split("=", 1)) for r in argv[3::2] if "=" in r]
+    if len(argv) < 2 or not os.path.isdir(argv[1]) or argv[2::2] != ["--forbid"] * len(rules) or \
+            len(argv) != 2 + 2 * len(rules):
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     graph = arrows(argv[1])
@@ -129,12 +140,15 @@ def main(argv):
         print(f"circle of {len(group)} files: {' '.join(group)}")
         for a, sym in steps:
             print(f"    {a} uses {sym}")
+    bad = forbidden(graph, rules)
+    for a, b, sym in bad:
+        print(f"forbidden arrow: {a} uses {b} ({sym})")
     folders = {}
     for name in graph:
         folders[name.split("/")[0]] = folders.get(name.split("/")[0], 0) + 1
     print(f"check_circles: {len(graph)} files, {sum(len(v) for v in graph.values())} arrows, "
           f"{len(found)} circles; files by folder: {', '.join(f'{k} {v}' for k, v in sorted(folders.items()))}")
-    return 1 if found else 0
+    return 1 if found or bad else 0
 
 
 if __name__ == "__main__":

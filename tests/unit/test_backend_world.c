@@ -10,7 +10,7 @@
 
 #include <string.h>
 
-#include "backend.h"
+#include "cpu_backend.h"
 
 static void expect(tw_status got, tw_status want, const tw_error *e, const char *named)
 {
