@@ -333,6 +333,14 @@ tw_status tw_checkpoint_read(const char *path, tw_checkpoint **out, tw_error *er
     *out = NULL;
     tw_safetensors *st;
     TW_TRY(tw_safetensors_read(path, &st, err));
+    const char *format = tw_safetensors_meta(st, "format");
+    if (format && strcmp(format, TW_CHECKPOINT_FORMAT)) {
+        tw_status s = tw_error_set(err, TW_ERR_UNSUPPORTED, path, -1,
+                                   "the checkpoint is format '%.64s'; this Tower reads %s (a checkpoint of a newer "
+                                   "Tower needs that Tower)", format, TW_CHECKPOINT_FORMAT);
+        tw_safetensors_free(st);
+        return s;
+    }
     for (size_t i = 0; i < tw_safetensors_count(st); i++) {
         const tw_st_info *t = tw_safetensors_at(st, i);
         if (t->dtype != TW_ST_F32) {

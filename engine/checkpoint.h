@@ -104,9 +104,14 @@ tw_status tw_checkpoint_latest(const char *dir, char *buf, size_t size, tw_error
 
 typedef struct tw_checkpoint tw_checkpoint; /* a checkpoint file read into memory */
 
-/* Reads and validates path (tw_safetensors_read); every tensor must be F32. Caller owns *out.
+/* The value of a Tower checkpoint's "format" metadata: the one format this Tower writes and reads. A file
+ * without "format" is a plain safetensors file (another tool's), read for its tensors alone. */
+#define TW_CHECKPOINT_FORMAT "tower-checkpoint-1"
+
+/* Reads and validates path (tw_safetensors_read); every tensor must be F32, and a "format" other than
+ * TW_CHECKPOINT_FORMAT is refused by name (a newer Tower's checkpoint is never misread). Caller owns *out.
  * Errors: those of tw_safetensors_read, TW_ERR_UNSUPPORTED (a tensor of another dtype, or F32 data not
- * 4-byte aligned in the file: Tower never writes either). */
+ * 4-byte aligned in the file: Tower never writes either; an unknown format). */
 tw_status tw_checkpoint_read(const char *path, tw_checkpoint **out, tw_error *err);
 
 /* tw_checkpoint_latest then tw_checkpoint_read: TW_END when dir holds no checkpoint; a corrupt file

@@ -251,7 +251,7 @@ static tw_status save_checkpoint(run *R, tw_error *err)
     snprintf(consumed, sizeof consumed, "%llu", (unsigned long long)pos.consumed);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)R->c->seed);
     char *config = tw_config_to_json(R->c);
-    const tw_ckpt_meta meta[] = {{"format", "tower-checkpoint-1"}, {"step", step},
+    const tw_ckpt_meta meta[] = {{"format", TW_CHECKPOINT_FORMAT}, {"step", step},
                                  {"data_epoch", epoch},           {"data_consumed", consumed},
                                  {"seed", seed},                  {"config", config ? config : ""}};
     flush_events(R); /* every point up to this step reaches the event files before a resume can start here */

@@ -97,7 +97,7 @@ static tw_status save(const char *dir, int64_t step, int keep, tw_error *err)
     snprintf(step_text, sizeof step_text, "%lld", (long long)step);
     tw_ckpt_tensor t[] = {{.name = "layer0/w", .data = w, .rank = 2, .shape = {W_ROWS, W_COLS}},
                           {.name = "layer0/b", .data = &b, .rank = 0}};
-    tw_ckpt_meta m[] = {{"format", "tower-checkpoint-1"}, {"step", step_text}};
+    tw_ckpt_meta m[] = {{"format", TW_CHECKPOINT_FORMAT}, {"step", step_text}};
     return tw_checkpoint_save(dir, step, keep, t, 2, m, 2, err);
 }
 
@@ -120,7 +120,7 @@ static void expect_latest(const char *dir, int64_t step)
     assert_string_equal(tw_checkpoint_path(c), want_path);
     snprintf(step_text, sizeof step_text, "%lld", (long long)step);
     assert_string_equal(tw_checkpoint_meta(c, "step"), step_text);
-    assert_string_equal(tw_checkpoint_meta(c, "format"), "tower-checkpoint-1");
+    assert_string_equal(tw_checkpoint_meta(c, "format"), TW_CHECKPOINT_FORMAT);
     size_t count = 0;
     const float *b = tw_checkpoint_tensor(c, "layer0/b", &count);
     assert_non_null(b);
@@ -491,6 +491,27 @@ static void test_read_refuses_other_dtypes(void **state)
     assert_non_null(strstr(err.message, "tensor 'q' is U8; checkpoints hold F32 only"));
 }
 
+/* A checkpoint of another format (a newer Tower's) is refused by name; one without "format" (another tool's
+ * safetensors) is read for its tensors. */
+static void test_read_refuses_an_unknown_format(void **state)
+{
+    fixture *f = *state;
+    float w = 1.0f;
+    tw_ckpt_tensor t[] = {{.name = "w", .data = &w, .rank = 0}};
+    tw_ckpt_meta newer[] = {{"format", "tower-checkpoint-2"}, {"step", "1"}};
+    tw_error err;
+    assert_int_equal(tw_checkpoint_save(f->dir, 1, 3, t, 1, newer, 2, &err), TW_OK);
+    tw_checkpoint *c = NULL;
+    assert_int_equal(tw_checkpoint_open_latest(f->dir, &c, &err), TW_ERR_UNSUPPORTED);
+    assert_null(c);
+    assert_non_null(strstr(err.message, "format 'tower-checkpoint-2'"));
+    assert_non_null(strstr(err.message, TW_CHECKPOINT_FORMAT));
+    tw_ckpt_meta plain[] = {{"step", "2"}};
+    assert_int_equal(tw_checkpoint_save(f->dir, 2, 3, t, 1, plain, 1, &err), TW_OK);
+    assert_int_equal(tw_checkpoint_open_latest(f->dir, &c, &err), TW_OK);
+    tw_checkpoint_free(c);
+}
+
 #define TEST(fn) cmocka_unit_test_setup_teardown(fn, setup, teardown)
 
 int main(void)
@@ -512,6 +533,7 @@ int main(void)
         TEST(test_read_only_folder_keeps_previous_checkpoint),
         TEST(test_fetch_checks_names_and_shapes),
         TEST(test_read_refuses_other_dtypes),
+        TEST(test_read_refuses_an_unknown_format),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
