@@ -103,10 +103,11 @@ def failed_naming(server, run_id, path):
 
 def running_with_checkpoint(serve, tool):
     """A fake server with a dataset and a run (300 steps of 20 ms) that has written a checkpoint, then killed -9
-    (the trainer dies with it): the run is `running` in the store and resumes when a server starts again."""
+    (the trainer dies with it): the run is `running` in the store and resumes when a server starts again (the
+    crash is its one restart)."""
     server = fake_server(serve, tool)
     upload_csv(server, "tab", CSV)
-    run = submit(server, seed_config(dataset="tab", steps=300, checkpoint_every=5)).json()
+    run = submit(server, seed_config(dataset="tab", steps=300, checkpoint_every=5, max_restarts=1)).json()
     latest = run_dir(server, run["id"]) / "checkpoints" / "latest"
     poll("a checkpoint", lambda: True if latest.exists() else None)
     kill_9(server)
