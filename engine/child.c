@@ -271,3 +271,16 @@ int tw_child_exit_code(const tw_error *err)
             return BY_STATUS[i].code;
     return TW_EXIT_FAILED;
 }
+
+void tw_child_train_argv(const tw_child_train_args *a, char text[2][24], char *argv[TW_CHILD_TRAIN_ARGV])
+{
+    snprintf(text[0], 24, "%u", a->stop_within_s);
+    snprintf(text[1], 24, "%llu", a->input_memory);
+    const char *words[TW_CHILD_TRAIN_ARGV] = {
+        a->trainer, "train", a->config, "--" TW_TRAIN_OPT_LOGDIR, a->logdir, "--" TW_TRAIN_OPT_RESUME,
+        "--" TW_TRAIN_OPT_BACKEND, a->backend, "--" TW_TRAIN_OPT_DATA_ROOT, a->data_root,
+        "--" TW_TRAIN_OPT_STOP_WITHIN, text[0], "--" TW_TRAIN_OPT_INPUT_MEMORY, text[1],
+        a->monitor_url ? "--" TW_TRAIN_OPT_MONITOR_URL : NULL, a->monitor_url, NULL};
+    for (int i = 0; i < TW_CHILD_TRAIN_ARGV; i++)
+        argv[i] = (char *)words[i];
+}

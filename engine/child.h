@@ -178,4 +178,29 @@ void tw_child_final(tw_child_out *o, const char *status, int64_t step, double se
  * out. Returns exit_code. */
 int tw_child_failed(tw_child_out *o, const char *code, int exit_code, const char *message);
 
+/* ---- the command line the server starts a run's trainer with ---- */
+
+/* `TRAINER train CONFIG --logdir DIR --resume --backend cpu|cuda --data-root DATA --stop-within S
+ * --input-memory BYTES [--monitor-url URL]`: built by tw_child_train_argv alone (the server's scheduler) and
+ * parsed by `tower train` (engine/train_main.c) and the fake trainer through the same option names. */
+#define TW_TRAIN_OPT_LOGDIR "logdir"
+#define TW_TRAIN_OPT_RESUME "resume"
+#define TW_TRAIN_OPT_BACKEND "backend"
+#define TW_TRAIN_OPT_DATA_ROOT "data-root"
+#define TW_TRAIN_OPT_STOP_WITHIN "stop-within"
+#define TW_TRAIN_OPT_INPUT_MEMORY "input-memory"
+#define TW_TRAIN_OPT_MONITOR_URL "monitor-url"
+
+typedef struct {
+    const char *trainer, *config, *logdir, *backend, *data_root;
+    const char *monitor_url;       /* NULL: none */
+    unsigned stop_within_s;        /* 1 .. 3600 */
+    unsigned long long input_memory;
+} tw_child_train_args;
+
+enum { TW_CHILD_TRAIN_ARGV = 18 }; /* argv's size, its NULL included */
+
+/* Fills argv[TW_CHILD_TRAIN_ARGV] (NULL-terminated; pointers into *a and text, which must outlive it). */
+void tw_child_train_argv(const tw_child_train_args *a, char text[2][24], char *argv[TW_CHILD_TRAIN_ARGV]);
+
 #endif

@@ -140,11 +140,11 @@ static int usage_error(const char *fmt, const char *arg)
 static int parse_args(int argc, char **argv, options *o)
 {
     static const struct option longs[] = {
-        {"logdir", required_argument, 0, 'l'}, {"resume", no_argument, 0, 'r'},
-        {"towers", required_argument, 0, 't'}, {"backend", required_argument, 0, 'b'},
-        {"data-root", required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
-        {"memory-limit", required_argument, 0, 'm'}, {"monitor-url", required_argument, 0, 'u'},
-        {"input-memory", required_argument, 0, 'i'}, {"stop-within", required_argument, 0, 's'},
+        {TW_TRAIN_OPT_LOGDIR, required_argument, 0, 'l'}, {TW_TRAIN_OPT_RESUME, no_argument, 0, 'r'},
+        {"towers", required_argument, 0, 't'}, {TW_TRAIN_OPT_BACKEND, required_argument, 0, 'b'},
+        {TW_TRAIN_OPT_DATA_ROOT, required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
+        {"memory-limit", required_argument, 0, 'm'}, {TW_TRAIN_OPT_MONITOR_URL, required_argument, 0, 'u'},
+        {TW_TRAIN_OPT_INPUT_MEMORY, required_argument, 0, 'i'}, {TW_TRAIN_OPT_STOP_WITHIN, required_argument, 0, 's'},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->stop_within = 20;

@@ -370,11 +370,11 @@ static tw_status spawn_launched(tw_scheduler *s, child *c, char **trainer, const
 
 /* The trainer's --stop-within (two thirds of the grace, at least 1 s: it ends itself before the SIGKILL,
  * engine/train_main.c) and --input-memory (the serve default; 2 GiB, the trainer's own, when unset). */
-static void trainer_limits(const tw_server *S, char within[24], char budget[24])
+static void trainer_limits(const tw_server *S, tw_child_train_args *a)
 {
     double w = S->opt.grace * 2 / 3;
-    snprintf(within, 24, "%.0f", w < 1 ? 1 : w > 3600 ? 3600 : w);
-    snprintf(budget, 24, "%llu", (unsigned long long)(S->opt.input_memory ? S->opt.input_memory : 2ull << 30));
+    a->stop_within_s = (unsigned)(w < 1 ? 1 : w > 3600 ? 3600 : w + 0.5);
+    a->input_memory = (unsigned long long)(S->opt.input_memory ? S->opt.input_memory : 2ull << 30);
 }
 
 /* Forks the trainer for run id, confined to the data folder (--data-root). Returns TW_OK, or an error in
@@ -388,13 +388,12 @@ static tw_status spawn(tw_scheduler *s, child *c, const char *visible, int gpu, 
         tw_run_path(S, c->folder, TW_RUN_LOG, logpath, sizeof logpath) != 0)
         return tw_error_set(why, TW_ERR_INVALID, c->id, -1, "the run folder's path is too long");
     TW_TRY(remove_temporaries(logdir, why));
-    char monitor[PATH_MAX], within[24], budget[24];
-    trainer_limits(S, within, budget);
-    char *argv[] = {(char *)(S->opt.trainer ? S->opt.trainer : S->self), "train", config, "--logdir",
-                    logdir, "--resume", "--backend", gpu ? "cuda" : "cpu", "--data-root", S->data,
-                    "--stop-within", within, "--input-memory", budget,
-                    monitor_url(S, c->id, monitor, sizeof monitor) == 0 ? "--monitor-url" : NULL, monitor,
-                    NULL};
+    char monitor[PATH_MAX], text[2][24], *argv[TW_CHILD_TRAIN_ARGV];
+    tw_child_train_args a = {.trainer = S->opt.trainer ? S->opt.trainer : S->self, .config = config, .logdir = logdir,
+                             .backend = gpu ? "cuda" : "cpu", .data_root = S->data,
+                             .monitor_url = monitor_url(S, c->id, monitor, sizeof monitor) == 0 ? monitor : NULL};
+    trainer_limits(S, &a);
+    tw_child_train_argv(&a, text, argv);
     return c->processes > 1 ? spawn_launched(s, c, argv, visible, logpath, why)
                             : fork_child(c, argv, visible, NULL, logpath, why);
 }

@@ -269,10 +269,10 @@ typedef struct {
 static int parse_args(int argc, char **argv, options *o)
 {
     static const struct option longs[] = {
-        {"logdir", required_argument, 0, 'l'}, {"resume", no_argument, 0, 'r'},
-        {"towers", required_argument, 0, 't'}, {"backend", required_argument, 0, 'b'},
-        {"data-root", required_argument, 0, 'd'}, {"monitor-url", required_argument, 0, 'u'},
-        {"stop-within", required_argument, 0, 'u'}, {"input-memory", required_argument, 0, 'u'},
+        {TW_TRAIN_OPT_LOGDIR, required_argument, 0, 'l'}, {TW_TRAIN_OPT_RESUME, no_argument, 0, 'r'},
+        {"towers", required_argument, 0, 't'}, {TW_TRAIN_OPT_BACKEND, required_argument, 0, 'b'},
+        {TW_TRAIN_OPT_DATA_ROOT, required_argument, 0, 'd'}, {TW_TRAIN_OPT_MONITOR_URL, required_argument, 0, 'u'},
+        {TW_TRAIN_OPT_STOP_WITHIN, required_argument, 0, 'u'}, {TW_TRAIN_OPT_INPUT_MEMORY, required_argument, 0, 'u'},
         {0, 0, 0, 0}};
     int c;
     int64_t towers;

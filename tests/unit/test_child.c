@@ -80,12 +80,37 @@ static void test_progress_line_leaves_out_what_is_unknown(void **state)
     free(text);
 }
 
+/* The trainer's command line, word for word; without a monitor URL it ends after --input-memory. */
+static void test_the_train_command_line(void **state)
+{
+    (void)state;
+    tw_child_train_args a = {.trainer = "/usr/bin/tower", .config = "D/runs/r/config.json", .logdir = "D/runs/r",
+                             .backend = "cpu", .data_root = "D", .monitor_url = "http://h:1/#/runs/r",
+                             .stop_within_s = 20, .input_memory = 1ull << 31};
+    char text[2][24], *argv[TW_CHILD_TRAIN_ARGV];
+    tw_child_train_argv(&a, text, argv);
+    const char *want[] = {"/usr/bin/tower", "train", "D/runs/r/config.json", "--logdir", "D/runs/r", "--resume",
+                          "--backend", "cpu", "--data-root", "D", "--stop-within", "20", "--input-memory",
+                          "2147483648", "--monitor-url", "http://h:1/#/runs/r", NULL};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++) {
+        if (want[i])
+            assert_string_equal(argv[i], want[i]);
+        else
+            assert_null(argv[i]);
+    }
+    a.monitor_url = NULL;
+    tw_child_train_argv(&a, text, argv);
+    assert_string_equal(argv[13], "2147483648");
+    assert_null(argv[14]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_a_pipe_gets_the_json_lines),
         cmocka_unit_test(test_a_terminal_gets_the_progress_line),
         cmocka_unit_test(test_progress_line_leaves_out_what_is_unknown),
+        cmocka_unit_test(test_the_train_command_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
