@@ -473,7 +473,7 @@ static tw_status save(run *R, tw_error *err)
     char step[24];
     snprintf(step, sizeof step, "%lld", (long long)R->step);
     const tw_ckpt_tensor t = {.name = "w", .data = w, .rank = 1, .shape = {W_VALUES}};
-    const tw_ckpt_meta meta[] = {{"format", "tower-faketrain-1"}, {"step", step}};
+    const tw_ckpt_meta meta[] = {{"format", TW_CHECKPOINT_FORMAT}, {"step", step}};
     tw_error e; /* as the trainer: the events up to this step are in the file before the checkpoint */
     if (R->ev && tw_events_flush(R->ev, &e) != TW_OK)
         events_failed(R, &e);
