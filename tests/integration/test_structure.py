@@ -76,3 +76,28 @@ def test_no_arrow_from_the_server_into_a_backend(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "tests" / "tools" / "check_circles.py"), str(tmp_path),
                         *BACKEND_RULES], capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and "forbidden arrow: server/main.c uses engine/cpu_start.c" in r.stdout, r.stdout
+
+
+def untested_alone(modules, unit_dir):
+    """The modules (paths of .c/.cu under the source folders) without tests/unit/test_<module>.c."""
+    return sorted(m for m in modules if not (unit_dir / f"test_{pathlib.Path(m).stem}.c").exists())
+
+
+def table_gaps(doc, modules, unit_dir, test_names):
+    """(modules missing from the table of doc, tests the table names that do not exist)."""
+    section = doc.split("## What tests each module", 1)[1]
+    listed = set(re.findall(r"`((?:base|eventlog|engine|server|client|kernels)/[\w.]+\.(?:c|cu))`", section))
+    named = set(re.findall(r"`(unit_\w+|test_\w+\.py)`", section))
+    return [m for m in untested_alone(modules, unit_dir) if m not in listed], sorted(named - test_names)
+
+
+def test_every_module_without_a_unit_test_is_in_the_coverage_table(tmp_path):
+    modules = [str(p.relative_to(ROOT)) for folder in ("base", "eventlog", "engine", "server", "client", "kernels")
+               for ext in ("*.c", "*.cu") for p in (ROOT / folder).glob(ext)]
+    tests = {f"unit_{p.stem[5:]}" for p in (ROOT / "tests" / "unit").glob("test_*.c")} | \
+        {p.name for p in (ROOT / "tests" / "integration").glob("test_*.py")}
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    assert table_gaps(doc, modules, ROOT / "tests" / "unit", tests) == ([], [])
+    planted = doc + "\n| `server/nothing.c` | `test_nothing.py` |\n"
+    assert table_gaps(planted, modules + ["server/new_module.c"], ROOT / "tests" / "unit", tests) == \
+        (["server/new_module.c"], ["test_nothing.py"])
