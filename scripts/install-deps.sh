@@ -9,7 +9,7 @@
 #                                      TensorFlow, TensorBoard, numpy, pytest, safetensors, requests,
 #                                      selenium; curl, strace, wrk, GNU time (the benchmarks' peak RSS) and
 #                                      headless Chromium for the server tests,
-#                                      docker-compose (checks docker/compose.yaml)
+#                                      docker-compose (checks docker/compose.yaml), lcov (scripts/coverage.sh)
 #   scripts/install-deps.sh --runtime  instead, only what a built `tower` needs to run: its shared
 #                                      libraries, Chart.js, Fashion-MNIST and curl (the health check); the
 #                                      Docker image's runtime stage. Not with --test
@@ -39,7 +39,7 @@ apt_build=(build-essential cmake pkg-config ca-certificates
   libpng-dev 'libjpeg62-turbo-dev|libjpeg-turbo8-dev' libdnnl-dev
   libopenmpi-dev openmpi-bin) # Open MPI: optional for the build (engine/world.c), wanted for mpirun
 apt_test=(clang libclang-rt-dev libcmocka-dev python3 python3-venv python3-pip
-  curl strace chromium chromium-driver wrk time docker-compose)
+  curl strace chromium chromium-driver wrk time docker-compose lcov)
 # What `tower` loads at run time (the shared libraries of the -dev packages above, ldd build/server/tower),
 # the files it serves or registers, and curl for the Docker HEALTHCHECK. Debian 12 | Ubuntu 24.04 names.
 apt_run=(zlib1g libisal2 libprotobuf-c1 libjansson4 'libmicrohttpd12t64|libmicrohttpd12'
