@@ -5,7 +5,7 @@
  * usage errors, exit 2), their --help pages and exit statuses, the runs table, `submit --dataset` (a
  * config's file paths replaced by a registered dataset), following a run over its event stream, the
  * upload's form fields by file kind, and the compare view. Does not own: HTTP (rest.h), the progress
- * line (engine/child.h, the trainer's renderer), the routes (server/API.md), nor exiting (server/main.c). */
+ * line (base/progress.h, the trainer's too), the routes (server/API.md), nor exiting (server/main.c). */
 #include "client_main.h"
 
 #include <errno.h>
@@ -19,7 +19,7 @@
 #include <jansson.h>
 
 #include "atomic_file.h"
-#include "child.h"
+#include "progress.h"
 #include "compare.h"
 #include "rest.h"
 #include "table.h"
@@ -287,7 +287,7 @@ static void render_run(follower *f, const json_t *run)
         fputc('\n', stdout);
         fflush(stdout);
     } else if (json_is_number(json_object_get(m, "loss")) && step != f->shown) {
-        tw_child_progress(stdout, step, json_integer_value(json_object_get(run, "steps")),
+        tw_progress_line(stdout, step, json_integer_value(json_object_get(run, "steps")),
                           json_number_value(json_object_get(m, "examples_per_sec")),
                           json_number_value(json_object_get(m, "loss")),
                           json_number_value(json_object_get(run, "eta_s")));
@@ -319,7 +319,7 @@ static void print_outcome(const json_t *run)
 {
     const json_t *m = json_object_get(run, "metrics");
     char acc[32], loss[32];
-    tw_child_progress_clear(stdout);
+    tw_progress_clear(stdout);
     printf("%s %s at step %lld", json_string_value(json_object_get(run, "id")),
            json_string_value(json_object_get(run, "status")),
            (long long)json_integer_value(json_object_get(run, "step")));

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "progress.h"
+
 double tw_child_now(void)
 {
     struct timespec ts;
@@ -33,38 +35,6 @@ void tw_child_use_terminal(FILE *out, int64_t total_steps)
 }
 
 /* "1h02m", "3m05s", "42s" into buf. */
-static void format_duration(double s, char *buf, size_t size)
-{
-    long t = (long)(s + 0.5);
-    if (t >= 3600)
-        snprintf(buf, size, "%ldh%02ldm", t / 3600, t / 60 % 60);
-    else if (t >= 60)
-        snprintf(buf, size, "%ldm%02lds", t / 60, t % 60);
-    else
-        snprintf(buf, size, "%lds", t);
-}
-
-void tw_child_progress_clear(FILE *out)
-{
-    fputs("\r\033[K", out);
-}
-
-void tw_child_progress(FILE *out, int64_t step, int64_t total, double eps, double loss, double eta_s)
-{
-    tw_child_progress_clear(out);
-    fprintf(out, "step %lld", (long long)step);
-    if (total > 0)
-        fprintf(out, "/%lld", (long long)total);
-    if (eps > 0)
-        fprintf(out, "  %.0f ex/s", eps);
-    fprintf(out, "  loss %.4f", loss);
-    char eta[32];
-    format_duration(eta_s, eta, sizeof eta);
-    if (eta_s > 0)
-        fprintf(out, "  ETA %s", eta);
-    fflush(out);
-}
-
 /* One value as a person reads it: a string bare, a number with %g, anything else as compact JSON. */
 static void print_value(FILE *out, const json_t *v)
 {
@@ -86,13 +56,13 @@ static void render(tw_child_out *o, const json_t *line)
     if (step && json_object_get(line, TW_CHILD_LOSS)) {
         const json_t *eps = json_object_get(line, TW_CHILD_EXAMPLES_PER_SEC);
         const json_t *eta = json_object_get(line, TW_CHILD_ETA);
-        tw_child_progress(o->out, json_integer_value(step), o->total_steps,
+        tw_progress_line(o->out, json_integer_value(step), o->total_steps,
                           eps ? json_number_value(eps) : 0.0,
                           json_number_value(json_object_get(line, TW_CHILD_LOSS)),
                           eta ? json_number_value(eta) : 0.0);
         return;
     }
-    tw_child_progress_clear(o->out);
+    tw_progress_clear(o->out);
     int eval = json_object_get(line, TW_CHILD_EVAL_LOSS) != NULL;
     size_t prefix = strlen(TW_CHILD_EVAL_PREFIX);
     if (eval)

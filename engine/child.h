@@ -149,15 +149,10 @@ void tw_child_init(tw_child_out *o, FILE *out);
 /* ---- the terminal rendering: for a person, never for the supervisor ----
  * After tw_child_use_terminal(out, steps) (`tower train` calls it when its stdout is a terminal), every
  * emitter later initialised on out renders its lines instead of writing JSON: a step line updates one
- * `\r`-rewritten progress line (tw_child_progress), an eval line prints its "eval_" values under their
+ * `\r`-rewritten progress line (base/progress.h, the one `tower submit --follow` draws too), an eval line prints its "eval_" values under their
  * names less the prefix, a heartbeat prints nothing, any other line prints its keys and values. A pipe
  * (the server's supervisor, scripts) never calls it and keeps the JSON lines unchanged. */
 void tw_child_use_terminal(FILE *out, int64_t total_steps);
-/* The progress line "\rstep K/N  E ex/s  loss X  ETA T" (clearing the rest of the line; total 0: no
- * "/N"; eps or eta_s <= 0: left out), flushed. `tower submit --follow` draws the same line from a run. */
-void tw_child_progress(FILE *out, int64_t step, int64_t total, double eps, double loss, double eta_s);
-/* Ends a progress line before other text: "\r" and clear to the end of the line. */
-void tw_child_progress_clear(FILE *out);
 /* devices: [n] names, borrowed: the towers of this process, one of `processes` in a world joined by
  * world ("mpi", "none"). */
 void tw_child_backend(tw_child_out *o, const char *kind, const char *const *devices, int n,

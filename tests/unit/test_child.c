@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "child.h"
+#include "progress.h"
 
 /* Writes a run's lines (backend, step, heartbeat, eval, final) through an emitter on a memory stream;
  * returns the text (caller frees). terminal: name that stream as a terminal first. */
@@ -73,8 +74,8 @@ static void test_progress_line_leaves_out_what_is_unknown(void **state)
     char *text = NULL;
     size_t len = 0;
     FILE *out = open_memstream(&text, &len);
-    tw_child_progress(out, 7, 0, 0, 1.25, 0);
-    tw_child_progress(out, 8, 10, 12.4, 1.0, 4000);
+    tw_progress_line(out, 7, 0, 0, 1.25, 0);
+    tw_progress_line(out, 8, 10, 12.4, 1.0, 4000);
     fclose(out);
     assert_string_equal(text, "\r\033[Kstep 7  loss 1.2500\r\033[Kstep 8/10  12 ex/s  loss 1.0000  ETA 1h06m");
     free(text);
