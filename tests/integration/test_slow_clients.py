@@ -28,11 +28,12 @@ def connect(server, source):
 
 
 def closed_by_server(s):
-    """True once the server has closed s (end of file or a reset), None while it is open."""
+    """True once the server has closed s without a reply (end of file or a reset), None while it is open."""
     s.setblocking(False)
     try:
         data = s.recv(4096)
-        return True if data == b"" else None
+        assert not data, data[:300]  # a reply would be a refusal, not the deadline
+        return True
     except BlockingIOError:
         return None
     except OSError:
@@ -43,7 +44,8 @@ def closed_by_server(s):
 
 def test_a_trickling_body_is_cut_at_its_deadline_and_a_fast_one_is_not(serve):
     server = serve("--header-timeout", "2", "--body-min-rate", "1000")
-    head = ("POST /api/v1/datasets?name=slow&label_column=label HTTP/1.1\r\nHost: x\r\n"
+    host, port = host_port(server)
+    head = (f"POST /api/v1/datasets?name=slow&label_column=label HTTP/1.1\r\nHost: {host}:{port}\r\n"
             "Content-Type: text/csv\r\nContent-Length: 200000\r\n\r\n").encode()
     s = connect(server, ADDRESSES[0])
     s.sendall(head + b"a,label\n")
@@ -59,7 +61,10 @@ def test_a_trickling_body_is_cut_at_its_deadline_and_a_fast_one_is_not(serve):
             cut = time.monotonic() - start
         time.sleep(0.5)  # the trickle's pace, not a wait for an event
     assert cut is not None, "a body at 2 bytes/s was still open after 25 s"
+    assert cut >= 2, cut  # not refused at once: taken until its deadline (2 s of grace, then 1000 bytes/s)
     s.close()
+    log = (server.data.parent / f"{server.data.name}.server.log").read_text()
+    assert "past their deadline" in log and "127.0.0.2: a body at" in log, log[-2000:]
     # The same body at full speed is taken whole: the deadline grows with what arrives.
     body = "a,label\n" + "".join(f"{i % 10},{i % 2}\n" for i in range(50_000))
     r = requests.post(server.api("/datasets?name=fast&label_column=label"), data=body,
