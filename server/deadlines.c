@@ -8,13 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "logtext.h"
 #include "server.h"
 
 static const double MIN_BODY_S = 1.0; /* a body younger than this has no rate yet: never cut for room */
-static const long TICK_NS = 250 * 1000000L;
+static const double TICK_S = 0.25; /* the watchdog's look at the deadlines */
 
 struct tw_conn {
     int fd;
@@ -99,13 +98,7 @@ static void *watchdog(void *arg)
                    "(the last, %s)", d->cut_late, d->cut_for_room, d->last_cut);
             d->cut_late = d->cut_for_room = 0;
         }
-        struct timespec until;
-        clock_gettime(CLOCK_MONOTONIC, &until);
-        until.tv_nsec += TICK_NS;
-        if (until.tv_nsec >= 1000000000L) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000L;
-        }
+        struct timespec until = tw_mono_after(TICK_S);
         pthread_cond_timedwait(&d->cv, &d->mu, &until);
     }
     pthread_mutex_unlock(&d->mu);
@@ -123,11 +116,7 @@ tw_status tw_deadlines_start(double header_s, double min_rate, unsigned capacity
     d->capacity = capacity;
     d->conns.next = d->conns.prev = &d->conns;
     pthread_mutex_init(&d->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&d->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    tw_cond_init_mono(&d->cv);
     if (pthread_create(&d->thread, NULL, watchdog, d) != 0) {
         pthread_cond_destroy(&d->cv);
         pthread_mutex_destroy(&d->mu);

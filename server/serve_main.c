@@ -343,10 +343,7 @@ int tw_serve_main(int argc, char **argv)
         return rc < 0 ? 0 : rc;
     S.started = tw_now_wall();
     pthread_mutex_init(&S.change_mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&S.change_cv, &ca);
+    tw_cond_init_mono(&S.change_cv);
     ssize_t n = readlink("/proc/self/exe", S.self, sizeof S.self - 1);
     S.self[n > 0 ? n : 0] = 0;
     sigset_t stop_signals;

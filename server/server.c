@@ -54,14 +54,7 @@ uint64_t tw_server_version(tw_server *S)
 
 int tw_server_wait_change(tw_server *S, uint64_t *seen, double seconds)
 {
-    struct timespec until;
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)seconds;
-    until.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    struct timespec until = tw_mono_after(seconds);
     pthread_mutex_lock(&S->change_mu);
     int rc = 0;
     while (S->change == *seen && rc == 0)
@@ -92,6 +85,28 @@ static double clock_seconds(clockid_t id)
 
 double tw_now_mono(void) { return clock_seconds(CLOCK_MONOTONIC); }
 double tw_now_wall(void) { return clock_seconds(CLOCK_REALTIME); }
+
+void tw_cond_init_mono(pthread_cond_t *cv)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(cv, &ca);
+    pthread_condattr_destroy(&ca);
+}
+
+struct timespec tw_mono_after(double seconds)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += (time_t)seconds;
+    t.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
 
 /* DATA/parts[0]/.../parts[n-1] into buf: 0, or -1 (buf "") when it does not fit. */
 static int data_join(const tw_server *S, char *buf, size_t size, const char *const *parts, int n)
