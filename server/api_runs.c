@@ -884,11 +884,11 @@ static double keepalive_every(const tw_server *S)
     return third < 15.0 ? third : 15.0;
 }
 
-/* Produces the next event text into s->pending: the run when it changed, else a keep-alive comment once the
- * stream has been silent for keepalive_every (whatever other runs do meanwhile). Blocks until then. */
 /* The run object's fields that move with the clock alone: a change of them is not an event. */
 static const char *const CLOCK_FIELDS[] = {"total_time_s", "expected_start"};
 
+/* Produces the next event text into s->pending: the run when it changed, else a keep-alive comment once the
+ * stream has been silent for keepalive_every (whatever other runs do meanwhile). Blocks until then. */
 static void sse_produce(sse *s)
 {
     for (;;) {

@@ -746,7 +746,9 @@ static int take_body(tw_req *r, const char *data, size_t n)
 /* The integer a real that is a whole number stands for (new), else NULL. */
 static json_t *whole_number(const json_t *v)
 {
-    double x = json_is_real(v) ? json_real_value(v) : 0.5;
+    if (!json_is_real(v))
+        return NULL;
+    double x = json_real_value(v);
     return x == floor(x) && fabs(x) <= 9007199254740992.0 ? json_integer((json_int_t)x) : NULL; /* 2^53: exact */
 }
 

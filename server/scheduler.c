@@ -820,10 +820,12 @@ static void finish(tw_scheduler *s, child *c)
     c->oom = killed_for_memory(c);
     outcome o = classify(c);
     char how[600], msg[1300];
-    describe_exit(c, S->opt.heartbeat_timeout, how, sizeof how);
-    snprintf(msg, sizeof msg, "%s%s%s", how, c->last_error[0] ? ": " : "", c->last_error);
-    if (o.reason == SHUTDOWN)
+    if (o.reason == SHUTDOWN) {
         snprintf(msg, sizeof msg, "server stopped: the run is queued to go on when it starts again");
+    } else {
+        describe_exit(c, S->opt.heartbeat_timeout, how, sizeof how);
+        snprintf(msg, sizeof msg, "%s%s%s", how, c->last_error[0] ? ": " : "", c->last_error);
+    }
     log_closing(c, "%s", msg); /* before the store says the run ended: a reader of the ended run's log finds it */
     c->dirty = 1;
     c->saved_at = 0;
