@@ -151,7 +151,7 @@ struct tw_backend_ops {
     tw_status (*conv_bwd_filter)(void *ctx, const tw_window *w, int filters, tw_tensor df,
                                  tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err);
     /* Optional world of processes (NULL: not offered; the CPU backend's processes average through MPI,
-     * engine/world.h). The wrappers below check the arguments. */
+     * world/world.h). The wrappers below check the arguments. */
     tw_status (*world_id)(void *ctx, void *id, tw_error *err);
     tw_status (*world_join)(void *const *ctxs, int n_ctx, const void *id, int node, int nodes,
                             tw_error *err);
@@ -363,7 +363,7 @@ tw_status tw_backend_alloc_host(tw_backend *b, size_t bytes, void **out, tw_erro
 void tw_backend_free_host(tw_backend *b, void *p); /* NULL-safe (p) */
 
 /* on = 1 lets the backend's GEMMs use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation:
- * about 1e-3 relative error per product; kernels/README.md); 0 (the default) keeps full FP32. A backend
+ * about 1e-3 relative error per product; kernels/cuda/README.md); 0 (the default) keeps full FP32. A backend
  * without the notion ignores it (TW_OK). */
 tw_status tw_backend_set_tf32(tw_backend *b, int on, tw_error *err);
 
@@ -393,8 +393,8 @@ tw_status tw_backend_replay(tw_backend *b, int slot, tw_error *err);
  * One process per node drives its G local towers; a world of `nodes` such processes has nodes*G ranks,
  * tower i of node k being rank k*G + i (PyTorch's ProcessGroupNCCL map), and tw_backend_allreduce_avg over
  * the G towers then averages over all nodes*G. The id (TW_WORLD_ID_BYTES, NCCL's unique id) is made by
- * node 0 and reaches every node by tw_world_bcast (engine/world.h: MPI_Bcast, or the TCP world's star
- * through rank 0) or the TCP rendezvous alone (engine/rendezvous.h); docs/rendezvous.md. */
+ * node 0 and reaches every node by tw_world_bcast (world/world.h: MPI_Bcast, or the TCP world's star
+ * through rank 0) or the TCP rendezvous alone (world/rendezvous.h); docs/rendezvous.md. */
 
 enum {
     TW_WORLD_ID_BYTES = 128,  /* NCCL_UNIQUE_ID_BYTES (the CUDA module asserts it) */
@@ -414,7 +414,7 @@ tw_status tw_backend_world_id(tw_backend *b, void *id, tw_error *err);
  * connected). From then on tw_backend_allreduce_avg over exactly these towers, in this order, averages
  * over the whole world (even for one tower), and an all-reduce over any other set of them is refused;
  * the world ends when one of them is destroyed. An asynchronous failure of the world is a sticky error
- * of the backend (kernels/cuda_backend.h), and the communicators are aborted so no rank hangs.
+ * of the backend (kernels/cuda/cuda_backend.h), and the communicators are aborted so no rank hangs.
  * Errors: TW_ERR_INVALID for bad arguments (node outside [0, nodes), nodes outside
  * [1, TW_WORLD_MAX_NODES], towers of different kinds or repeated); TW_ERR_UNSUPPORTED when the
  * kind has no worlds or two towers share a GPU; the backend's own. */

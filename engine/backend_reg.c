@@ -2,7 +2,7 @@
  * and the device queries (as ggml keeps ggml-backend-reg.cpp apart from ggml-backend.cpp).
  *
  * Owns: the kinds ("cpu", "cuda", "auto") and their tables, and finding and loading the CUDA backend
- * module: kernels/ is the shared object tower-cuda.so (kernels/cuda_backend.h), opened with dlopen the
+ * module: kernels/ is the shared object tower-cuda.so (kernels/cuda/cuda_backend.h), opened with dlopen the
  * first time something asks for a CUDA device, never before — so `tower serve`, `tower convert` and CPU
  * runs do not map cudart, cuBLAS or NCCL (about 200 MiB resident) — as ggml loads its backends. The
  * module is looked for at $TOWER_CUDA_MODULE (a path; nowhere else when set), next to the running binary,

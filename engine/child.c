@@ -231,7 +231,7 @@ int tw_child_exit_code(const tw_error *err)
     if (err->status == TW_ERR_IO && (err->errno_value == ENOSPC || err->errno_value == EDQUOT))
         return TW_EXIT_STORAGE_FULL;
     if (err->status == TW_ERR_INTERNAL && err->errno_value == ENOTRECOVERABLE)
-        return TW_EXIT_DEVICE; /* a poisoned CUDA context or an aborted NCCL group (kernels/cuda_backend.h) */
+        return TW_EXIT_DEVICE; /* a poisoned CUDA context or an aborted NCCL group (kernels/cuda/cuda_backend.h) */
     if (err->status == TW_ERR_INVALID && err->errno_value == EDOM)
         return TW_EXIT_DIVERGED; /* a NaN or Inf parameter refused by tw_checkpoint_save: diverged too */
     if (err->status == TW_ERR_INVALID && err->errno_value == EILSEQ)

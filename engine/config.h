@@ -105,7 +105,7 @@ typedef struct {
     int cuda_graphs;                 /* 1 (default): from the second step on, each tower's step runs as
                                         CUDA Graphs (trainer.c); 0: op by op */
     int tf32;                        /* 1: GEMMs on TF32 tensor cores (~1e-3 relative error per
-                                        product, kernels/README.md); 0 (default): full FP32 */
+                                        product, kernels/cuda/README.md); 0 (default): full FP32 */
     /* start from another run's weights: JSON "init_from": {"checkpoint": PATH, "weights": "raw" | "ema"}
        (null or absent: none). Only the parameters are read, by name and shape (trainer.h:
        tw_train_init_from); a run resuming from its own checkpoint ignores it. */

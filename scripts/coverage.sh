@@ -36,17 +36,18 @@ lcov --quiet --rc lcov_branch_coverage=1 --add-tracefile "$dir/baseline.info" --
 python3 - "$root" "$dir/coverage.info" <<'PY'
 import collections, sys
 root, info = sys.argv[1].rstrip("/") + "/", sys.argv[2]
-rows = collections.OrderedDict((f, [0, 0, 0, 0]) for f in ("base", "eventlog", "engine", "server", "client"))
+rows = collections.OrderedDict((f, [0, 0, 0, 0]) for f in ("base", "eventlog", "world", "kernels/cpu", "engine",
+                                                            "server", "client"))
 folder = None
 for line in open(info):
     key, _, value = line.strip().partition(":")
     if key == "SF":
         rel = value[len(root):] if value.startswith(root) else ""
-        folder = rel.split("/")[0] if rel.split("/")[0] in rows else None
+        folder = next((f for f in rows if rel.startswith(f + "/") and "/" not in rel[len(f) + 1:]), None)
     elif folder and key in ("LF", "LH", "BRF", "BRH"):
         rows[folder][("LF", "LH", "BRF", "BRH").index(key)] += int(value)
 pct = lambda hit, found: f"{100.0 * hit / found:5.1f}%" if found else "    -"
-print(f"{'folder':10} {'lines':>16} {'line %':>7} {'branches':>16} {'branch %':>8}")
+print(f"{'folder':12} {'lines':>16} {'line %':>7} {'branches':>16} {'branch %':>8}")
 for name, (lf, lh, brf, brh) in rows.items():
-    print(f"{name:10} {lh:>7} of {lf:<6} {pct(lh, lf):>7} {brh:>7} of {brf:<6} {pct(brh, brf):>8}")
+    print(f"{name:12} {lh:>7} of {lf:<6} {pct(lh, lf):>7} {brh:>7} of {brf:<6} {pct(brh, brf):>8}")
 PY

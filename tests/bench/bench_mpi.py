@@ -1,6 +1,6 @@
 """Processes against towers (not a test): the seed MLP (examples/seed_mlp.json, batch 32 per tower) as
 1 process x 2 towers against 2 processes x 1 tower, under `mpirun -np 2` (MPI world) and started with
-torchrun's variables (TCP world, engine/world_tcp.c), on this machine. Two measurements, each --repeat
+torchrun's variables (TCP world, world/world_tcp.c), on this machine. Two measurements, each --repeat
 times alternating the two shapes, the best run reported (this VM's timings are noisy):
 
 - `tower bench` (synthetic data, the step alone): step time, examples/s and the gradient all-reduce's time

@@ -1,6 +1,6 @@
 /* test_cuda_sticky.c — a sticky device error surfaces as a status, not a crash or a hang: a kernel that
  * reads an address no allocation owns poisons the CUDA context; the next sync must return
- * TW_ERR_INTERNAL with errno_value ENOTRECOVERABLE (TW_CUDA_STICKY_ERRNO of kernels/cuda_backend.h, the
+ * TW_ERR_INTERNAL with errno_value ENOTRECOVERABLE (TW_CUDA_STICKY_ERRNO of kernels/cuda/cuda_backend.h, the
  * convention by which `tower train` exits with status 12), later ops must fail the same way, and destroy
  * must still return. Its own program because the context stays poisoned until the process exits.
  * Exit 0 passed, 1 failed, 77 no CUDA device. */

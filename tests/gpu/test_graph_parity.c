@@ -1,7 +1,7 @@
 /* test_graph_parity.c — CUDA Graphs on against off: the same training run on the CUDA backend, once op by
  * op ("cuda_graphs": false) and once with each tower's step captured and replayed as graphs (true), must
  * give bit-identical results: the graphs run the same kernels with the same arguments in the same order
- * (engine/train_step.c, kernels/cuda_backend.cu), only launched differently.
+ * (engine/train_step.c, kernels/cuda/cuda_backend.cu), only launched differently.
  *
  * The run: a small CNN (conv, max-pool, dense, dropout 0.3, Adam, exponential decay, L2, EMA) on a
  * synthetic dataset written here (512 8x8x1 uint8 images, labels 0..3), 30 steps with a summary every

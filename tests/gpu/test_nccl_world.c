@@ -1,6 +1,6 @@
 /* test_nccl_world.c — a CUDA world of two processes (backend.h's world_id / world_join) bootstrapped the way
  * `tower train` will in a torchrun-style job: rank 0 makes the NCCL unique id, the TCP rendezvous
- * (engine/rendezvous.h, the path tests/tools/tw_rendezvous takes) hands it to rank 1, both join the world
+ * (world/rendezvous.h, the path tests/tools/tw_rendezvous takes) hands it to rank 1, both join the world
  * and all-reduce a known vector, whose average every rank must then hold exactly. Also a world of one
  * process (its all-reduce of one tower goes through NCCL and leaves the values as they are) and the refusal
  * of an all-reduce over another set of a world's towers.

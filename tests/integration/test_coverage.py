@@ -20,11 +20,11 @@ def test_the_coverage_command_prints_a_table_per_folder(tmp_path):
     assert lines[0].split() == ["folder", "lines", "line", "%", "branches", "branch", "%"], r.stdout
     rows = {}
     for line in lines[1:]:
-        m = re.match(r"(\w+)\s+(\d+) of (\d+)\s+([\d.]+)%\s+(\d+) of (\d+)\s+([\d.]+)%$", line)
+        m = re.match(r"([\w/]+)\s+(\d+) of (\d+)\s+([\d.]+)%\s+(\d+) of (\d+)\s+([\d.]+)%$", line)
         assert m, line
         name, lh, lf, lp, bh, bf, bp = m.groups()
         rows[name] = (int(lh), int(lf), float(lp), int(bh), int(bf), float(bp))
-    assert list(rows) == ["base", "eventlog", "engine", "server", "client"], r.stdout
+    assert list(rows) == ["base", "eventlog", "world", "kernels/cpu", "engine", "server", "client"], r.stdout
     for name, (lh, lf, lp, bh, bf, bp) in rows.items():
         assert lf > 0 and bf > 0 and lh <= lf and bh <= bf, (name, rows[name])  # every file counted
         assert lp == pytest.approx(100 * lh / lf, abs=0.06) and bp == pytest.approx(100 * bh / bf, abs=0.06)

@@ -1,4 +1,4 @@
-"""`tower train` under `mpirun -np 2` (Open MPI, engine/world.h): one data-parallel run across processes.
+"""`tower train` under `mpirun -np 2` (Open MPI, world/world.h): one data-parallel run across processes.
 
 Against the real launcher (Open MPI's mpirun, --oversubscribe on this small machine) and stock TensorBoard:
 two processes of one tower train the seed MLP to the losses of one process of two towers (exactly: the same

@@ -1,4 +1,4 @@
-"""The torchrun-variable rendezvous (engine/rendezvous.h) on loopback, through tests/tools/tw_rendezvous: rank 0
+"""The torchrun-variable rendezvous (world/rendezvous.h) on loopback, through tests/tools/tw_rendezvous: rank 0
 makes a random token and hands it to every rank the way a CUDA world hands out its 128-byte NCCL unique id.
 
 Each test starts real processes with the variables a launcher sets (torchrun / PyTorchJob, Slurm, Open MPI, a
@@ -215,7 +215,7 @@ def test_a_world_of_one_needs_no_peer(world):
 
 
 def raw_rank(port, rank, size, version=1, nbytes=128):
-    """A rank speaking the protocol by hand (engine/rendezvous.c's header): connects and sends its hello."""
+    """A rank speaking the protocol by hand (world/rendezvous.c's header): connects and sends its hello."""
     s = socket.create_connection(("127.0.0.1", port), timeout=BOUND_S)
     s.sendall(b"TWRZ" + struct.pack(">IIII", version, size, rank, nbytes))
     return s
@@ -293,7 +293,7 @@ def test_ranks_that_joined_hear_that_rank_0_gave_up(world):
 
 
 def test_a_training_world_and_a_shared_blob_do_not_mix(world, tower_bin, tmp_path):
-    """`tower train`'s rank 0 joins the TCP world (engine/world_tcp.c: tw_rendezvous_connect, nothing
+    """`tower train`'s rank 0 joins the TCP world (world/world_tcp.c: tw_rendezvous_connect, nothing
     shared): a rank that expects a blob is refused with the sizes, and rank 0 times out naming it. The world
     is joined before the config is read, so no config is needed to show it."""
     env = {k: v for k, v in os.environ.items() if k not in WORLD_VARS}

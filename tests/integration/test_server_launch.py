@@ -210,7 +210,7 @@ def built_with_mpi():
     return tower.exists() and "libmpi" in subprocess.run(["ldd", str(tower)], capture_output=True, text=True).stdout
 
 
-@pytest.mark.skipif(not built_with_mpi(), reason="tower is built without MPI (no engine/world_mpi.c)")
+@pytest.mark.skipif(not built_with_mpi(), reason="tower is built without MPI (no world/world_mpi.c)")
 def test_the_real_trainer_in_two_processes_cancelled_resumed_and_completed(serve):
     server = serve("--grace", "30", env=MPI_ENV)  # the trainer: this tower's `train`, under mpirun
     upload_fashion(server)

@@ -4,7 +4,7 @@ one and rank 1 in the other over MASTER_ADDR. Mid-step the link is cut on rank 1
 goes down: rank 0's packets are dropped without a word, as when a cable is pulled or a machine loses power).
 
 Rank 0 must end within the documented bound (keep-alive after 5 s idle, 3 probes 5 s apart, TCP_USER_TIMEOUT
-20 s: engine/world_tcp.c, docs/reliability.md G17) with exit 1, which the server retries; the world started again
+20 s: world/world_tcp.c, docs/reliability.md G17) with exit 1, which the server retries; the world started again
 with --resume goes on from rank 0's last checkpoint to the end, and every step is written once by rank 0 alone
 after the checkpoint it resumed from.
 

@@ -1,6 +1,6 @@
 """`tower train` started N times with torchrun's variables (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, or a
 launcher's SLURM_PROCID/SLURM_NTASKS, JOB_COMPLETION_INDEX): one data-parallel run over the TCP world
-(engine/world_tcp.c), no mpirun and no MPI in the build needed (run it with TOWER_BUILD naming a -DTW_MPI=OFF
+(world/world_tcp.c), no mpirun and no MPI in the build needed (run it with TOWER_BUILD naming a -DTW_MPI=OFF
 build too).
 
 On loopback, each test starts real processes with the variables a launcher sets: two processes of one tower

@@ -2,7 +2,8 @@
 """No two source files of Tower use each other, directly or around a circle.
 
 An arrow A -> B means: a function or global defined in B (a .c or .cu of any library or program the build
-makes: base/, eventlog/, engine/, the CUDA module of kernels/ when it is built, client/, server/) is named in A. The arrows come from the compiler, not from reading text: `nm` lists, for every
+makes: base/, eventlog/, world/, kernels/cpu/, engine/, the CUDA module of kernels/cuda/ when it is
+built, client/, server/) is named in A. The arrows come from the compiler, not from reading text: `nm` lists, for every
 object file of the build, the global symbols it defines and the ones it leaves undefined, so an inline
 function in a header or a static one is not an arrow, and a call through a function pointer from a table is
 (the table names the function). Generated protobuf-c code is left out (it is a library's output).
@@ -21,11 +22,13 @@ import re
 import subprocess
 import sys
 
-LIBRARIES = ("tw_base", "tw_eventlog", "tw_engine", "tower-cuda", "tw_client", "tw_server", "tower")
+LIBRARIES = ("tw_base", "tw_eventlog", "tw_world", "tw_cpu", "tw_engine", "tower-cuda", "tw_client", "tw_server",
+             "tower")
 
 
 def objects(build):
-    """{source name: object path} for the project's own objects (e.g. 'server/api_runs.c')."""
+    """{source name: object path} for the project's own objects, named by their folder under the build
+    (e.g. 'server/api_runs.c', 'kernels/cpu/cpu_gemm.c')."""
     out = {}
     for lib in LIBRARIES:
         for obj in pathlib.Path(build).glob(f"**/CMakeFiles/{lib}.dir/**/*.o"):
@@ -33,8 +36,8 @@ def objects(build):
             source = str(rel)[: -len(".o")]
             if source.startswith("pb/") or "/pb/" in source:
                 continue
-            folder = obj.parents[[p.name for p in obj.parents].index("CMakeFiles")].parent.name
-            out[f"{folder}/{source}"] = obj
+            folder = obj.parents[[p.name for p in obj.parents].index("CMakeFiles")].parent
+            out[f"{folder.relative_to(build).as_posix()}/{source}"] = obj
     return out
 
 
@@ -145,7 +148,7 @@ def main(argv):
         print(f"forbidden arrow: {a} uses {b} ({sym})")
     folders = {}
     for name in graph:
-        folders[name.split("/")[0]] = folders.get(name.split("/")[0], 0) + 1
+        folders[name.rsplit("/", 1)[0]] = folders.get(name.rsplit("/", 1)[0], 0) + 1
     print(f"check_circles: {len(graph)} files, {sum(len(v) for v in graph.values())} arrows, "
           f"{len(found)} circles; files by folder: {', '.join(f'{k} {v}' for k, v in sorted(folders.items()))}")
     return 1 if found or bad else 0

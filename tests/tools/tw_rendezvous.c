@@ -1,5 +1,5 @@
 /* tw_rendezvous.c — one rank of a torchrun-style world, for tests/integration/test_rendezvous.py (and the
- * GPU world test): reads the world from the environment (engine/rendezvous.h), and rank 0 makes a random
+ * GPU world test): reads the world from the environment (world/rendezvous.h), and rank 0 makes a random
  * token of BYTES bytes and hands it to every rank exactly as a CUDA world hands out its NCCL unique id
  * (tw_rendezvous_share). Owns nothing but its arguments.
  *

@@ -1,4 +1,4 @@
-/* test_cuda_bodies.c — the per-output functions of the CUDA kernels (kernels/cuda_bodies.h), run on the
+/* test_cuda_bodies.c — the per-output functions of the CUDA kernels (kernels/cuda/cuda_bodies.h), run on the
  * host against the CPU backend, on any machine: im2col, col2im, max-pool fwd/bwd and the fused update
  * bit for bit, bias_grad's chunked first pass summed up close to the CPU's column sums. A kernel is a
  * grid-stride loop around one of these functions, so this checks the GPU's index arithmetic and
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../kernels/cuda_bodies.h"
+#include "../../kernels/cuda/cuda_bodies.h"
 #include "backend.h"
 
 static tw_backend *B;

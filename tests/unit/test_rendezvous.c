@@ -1,4 +1,4 @@
-/* test_rendezvous.c — the world's variables (engine/rendezvous.h): where the rank and size come from, and
+/* test_rendezvous.c — the world's variables (world/rendezvous.h): where the rank and size come from, and
  * every check with the variable it names; plus one share between threads on loopback and the argument
  * checks of tw_rendezvous_share; the optional TOWER_RENDEZVOUS_TIMEOUT and LOCAL_WORLD_SIZE. The processes' view (launchers' variables, strays, time-outs, refusals) is
  * tests/integration/test_rendezvous.py's. */

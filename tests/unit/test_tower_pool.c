@@ -1,4 +1,4 @@
-/* test_tower_pool.c — the towers' persistent threads (engine/tower_pool.h): every job of a run runs once,
+/* test_tower_pool.c — the towers' persistent threads (base/tower_pool.h): every job of a run runs once,
  * job 0 on the caller, job t > 0 on a thread of its own that stays the same from run to run (no thread
  * is created per step), and a one-job pool starts no thread; the cuts of a range into parts. */
 #include <pthread.h>

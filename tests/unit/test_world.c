@@ -1,4 +1,4 @@
-/* test_world.c — engine/world.c, the dispatch and the world of one (compiled in here without TW_HAVE_MPI,
+/* test_world.c — world/world.c, the dispatch and the world of one (compiled in here without TW_HAVE_MPI,
  * so it is tested as a build without MPI even in builds with it: its definitions stand in for tw_engine's
  * world.o, which the linker then never pulls), the refusal to run as one of several processes a launcher
  * started, the TCP world (world_tcp.c, from tw_engine) with forked ranks on loopback: its reductions in
@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../../engine/world.c"
+#include "../../world/world.c"
 #include "train_step.h"
 #include "testutil.h"
 

@@ -1,11 +1,11 @@
 /* rendezvous.h — a world of processes found without MPI: its coordinates from torchrun's environment
  * variables, and a small TCP rendezvous that either hands one blob (the NCCL unique id) from rank 0 to every
- * rank or leaves every rank connected to rank 0 (the TCP world's star, engine/world_tcp.c).
+ * rank or leaves every rank connected to rank 0 (the TCP world's star, world/world_tcp.c).
  *
  * Owns: the reading and validation of the world variables (the table is docs/rendezvous.md's, the one
- * place the user guide points to) and the rendezvous protocol (engine/rendezvous.c's header). Does not own
+ * place the user guide points to) and the rendezvous protocol (world/rendezvous.c's header). Does not own
  * what travels (the CUDA backend makes the NCCL id: backend.h's world ops; the collectives over the
- * connections: world_tcp.c), the MPI world (engine/world_mpi.c), or the training; nothing here touches a
+ * connections: world_tcp.c), the MPI world (world/world_mpi.c), or the training; nothing here touches a
  * device.
  *
  * Thread-safety: none needed: tw_rendezvous_from_env reads the environment (call it before threads that

@@ -1,5 +1,5 @@
 /* cuda_module.c — the one symbol tower-cuda.so exports: the table engine/backend_reg.c finds with dlsym
- * after dlopen (kernels/cuda_backend.h). Owns nothing else. */
+ * after dlopen (kernels/cuda/cuda_backend.h). Owns nothing else. */
 #include "cuda_backend.h"
 
 /* Visible from the shared object; every other symbol of the module may stay internal. */

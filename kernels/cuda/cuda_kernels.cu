@@ -7,7 +7,7 @@
  * (host-and-device, so a unit test checks it without a GPU). The per-element arithmetic is
  * engine/elementwise.h's (the same TW_HD functions the CPU loops call), and the build compiles it with
  * --fmad=false, so an op whose result is per-element arithmetic, or a sum taken in the CPU's order, is
- * bit-identical to engine/cpu_backend.c: the update, act_bwd, relu, dropout (the same
+ * bit-identical to kernels/cpu/cpu_backend.c: the update, act_bwd, relu, dropout (the same
  * counter-based mask), bias_add, im2col, col2im and max-pool bwd (gathers that add in the CPU's scatter
  * order), max-pool fwd, mse fwd/bwd and xent bwd. Only transcendental functions (tanh, sigmoid's exp, the
  * softmax's exp and log: CUDA's libdevice versus glibc, a few ulp) and reductions in another order

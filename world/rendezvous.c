@@ -1,10 +1,10 @@
 /* rendezvous.c — the world from torchrun's variables, and the TCP rendezvous that either hands rank 0's
  * blob (the 128-byte NCCL unique id) to every rank (tw_rendezvous_share) or leaves the world's ranks
- * connected to rank 0 (tw_rendezvous_connect: the TCP world's star, engine/world_tcp.c) (rendezvous.h).
+ * connected to rank 0 (tw_rendezvous_connect: the TCP world's star, world/world_tcp.c) (rendezvous.h).
  *
  * Owns: the variables' parsing and checks, and the protocol below (the join only: what travels over the
  * connections tw_rendezvous_connect hands back is world_tcp.c's). Does not own what the blob means or
- * the MPI route (engine/world_mpi.c: MPI_Bcast does the same job where mpirun or srun+PMIx start the
+ * the MPI route (world/world_mpi.c: MPI_Bcast does the same job where mpirun or srun+PMIx start the
  * world).
  *
  * Why hand-written: NCCL leaves the id's journey to the caller ("broadcasting it to other processes using
