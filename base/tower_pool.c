@@ -3,16 +3,9 @@
  * One mutex and two condition variables: a run bumps `generation` and wakes the workers; each runs its
  * job, and the last to finish wakes the caller. Workers never miss a run: they compare the generation
  * they last ran with the current one under the mutex. Before sleeping on a condition variable, a worker
- * (for the next run) and the caller (for the workers to finish) poll for SPIN_NS: on these VMs a futex
- * wake-up across cores takes about 50 µs (41-57 µs a run measured, a loop of tw_tower_pool_run
- * with empty jobs; 0.2 µs polling), and a step has several runs (the towers' passes, then the update;
- * with one tower on several cores, each cut GEMM and the update) that follow each other closely: with two
- * towers the seed MLP's step went from 51-55 K to 58-61 K examples/s (`tower bench`, alternating) with a
- * 40 µs poll. Between two steps of `tower train` (the next batch, the reports) the gap is often longer:
- * 200 µs instead of 40 took the seed MLP from 54.1 / 55.7 K to 63.3 / 60.6 K examples/s with two towers
- * (`tower train`, mean of the last 5 reports, alternating). The poll is bounded, so an idle pool sleeps;
- * it costs at most SPIN_NS of a core per run when the next one is late (a CNN's one cut update per
- * step of ~60 ms while oneDNN's OpenMP threads convolve: 0.3%). */
+ * (for the next run) and the caller (for the workers to finish) poll for SPIN_NS: a futex wake-up across
+ * cores costs far more than a poll, and a step's runs follow each other closely (BENCHMARKS.md, "Worker
+ * threads"). The poll is bounded, so an idle pool sleeps. */
 #include "tower_pool.h"
 
 #include <errno.h>

@@ -23,7 +23,7 @@
 #include "child.h"
 #include "config.h"
 #include "embedded.h"
-#include "trainer.h"
+#include "train_step.h"
 
 static const char USAGE[] =
     "usage: tower bench [--config FILE ...] [--backend auto|cpu|cuda] [--towers N ...] [--steps N]\n"
@@ -317,7 +317,7 @@ static json_t *json_row(const row *r)
 {
     char name[64];
     model_name(r->config, name, sizeof name);
-    return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:b, s:o, s:s}", "config",
+    return json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f, s:f, s:I, s:b, s:o, s:s, s:s}", "config",
                      r->config, "model", name, "backend", r->info.backend, "towers", r->towers,
                      "processes", r->info.processes,
                      "batch_size", r->batch, "step_us_median", r->step_us, "step_us_p90",
@@ -325,7 +325,7 @@ static json_t *json_row(const row *r)
                      r->allreduce_us, "allreduce_bytes", (json_int_t)r->info.allreduce_bytes,
                      "allreduce_with_update", r->info.allreduce_with_update,
                      "busbw_gb_s", isnan(r->busbw_gbs) ? json_null() : json_real(r->busbw_gbs),
-                     "graphs", r->info.graphs ? "on" : "off");
+                     "graphs", r->info.graphs ? "on" : "off", "step_mode", r->info.mode);
 }
 
 static int print_json(const options *o, const char *kind, const row *rows, int n)

@@ -717,11 +717,9 @@ static tw_status take_prepared(tw_input *in, float *x, void *labels, int *got, t
 /* ---- the caller's side ---- */
 
 /* 1 when the caller assembles r's batches itself: in memory, at most prefetch_min_bytes of fp32 (1 MiB
- * by default). A gather and a scale of a few microseconds cost less than a hand-off between threads (a
- * futex wake-up takes ~50 µs on the 2-core VMs) and than the core the thread takes from the step's own
- * threads while it works ahead. Measured with the seed MLP (Fashion-MNIST in memory, batches of 32 rows
- * of 3 KB, `tower train`, mean of the last 5 reports, alternating): 61.0 / 62.5 K examples/s with the
- * thread, 64.1 / 72.5 K without. Streamed input (reading, inflating, parsing) and big batches keep it. */
+ * by default). A gather and a scale of a few microseconds cost less than a hand-off between threads and
+ * than the core the thread takes from the step's own threads (BENCHMARKS.md, "Worker threads"). Streamed
+ * input (reading, inflating, parsing) and big batches keep the thread. */
 static int caller_assembles(const tw_input *in, const request *r)
 {
     return in->in_memory && (uint64_t)r->rows * in->o.example_size * sizeof(float) <= in->o.prefetch_min_bytes;

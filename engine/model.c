@@ -851,15 +851,20 @@ static int fused_layer(const tw_model *m)
     return -1;
 }
 
-int tw_replica_fused_range(const tw_replica *r, size_t *lo, size_t *hi)
+int tw_model_fused_range(const tw_model *m, size_t *lo, size_t *hi)
 {
-    int i = fused_layer(r->m);
-    if (i < 0 || !tw_backend_has_gemm_update(r->b))
+    int i = fused_layer(m);
+    if (i < 0)
         return 0;
-    const tw_param *w = &r->m->params[r->m->layers[i].w_param];
+    const tw_param *w = &m->params[m->layers[i].w_param];
     *lo = w->offset;
     *hi = w->offset + w->count;
     return 1;
+}
+
+int tw_replica_fused_range(const tw_replica *r, size_t *lo, size_t *hi)
+{
+    return tw_backend_has_gemm_update(r->b) && tw_model_fused_range(r->m, lo, hi);
 }
 
 /* The backward pass; u: tw_replica_backward_update's, or NULL. */

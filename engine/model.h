@@ -121,9 +121,13 @@ tw_status tw_replica_forward(tw_replica *r, int rows, int train, int use_ema, ui
 /* Backward pass after a training forward: grads = d(mean loss over rows)/d(params). */
 tw_status tw_replica_backward(tw_replica *r, int rows, uint64_t dropout_seed, tw_error *err);
 
-/* The values [*lo, *hi) of the arenas that tw_replica_backward_update updates itself: the weights of the
- * model's first layer with variables, when that layer is dense and r's backend offers tw_gemm_update;
+/* The values [*lo, *hi) of the arenas that a backward pass can update itself on a backend with
+ * tw_gemm_update: the weights of the model's first layer with variables, when that layer is dense;
  * returns 1 then, else 0 (*lo, *hi untouched). */
+int tw_model_fused_range(const tw_model *m, size_t *lo, size_t *hi);
+
+/* tw_model_fused_range of r's model when r's backend offers tw_gemm_update, else 0: the values that
+ * tw_replica_backward_update updates itself. */
 int tw_replica_fused_range(const tw_replica *r, size_t *lo, size_t *hi);
 
 /* tw_replica_backward, and the update u of tw_replica_fused_range's weights, fused into their

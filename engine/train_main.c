@@ -1,64 +1,13 @@
-/* train_main.c — `tower train CONFIG.json --logdir DIR [--resume] [--towers N]
- * [--backend auto|cpu|cuda] [--data-root DIR] [--memory-limit BYTES] [--input-memory BYTES]
- * [--stop-within S] [--monitor-url URL]`: the command line around tw_train, and the stop watchdog.
+/* train_main.c — `tower train CONFIG.json --logdir DIR [options]`: the command line around tw_train, the
+ * world of processes it joins, where signals are taken, and the stop watchdog.
  *
- * Under a launcher (`mpirun -np P tower train ...`), or started P times with torchrun's variables
- * (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK: the TCP world), the P processes join one world (world.h)
- * and train one run; only rank 0 writes on stdout, and a failure on any rank ends them all with its exit
- * status (tw_world_abort: mpirun exits with it; in the TCP world every rank does).
- *
- * SIGTERM/SIGINT (or SIGUSR1, which mpirun forwards to every rank) asks the loop to checkpoint and stop
- * (tw_train_request_stop; in a world, at the first step boundary every rank agrees on) and arms a watchdog
- * (alarm(2)): when the process is still running --stop-within seconds later (default 20, under the
- * server's default 30 s grace; `tower serve` passes two thirds of its --grace) — a step or an evaluation
- * stuck in a library, a save on a disk that does not answer — SIGALRM ends it at once with exit status 15
- * (TW_EXIT_STOP_TIMEOUT, retried by the server: the last committed checkpoint stands, as after a crash).
- * A second SIGTERM does not re-arm it.
- *
- * Where the signals are taken: on one thread of their own (sigwait), never on a thread that computes.
- * tw_train_main blocks the four signals before it starts any thread, so every later thread (MPI's, the
- * towers' pool, OpenMP's teams, the input's and the checkpoint writer's) inherits the block, and starts
- * the signal thread (256 KiB of stack; the watchdog needs no thread started after the signal).
- * Why: the kernel pushes a signal's frame (about 3 KiB with the AVX-512 state) below the interrupted
- * thread's stack pointer, and oneDNN's JIT sgemm kernel (2.6 on AVX-512: jit_avx512_common_gemm_f32's
- * xbyak_gemm; its code, dumped with DNNL_JIT_DUMP=1, does `cmp rdx, 84; jg ...; mov rsp, [rsp + 0x68]`)
- * runs with its stack pointer in its malloc'ed workspace when K > 84 (the seed MLP's forward products);
- * a handler run on that thread writes the frame over the heap chunk before the workspace (glibc:
- * "corrupted size vs. prev_size", or SIGSEGV). With dnnl_sgemm and a handler that could run on any
- * thread, 19 stops in 60 crashed (tests/tools/stop_storm.py); with the signal thread, 0 in 60. Not the
- * red zone, not the missing SA_RESTART, not the stop path: tests/tools/probes/dnnl_sgemm_signals.c
- * corrupts the heap with dnnl_sgemm alone and an empty handler, and not with the same handler on an
- * alternate stack or with the signal blocked. The main thread computes too (tower 0), so blocking the signals in
- * the worker threads only is not enough.
- * A thread a library started before main (OpenBLAS's pthread workers) cannot be made to block them, and
- * the kernel may hand it a process-wide signal: there the same actions run in a handler (SA_RESTART),
- * safe on such a thread, which runs OpenBLAS's code only. Nothing here forks or execs after the block
- * (the only exec, tw_cpu_conv_process_init's, comes before it), so no child inherits the mask.
- * The stop also pokes the main thread (SIGPOKE, pthread_kill; a handler that does nothing, on an
- * alternate stack, without SA_RESTART): a system call it is blocked in ends with EINTR, as when the stop
- * signal's own handler ran there. Under mpirun that matters: once it kills the job it stops reading its
- * ranks' stdout, and a rank blocked writing a progress line would never reach the stop's checkpoint
- * (test_mpi.py's SIGTERM stop). A poke that comes just before such a block does not end it; the watchdog
- * does (as before).
- *
- * Exit status (child.h's table; the supervisor maps it to a run state and a retry decision):
- *    0  completed, or cancelled (SIGTERM/SIGINT: checkpoint, flush, stop)
- *    1  any other runtime failure (I/O, backend, internal)
- *    2  a usage or config error (nothing written), or records that do not fit the config (TW_ERR_INVALID),
- *       or a model that cannot fit in memory (engine/memory.h: checked before anything is written)
- *   10  a NaN or Inf loss (diverged; the last checkpoint is from before it)
- *   11  out of memory (TW_ERR_NOMEM)
- *   12  a sticky device error (a poisoned CUDA context or NCCL group): the server retries in a new process
- *   13  storage full (an I/O error with errno ENOSPC or EDQUOT)
- *   14  a damaged or wrong input file (TW_ERR_CORRUPT, TW_ERR_TRUNCATED or TW_ERR_TOO_LARGE: the dataset,
- *       or the checkpoint being resumed; a label outside the classes; the message names the file)
- *   15  did not stop within --stop-within seconds of SIGTERM/SIGINT (the watchdog above)
- * Under mpirun the launcher's exit status is the first of these a rank aborts the world with
- * (tw_world_abort), or 128 + the signal when a rank is killed by one (137 for SIGKILL: outside the table,
- * so the server retries it as a crash; docs/reliability.md G13).
- * Progress is the child protocol's lines on stdout (child.h), each flushed as written; on a terminal
- * (isatty) the same emitter renders them as a live progress line instead. A failure ends
- * with its failed line; the message also goes to stderr as one line naming the key or file. */
+ * Owns: the options (the child's, child.h's TW_TRAIN_OPT_* names), joining the world (world.h: mpirun's,
+ * or the TCP world from torchrun's variables; only rank 0 writes on stdout), the signal thread (SIGTERM,
+ * SIGINT and SIGUSR1 ask the loop to checkpoint and stop; every computing thread keeps them blocked), the
+ * watchdog that ends the process with exit 15 when it has not stopped within --stop-within seconds, and
+ * the exit status (child.h's table, docs/architecture.md "The child protocol"). Why the signals have a
+ * thread of their own, and what each piece guards against: docs/architecture.md, "Signals in `tower
+ * train`". */
 #define _DEFAULT_SOURCE /* sigaltstack, SA_ONSTACK */
 #include "train_main.h"
 

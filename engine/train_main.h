@@ -1,7 +1,7 @@
 /* train_main.h — `tower train` (train_main.c), dispatched by server/main.c and started by the scheduler.
  *
  * Owns: the subcommand's entry point only. Does not own the training (trainer.h) or the exit codes' meaning
- * (train_main.c's header comment). */
+ * (child.h's table). */
 #ifndef TW_TRAIN_MAIN_H
 #define TW_TRAIN_MAIN_H
 

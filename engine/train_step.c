@@ -1,50 +1,24 @@
-/* train_step.c — the training step's mechanics and the bench. See train_step.h.
+/* train_step.c — the training step and the bench. See train_step.h.
  *
- * One step: the caller puts towers × batch_size examples in the host batch; tower t runs forward and
- * backward on its slice (on its own persistent thread when there are several, tower_pool.h, unless they
- * run in turn: below); the gradient arenas are averaged across towers; every tower applies the same fused
- * update (optimizer + L2 + EMA), so the replicas stay identical. On a backend with tw_update_mean (the CPU) the towers instead
- * share one copy of the parameters, slots and shadows (tw_replica_create_sharing), and the mean over the
- * towers and the update run in one pass, a share per tower, which its backend cuts over the tower's own
- * threads (the update is memory-bound: one copy instead of n, on all cores; bit-identical to the
- * averaged separate updates); the mean is written back into tower 0's gradients only for a step whose
- * gradient histogram will read it (keep_grads). One tower in a world of one (its gradients are final as
- * soon as they are computed) on a backend with tw_gemm_update (the CPU) whose model starts with a dense
- * layer: the step checks the loss after the forward pass, and the backward pass updates that layer's
- * weights block by block as their gradient's product computes them, while they are in the cache
- * (fused_step; the seed MLP's 784 x 500 weights are 99% of its arena): bit for bit the unfused step,
- * 62.5 / 63.5 / 56.2 K -> 70.6 / 71.2 / 62.6 K examples/s (`tower train`, 1 tower, alternating).
+ * Read it in this order: the plain step (one function, top to bottom: every tower's forward, loss and
+ * backward pass, the mean of the gradients, one update), then the speed modes, each of which computes the
+ * plain step's bits by another route on a backend that allows it, then the table that chooses one mode
+ * per run (MODES). docs/architecture.md, "The backend seam", tells the story; BENCHMARKS.md, "CPU step
+ * modes", has the figures behind each mode.
  *
- * Towers in turn: several CPU towers of a model without convolutions run one after another on one backend
- * instance that holds all the process's share of the cores (in_turn), instead of side by side with a
- * share each. Such a model's products are small (the seed MLP's: 12.5 M multiply-adds), so the instance
- * cuts each over its threads (cpu_gemm.c) about as well as one thread per tower multiplies, and the
- * towers' one update then finds on each thread mostly the gradient rows that thread computed (the
- * update's cut matches the weight gradients' row cut) instead of the other core's half. The seed MLP,
- * 2 towers (`tower train`, mean of the last 5 reports, alternating): side by side 74.4 / 69.4 / 76.8 K,
- * in turn 78.7 / 73.0 / 81.8 K examples/s, against 1 tower 68-78 K. Convolutions keep a tower per share:
- * oneDNN's convolutions on an OpenMP team lose more to its barriers than a tower per core (the Fashion
- * CNN: 2 towers side by side 2,039-2,157 examples/s, 1 tower on both cores 1,628-1,895). The bits do
- * not depend on the mode: a product cut into blocks of rows or columns gives the bits of the whole on
- * one thread (oneDNN 2.6, the engine's shapes), which test_mpi.py / test_world_tcp.py check against
- * processes of one tower each.
+ * Everything random is a function of (seed, step, global tower). Host batches come from
+ * tw_backend_alloc_host (page-locked on CUDA) and alternate between two buffers from step to step, so the
+ * input pipeline fills one while the upload from the other may still be in flight.
  *
- * Everything random is a function of (seed, step, tower).
+ * CUDA Graphs (config "cuda_graphs", on a backend with graphs): the first step of a process runs op by op
+ * (it grows the backend's scratch and warms cuBLAS up); from the second on, each tower records its forward
+ * and backward pass as graph GRAPH_TOWER and its update as GRAPH_UPDATE and replays them. The batch upload,
+ * the loss download and the all-reduce stay outside the graphs, so the loss is known before the update is
+ * queued. Every capture re-records the step and the backend updates the instantiated graph with the new
+ * kernel arguments, so a replay computes exactly what the eager step would.
+ *
  * tw_train_bench runs the same step on a synthetic batch, without input or output, and times it and its
- * all-reduce between syncs of every tower.
- *
- * CUDA Graphs (config "cuda_graphs", on a backend with graphs): the first step of a process runs op by
- * op (it grows the backend's scratch and warms cuBLAS up); from the second on, each tower records its
- * forward and backward pass as graph GRAPH_TOWER and its update as GRAPH_UPDATE and replays them. The
- * batch upload and the loss download stay outside the graphs, and so does the all-reduce (NCCL runs
- * between the two graphs, as in an eager step), so the step keeps its order: the loss is known before
- * the update is queued. Every capture re-records the step and the backend updates the instantiated
- * graph with the new kernel arguments (learning rate, EMA decay, Adam alpha, dropout seeds) instead of
- * reading them from device memory, so a replay computes exactly what the eager step would.
- *
- * Host batches come from tw_backend_alloc_host (page-locked on CUDA: uploads run on the backend's copy
- * stream) and alternate between two buffers from step to step (tw_towers_next_batch), so the input
- * pipeline fills one while the upload from the other may still be in flight. */
+ * all-reduce between syncs of every tower. */
 #include "train_step.h"
 
 #include <limits.h>
@@ -53,29 +27,10 @@
 #include <string.h>
 
 #include "child.h"
+#include "schedule.h"
 #include "tower_pool.h"
-#include "trainer.h"
 
 static double now(void) { return tw_child_now(); }
-
-/* ================================ schedules ================================ */
-
-float tw_learning_rate(const tw_config *c, int64_t global_step)
-{
-    if (!c->lr_decay)
-        return c->learning_rate;
-    float p = (float)global_step / (float)c->decay_steps;
-    if (c->staircase)
-        p = floorf(p);
-    return c->learning_rate * powf(c->decay_rate, p);
-}
-
-float tw_ema_decay(float decay, int64_t num_updates)
-{
-    float n = (float)num_updates;
-    float warm = (1.0f + n) / (10.0f + n);
-    return warm < decay ? warm : decay;
-}
 
 /* ================================ the towers ================================ */
 
@@ -170,26 +125,40 @@ static tw_status join_device_world(tw_towers *T, tw_error *err)
     return TW_OK;
 }
 
+/* A way to run the step (the plain step, or a speed mode: "the speed modes" below): when it applies
+ * (T's model and world, the backend's table) and what it needs from tw_towers_create. */
+typedef struct tw_step_mode {
+    const char *name;
+    int (*applies)(const tw_towers *T, const tw_backend_ops *ops);
+    tw_status (*step)(tw_towers *T, double *loss, tw_error *err);
+    int shares;       /* the towers share tower 0's params, slots and EMA (tw_replica_create_sharing) */
+    int one_instance; /* the towers run in turn on one backend instance with all the cores */
+    int fuses;        /* the backward pass updates the first layer (tw_replica_fused_range) */
+} tw_step_mode;
+
+/* Sets T->mode: the first row of MODES whose condition holds for T and backend's table (below). */
+static tw_status choose_mode(tw_towers *T, const char *backend, tw_error *err);
+
 tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
 {
+    TW_TRY(choose_mode(T, backend, err));
     int local = T->world ? tw_world_local_size(T->world) : 1; /* processes sharing this machine's cores */
-    T->in_turn = T->n > 1 && !strcmp(tw_backend_resolve(backend), "cpu") && !tw_model_has_conv(T->m);
-    TW_TRY(tw_backend_plan(backend, (T->in_turn ? 1 : T->n) * local, NULL, err));
+    int one = T->mode->one_instance;
+    TW_TRY(tw_backend_plan(backend, (one ? 1 : T->n) * local, NULL, err));
     for (int t = 0; t < T->n; t++) {
-        if (t > 0 && T->in_turn) {
+        if (t > 0 && one) {
             T->b[t] = T->b[0]; /* one instance, its threads all the process's share of the cores */
         } else {
             TW_TRY(tw_backend_create(backend, t, &T->b[t], err));
             TW_TRY(tw_backend_set_tf32(T->b[t], T->c->tf32, err));
         }
-        T->shared = tw_backend_has_update_mean(T->b[0]);
-        TW_TRY(tw_replica_create_sharing(T->m, T->b[t], T->c->batch_size, T->shared && t ? T->r[0] : NULL,
+        TW_TRY(tw_replica_create_sharing(T->m, T->b[t], T->c->batch_size, T->mode->shares && t ? T->r[0] : NULL,
                                          &T->r[t], err));
     }
     T->graphs = T->c->cuda_graphs && tw_backend_has_graphs(T->b[0]);
-    if (T->n > 1 && !T->in_turn)
+    if (T->n > 1 && !one)
         TW_TRY(tw_tower_pool_create(T->n, &T->pool, err));
-    if (T->n == 1 && T->world_towers == 1 && !T->graphs) /* else (or without a range) 0, 0: unfused */
+    if (T->mode->fuses)
         tw_replica_fused_range(T->r[0], &T->fused_lo, &T->fused_hi);
     TW_TRY(alloc_batches(T, err));
     TW_TRY(join_device_world(T, err));
@@ -452,7 +421,7 @@ static tw_status average_world(tw_towers *T, tw_error *err)
     size_t bytes = T->P * sizeof(float);
     TW_TRY(tw_backend_download(T->b[0], T->world_grads, tw_replica_grads(T->r[0]), bytes, err));
     TW_TRY(tw_world_allreduce_avg(T->world, T->world_grads, T->P, err));
-    if (T->shared)
+    if (T->mode->shares)
         return tw_backend_upload(T->b[0], tw_replica_grads(T->r[0]), T->world_grads, bytes, err);
     return tw_towers_upload_all(T, tw_replica_grads, T->world_grads, err);
 }
@@ -513,17 +482,6 @@ static tw_status update_share(tw_towers *T, int j, double *unused, tw_error *err
     return update_values(T, j, tw_tower_pool_cut(T->P, T->n, j), tw_tower_pool_cut(T->P, T->n, j + 1), err);
 }
 
-/* The shared update: a share per tower, or (towers in turn) one call over the whole arena, which their
- * one instance cuts over its threads as it cut the weight gradients' rows (each thread then updates
- * mostly the gradients it computed). */
-static tw_status update_shared(tw_towers *T, double *unused, tw_error *err)
-{
-    if (!T->in_turn)
-        return for_each_tower(T, update_share, unused, err);
-    *unused = 0;
-    return update_values(T, 0, 0, T->P, err);
-}
-
 /* fn, timed as the step's all-reduce in the bench. */
 static tw_status timed(tw_towers *T, phase_fn fn, tw_error *err)
 {
@@ -533,27 +491,85 @@ static tw_status timed(tw_towers *T, phase_fn fn, tw_error *err)
     return fn(T, &unused, err);
 }
 
-/* 1 when the towers' mean is part of the shared update: several towers sharing it, no world of processes
- * (whose average needs the local mean first); the bench then times the two together as the all-reduce. */
-static int allreduce_fused(const tw_towers *T) { return T->shared && !T->world_grads && T->n > 1; }
+/* ================================ the plain step ================================ */
 
-/* After the towers' passes: the gradients averaged over the world's towers, then the update. */
-static tw_status reduce_and_update(tw_towers *T, tw_error *err)
+/* The step as the tower programs take it, top to bottom: every tower's forward pass, loss and backward
+ * pass on its slice of the batch (on its own thread when there are several); the mean of the gradients
+ * over the world's towers; the same update (optimizer, L2, EMA) on every replica, so they stay identical.
+ * Nothing is applied when the loss is not finite (the caller stops). */
+static tw_status plain_step(tw_towers *T, double *loss, tw_error *err)
 {
     double unused;
-    int fused = allreduce_fused(T);
-    if (T->world_towers > 1 && !fused)
-        TW_TRY(timed(T, average_all, err));
+    TW_TRY(run_towers(T, loss, err)); /* forward, loss, backward */
+    if (!isfinite(*loss))
+        return TW_OK;
+    if (T->world_towers > 1)
+        TW_TRY(timed(T, average_all, err)); /* the mean */
     T->update = step_update(T);
-    if (!T->shared)
-        return for_each_tower(T, tower_update, &unused, err);
-    return fused ? timed(T, update_shared, err) : update_shared(T, &unused, err);
+    return for_each_tower(T, tower_update, &unused, err); /* the update */
 }
 
-/* The step of one tower in a world of one with a fused range (T->fused_hi > 0: tw_replica_fused_range):
- * forward; the loss; then, when it is finite, the backward pass with the update of that range inside it
- * (each block of the first layer's weights updated as soon as its gradient is computed) and the update
- * of the rest of the arenas. Bit for bit the unfused step. */
+/* ================================ the speed modes ================================ */
+
+/* The shared modes' end of a step: the update of the one shared state from the towers' mean, by
+ * `update` (a share per tower, or whole). In a world of processes the towers' mean and the world's come
+ * first; otherwise the towers' mean is part of the update, and the bench times the two together as the
+ * all-reduce. */
+static tw_status mean_and_shared_update(tw_towers *T, phase_fn update, tw_error *err)
+{
+    double unused;
+    T->update = step_update(T);
+    if (T->world_towers == 1)
+        return update(T, &unused, err);
+    if (T->world_grads) {
+        TW_TRY(timed(T, average_all, err));
+        return update(T, &unused, err);
+    }
+    return timed(T, update, err);
+}
+
+/* Each tower's share of the shared update, on its own thread. */
+static tw_status update_by_shares(tw_towers *T, double *unused, tw_error *err)
+{
+    return for_each_tower(T, update_share, unused, err);
+}
+
+/* The whole shared update in one call, which the towers' one instance cuts over its threads as it cut
+ * the weight gradients' rows (each thread then updates mostly the gradients it computed). */
+static tw_status update_whole(tw_towers *T, double *unused, tw_error *err)
+{
+    *unused = 0;
+    return update_values(T, 0, 0, T->P, err);
+}
+
+/* shared (a backend with tw_update_mean: the CPU): the towers hold one copy of the parameters, slots and
+ * shadows (tw_replica_create_sharing), and the mean over the towers and the update run in one pass, a
+ * share per tower cut over the tower's own threads. The update is memory-bound: one copy on all cores
+ * instead of n. The mean is written back into tower 0's gradients only for a step whose histogram reads
+ * it (keep_grads). Bit for bit the plain step's averaged separate updates. */
+static tw_status shared_step(tw_towers *T, double *loss, tw_error *err)
+{
+    TW_TRY(run_towers(T, loss, err));
+    return isfinite(*loss) ? mean_and_shared_update(T, update_by_shares, err) : TW_OK;
+}
+
+/* in_turn (shared, several towers, a model without convolutions): the towers run one after another on one
+ * backend instance holding all the process's cores (T->pool is NULL), each product cut over its threads,
+ * and one whole update follows. Such a model's products are small, so the cut multiplies about as well as
+ * a thread per tower, and the update then finds on each thread the gradient rows it computed.
+ * Convolutions keep a tower per share of the cores (shared): oneDNN's OpenMP team loses more to its
+ * barriers. */
+static tw_status in_turn_step(tw_towers *T, double *loss, tw_error *err)
+{
+    TW_TRY(run_towers(T, loss, err));
+    return isfinite(*loss) ? mean_and_shared_update(T, update_whole, err) : TW_OK;
+}
+
+/* fused (one tower in a world of one on a backend with tw_gemm_update, a model that starts with a dense
+ * layer): the gradients are final as soon as they are computed, so the backward pass updates the first
+ * layer's weights block by block as their gradient's product computes them, while they are in the cache
+ * (tw_replica_backward_update), then the rest of the arenas. The loss is checked after the forward pass.
+ * Bit for bit the plain step. */
 static tw_status fused_step(tw_towers *T, double *loss, tw_error *err)
 {
     int bs = T->c->batch_size;
@@ -572,16 +588,56 @@ static tw_status fused_step(tw_towers *T, double *loss, tw_error *err)
     return update_values(T, 0, T->fused_hi, T->P, err);
 }
 
-/* Every other step: the towers' passes, then (when the loss is finite) the mean and the update. */
-static tw_status towers_then_update(tw_towers *T, double *loss, tw_error *err)
+/* ================================ choosing the mode ================================ */
+
+
+static int shares_update(const tw_towers *T, const tw_backend_ops *ops)
 {
-    TW_TRY(run_towers(T, loss, err));
-    return isfinite(*loss) ? reduce_and_update(T, err) : TW_OK;
+    (void)T;
+    return ops->update_mean != NULL;
+}
+
+static int fuses_first_layer(const tw_towers *T, const tw_backend_ops *ops)
+{
+    size_t lo, hi;
+    int graphs = T->c->cuda_graphs && ops->capture_begin;
+    return shares_update(T, ops) && ops->gemm_update && T->n == 1 && T->world_towers == 1 && !graphs &&
+           tw_model_fused_range(T->m, &lo, &hi);
+}
+
+static int runs_in_turn(const tw_towers *T, const tw_backend_ops *ops)
+{
+    return shares_update(T, ops) && T->n > 1 && !tw_model_has_conv(T->m);
+}
+
+static int always(const tw_towers *T, const tw_backend_ops *ops)
+{
+    (void)T, (void)ops;
+    return 1;
+}
+
+/* The first row that applies is the run's mode. */
+static const tw_step_mode MODES[] = {
+    {"fused", fuses_first_layer, fused_step, 1, 0, 1},
+    {"in_turn", runs_in_turn, in_turn_step, 1, 1, 0},
+    {"shared", shares_update, shared_step, 1, 0, 0},
+    {"plain", always, plain_step, 0, 0, 0},
+};
+
+static tw_status choose_mode(tw_towers *T, const char *backend, tw_error *err)
+{
+    const tw_backend_ops *ops;
+    TW_TRY(tw_backend_find(backend, &ops, err));
+    size_t i = 0;
+    while (!MODES[i].applies(T, ops))
+        i++;
+    T->mode = &MODES[i];
+    return TW_OK;
 }
 
 tw_status tw_towers_step(tw_towers *T, double *loss, tw_error *err)
 {
-    TW_TRY(T->fused_hi ? fused_step(T, loss, err) : towers_then_update(T, loss, err));
+    TW_TRY(T->mode->step(T, loss, err));
     if (!isfinite(*loss))
         return TW_OK; /* the caller stops before this state is applied or saved */
     T->steps_run++;
@@ -645,8 +701,9 @@ tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench
     if (s == TW_OK) {
         *info = (tw_bench_info){.allreduce_bytes = T.P * sizeof(float), .graphs = T.graphs,
                                 .processes = T.world_towers / T.n,
-                                .allreduce_with_update = allreduce_fused(&T)};
+                                .allreduce_with_update = T.mode->shares && !T.world_grads && T.n > 1};
         snprintf(info->backend, sizeof info->backend, "%s", tw_backend_kind(T.b[0]));
+        snprintf(info->mode, sizeof info->mode, "%s", T.mode->name);
     }
     tw_towers_destroy(&T);
     return s;

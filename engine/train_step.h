@@ -1,13 +1,11 @@
-/* train_step.h — the training step's mechanics: N towers (a backend instance and a model replica each),
- * one step on the host batch, and the same step timed on synthetic data (tw_train_bench, trainer.h).
+/* train_step.h — the training step: N towers (a backend instance and a model replica each), one step on
+ * the host batch, and the same step timed on synthetic data for `tower bench`.
  *
- * Owns: the towers (the backend plan, one instance and replica per tower, TF32, the memory check before
- * anything is allocated), the two alternating host batch buffers, uploading one arena to every tower,
- * the initial parameters, the step (forward and backward per tower, on a thread each when there are
- * several, the all-reduce of the gradients, the fused update + EMA on every replica, CUDA Graphs from the
- * second step of a process), the learning-rate and EMA schedules (trainer.h), and the bench. Does not
- * own the input pipeline, evaluation, checkpoints, the progress lines or the run's cadence (trainer.c),
- * nor the math (backends). Used by trainer.c only. */
+ * Owns: the towers (the backend plan, instances, replicas, the memory check before anything is
+ * allocated), the two alternating host batch buffers, the initial parameters, the step (the plain step
+ * and the speed modes that compute its bits faster, chosen once per run from one table: train_step.c)
+ * and the bench. Does not own the input pipeline, evaluation, checkpoints or the run's cadence
+ * (trainer.c), the schedules (schedule.h), nor the math (backends). Used by trainer.c and bench_main.c. */
 #ifndef TW_TRAIN_STEP_H
 #define TW_TRAIN_STEP_H
 
@@ -45,21 +43,16 @@ typedef struct {
     void *y;                        /* [n*batch*label_values] int32 or fp32 labels: yb[0] or yb[1] */
     float *xb[2];                   /* the host batch buffers (tw_backend_alloc_host on b[0]) */
     void *yb[2];
+    const struct tw_step_mode *mode; /* how each step runs (train_step.c's table), chosen at create */
     int graphs;                     /* config's cuda_graphs and a backend with graphs */
     int64_t steps_run;              /* train steps this process ran (the first never as graphs) */
     int64_t step;                   /* completed updates (global_step) */
     tw_update update;               /* the update of the step in progress */
     int bench;                      /* one batch buffer, filled once; the all-reduce timed */
     double allreduce_time;          /* bench: seconds of this step's all-reduce, between syncs */
-    int shared;                     /* the towers share tower 0's params, slots and EMA (a backend with
-                                       tw_update_mean: the CPU), updated once per step, each tower's
-                                       backend a share of it over the tower's own threads */
-    int in_turn;                    /* several CPU towers of a model without convolutions: they run one
-                                       after another, each on all the cores (one backend instance, b[t]
-                                       = b[0]; train_step.c says why) */
-    struct tw_tower_pool *pool;     /* owned: a thread per tower (NULL with one, or in turn) */
-    size_t fused_lo, fused_hi;      /* one tower, no world: the first layer's weights, updated inside the
-                                       backward pass (tw_replica_fused_range); 0, 0 when not fused */
+    struct tw_tower_pool *pool;     /* owned: a thread per tower (NULL with one, or towers in turn) */
+    size_t fused_lo, fused_hi;      /* the fused mode's range: the first layer's weights, updated inside
+                                       the backward pass (tw_model_fused_range); 0, 0 in other modes */
     int keep_grads;                 /* the caller's, for the next step: tower 0's gradient arena must hold
                                        the mean afterwards (a histogram reads it); else a shared update
                                        may skip writing it there */
@@ -102,5 +95,39 @@ size_t tw_towers_first_row(const tw_towers *T, int t);
  * in step). When the loss is not finite nothing is applied (step is unchanged: the caller stops; the
  * loss is the world's, so every process stops); else step advances by one. */
 tw_status tw_towers_step(tw_towers *T, double *loss, tw_error *err);
+
+/* ---- `tower bench`: the training step, timed on synthetic data ---- */
+
+typedef struct {
+    const char *backend;  /* "auto", "cpu" or "cuda" */
+    tw_world *world;      /* borrowed; NULL: a world of one (each process times the world's step) */
+    int warmup;           /* untimed steps first, >= 0 */
+    int steps;            /* timed steps, >= 1 */
+    double *step_s;       /* [steps] caller-owned, filled: seconds of each timed step */
+    double *allreduce_s;  /* [steps] caller-owned, filled: seconds of its all-reduce (0 with 1 tower) */
+} tw_bench_options;
+
+typedef struct {
+    char backend[16];       /* the kind that ran ("auto" resolved): "cpu" or "cuda" */
+    size_t allreduce_bytes; /* bytes of the gradient arena each tower all-reduces per step */
+    int graphs;             /* 1 when the steps after the first ran as CUDA Graphs (the config's
+                               cuda_graphs on a backend with graphs); 0 on the CPU */
+    int processes;          /* the world's processes that ran the step together (1 without a launcher) */
+    int allreduce_with_update; /* 1 when the timed all-reduce is fused with the update (the CPU's towers
+                                  sharing one state, tw_update_mean): its time includes the update's */
+    char mode[16];          /* the step mode that ran: "plain", "shared", "in_turn" or "fused"
+                               (train_step.c's table) */
+} tw_bench_info;
+
+/* Runs o->warmup + o->steps training steps of c's model (c->towers towers of o->backend) on one fixed
+ * synthetic batch of c's shape: inputs uniform in [0, 1), labels uniform over the classes. No dataset is
+ * opened and nothing is written. The step is tw_train's own (upload, forward, backward, loss, all-reduce,
+ * update + EMA) without the input pipeline; each step, and its all-reduce, lies between two
+ * tw_backend_sync of every tower. Fills o->step_s, o->allreduce_s and *info. Errors: the model's and the
+ * backend's (TW_ERR_UNSUPPORTED: no such device); TW_ERR_INVALID for bad options or when the loss is
+ * not finite (the update was skipped, the timing would be wrong). Not thread-safe (the backend plan is
+ * process-wide). */
+tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench_info *info,
+                         tw_error *err);
 
 #endif

@@ -34,6 +34,7 @@
 #include "memory.h"
 #include "model.h"
 #include "run_hparams.h"
+#include "schedule.h"
 #include "summary_images.h"
 #include "train_step.h"
 

@@ -27,10 +27,8 @@ enum {
 };
 
 /* The keys a list leaves out unless asked: their size grows with what users submit (a run's config, up
- * to the 1 MiB body; the dataset's class names, one per class). The seed MLP's config alone is 47% of a
- * listed run's bytes and, read, parsed, copied and dumped, 64% of the server's CPU time for a list of
- * 1,000 (tests/bench/bench_growth.py's runs; 120 ms a list with it, 43 ms without). The run's own route
- * shows them. */
+ * to the 1 MiB body; the dataset's class names, one per class), and they dominate a long list's bytes and
+ * the server's time (BENCHMARKS.md, "The run list"). The run's own route shows them. */
 static const char *const LIST_BULKY[] = {"config", "class_names"};
 
 /* Whether name (n bytes) is one of TW_RUN_FIELDS. */

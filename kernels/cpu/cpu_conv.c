@@ -4,41 +4,25 @@
  * materialising im2col's columns and use every core in each direction; a loop of our own would be the
  * im2col + sgemm this replaces, at half of TensorFlow's speed on the Fashion CNN (BENCHMARKS.md).
  *
- * Primitives: forward (prop forward_training, with the bias), backward data and backward weights (with the
- * bias gradient, from the same pass over dy), each described with
- * the activations in NHWC / NDHWC as they lie and the filters in the layout the primitive prefers
- * (format "any"); a cached reorder turns Tower's DHWIO filters into it (forward, backward data) or the
- * primitive's filter gradient back into DHWIO (backward weights). A 2-D window (depth 1 throughout) is
- * described in 2-D. Padding: pad_* before, and after whatever completes the last window (never
- * negative: a VALID window that leaves input over drops it, as oneDNN's floor division does).
+ * Primitives: forward (with the bias), backward data and backward weights (with the bias gradient), the
+ * activations in NHWC / NDHWC as they lie and the filters in the layout the primitive prefers (format
+ * "any"); a cached reorder turns Tower's DHWIO filters into it or the filter gradient back. A 2-D window is
+ * described in 2-D. Padding: pad_* before, and after whatever completes the last window (never negative).
  * Scratchpads are user-managed, one per cached primitive, so instances never share memory.
  *
- * Determinism: for a fixed thread count and machine, oneDNN's CPU convolutions split the work and reduce
- * partial filter gradients in a fixed order, so a step gives the same bits run to run (bit-exact resume,
- * test_trainer.c). Threads: Debian's libdnnl runs on OpenMP (libgomp), whose thread count is per calling
- * thread; each call sets it to tw_cpu_conv_threads' value (tw_cpu_omp_team, cpu_gemm.h: the
- * omp_set_num_threads of the runtime libdnnl loaded, found with dlsym, so the engine links no OpenMP
- * runtime of its own, which with clang would be a second one). libgomp's default wait policy spins an idle thread for milliseconds after each
- * call, on the core OpenBLAS's own (pthread) worker and the next op need, and that worker in turn loops
- * on sched_yield for 2^28 cycles after each sgemm: tw_cpu_conv_process_init has main re-execute with
- * OMP_WAIT_POLICY=passive (22-25 % less user CPU per Fashion CNN step, faster in every alternating
- * round) and OPENBLAS_THREAD_TIMEOUT=4 (then 1.5-1.8 s less system CPU over 40 steps, faster in 6 of 6
- * rounds; BENCHMARKS.md). With 2 towers each tower's libraries run one thread (tw_backend_plan), so neither
- * has idle threads to park.
+ * Determinism: for a fixed thread count and machine, oneDNN's CPU convolutions reduce in a fixed order, so
+ * a step gives the same bits run to run (bit-exact resume, test_trainer.c).
  *
- * Measured and left out (oneDNN on the Fashion CNN's shapes, best of 20, on the shared 2-core
- * VM): blocked activations (format "any": nChw16c) made the first convolution 0.8 ms faster each way;
- * the second, 12.1 / 17.3 / 15.0 ms fwd / bwd data / bwd weights against 14.2 / 10.3 / 16.4 ms in NHWC
- * on one thread (on two, a noisier run, blocked was ahead in all three), before the reorders and the
- * oneDNN pooling they would need. All convolutions are 22 ms of an 89 ms step (DNNL_VERBOSE, 1 tower,
- * quiet moment), so that rework was not done. oneDNN's max pooling (forward training with its workspace,
- * and backward) on the first pool, 100x28x28x32: forward 2.1 ms on one thread, 1.4 ms on two, against
- * 1.9 ms for cpu_backend.c's loop on one; backward 1.8 / 1.1 ms against 0.9 ms; it skips every NaN
- * (checked: a first-tap NaN too, against Tower's rule) and its workspace is not the argmax the CUDA
- * backend and the tests share: not used. The ReLU post-op would save only the forward activation's one
- * pass (about 2 ms of CPU per step) and turns a NaN into 0 (checked: brgconv's post-op maps NaN, -inf,
- * -1 to 0), where Tower's and TensorFlow's x < 0 ? 0 : x keep it for the loss check: not used. The
- * ReLU's backward instead rides on the pool's (tw_maxpool_bwd_relu). */
+ * Threads: libdnnl runs on OpenMP (libgomp), whose thread count is per calling thread; each call sets it
+ * (tw_cpu_omp_team). libgomp's default wait policy spins idle threads for milliseconds on the cores
+ * OpenBLAS's worker and the next op need, and that worker spins on sched_yield after each sgemm:
+ * tw_cpu_conv_process_init has main re-execute with OMP_WAIT_POLICY=passive and OPENBLAS_THREAD_TIMEOUT=4.
+ * With 2 towers each tower's libraries run one thread (tw_backend_plan).
+ *
+ * Not used, measured (BENCHMARKS.md, "Convolutions"): blocked activation layouts, oneDNN's max pooling (it
+ * skips NaNs, and its workspace is not the argmax the CUDA backend shares) and the ReLU post-op (it turns a
+ * NaN into 0, where Tower and TensorFlow keep it for the loss check). The ReLU's backward rides on the
+ * pool's instead (tw_maxpool_bwd_relu). */
 #define _GNU_SOURCE
 #include "cpu_conv.h"
 #include "cpu_gemm.h"

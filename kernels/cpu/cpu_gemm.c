@@ -1,37 +1,26 @@
 /* cpu_gemm.c — the CPU backend's GEMM. See cpu_gemm.h.
  *
  * Which library: oneDNN's dnnl_sgemm JIT-compiles for the CPU's real instruction set, while OpenBLAS runs
- * whatever core it detects or OPENBLAS_CORETYPE names (SSE3 "Prescott" when detection fails, Haswell when
- * preset). On the VMs that detected Prescott, oneDNN was 1.2x to 2x faster on every dense shape of the seed
- * MLP (batch 32: 784-500-10) and the Fashion CNN's dense layers (batch 100: 3136-1024-10), one thread each.
- * But an OpenMP team costs more than it gives on small products (its threads meet at a barrier): a product
- * under MACS_PER_THREAD multiply-adds per thread runs on fewer threads, so with one tower on two cores
- * oneDNN would run the MLP's products on one core while the other idles. Those are cut instead, along the
- * longer side of c, into one block per thread of the tower's own pool (tower_pool.h: the threads the CPU
- * backend instance starts for its share of the cores), each block one oneDNN call on one thread: the
- * threads meet once, at the end, and never spin at OpenMP's barrier. Measured on an AVX-512 VM (Zen 4,
- * 2 cores; `tw_bench gemm` / `tw_bench engine-gemm`, GFLOP/s, alternating, the VM varies by up to 1.5x),
- * 32x500x784 and its weight gradient 784x500x32: cut over 2 threads 136-159 / 134-159, OpenBLAS on its
- * own 2 threads 80-136 / 98-125 (Cooperlake kernel), oneDNN on one thread 89-95 / 73-93. Products under
- * SPLIT_MACS run whole on the caller. Without oneDNN (the cpu_conv_none.c build) OpenBLAS multiplies
- * everything on its own threads. The route, the cuts and the thread count depend on the build, the shape
- * and the plan's share only, never on timing, so a run and its resume multiply alike.
+ * whatever core it detects or OPENBLAS_CORETYPE names (SSE3 "Prescott" when detection fails). An OpenMP
+ * team costs more than it gives on small products (its threads meet at a barrier), so a product under
+ * MACS_PER_THREAD multiply-adds per thread is cut along the longer side of c into one block per thread of
+ * the tower's own pool (tower_pool.h), each block one single-threaded oneDNN call: the threads meet once,
+ * at the end. Products under SPLIT_MACS run whole on the caller. Without oneDNN (the cpu_conv_none.c build)
+ * OpenBLAS multiplies everything on its own threads. The figures: BENCHMARKS.md, "GEMM".
  *
- * Signals: no signal handler may run on a thread while it is inside dnnl_sgemm. oneDNN's AVX-512 JIT
- * kernel (jit_avx512_common_gemm_f32) runs with its stack pointer in its malloc'ed workspace when K > 84,
- * and the kernel pushes a signal's frame below the stack pointer: onto the heap chunk before the
- * workspace (glibc's "corrupted size vs. prev_size"; the crash that had 58d97cc turn this path off).
- * `tower train` takes its stop signals on a sigwait thread, blocked in every thread that computes; the
- * main thread takes only a poke, on an alternate stack (train_main.c's header: the evidence,
- * tests/tools/stop_storm.py and probes/dnnl_sgemm_signals.c);
- * `tower serve` blocks SIGTERM/SIGINT in every thread it starts and unblocks them only in main, which
- * polls and never multiplies (serve_main.c); the other commands install no handler. A new handler, or
- * a thread that multiplies with a signal unblocked, must keep to that.
+ * The route, the cuts and the thread count depend on the build, the shape and the plan's share only, never
+ * on timing, so a run and its resume multiply alike; for a fixed shape and thread count both libraries sum
+ * in a fixed order (bit-exact resume, test_trainer.c).
  *
- * Determinism: for a fixed shape and thread count, both libraries split the work and sum in a fixed
- * order (bit-exact resume, test_trainer.c). Threads: Debian's libdnnl runs on OpenMP (libgomp), whose
- * team size is per calling thread, so each call sets it through the omp_set_num_threads of the runtime
- * libdnnl loaded (found with dlsym: the engine links no OpenMP runtime of its own). */
+ * Signals: no signal handler may run on a thread while it is inside dnnl_sgemm (its JIT kernel moves the
+ * stack pointer into its heap workspace; docs/architecture.md, "Signals in `tower train`"). `tower train`
+ * takes its signals on a sigwait thread; `tower serve` unblocks them only in main, which never multiplies;
+ * the other commands install no handler. A new handler, or a thread that multiplies with a signal
+ * unblocked, must keep to that.
+ *
+ * Threads: Debian's libdnnl runs on OpenMP (libgomp), whose team size is per calling thread, so each call
+ * sets it through the omp_set_num_threads of the runtime libdnnl loaded (found with dlsym: Tower links no
+ * OpenMP runtime of its own). */
 #define _GNU_SOURCE /* RTLD_DEFAULT */
 #include "cpu_gemm.h"
 

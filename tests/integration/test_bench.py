@@ -49,6 +49,12 @@ def test_defaults_on_the_cpu_report_consistent_numbers(run_tower):
         assert r["backend"] == "cpu"
         assert r["allreduce_with_update"] == (r["towers"] > 1)  # one shared state, one fused pass
         check_row(r)
+    # The step mode each chose (train_step.c's table): the MLP starts with a dense layer, so one tower
+    # updates it inside the backward pass, and its towers run in turn; the CNN's towers keep a share each.
+    modes = {(r["model"], r["towers"]): r["step_mode"] for r in doc["results"]}
+    assert modes[("seed_mlp", 1)] == "fused" and modes[("fashion_cnn", 1)] == "shared", modes
+    if 2 in counts:
+        assert modes[("seed_mlp", 2)] == "in_turn" and modes[("fashion_cnn", 2)] == "shared", modes
     assert doc["results"][0]["allreduce_bytes"] == 4 * MLP_PARAMS
 
 

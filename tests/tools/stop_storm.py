@@ -4,7 +4,7 @@ documented (engine/train_main.c): exit status 0, the stop's checkpoint written, 
 glibc's heap checks or a crash.
 
 Written for the heap corruption a SIGTERM caused while the main thread was inside oneDNN's dnnl_sgemm
-(commit 58d97cc; engine/train_main.c's header says what was wrong and how the signals are taken now).
+(docs/architecture.md, "Signals in `tower train`", says what was wrong and how the signals are taken now).
 
 Modes (--mode, all by default, taken in turn):
   term   SIGTERM at a random moment while the run steps

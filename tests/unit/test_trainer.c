@@ -26,6 +26,7 @@
 #include "example.h"
 #include "inference.h"
 #include "tfrecord.h"
+#include "schedule.h"
 #include "trainer.h"
 
 enum { EXAMPLES = 96, FEATURES = 4 };
