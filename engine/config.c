@@ -53,6 +53,8 @@ typedef enum {
     K_WINDOW, /* int[3] [d, h, w] from an int or a list of 2 (2-D variants) or 3 (3-D) in [ilo, ihi] */
     K_OBJECT, /* a nested object, decoded by sub at base + offset */
     K_LAYERS, /* tw_layer_config[TW_MAX_LAYERS] at offset, 1 to TW_MAX_LAYERS; count at aux */
+    K_STEPS,  /* int64_t[max_items] of 0 to max_items steps in [ilo, ihi], increasing; count at aux */
+    K_FLOATS, /* float[max_items] of 1 to max_items numbers as K_FLOAT takes them; count at aux */
 } field_kind;
 
 enum {
@@ -77,7 +79,8 @@ typedef struct {
     const char *const *names; /* K_ENUM */
     int n_names;
     const schema *sub; /* K_OBJECT */
-    size_t aux;        /* K_SHAPE, K_LAYERS: offset of the int count */
+    size_t aux;        /* K_SHAPE, K_LAYERS, K_STEPS, K_FLOATS: offset of the int count */
+    int max_items;     /* K_STEPS, K_FLOATS */
 } field;
 
 struct schema {
@@ -97,7 +100,7 @@ _Static_assert(sizeof(tw_layer_type) == sizeof(int) && sizeof(tw_activation) == 
                    sizeof(tw_optimizer_kind) == sizeof(int),
                "enums are stored as int");
 _Static_assert(TW_LAYER_FLATTEN == 6 && TW_ACT_SIGMOID == 3 && TW_INIT_CONSTANT == 3 &&
-                   TW_LOSS_MSE == 1 && TW_OPT_ADAM == 2,
+                   TW_LOSS_MSE == 1 && TW_OPT_ADAM == 2 && TW_DECAY_PIECEWISE == 3,
                "the name tables below are indexed by these enums");
 
 static const char *const LAYER_TYPES[] = {"dense",      "conv2d",  "max_pool2d", "conv3d",
@@ -107,7 +110,7 @@ static const char *const INITS[] = {"truncated_normal", "glorot_uniform", "zeros
 static const char *const PADDINGS[] = {"valid", "same"};
 static const char *const LOSSES[] = {"softmax_cross_entropy", "mean_squared_error"};
 static const char *const OPTIMIZERS[] = {"sgd", "momentum", "adam"};
-static const char *const DECAYS[] = {NULL, "exponential"}; /* 0: no decay, written as null */
+static const char *const DECAYS[] = {NULL, "exponential", "cosine", "piecewise"}; /* NONE: null */
 static const char *const INIT_WEIGHTS[] = {NULL, "raw", "ema"}; /* 0: no init_from, written as null */
 
 const char *tw_layer_type_name(tw_layer_type t)
@@ -201,10 +204,18 @@ static const field DECAY_FIELDS[] = {
     {.key = "type", .kind = K_ENUM, .offset = AT(lr_decay), .flags = F_VARIANT | F_REQUIRED,
      NAMES(DECAYS)},
     {.key = "decay_steps", .kind = K_INT64, .offset = AT(decay_steps), .flags = F_REQUIRED,
-     IRANGE(1, INT64_MAX)},
-    {.key = "decay_rate", .kind = K_FLOAT, .offset = AT(decay_rate),
-     .flags = F_REQUIRED | F_LO_OPEN, FRANGE(0, 1)},
-    {.key = "staircase", .kind = K_BOOL, .offset = AT(staircase)},
+     .variants = BIT(TW_DECAY_EXPONENTIAL) | BIT(TW_DECAY_COSINE), IRANGE(1, INT64_MAX)},
+    {.key = "decay_rate", .kind = K_FLOAT, .offset = AT(decay_rate), .flags = F_REQUIRED | F_LO_OPEN,
+     .variants = BIT(TW_DECAY_EXPONENTIAL), FRANGE(0, 1)},
+    {.key = "staircase", .kind = K_BOOL, .offset = AT(staircase), .variants = BIT(TW_DECAY_EXPONENTIAL)},
+    {.key = "alpha", .kind = K_FLOAT, .offset = AT(alpha), .variants = BIT(TW_DECAY_COSINE), FRANGE(0, 1)},
+    {.key = "boundaries", .kind = K_STEPS, .offset = AT(boundaries), .flags = F_REQUIRED,
+     .variants = BIT(TW_DECAY_PIECEWISE), IRANGE(1, INT64_MAX), .aux = AT(n_boundaries),
+     .max_items = TW_MAX_PIECES - 1},
+    {.key = "factors", .kind = K_FLOATS, .offset = AT(factors), .flags = F_REQUIRED | F_LO_OPEN,
+     .variants = BIT(TW_DECAY_PIECEWISE), FRANGE(0, FLT_MAX), .aux = AT(n_factors),
+     .max_items = TW_MAX_PIECES},
+    {.key = "warmup_steps", .kind = K_INT64, .offset = AT(warmup_steps), IRANGE(0, INT64_MAX)},
 };
 static const schema DECAY_SCHEMA = SCHEMA(DECAY_FIELDS);
 
@@ -281,6 +292,8 @@ void tw_config_defaults(tw_config *c)
     c->decay_steps = 1;
     c->decay_rate = 1.0f;
     c->staircase = 0;
+    c->alpha = 0.0f;
+    c->warmup_steps = 0;
     c->batch_size = 32;
     c->towers = 1;
     c->steps = 1000;
@@ -705,6 +718,54 @@ static tw_status decode_window(const field *f, const json_t *v, const char *path
     return TW_OK;
 }
 
+/* The items of a list field: an array of min_n to f->max_items entries, else the error names the key. */
+static tw_status list_size(const field *f, const json_t *v, const char *path, size_t min_n, const char *what,
+                           size_t *n, tw_error *err)
+{
+    char expected[64];
+    snprintf(expected, sizeof expected, "an array of %s", what);
+    if (!json_is_array(v))
+        return type_error(err, path, expected, v);
+    *n = json_array_size(v);
+    if (*n < min_n || *n > (size_t)f->max_items)
+        return fail(err, path, "must have %zu to %d entries, got %zu", min_n, f->max_items, *n);
+    return TW_OK;
+}
+
+/* Steps in [ilo, ihi], each greater than the one before. */
+static tw_status decode_steps(const field *f, const json_t *v, const char *path, char *base, tw_error *err)
+{
+    size_t n = 0;
+    TW_TRY(list_size(f, v, path, 0, "steps", &n, err));
+    int64_t *out = (int64_t *)(void *)(base + f->offset);
+    for (size_t i = 0; i < n; i++) {
+        char item[KEY_PATH];
+        join_index(item, path, i);
+        TW_TRY(get_integer(json_array_get(v, i), item, f->ilo, f->ihi, &out[i], err));
+        if (i > 0 && out[i] <= out[i - 1])
+            return fail(err, item, "must be greater than the entry before it (%lld), got %lld",
+                        (long long)out[i - 1], (long long)out[i]);
+    }
+    store_int(base, f->aux, (int)n);
+    return TW_OK;
+}
+
+/* Numbers, each as decode_float takes one. */
+static tw_status decode_floats(const field *f, const json_t *v, const char *path, char *base, tw_error *err)
+{
+    size_t n = 0;
+    TW_TRY(list_size(f, v, path, 1, "numbers", &n, err));
+    for (size_t i = 0; i < n; i++) {
+        char item[KEY_PATH];
+        field one = *f;
+        one.offset = f->offset + i * sizeof(float);
+        join_index(item, path, i);
+        TW_TRY(decode_float(&one, json_array_get(v, i), item, base, err));
+    }
+    store_int(base, f->aux, (int)n);
+    return TW_OK;
+}
+
 static tw_status decode_layer(json_t *v, const char *path, tw_layer_config *l, const decoder *d)
 {
     TW_TRY(decode_object(&LAYER_SCHEMA, v, path, (char *)l, d));
@@ -755,6 +816,8 @@ static tw_status decode_value(const field *f, json_t *v, const char *path, char 
     case K_WINDOW: return decode_window(f, v, path, base, is_3d(variant) ? 3 : 2, d->err);
     case K_OBJECT: return decode_object(f->sub, v, path, base + f->offset, d);
     case K_LAYERS: return decode_layers(f, v, path, base, d);
+    case K_STEPS: return decode_steps(f, v, path, base, d->err);
+    case K_FLOATS: return decode_floats(f, v, path, base, d->err);
     }
     return fail(d->err, path, "internal: unknown field kind");
 }
@@ -860,6 +923,15 @@ static tw_status name_layers(tw_config *c, tw_error *err)
     return TW_OK;
 }
 
+/* A piecewise schedule has one factor per piece: one more than its boundaries. */
+static tw_status check_schedule(const tw_config *c, tw_error *err)
+{
+    if (c->lr_decay == TW_DECAY_PIECEWISE && c->n_factors != c->n_boundaries + 1)
+        return fail(err, "lr_decay.factors", "must have one entry more than lr_decay.boundaries (%d), got %d",
+                    c->n_boundaries, c->n_factors);
+    return TW_OK;
+}
+
 /* 1 when v, inside depth containers at key path `path`, nests past MAX_DEPTH (out: where, as text_scan
  * names it), else 0. */
 static int too_deep(const json_t *v, int depth, const char *path, char out[KEY_PATH])
@@ -901,6 +973,8 @@ tw_status tw_config_decode(const json_t *doc, const char *base_dir, tw_config *c
     tw_status st = decode_object(&CONFIG_SCHEMA, (json_t *)doc, "", (char *)c, &d);
     if (st == TW_OK)
         st = name_layers(c, err);
+    if (st == TW_OK)
+        st = check_schedule(c, err);
     return st;
 }
 
@@ -1042,6 +1116,29 @@ static json_t *encode_int_list(const int *v, int n)
     return a;
 }
 
+static json_t *encode_number_list(const field *f, const char *base)
+{
+    int n = load_int(base, f->aux);
+    json_t *a = n >= 0 && n <= f->max_items ? json_array() : NULL;
+    for (int i = 0; a && i < n; i++) {
+        json_t *v;
+        if (f->kind == K_STEPS) {
+            int64_t x;
+            memcpy(&x, base + f->offset + (size_t)i * sizeof x, sizeof x);
+            v = json_integer(x);
+        } else {
+            float x;
+            memcpy(&x, base + f->offset + (size_t)i * sizeof x, sizeof x);
+            v = json_real(shortest(x));
+        }
+        if (json_array_append_new(a, v) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
 static json_t *encode_layers(const field *f, const char *base)
 {
     int n = load_int(base, f->aux);
@@ -1087,6 +1184,8 @@ static json_t *encode_value(const field *f, const char *base, int variant)
     }
     case K_OBJECT: return encode_object(f->sub, p);
     case K_LAYERS: return encode_layers(f, base);
+    case K_STEPS:
+    case K_FLOATS: return encode_number_list(f, base);
     }
     return NULL;
 }
@@ -1141,7 +1240,8 @@ tw_status tw_config_override_towers(tw_config *c, int towers, tw_error *err)
  * decoder accepts, as far as JSON Schema can say it: a float's open end becomes the nearest float inside
  * it (what rounds into the range), a variant object ("type") one branch per variant with only its keys.
  * Not expressible, so left to the decoder (and said in the schema's description): unique layer names, a
- * string's 63 bytes (maxLength counts characters), an integer written as a real (100.0) refused. Every builder returns a new reference or NULL; json_pack's "o" steals and passes NULL on. */
+ * string's 63 bytes (maxLength counts characters), an integer written as a real (100.0) refused, a
+ * piecewise schedule's increasing boundaries and its one factor more. Every builder returns a new reference or NULL; json_pack's "o" steals and passes NULL on. */
 
 static json_t *schema_of_object(const schema *s, const char *defaults, int paths);
 
@@ -1205,6 +1305,8 @@ static json_t *schema_of_value(const field *f, int variant, const char *defaults
                          array_schema(integer_schema(f->ilo, f->ihi), dims, dims));
     case K_OBJECT: return schema_of_object(f->sub, defaults + f->offset, paths);
     case K_LAYERS: return array_schema(schema_of_object(&LAYER_SCHEMA, defaults + f->offset, paths), 1, TW_MAX_LAYERS);
+    case K_STEPS: return array_schema(integer_schema(f->ilo, f->ihi), 0, f->max_items);
+    case K_FLOATS: return array_schema(float_schema(f), 1, f->max_items);
     }
     return NULL;
 }
@@ -1277,6 +1379,8 @@ json_t *tw_config_json_schema(int paths)
         json_object_set_new(s, "description",
                             json_string("A Tower run config. Beyond this schema the decoder refuses an integer "
                                         "written as a real (100.0; JSON Schema counts it an integer), a string "
-                                        "over 63 bytes of UTF-8, and two layers of one name."));
+                                        "over 63 bytes of UTF-8, two layers of one name, lr_decay.boundaries "
+                                        "that do not increase, and lr_decay.factors without exactly one entry "
+                                        "more than lr_decay.boundaries."));
     return s;
 }

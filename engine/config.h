@@ -15,7 +15,7 @@
 #include "backend.h"
 #include "status.h"
 
-enum { TW_MAX_LAYERS = 32, TW_PATH_BYTES = 4096, TW_NAME_BYTES = 64 };
+enum { TW_MAX_LAYERS = 32, TW_PATH_BYTES = 4096, TW_NAME_BYTES = 64, TW_MAX_PIECES = 16 };
 
 typedef enum {
     TW_LAYER_DENSE = 0,
@@ -41,6 +41,9 @@ typedef struct {
 } tw_init;
 
 typedef enum { TW_LOSS_SOFTMAX_XENT = 0, TW_LOSS_MSE = 1 } tw_loss_kind;
+
+/* The learning-rate schedules ("lr_decay"'s "type"; NONE is null). */
+typedef enum { TW_DECAY_NONE = 0, TW_DECAY_EXPONENTIAL = 1, TW_DECAY_COSINE = 2, TW_DECAY_PIECEWISE = 3 } tw_lr_decay;
 
 /* Which weights of another checkpoint a run starts from (config "init_from"). */
 typedef enum { TW_INIT_FROM_NONE = 0, TW_INIT_FROM_RAW = 1, TW_INIT_FROM_EMA = 2 } tw_init_weights;
@@ -79,10 +82,17 @@ typedef struct {
     /* optimisation */
     tw_optimizer_kind optimizer;
     float learning_rate, momentum, beta1, beta2, epsilon;
-    int lr_decay;                    /* 0: constant rate; 1: exponential_decay */
-    int64_t decay_steps;
-    float decay_rate;
-    int staircase;
+    int lr_decay;                    /* tw_lr_decay: the learning-rate schedule (schedule.h) */
+    int64_t decay_steps;             /* EXPONENTIAL, COSINE */
+    float decay_rate;                /* EXPONENTIAL */
+    int staircase;                   /* EXPONENTIAL */
+    float alpha;                     /* COSINE: the floor, a fraction of learning_rate */
+    int64_t boundaries[TW_MAX_PIECES - 1]; /* PIECEWISE: steps after the warm-up, increasing */
+    int n_boundaries;
+    float factors[TW_MAX_PIECES];    /* PIECEWISE: learning_rate × factors[i] in piece i; n_boundaries + 1 */
+    int n_factors;
+    int64_t warmup_steps;            /* every schedule: the rate ramps from 0 to learning_rate over these
+                                        steps, and the schedule counts its steps from their end */
     float l2;                        /* 0 = off */
     float ema_decay;                 /* 0 = off */
     int batch_size;                  /* per tower */

@@ -82,6 +82,35 @@ static tw_hparam string(const char *name, const char *v)
     return (tw_hparam){.name = name, .kind = TW_HPARAM_STRING, .string = v};
 }
 
+/* "piecewise F0,F1@B0,F2@B1...", cut at size; the length written or wanted. */
+static int piecewise_text(const tw_config *c, char *out, size_t size)
+{
+    int n = snprintf(out, size, "piecewise %g", (double)c->factors[0]);
+    for (int i = 1; i < c->n_factors && n >= 0 && (size_t)n < size; i++)
+        n += snprintf(out + n, size - (size_t)n, ",%g@%lld", (double)c->factors[i], (long long)c->boundaries[i - 1]);
+    return n;
+}
+
+/* The schedule in a few characters: "none", "0.9/600[ staircase]" (exponential), "cosine/600[ alpha
+ * 0.1]", "piecewise 1,0.1@300,0.01@600"; " warmup W" after any of them. Long piecewise ones are cut. */
+static void decay_text(const tw_config *c, char *out, size_t size)
+{
+    int n = 0;
+    if (c->lr_decay == TW_DECAY_EXPONENTIAL)
+        n = snprintf(out, size, "%g/%lld%s", (double)c->decay_rate, (long long)c->decay_steps,
+                     c->staircase ? " staircase" : "");
+    else if (c->lr_decay == TW_DECAY_COSINE && c->alpha > 0)
+        n = snprintf(out, size, "cosine/%lld alpha %g", (long long)c->decay_steps, (double)c->alpha);
+    else if (c->lr_decay == TW_DECAY_COSINE)
+        n = snprintf(out, size, "cosine/%lld", (long long)c->decay_steps);
+    else if (c->lr_decay == TW_DECAY_PIECEWISE)
+        n = piecewise_text(c, out, size);
+    else
+        n = snprintf(out, size, "none");
+    if (c->warmup_steps && n >= 0 && (size_t)n < size)
+        snprintf(out + n, size - (size_t)n, " warmup %lld", (long long)c->warmup_steps);
+}
+
 int tw_run_hparams_of(const tw_config *c, tw_run_hparams *h)
 {
     tw_config unseeded = *c;
@@ -93,11 +122,7 @@ int tw_run_hparams_of(const tw_config *c, tw_run_hparams *h)
     free(canonical);
     model_text(c, h->model, sizeof h->model);
     dataset_text(c->train_path, h->dataset, sizeof h->dataset);
-    if (c->lr_decay)
-        snprintf(h->lr_decay, sizeof h->lr_decay, "%g/%lld%s", (double)c->decay_rate,
-                 (long long)c->decay_steps, c->staircase ? " staircase" : "");
-    else
-        snprintf(h->lr_decay, sizeof h->lr_decay, "none");
+    decay_text(c, h->lr_decay, sizeof h->lr_decay);
     tw_hparam *l = h->list;
     l[0] = string("optimizer", OPTIMIZERS[c->optimizer]);
     l[1] = number("learning_rate", decimal(c->learning_rate));

@@ -17,7 +17,8 @@ enum { TW_RUN_HPARAMS = 11, TW_RUN_HPARAM_TEXT = 256 };
 typedef struct {
     tw_hparam list[TW_RUN_HPARAMS];
     char model[TW_RUN_HPARAM_TEXT];   /* e.g. "conv32k5-pool2-dense1024-drop0.4-dense10" */
-    char lr_decay[TW_RUN_HPARAM_TEXT]; /* "none" or "0.9/600" ("0.9/600 staircase") */
+    char lr_decay[TW_RUN_HPARAM_TEXT]; /* "none", "0.9/600[ staircase]", "cosine/600", "piecewise 1,0.1@300"
+                                          (run_hparams.c: decay_text) */
     char dataset[TW_RUN_HPARAM_TEXT];  /* the training file's folder name */
     char group[TW_HPARAMS_GROUP_BYTES];
 } tw_run_hparams;

@@ -414,7 +414,12 @@
 
   function decayText(d) {
     if (!d || !d.type || d.type === 'none') return 'none';
-    return [d.type, d.decay_rate, d.decay_steps].filter((x) => x !== undefined).join(' ') + (d.staircase ? ' stair' : '');
+    const warmup = d.warmup_steps ? ' warmup ' + d.warmup_steps : '';
+    if (d.type === 'piecewise') {
+      return 'piecewise ' + (d.factors || []).map((f, i) => i ? f + '@' + d.boundaries[i - 1] : f).join(',') + warmup;
+    }
+    return [d.type, d.decay_rate, d.decay_steps, d.alpha ? 'alpha ' + d.alpha : undefined]
+      .filter((x) => x !== undefined).join(' ') + (d.staircase ? ' stair' : '') + warmup;
   }
 
   /* "flatten>dense500relu>dense10": each layer's type with its size and activation. */

@@ -229,8 +229,21 @@ static const bad_case BAD[] = {
      NULL},
     {LAYER("'type':'dense','units':5,'weight_init':{'type':'he'}"),
      "model.layers[0].weight_init.type", NULL},
-    {DECAY("'type':'cosine','decay_steps':10,'decay_rate':0.5"), "lr_decay.type",
-     "expected one of: exponential)"},
+    {DECAY("'type':'linear','decay_steps':10"), "lr_decay.type",
+     "expected one of: exponential, cosine, piecewise)"},
+    {DECAY("'type':'cosine','decay_steps':10,'decay_rate':0.5"), "lr_decay.decay_rate", NULL},
+    {DECAY("'type':'cosine','decay_steps':10,'alpha':1.5"), "lr_decay.alpha", "must be in [0, 1]"},
+    {DECAY("'type':'cosine','decay_steps':10,'warmup_steps':-1"), "lr_decay.warmup_steps", ">= 0"},
+    {DECAY("'type':'piecewise','boundaries':[10,5],'factors':[1,0.1,0.01]"), "lr_decay.boundaries[1]",
+     "must be greater than the entry before it (10), got 5"},
+    {DECAY("'type':'piecewise','boundaries':[10],'factors':[1]"), "lr_decay.factors",
+     "must have one entry more than lr_decay.boundaries (1), got 1"},
+    {DECAY("'type':'piecewise','boundaries':[10],'factors':[1,0]"), "lr_decay.factors[1]", "must be > 0"},
+    {DECAY("'type':'piecewise','boundaries':10,'factors':[1,0.1]"), "lr_decay.boundaries",
+     "must be an array of steps"},
+    {DECAY("'type':'piecewise','boundaries':[],'factors':[]"), "lr_decay.factors",
+     "must have 1 to 16 entries, got 0"},
+    {DECAY("'type':'piecewise','factors':[1]"), "lr_decay.boundaries", "required"},
     /* names, features and paths */
     {LAYER("'type':'dense','units':10,'name':'a b'"), "model.layers[0].name",
      "must be letters, digits and _ - . /"},
@@ -635,6 +648,10 @@ static void test_round_trip(void **state)
         NULL);
     assert_round_trip(OPT("'type':'momentum','momentum':0.5,'learning_rate':0.3"), NULL);
     assert_round_trip(TOP("'lr_decay':null"), NULL);
+    assert_round_trip(DECAY("'type':'cosine','decay_steps':1000,'alpha':0.01,'warmup_steps':50"), NULL);
+    assert_round_trip(DECAY("'type':'piecewise','boundaries':[300,600],'factors':[1,0.1,0.01],'warmup_steps':5"),
+                      NULL);
+    assert_round_trip(DECAY("'type':'piecewise','boundaries':[],'factors':[0.5]"), NULL);
     assert_round_trip(TOP("'init_from':{'checkpoint':'/runs/a/ckpt.safetensors','weights':'ema'}"), NULL);
     assert_round_trip(TOP("'init_from':null"), NULL);
 

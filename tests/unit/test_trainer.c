@@ -1,4 +1,4 @@
-/* test_trainer.c — engine/trainer.c and train_step.c: the schedules, a short run on a tiny dataset
+/* test_trainer.c — engine/trainer.c and train_step.c: a short run on a tiny dataset
  * whose loss drops and whose evaluation learns, the child protocol's lines it writes, and a resume that
  * continues at the checkpoint's step and ends bit for bit where an uninterrupted run ends; a checkpoint
  * read back for inference (inference.h) classifies as the run's evaluation did. */
@@ -26,7 +26,6 @@
 #include "example.h"
 #include "inference.h"
 #include "tfrecord.h"
-#include "schedule.h"
 #include "trainer.h"
 
 enum { EXAMPLES = 96, FEATURES = 4 };
@@ -141,28 +140,6 @@ static double loss_at(const json_t *lines, int64_t k)
 }
 
 static const json_t *last_line(const json_t *lines) { return json_array_get(lines, json_array_size(lines) - 1); }
-
-static void test_schedules(void **state)
-{
-    (void)state;
-    static tw_config c;
-    tw_config_defaults(&c);
-    c.learning_rate = 0.5f;
-    c.lr_decay = 1;
-    c.decay_steps = 10;
-    c.decay_rate = 0.5f;
-    c.staircase = 0;
-    assert_true(tw_learning_rate(&c, 0) == 0.5f);
-    assert_float_equal(tw_learning_rate(&c, 10), 0.25, 1e-7);
-    assert_float_equal(tw_learning_rate(&c, 5), 0.5 * pow(0.5, 0.5), 1e-7);
-    c.staircase = 1;
-    assert_float_equal(tw_learning_rate(&c, 19), 0.25, 1e-7);
-    c.lr_decay = 0;
-    assert_true(tw_learning_rate(&c, 1000) == 0.5f);
-    assert_float_equal(tw_ema_decay(0.999f, 0), 0.1, 1e-7);      /* (1 + 0) / (10 + 0) */
-    assert_float_equal(tw_ema_decay(0.999f, 90), 0.91, 1e-6);    /* 91 / 100 */
-    assert_float_equal(tw_ema_decay(0.999f, 1000000), 0.999, 1e-7);
-}
 
 /* 60 steps: the loss falls, the evaluation learns, the lines are the protocol's, checkpoints exist. */
 static void test_short_run_learns(void **state)
@@ -314,7 +291,6 @@ static void test_inference_matches_the_evaluation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_schedules),
         cmocka_unit_test_setup_teardown(test_short_run_learns, setup, teardown),
         cmocka_unit_test_setup_teardown(test_resume_continues_at_the_checkpoint, setup, teardown),
         cmocka_unit_test_setup_teardown(test_inference_matches_the_evaluation, setup, teardown),
