@@ -567,8 +567,14 @@ tw_status tw_maxpool_bwd_relu(tw_backend *b, const tw_window *w, tw_tensor dx, t
     return b->ops->maxpool_bwd_relu(b->ctx, w, dx, dy, argmax, x, err);
 }
 
+/* Label smoothing in [0, 1). */
+static tw_status check_smoothing(const char *op, float smoothing, tw_error *err)
+{
+    return smoothing >= 0.0f && smoothing < 1.0f ? TW_OK : fail(err, op, "smoothing %g outside [0, 1)", (double)smoothing);
+}
+
 tw_status tw_xent_fwd(tw_backend *b, tw_tensor loss, tw_tensor probs, tw_tensor logits,
-                      tw_tensor labels, int rows, int classes, tw_error *err)
+                      tw_tensor labels, int rows, int classes, float smoothing, tw_error *err)
 {
     const char *op = __func__;
     size_t count;
@@ -583,11 +589,12 @@ tw_status tw_xent_fwd(tw_backend *b, tw_tensor loss, tw_tensor probs, tw_tensor 
     TW_TRY(check_disjoint(op, "loss", loss, (size_t)rows, "logits", logits, count, err));
     TW_TRY(check_disjoint(op, "loss", loss, (size_t)rows, "probs", probs, count, err));
     TW_TRY(check_disjoint(op, "probs", probs, count, "logits", logits, count, err));
-    return b->ops->xent_fwd(b->ctx, loss, probs, logits, labels, rows, classes, err);
+    TW_TRY(check_smoothing(op, smoothing, err));
+    return b->ops->xent_fwd(b->ctx, loss, probs, logits, labels, rows, classes, smoothing, err);
 }
 
 tw_status tw_xent_bwd(tw_backend *b, tw_tensor dlogits, tw_tensor probs, tw_tensor labels,
-                      int rows, int classes, float scale, tw_error *err)
+                      int rows, int classes, float scale, float smoothing, tw_error *err)
 {
     const char *op = __func__;
     size_t count;
@@ -598,7 +605,8 @@ tw_status tw_xent_bwd(tw_backend *b, tw_tensor dlogits, tw_tensor probs, tw_tens
     TW_TRY(check_f32(op, "dlogits", dlogits, count, err));
     TW_TRY(check_f32(op, "probs", probs, count, err));
     TW_TRY(check_i32(op, "labels", labels, (size_t)rows, err));
-    return b->ops->xent_bwd(b->ctx, dlogits, probs, labels, rows, classes, scale, err);
+    TW_TRY(check_smoothing(op, smoothing, err));
+    return b->ops->xent_bwd(b->ctx, dlogits, probs, labels, rows, classes, scale, smoothing, err);
 }
 
 tw_status tw_mse_fwd(tw_backend *b, tw_tensor loss, tw_tensor pred, tw_tensor target, int rows,

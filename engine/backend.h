@@ -66,9 +66,15 @@ typedef struct {
     tw_optimizer_kind kind;
     float lr;                   /* learning rate of this step (after decay) */
     float momentum;             /* MOMENTUM */
+    int nesterov;               /* MOMENTUM: 1 steps by g + momentum * accum (use_nesterov) */
     float adam_alpha;           /* ADAM: lr * sqrt(1 - beta2^t) / (1 - beta1^t) for this step t */
     float beta1, beta2, epsilon;
+    float grad_scale;           /* g *= grad_scale first (global-norm clipping's factor); 0 stands for 1, so a
+                                   zeroed tw_update scales nothing (clipping never gives 0: TF's factor for
+                                   a non-finite norm is NaN) */
     float l2;                   /* g += l2 * w on the first l2_count values (the weights), before the step */
+    float weight_decay;         /* w -= w * weight_decay * lr on the same values, before the step (Keras'
+                                   decoupled decay, AdamW); 0: none */
     size_t l2_count;
     float ema_decay;            /* effective decay of this step; the shadows follow the new weights */
     int ema;                    /* 1: update the EMA shadows */
@@ -111,9 +117,9 @@ struct tw_backend_ops {
     tw_status (*maxpool_bwd)(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy,
                              tw_tensor argmax, tw_error *err);
     tw_status (*xent_fwd)(void *ctx, tw_tensor loss, tw_tensor probs, tw_tensor logits,
-                          tw_tensor labels, int rows, int classes, tw_error *err);
+                          tw_tensor labels, int rows, int classes, float smoothing, tw_error *err);
     tw_status (*xent_bwd)(void *ctx, tw_tensor dlogits, tw_tensor probs, tw_tensor labels,
-                          int rows, int classes, float scale, tw_error *err);
+                          int rows, int classes, float scale, float smoothing, tw_error *err);
     tw_status (*mse_fwd)(void *ctx, tw_tensor loss, tw_tensor pred, tw_tensor target, int rows,
                          int cols, tw_error *err);
     tw_status (*mse_bwd)(void *ctx, tw_tensor dpred, tw_tensor pred, tw_tensor target, size_t n,
@@ -288,12 +294,13 @@ tw_status tw_maxpool_bwd_relu(tw_backend *b, const tw_window *w, tw_tensor dx, t
                               tw_tensor argmax, tw_tensor x, tw_error *err);
 
 /* Sparse softmax cross-entropy with the max-shift (docs/formats.md §6.3): loss[rows], probs[rows, classes]
- * from logits[rows, classes] and labels[rows] (int32, each in [0, classes): the caller checks).
- * bwd: dlogits = (probs - onehot(labels)) * scale. */
+ * from logits[rows, classes] and labels[rows] (int32, each in [0, classes): the caller checks), the
+ * targets smoothed by smoothing in [0, 1) (§6.11; 0: the one-hot labels). bwd: dlogits = (probs -
+ * targets) * scale. */
 tw_status tw_xent_fwd(tw_backend *b, tw_tensor loss, tw_tensor probs, tw_tensor logits,
-                      tw_tensor labels, int rows, int classes, tw_error *err);
+                      tw_tensor labels, int rows, int classes, float smoothing, tw_error *err);
 tw_status tw_xent_bwd(tw_backend *b, tw_tensor dlogits, tw_tensor probs, tw_tensor labels,
-                      int rows, int classes, float scale, tw_error *err);
+                      int rows, int classes, float scale, float smoothing, tw_error *err);
 
 /* Squared error: loss[rows] = sum over cols of (pred - target)^2; bwd: dpred[n] = 2 (pred - target) *
  * scale. (tf.losses.mean_squared_error's mean is loss summed / (rows*cols), i.e. scale 1/(rows*cols).) */

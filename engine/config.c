@@ -197,6 +197,9 @@ static const field OPTIMIZER_FIELDS[] = {
      .variants = BIT(TW_OPT_ADAM), FRANGE(0, 1)},
     {.key = "epsilon", .kind = K_FLOAT, .offset = AT(epsilon), .flags = F_LO_OPEN,
      .variants = BIT(TW_OPT_ADAM), FRANGE(0, FLT_MAX)},
+    {.key = "nesterov", .kind = K_BOOL, .offset = AT(nesterov), .variants = BIT(TW_OPT_MOMENTUM)},
+    {.key = "weight_decay", .kind = K_FLOAT, .offset = AT(weight_decay), FRANGE(0, 1)},
+    {.key = "global_clipnorm", .kind = K_FLOAT, .offset = AT(clip_norm), FRANGE(0, FLT_MAX)},
 };
 static const schema OPTIMIZER_SCHEMA = SCHEMA(OPTIMIZER_FIELDS);
 
@@ -230,6 +233,7 @@ static const field CONFIG_FIELDS[] = {
     {.key = "dataset", .kind = K_OBJECT, .flags = F_REQUIRED, .sub = &DATASET_SCHEMA},
     {.key = "model", .kind = K_OBJECT, .flags = F_REQUIRED, .sub = &MODEL_SCHEMA},
     {.key = "loss", .kind = K_ENUM, .offset = AT(loss), NAMES(LOSSES)},
+    {.key = "label_smoothing", .kind = K_FLOAT, .offset = AT(label_smoothing), .flags = F_HI_OPEN, FRANGE(0, 1)},
     {.key = "optimizer", .kind = K_OBJECT, .sub = &OPTIMIZER_SCHEMA},
     {.key = "lr_decay", .kind = K_OBJECT, .flags = F_NULLABLE, .sub = &DECAY_SCHEMA},
     {.key = "l2", .kind = K_FLOAT, .offset = AT(l2), FRANGE(0, FLT_MAX)},
@@ -288,6 +292,10 @@ void tw_config_defaults(tw_config *c)
     c->beta1 = 0.9f;
     c->beta2 = 0.999f;
     c->epsilon = 1e-8f;
+    c->nesterov = 0;
+    c->weight_decay = 0.0f;
+    c->clip_norm = 0.0f;
+    c->label_smoothing = 0.0f;
     c->lr_decay = 0;
     c->decay_steps = 1;
     c->decay_rate = 1.0f;
@@ -923,12 +931,15 @@ static tw_status name_layers(tw_config *c, tw_error *err)
     return TW_OK;
 }
 
-/* A piecewise schedule has one factor per piece: one more than its boundaries. */
-static tw_status check_schedule(const tw_config *c, tw_error *err)
+/* What one key's range cannot say: a piecewise schedule has one factor per piece (one more than its
+ * boundaries); label smoothing needs classes. */
+static tw_status check_across_keys(const tw_config *c, tw_error *err)
 {
     if (c->lr_decay == TW_DECAY_PIECEWISE && c->n_factors != c->n_boundaries + 1)
         return fail(err, "lr_decay.factors", "must have one entry more than lr_decay.boundaries (%d), got %d",
                     c->n_boundaries, c->n_factors);
+    if (c->label_smoothing > 0 && c->loss != TW_LOSS_SOFTMAX_XENT)
+        return fail(err, "label_smoothing", "needs the loss softmax_cross_entropy, not %s", LOSSES[c->loss]);
     return TW_OK;
 }
 
@@ -974,7 +985,7 @@ tw_status tw_config_decode(const json_t *doc, const char *base_dir, tw_config *c
     if (st == TW_OK)
         st = name_layers(c, err);
     if (st == TW_OK)
-        st = check_schedule(c, err);
+        st = check_across_keys(c, err);
     return st;
 }
 
@@ -1241,7 +1252,7 @@ tw_status tw_config_override_towers(tw_config *c, int towers, tw_error *err)
  * it (what rounds into the range), a variant object ("type") one branch per variant with only its keys.
  * Not expressible, so left to the decoder (and said in the schema's description): unique layer names, a
  * string's 63 bytes (maxLength counts characters), an integer written as a real (100.0) refused, a
- * piecewise schedule's increasing boundaries and its one factor more. Every builder returns a new reference or NULL; json_pack's "o" steals and passes NULL on. */
+ * piecewise schedule's increasing boundaries and its one factor more, label smoothing with a regression loss. Every builder returns a new reference or NULL; json_pack's "o" steals and passes NULL on. */
 
 static json_t *schema_of_object(const schema *s, const char *defaults, int paths);
 

@@ -79,9 +79,13 @@ typedef struct {
     tw_layer_config layers[TW_MAX_LAYERS];
     int n_layers;
     tw_loss_kind loss;
+    float label_smoothing;           /* SOFTMAX_XENT: the targets are (1 - e) one-hot + e / classes; 0 = off */
     /* optimisation */
     tw_optimizer_kind optimizer;
     float learning_rate, momentum, beta1, beta2, epsilon;
+    int nesterov;                    /* MOMENTUM: Nesterov's step (use_nesterov) */
+    float weight_decay;              /* decoupled weight decay of the weights (Keras'; Adam's is AdamW); 0 = off */
+    float clip_norm;                 /* "global_clipnorm": the gradient's global norm is clipped to it; 0 = off */
     int lr_decay;                    /* tw_lr_decay: the learning-rate schedule (schedule.h) */
     int64_t decay_steps;             /* EXPONENTIAL, COSINE */
     float decay_rate;                /* EXPONENTIAL */

@@ -63,6 +63,14 @@ static inline TW_HD float tw_momentum(float w, float g, float *accum, float lr, 
     return w - lr * *accum;
 }
 
+/* tf.train.MomentumOptimizer(use_nesterov=True) (ApplyMomentum): accum = accum * momentum + g;
+ * w -= g * lr + accum * momentum * lr. */
+static inline TW_HD float tw_nesterov(float w, float g, float *accum, float lr, float momentum)
+{
+    *accum = *accum * momentum + g;
+    return w - (g * lr + *accum * momentum * lr);
+}
+
 /* tf.train.AdamOptimizer (ApplyAdam): alpha = lr * sqrt(1 - beta2^t) / (1 - beta1^t) is computed once per
  * step by the caller; m += (g - m)(1 - beta1); v += (g^2 - v)(1 - beta2); w -= alpha m / (sqrt(v) + eps). */
 static inline TW_HD float tw_adam(float w, float g, float *m, float *v, float alpha, float beta1,
@@ -82,6 +90,17 @@ static inline TW_HD float tw_ema(float shadow, float value, float decay)
 /* tf.contrib.layers.l2_regularizer's gradient folded into g: d/dw (l2 w^2 / 2) = l2 w (docs/formats.md §6.4). */
 static inline TW_HD float tw_l2_grad(float g, float w, float l2) { return g + l2 * w; }
 
+/* The gradient a step takes: the loss's, times the global-norm clipping factor (1 without clipping: g
+ * itself), plus L2's term (docs/formats.md §6.10). */
+static inline TW_HD float tw_step_grad(float g, float w, float scale, float l2)
+{
+    return tw_l2_grad(g * scale, w, l2);
+}
+
+/* Keras' decoupled weight decay (any optimizer's weight_decay; Adam's makes AdamW): w -= w * wd * lr, before
+ * the optimizer's step (docs/formats.md §6.9). wd = 0 leaves w as it is, an infinite one too. */
+static inline TW_HD float tw_weight_decay(float w, float wd, float lr) { return wd != 0.0f ? w - w * wd * lr : w; }
+
 /* Sparse softmax cross-entropy (docs/formats.md §6.3), one row with max m and s = sum of tw_xent_exp over it:
  * exp(x - m); the loss from the label's logit; d(loss)/d(logit) of one class from its probability. A NaN
  * or +inf logit makes the row's sum, and so its loss, NaN, as in TF. */
@@ -89,9 +108,19 @@ static inline TW_HD float tw_xent_exp(float x, float m) { return expf(x - m); }
 
 static inline TW_HD float tw_xent_loss(float s, float x_label, float m) { return logf(s) - (x_label - m); }
 
-static inline TW_HD float tw_xent_grad(float prob, int is_label, float scale)
+/* Label smoothing e over K classes (tf.losses.softmax_cross_entropy's label_smoothing, docs/formats.md
+ * §6.11): the targets are (1 - e) one-hot + e / K, so the row's loss, from d = the sum over the row of
+ * (x - m), is log(s) - ((1 - e)(x_label - m) + e / K d). The backends take tw_xent_loss when e = 0, whose
+ * bits do not depend on the other logits. */
+static inline TW_HD float tw_xent_smooth_loss(float s, float x_label, float m, float d, float e, int classes)
 {
-    return (prob - (is_label ? 1.0f : 0.0f)) * scale;
+    return logf(s) - ((1.0f - e) * (x_label - m) + e / (float)classes * d);
+}
+
+/* d(loss)/d(logit) = (prob - target) * scale, the target (1 - e) one-hot + e / K (0 or 1 when e = 0). */
+static inline TW_HD float tw_xent_grad(float prob, int is_label, float scale, float e, int classes)
+{
+    return (prob - ((is_label ? 1.0f - e : 0.0f) + e / (float)classes)) * scale;
 }
 
 /* Squared error of one element, and its derivative times scale. */

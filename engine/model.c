@@ -44,6 +44,7 @@ struct tw_model {
     size_t param_floats, weight_floats;
     shape input;
     tw_loss_kind loss;
+    float label_smoothing;       /* SOFTMAX_XENT's, the config's */
     tw_optimizer_kind optimizer; /* which slot arenas a replica holds */
 };
 
@@ -210,6 +211,7 @@ tw_status tw_model_create(const tw_config *c, tw_model **out, tw_error *err)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     m->input = input_shape(c);
     m->loss = c->loss;
+    m->label_smoothing = c->label_smoothing;
     m->optimizer = c->optimizer;
     shape cur = m->input;
     tw_status s = shape_size(&m->input) <= INT_MAX
@@ -719,7 +721,7 @@ tw_status tw_replica_forward(tw_replica *r, int rows, int train, int use_ema, ui
     int outs = tw_model_output_size(m);
     if (m->loss == TW_LOSS_SOFTMAX_XENT)
         return tw_xent_fwd(r->b, tw_tensor_of(r->loss), tw_tensor_of(r->probs), out,
-                           tw_tensor_of(r->labels), rows, outs, err);
+                           tw_tensor_of(r->labels), rows, outs, m->label_smoothing, err);
     return tw_mse_fwd(r->b, tw_tensor_of(r->loss), out, tw_tensor_of(r->labels), rows, outs, err);
 }
 
@@ -875,7 +877,7 @@ static tw_status backward(tw_replica *r, int rows, uint64_t dropout_seed, const 
     tw_tensor dout = r->ls[last].dout;
     if (m->loss == TW_LOSS_SOFTMAX_XENT)
         TW_TRY(tw_xent_bwd(r->b, dout, tw_tensor_of(r->probs), tw_tensor_of(r->labels), rows, outs,
-                           1.0f / (float)rows, err));
+                           1.0f / (float)rows, m->label_smoothing, err));
     else
         TW_TRY(tw_mse_bwd(r->b, dout, r->ls[last].out, tw_tensor_of(r->labels),
                           (size_t)rows * outs, 1.0f / (float)((size_t)rows * outs), err));

@@ -354,12 +354,35 @@ static tw_update step_update(const tw_towers *T)
     const tw_config *c = T->c;
     int64_t t = T->step + 1; /* this update's number, 1-based; global_step before it is T->step */
     tw_update u = {.kind = c->optimizer, .lr = tw_learning_rate(c, T->step), .momentum = c->momentum,
-                   .beta1 = c->beta1, .beta2 = c->beta2, .epsilon = c->epsilon, .l2 = c->l2,
+                   .nesterov = c->nesterov, .beta1 = c->beta1, .beta2 = c->beta2, .epsilon = c->epsilon,
+                   .l2 = c->l2, .weight_decay = c->weight_decay,
                    .l2_count = tw_model_weight_floats(T->m), .ema = c->ema_decay > 0,
                    .ema_decay = tw_ema_decay(c->ema_decay, t), .keep_mean = T->keep_grads};
     double b1t = pow(c->beta1, (double)t), b2t = pow(c->beta2, (double)t);
     u.adam_alpha = (float)(u.lr * sqrt(1.0 - b2t) / (1.0 - b1t));
     return u;
+}
+
+/* 1 when the run clips the gradient to a global norm ("global_clipnorm"). */
+static int clips(const tw_towers *T) { return T->c->clip_norm > 0; }
+
+/* 1 when the towers' mean is computed inside the shared update, in the same pass: several towers of one
+ * process and nothing that needs the mean before the update (a world's average, the clipping norm). */
+static int mean_in_update(const tw_towers *T) { return T->n > 1 && !T->world_grads && !clips(T); }
+
+/* With clipping, the step's gradient scale: tf.clip_by_global_norm's factor for the norm of tower 0's
+ * gradients, which hold the mean over the world's towers by now: clip * min(1 / norm, 1 / clip), NaN for a
+ * norm that is not finite (docs/formats.md §6.10). */
+static tw_status clip(tw_towers *T, tw_error *err)
+{
+    if (!clips(T))
+        return TW_OK;
+    float ss, c = T->c->clip_norm;
+    TW_TRY(tw_sum_squares(T->b[0], tw_tensor_of(T->scalar), tw_replica_grads(T->r[0]), T->P, err));
+    TW_TRY(tw_backend_download(T->b[0], &ss, tw_tensor_of(T->scalar), sizeof ss, err));
+    float norm = sqrtf(ss);
+    T->update.grad_scale = isfinite(norm) ? c * fminf(1.0f / norm, 1.0f / c) : NAN;
+    return TW_OK;
 }
 
 /* A phase of the step that the bench times as a whole (the step itself, its all-reduce). */
@@ -465,7 +488,7 @@ static tw_status update_values(tw_towers *T, int j, size_t lo, size_t hi, tw_err
     if (hi == lo)
         return TW_OK;
     tw_update u = range_update(T, lo, hi);
-    int n_grads = T->world_grads ? 1 : T->n;
+    int n_grads = mean_in_update(T) ? T->n : 1;
     tw_tensor grads[TW_MAX_TOWERS];
     for (int t = 0; t < n_grads; t++)
         grads[t] = tw_tensor_at(tw_replica_grads(T->r[t]), lo);
@@ -506,26 +529,25 @@ static tw_status plain_step(tw_towers *T, double *loss, tw_error *err)
     if (T->world_towers > 1)
         TW_TRY(timed(T, average_all, err)); /* the mean */
     T->update = step_update(T);
+    TW_TRY(clip(T, err));
     return for_each_tower(T, tower_update, &unused, err); /* the update */
 }
 
 /* ================================ the speed modes ================================ */
 
-/* The shared modes' end of a step: the update of the one shared state from the towers' mean, by
- * `update` (a share per tower, or whole). In a world of processes the towers' mean and the world's come
- * first; otherwise the towers' mean is part of the update, and the bench times the two together as the
- * all-reduce. */
+/* The shared modes' end of a step: the update of the one shared state from the towers' mean, by `update`
+ * (a share per tower, or whole). The mean is part of the update when it can be (the bench then times the
+ * two together as the all-reduce); otherwise it comes first, with the world's, then the clipping. */
 static tw_status mean_and_shared_update(tw_towers *T, phase_fn update, tw_error *err)
 {
     double unused;
     T->update = step_update(T);
-    if (T->world_towers == 1)
-        return update(T, &unused, err);
-    if (T->world_grads) {
+    if (mean_in_update(T))
+        return timed(T, update, err);
+    if (T->world_towers > 1)
         TW_TRY(timed(T, average_all, err));
-        return update(T, &unused, err);
-    }
-    return timed(T, update, err);
+    TW_TRY(clip(T, err));
+    return update(T, &unused, err);
 }
 
 /* Each tower's share of the shared update, on its own thread. */
@@ -602,7 +624,7 @@ static int fuses_first_layer(const tw_towers *T, const tw_backend_ops *ops)
     size_t lo, hi;
     int graphs = T->c->cuda_graphs && ops->capture_begin;
     return shares_update(T, ops) && ops->gemm_update && T->n == 1 && T->world_towers == 1 && !graphs &&
-           tw_model_fused_range(T->m, &lo, &hi);
+           !clips(T) && tw_model_fused_range(T->m, &lo, &hi);
 }
 
 static int runs_in_turn(const tw_towers *T, const tw_backend_ops *ops)
@@ -701,7 +723,7 @@ tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench
     if (s == TW_OK) {
         *info = (tw_bench_info){.allreduce_bytes = T.P * sizeof(float), .graphs = T.graphs,
                                 .processes = T.world_towers / T.n,
-                                .allreduce_with_update = T.mode->shares && !T.world_grads && T.n > 1};
+                                .allreduce_with_update = T.mode->shares && mean_in_update(&T)};
         snprintf(info->backend, sizeof info->backend, "%s", tw_backend_kind(T.b[0]));
         snprintf(info->mode, sizeof info->mode, "%s", T.mode->name);
     }

@@ -521,8 +521,9 @@ static tw_status bad_label(int32_t label, int row, int classes, tw_error *err)
                         classes);
 }
 
-/* One row of sparse softmax cross-entropy with the max-shift: x[classes] -> probs[classes], the loss. */
-static float xent_row(const float *x, float *probs, int label, int classes)
+/* One row of sparse softmax cross-entropy with the max-shift: x[classes] -> probs[classes], the loss with
+ * the targets smoothed by e (elementwise.h). */
+static float xent_row(const float *x, float *probs, int label, int classes, float e)
 {
     float m = x[0];
     for (int j = 1; j < classes; j++)
@@ -534,13 +535,18 @@ static float xent_row(const float *x, float *probs, int label, int classes)
     }
     for (int j = 0; j < classes; j++)
         probs[j] /= s;
-    return tw_xent_loss(s, x[label], m);
+    if (e == 0.0f)
+        return tw_xent_loss(s, x[label], m);
+    float d = 0.0f;
+    for (int j = 0; j < classes; j++)
+        d += x[j] - m;
+    return tw_xent_smooth_loss(s, x[label], m, d, e, classes);
 }
 
 /* loss[rows], probs[rows, classes] from logits[rows, classes] and labels[rows] (int32). A label outside
  * [0, classes) is TW_ERR_INVALID, as TensorFlow's CPU kernel reports it. */
 static tw_status cpu_xent_fwd(void *ctx, tw_tensor loss, tw_tensor probs, tw_tensor logits,
-                              tw_tensor labels, int rows, int classes, tw_error *err)
+                              tw_tensor labels, int rows, int classes, float smoothing, tw_error *err)
 {
     (void)ctx;
     const float *px = f32(logits);
@@ -550,14 +556,14 @@ static tw_status cpu_xent_fwd(void *ctx, tw_tensor loss, tw_tensor probs, tw_ten
         if (pl[r] < 0 || pl[r] >= classes)
             return bad_label(pl[r], r, classes, err);
         size_t at = (size_t)r * (size_t)classes;
-        ploss[r] = xent_row(px + at, pp + at, pl[r], classes);
+        ploss[r] = xent_row(px + at, pp + at, pl[r], classes, smoothing);
     }
     return TW_OK;
 }
 
-/* dlogits[rows, classes] = (probs - onehot(labels)) * scale; dlogits may be probs. */
+/* dlogits[rows, classes] = (probs - targets) * scale, the targets smoothed; dlogits may be probs. */
 static tw_status cpu_xent_bwd(void *ctx, tw_tensor dlogits, tw_tensor probs, tw_tensor labels,
-                              int rows, int classes, float scale, tw_error *err)
+                              int rows, int classes, float scale, float smoothing, tw_error *err)
 {
     (void)ctx;
     const float *pp = f32(probs);
@@ -568,7 +574,7 @@ static tw_status cpu_xent_bwd(void *ctx, tw_tensor dlogits, tw_tensor probs, tw_
             return bad_label(pl[r], r, classes, err);
         size_t at = (size_t)r * (size_t)classes;
         for (int j = 0; j < classes; j++)
-            pd[at + j] = tw_xent_grad(pp[at + j], j == pl[r], scale);
+            pd[at + j] = tw_xent_grad(pp[at + j], j == pl[r], scale, smoothing, classes);
     }
     return TW_OK;
 }
@@ -642,19 +648,28 @@ typedef struct {
         }                                                                                            \
     } while (0)
 
-/* The optimizer step over r.w[n] with gradients r.g[n] + l2 r.w[n], the shadows in the same pass. */
-static void step_range(const tw_update *u, float l2, update_range r, size_t n)
+/* The optimizer step over r.w[n] with gradients r.g[n] (scaled, plus L2 and weight decay on the weights:
+ * `weights`), the shadows in the same pass. The weight decay reads the old w, as the step's gradient does. */
+static void step_range(const tw_update *u, int weights, update_range r, size_t n)
 {
+    float l2 = weights ? u->l2 : 0.0f, wd = weights ? u->weight_decay : 0.0f, lr = u->lr;
+    float sc = u->grad_scale != 0.0f ? u->grad_scale : 1.0f;
+#define W_ tw_weight_decay(r.w[i], wd, lr)
+#define G_ tw_step_grad(r.g[i], r.w[i], sc, l2)
     switch (u->kind) {
-    case TW_OPT_SGD: UPDATE_LOOP(tw_sgd(r.w[i], tw_l2_grad(r.g[i], r.w[i], l2), u->lr)); break;
+    case TW_OPT_SGD: UPDATE_LOOP(tw_sgd(W_, G_, lr)); break;
     case TW_OPT_MOMENTUM:
-        UPDATE_LOOP(tw_momentum(r.w[i], tw_l2_grad(r.g[i], r.w[i], l2), &r.s1[i], u->lr, u->momentum));
+        if (u->nesterov)
+            UPDATE_LOOP(tw_nesterov(W_, G_, &r.s1[i], lr, u->momentum));
+        else
+            UPDATE_LOOP(tw_momentum(W_, G_, &r.s1[i], lr, u->momentum));
         break;
     case TW_OPT_ADAM:
-        UPDATE_LOOP(tw_adam(r.w[i], tw_l2_grad(r.g[i], r.w[i], l2), &r.s1[i], &r.s2[i], u->adam_alpha,
-                            u->beta1, u->beta2, u->epsilon));
+        UPDATE_LOOP(tw_adam(W_, G_, &r.s1[i], &r.s2[i], u->adam_alpha, u->beta1, u->beta2, u->epsilon));
         break;
     }
+#undef W_
+#undef G_
 }
 
 /* The range r moved on by k values (NULL arrays stay NULL). */
@@ -729,8 +744,8 @@ static void update_span(const tw_update *u, update_range r, const tw_tensor *gra
         k = k < len ? k : len;
         update_range b = range_from(r, at);
         b.g = mean;
-        step_range(u, u->l2, b, k);
-        step_range(u, 0.0f, range_from(b, k), len - k);
+        step_range(u, 1, b, k);
+        step_range(u, 0, range_from(b, k), len - k);
     }
 }
 

@@ -172,20 +172,21 @@ static inline TW_HD float tw_cuda_colsum_chunk(const float *dy, int rows, int co
     return s;
 }
 
-/* Element i of the fused update: g += l2 w when i < u->l2_count (the weights), the optimizer step of
+/* Element i of the fused update: g scaled, plus l2 w and w decayed when i < u->l2_count (the weights), the optimizer step of
  * u->kind on w[i] (s1 = momentum accumulator or Adam m, s2 = Adam v; unused slots may be NULL), then
  * the EMA shadow follows the new w[i] when u->ema (ema may be NULL otherwise). The formulas and their
  * order are cpu_update's. */
 static inline TW_HD void tw_cuda_update_at(const tw_update *u, float *w, const float *g, float *s1,
                                            float *s2, float *ema, size_t i)
 {
-    float wi = w[i];
-    float gi = tw_l2_grad(g[i], wi, i < u->l2_count ? u->l2 : 0.0f);
+    int weight = i < u->l2_count;
+    float gi = tw_step_grad(g[i], w[i], u->grad_scale != 0.0f ? u->grad_scale : 1.0f, weight ? u->l2 : 0.0f);
+    float wi = tw_weight_decay(w[i], weight ? u->weight_decay : 0.0f, u->lr);
     if (u->kind == TW_OPT_SGD) {
         wi = tw_sgd(wi, gi, u->lr);
     } else if (u->kind == TW_OPT_MOMENTUM) {
         float a = s1[i];
-        wi = tw_momentum(wi, gi, &a, u->lr, u->momentum);
+        wi = u->nesterov ? tw_nesterov(wi, gi, &a, u->lr, u->momentum) : tw_momentum(wi, gi, &a, u->lr, u->momentum);
         s1[i] = a;
     } else {
         float m = s1[i], v = s2[i];

@@ -151,9 +151,9 @@ tw_status tw_cuda_maxpool_fwd(void *ctx, const tw_window *w, tw_tensor y, tw_ten
 tw_status tw_cuda_maxpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy,
                               tw_tensor argmax, tw_error *err);
 tw_status tw_cuda_xent_fwd(void *ctx, tw_tensor loss, tw_tensor probs, tw_tensor logits,
-                           tw_tensor labels, int rows, int classes, tw_error *err);
+                           tw_tensor labels, int rows, int classes, float smoothing, tw_error *err);
 tw_status tw_cuda_xent_bwd(void *ctx, tw_tensor dlogits, tw_tensor probs, tw_tensor labels, int rows,
-                           int classes, float scale, tw_error *err);
+                           int classes, float scale, float smoothing, tw_error *err);
 tw_status tw_cuda_mse_fwd(void *ctx, tw_tensor loss, tw_tensor pred, tw_tensor target, int rows,
                           int cols, tw_error *err);
 tw_status tw_cuda_mse_bwd(void *ctx, tw_tensor dpred, tw_tensor pred, tw_tensor target, size_t n,

@@ -273,14 +273,14 @@ struct max_op {
 };
 
 /* One block per row r: probs[r, classes] = softmax(logits[r, classes]) with the max-shift, loss[r] =
- * log(sum exp(x - m)) - (x[label] - m) (docs/formats.md §6.3); max and sum by cub::BlockReduce. A bad label
- * gives a NaN loss and a report in flag. */
+ * log(sum exp(x - m)) - (x[label] - m) (docs/formats.md §6.3), or its label-smoothed form (e > 0: the sum
+ * of x - m too); max and sums by cub::BlockReduce. A bad label gives a NaN loss and a report in flag. */
 __global__ void __launch_bounds__(ROW_THREADS) k_xent_fwd(float *loss, float *probs,
                                                           const float *logits, const int32_t *labels,
-                                                          int classes, int *flag)
+                                                          int classes, float e, int *flag)
 {
     __shared__ typename row_reduce::TempStorage tmp;
-    __shared__ float shared_m, shared_s;
+    __shared__ float shared_m, shared_s, shared_d;
     int r = blockIdx.x;
     const float *x = logits + (size_t)r * classes;
     float *p = probs + (size_t)r * classes;
@@ -292,17 +292,25 @@ __global__ void __launch_bounds__(ROW_THREADS) k_xent_fwd(float *loss, float *pr
         shared_m = m;
     __syncthreads();
     m = shared_m;
-    float s = 0.0f;
+    float s = 0.0f, d = 0.0f;
     for (int j = threadIdx.x; j < classes; j += ROW_THREADS) {
-        float e = tw_xent_exp(x[j], m);
-        p[j] = e;
-        s += e;
+        float ex = tw_xent_exp(x[j], m);
+        p[j] = ex;
+        s += ex;
+        d += x[j] - m;
     }
     s = row_reduce(tmp).Sum(s);
     if (threadIdx.x == 0)
         shared_s = s;
     __syncthreads();
     s = shared_s;
+    if (e != 0.0f) {
+        d = row_reduce(tmp).Sum(d);
+        if (threadIdx.x == 0)
+            shared_d = d;
+        __syncthreads();
+        d = shared_d;
+    }
     for (int j = threadIdx.x; j < classes; j += ROW_THREADS)
         p[j] /= s; /* the thread that wrote p[j] above */
     if (threadIdx.x == 0) {
@@ -311,14 +319,15 @@ __global__ void __launch_bounds__(ROW_THREADS) k_xent_fwd(float *loss, float *pr
             report_label(flag, r, label, classes);
             loss[r] = __int_as_float(0x7fc00000); /* NaN */
         } else {
-            loss[r] = tw_xent_loss(s, x[label], m);
+            loss[r] = e == 0.0f ? tw_xent_loss(s, x[label], m) : tw_xent_smooth_loss(s, x[label], m, d, e, classes);
         }
     }
 }
 
-/* dlogits[rows, classes] = (probs - onehot(labels)) * scale, element-wise; dlogits may be probs. */
+/* dlogits[rows, classes] = (probs - targets) * scale, element-wise, the targets smoothed by e; dlogits
+ * may be probs. */
 __global__ void k_xent_bwd(float *dlogits, const float *probs, const int32_t *labels, int classes,
-                           float scale, size_t n, int *flag)
+                           float scale, float e, size_t n, int *flag)
 {
     GRID_STRIDE(i, n) {
         size_t r = i / (size_t)classes;
@@ -326,7 +335,7 @@ __global__ void k_xent_bwd(float *dlogits, const float *probs, const int32_t *la
         int label = labels[r];
         if ((label < 0 || label >= classes) && j == 0)
             report_label(flag, (int)r, label, classes);
-        dlogits[i] = tw_xent_grad(probs[i], j == label, scale);
+        dlogits[i] = tw_xent_grad(probs[i], j == label, scale, e, classes);
     }
 }
 
@@ -350,23 +359,23 @@ __global__ void k_mse_bwd(float *dpred, const float *pred, const float *target, 
 }
 
 tw_status tw_cuda_xent_fwd(void *ctx, tw_tensor loss, tw_tensor probs, tw_tensor logits,
-                           tw_tensor labels, int rows, int classes, tw_error *err)
+                           tw_tensor labels, int rows, int classes, float smoothing, tw_error *err)
 {
     tw_cuda_ctx *c = C(ctx);
     TW_TRY(tw_cuda_enter(c, err));
     TW_CUDA_LAUNCH(c, err, k_xent_fwd, rows, ROW_THREADS, tw_cuda_f32(loss), tw_cuda_f32(probs),
-                   tw_cuda_f32(logits), tw_cuda_i32(labels), classes, c->flag_dev);
+                   tw_cuda_f32(logits), tw_cuda_i32(labels), classes, smoothing, c->flag_dev);
     return TW_OK;
 }
 
 tw_status tw_cuda_xent_bwd(void *ctx, tw_tensor dlogits, tw_tensor probs, tw_tensor labels, int rows,
-                           int classes, float scale, tw_error *err)
+                           int classes, float scale, float smoothing, tw_error *err)
 {
     tw_cuda_ctx *c = C(ctx);
     TW_TRY(tw_cuda_enter(c, err));
     size_t n = (size_t)rows * classes;
     TW_CUDA_LAUNCH(c, err, k_xent_bwd, blocks_for(c, n), THREADS, tw_cuda_f32(dlogits),
-                   tw_cuda_f32(probs), tw_cuda_i32(labels), classes, scale, n, c->flag_dev);
+                   tw_cuda_f32(probs), tw_cuda_i32(labels), classes, scale, smoothing, n, c->flag_dev);
     return TW_OK;
 }
 

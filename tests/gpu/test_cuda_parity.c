@@ -385,7 +385,7 @@ static void test_windows(void)
 
 /* ---- losses ---- */
 
-static void test_xent(int rows, int classes, float spread)
+static void test_xent(int rows, int classes, float spread, float smoothing)
 {
     size_t n = (size_t)rows * classes;
     float *logits = randv(n, -spread, spread);
@@ -395,24 +395,26 @@ static void test_xent(int rows, int classes, float spread)
     pair L = pair_from(logits, n), LB = pair_from(labels, (size_t)rows);
     pair LOSS = pair_new((size_t)rows), P = pair_new(n), D = pair_new(n);
     char name[96];
-    BOTH(tw_xent_fwd(b, V(b, LOSS), V(b, P), V(b, L), V(b, LB), rows, classes, &e_));
-    snprintf(name, sizeof name, "xent_fwd probs %dx%d spread %g", rows, classes, (double)spread);
+    BOTH(tw_xent_fwd(b, V(b, LOSS), V(b, P), V(b, L), V(b, LB), rows, classes, smoothing, &e_));
+    snprintf(name, sizeof name, "xent_fwd probs %dx%d spread %g smoothing %g", rows, classes, (double)spread,
+             (double)smoothing);
     expect_close(name, P, 4e-6, 1e-9, NULL);
     double *bound = calloc((size_t)rows, sizeof *bound);
     float *cl = host((size_t)rows);
     OK(tw_backend_download(CPU, cl, V(CPU, LOSS), (size_t)rows * 4, &e_));
     for (int r = 0; r < rows; r++)
         bound[r] = 4e-6 * (fabs((double)cl[r]) + 1);
-    snprintf(name, sizeof name, "xent_fwd loss %dx%d spread %g", rows, classes, (double)spread);
+    snprintf(name, sizeof name, "xent_fwd loss %dx%d spread %g smoothing %g", rows, classes, (double)spread,
+             (double)smoothing);
     expect_close(name, LOSS, 0, 0, bound);
     /* bwd from the CPU's probs on both */
     float *p = host(n);
     OK(tw_backend_download(CPU, p, V(CPU, P), n * 4, &e_));
     BOTH(tw_backend_upload(b, V(b, P), p, n * 4, &e_));
-    BOTH(tw_xent_bwd(b, V(b, D), V(b, P), V(b, LB), rows, classes, 1.0f / (float)rows, &e_));
+    BOTH(tw_xent_bwd(b, V(b, D), V(b, P), V(b, LB), rows, classes, 1.0f / (float)rows, smoothing, &e_));
     snprintf(name, sizeof name, "xent_bwd %dx%d", rows, classes);
     expect_exact(name, D);
-    BOTH(tw_xent_bwd(b, V(b, P), V(b, P), V(b, LB), rows, classes, 0.5f, &e_));
+    BOTH(tw_xent_bwd(b, V(b, P), V(b, P), V(b, LB), rows, classes, 0.5f, smoothing, &e_));
     snprintf(name, sizeof name, "xent_bwd in place %dx%d", rows, classes);
     expect_exact(name, P);
     free(p);
@@ -438,7 +440,7 @@ static void test_bad_label(void)
     pair LOSS = pair_new((size_t)rows), P = pair_new((size_t)rows * classes);
     tw_error e;
     tw_error_clear(&e);
-    tw_status s = tw_xent_fwd(GPU, V(GPU, LOSS), V(GPU, P), V(GPU, L), V(GPU, LB), rows, classes, &e);
+    tw_status s = tw_xent_fwd(GPU, V(GPU, LOSS), V(GPU, P), V(GPU, L), V(GPU, LB), rows, classes, 0.0f, &e);
     if (s == TW_OK)
         s = tw_backend_sync(GPU, &e);
     int ok = s == TW_ERR_INVALID && strstr(e.message, "label 12 of row 3") != NULL;
@@ -631,9 +633,10 @@ int main(void)
     test_activations();
     test_dropout();
     test_windows();
-    test_xent(100, 10, 5);
-    test_xent(64, 1000, 80);
-    test_xent(7, 3, 0.001f);
+    test_xent(100, 10, 5, 0.0f);
+    test_xent(64, 1000, 80, 0.0f);
+    test_xent(7, 3, 0.001f, 0.0f);
+    test_xent(100, 10, 5, 0.1f); /* label smoothing: its loss sums the row once more */
     if (strcmp(other, "cuda") == 0)
         test_bad_label();
     test_mse(100, 10);

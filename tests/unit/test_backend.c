@@ -871,13 +871,14 @@ typedef struct {
     float logits[XR * XC]; /* [5, 7] */
     int32_t labels[XR];    /* [5] */
     float scale;           /* the loss is scale * sum of the rows' losses */
+    float smoothing;       /* label smoothing, 0: none */
 } xent_case;
 
 static void xent_fwd(const xent_case *c, float *loss, float *probs)
 {
     tw_buffer *lg = dev_from(c->logits, XR * XC), *lb = dev_from(c->labels, XR);
     tw_buffer *ls = dev_new(XR), *pr = dev_new(XR * XC);
-    OK(tw_xent_fwd(B, view(ls), view(pr), view(lg), view(lb), XR, XC, &E));
+    OK(tw_xent_fwd(B, view(ls), view(pr), view(lg), view(lb), XR, XC, c->smoothing, &E));
     dev_read(loss, ls, XR);
     dev_read(probs, pr, XR * XC);
     tw_backend_free(B, lg);
@@ -897,17 +898,21 @@ static double xent_total(void *ctx)
     return c->scale * s;
 }
 
-/* Naive loss and probabilities of one row in double: log(sum exp(x - m)) - (x[label] - m). */
-static double xent_ref(const float *x, int label, double *probs)
+/* Naive loss and probabilities of one row in double: the sum over the classes of target * (log(sum exp(x -
+ * m)) - (x - m)), the targets (1 - e) one-hot + e / classes (tf.losses.softmax_cross_entropy's smoothing). */
+static double xent_ref(const float *x, int label, double e, double *probs)
 {
     double m = x[0], s = 0.0;
     for (int j = 1; j < XC; j++)
         m = x[j] > m ? x[j] : m;
     for (int j = 0; j < XC; j++)
         s += exp(x[j] - m);
-    for (int j = 0; j < XC; j++)
+    double loss = 0.0;
+    for (int j = 0; j < XC; j++) {
         probs[j] = exp(x[j] - m) / s;
-    return log(s) - (x[label] - m);
+        loss += ((j == label ? 1.0 - e : 0.0) + e / XC) * (log(s) - (x[j] - m));
+    }
+    return loss;
 }
 
 static void check_xent_fwd(const xent_case *c)
@@ -916,19 +921,18 @@ static void check_xent_fwd(const xent_case *c)
     double want_p[XR * XC];
     xent_fwd(c, loss, probs);
     for (int r = 0; r < XR; r++) {
-        double want = xent_ref(c->logits + r * XC, c->labels[r], want_p + r * XC);
+        double want = xent_ref(c->logits + r * XC, c->labels[r], c->smoothing, want_p + r * XC);
         assert_true(isfinite(loss[r]));
         assert_near(loss[r], want, 1e-5, 1e-5, "xent loss", (size_t)r);
     }
     assert_all_near(probs, want_p, XR * XC, 1e-5, 1e-7, "xent probs");
 }
 
-/* Loss and probabilities against the naive formula; gradient (probs - onehot) * scale by finite
+/* Loss and probabilities against the naive formula; gradient (probs - targets) * scale by finite
  * differences; a row of logits in the thousands stays finite. */
-static void test_xent(void **state)
+static void check_xent(float smoothing)
 {
-    (void)state;
-    xent_case c = {.scale = 1.0f / XR};
+    xent_case c = {.scale = 1.0f / XR, .smoothing = smoothing};
     fill(c.logits, XR * XC, -3, 3);
     for (int r = 0; r < XR; r++)
         c.labels[r] = (int32_t)urand(XC);
@@ -937,7 +941,7 @@ static void test_xent(void **state)
     float loss[XR], probs[XR * XC], grad[XR * XC];
     xent_fwd(&c, loss, probs);
     tw_buffer *pr = dev_from(probs, XR * XC), *lb = dev_from(c.labels, XR), *dl = dev_new(XR * XC);
-    OK(tw_xent_bwd(B, view(dl), view(pr), view(lb), XR, XC, c.scale, &E));
+    OK(tw_xent_bwd(B, view(dl), view(pr), view(lb), XR, XC, c.scale, c.smoothing, &E));
     dev_read(grad, dl, XR * XC);
     check_fd("xent dlogits", c.logits, XR * XC, grad, xent_total, &c);
     tw_backend_free(B, pr);
@@ -950,6 +954,20 @@ static void test_xent(void **state)
     check_xent_fwd(&c);
 }
 
+static void test_xent(void **state)
+{
+    (void)state;
+    check_xent(0.0f);
+}
+
+/* Label smoothing: the loss sums every class's log-probability, the gradient's targets are smoothed. */
+static void test_xent_label_smoothing(void **state)
+{
+    (void)state;
+    check_xent(0.1f);
+    check_xent(0.9f);
+}
+
 /* A label outside [0, classes) is an error on the CPU (as in TensorFlow's CPU kernel), not a read. */
 static void test_xent_bad_label(void **state)
 {
@@ -957,9 +975,9 @@ static void test_xent_bad_label(void **state)
     float logits[2 * 3] = {0};
     int32_t labels[2] = {1, 3};
     tw_buffer *lg = dev_from(logits, 6), *lb = dev_from(labels, 2), *ls = dev_new(2), *pr = dev_new(6);
-    assert_int_equal(tw_xent_fwd(B, view(ls), view(pr), view(lg), view(lb), 2, 3, &E), TW_ERR_INVALID);
+    assert_int_equal(tw_xent_fwd(B, view(ls), view(pr), view(lg), view(lb), 2, 3, 0.0f, &E), TW_ERR_INVALID);
     assert_non_null(strstr(E.message, "label 3"));
-    assert_int_equal(tw_xent_bwd(B, view(pr), view(pr), view(lb), 2, 3, 1.0f, &E), TW_ERR_INVALID);
+    assert_int_equal(tw_xent_bwd(B, view(pr), view(pr), view(lb), 2, 3, 1.0f, 0.0f, &E), TW_ERR_INVALID);
     tw_backend_free(B, lg);
     tw_backend_free(B, lb);
     tw_backend_free(B, ls);
@@ -1051,18 +1069,22 @@ typedef struct {
 typedef struct {
     tw_optimizer_kind kind;
     double lr, momentum, beta1, beta2, epsilon, l2, ema_decay;
+    int nesterov;
+    double weight_decay, grad_scale; /* grad_scale 0: none */
 } ref_hyper;
 
 static void ref_step(const ref_hyper *h, ref_state *s, const float *g, int t)
 {
     double alpha = h->lr * sqrt(1.0 - pow(h->beta2, t)) / (1.0 - pow(h->beta1, t));
     for (int i = 0; i < UN; i++) {
-        double gi = g[i] + (i < UL2 ? h->l2 * s->w[i] : 0.0);
+        double gi = g[i] * (h->grad_scale ? h->grad_scale : 1.0) + (i < UL2 ? h->l2 * s->w[i] : 0.0);
+        if (i < UL2) /* Keras' decoupled decay, before the step */
+            s->w[i] -= s->w[i] * h->weight_decay * h->lr;
         if (h->kind == TW_OPT_SGD) {
             s->w[i] -= h->lr * gi;
         } else if (h->kind == TW_OPT_MOMENTUM) {
             s->s1[i] = s->s1[i] * h->momentum + gi;
-            s->w[i] -= h->lr * s->s1[i];
+            s->w[i] -= h->nesterov ? h->lr * (gi + h->momentum * s->s1[i]) : h->lr * s->s1[i];
         } else {
             s->s1[i] = h->beta1 * s->s1[i] + (1.0 - h->beta1) * gi;
             s->s2[i] = h->beta2 * s->s2[i] + (1.0 - h->beta2) * gi * gi;
@@ -1094,8 +1116,9 @@ static void check_update(const ref_hyper *h)
         fill(g, UN, -1, 1);
         OK(tw_backend_upload(B, view(grads), g, sizeof g, &E));
         tw_update u = {.kind = h->kind, .lr = (float)h->lr, .momentum = (float)h->momentum,
-                       .beta1 = (float)h->beta1, .beta2 = (float)h->beta2,
-                       .epsilon = (float)h->epsilon, .l2 = (float)h->l2, .l2_count = UL2, .ema = 1};
+                       .nesterov = h->nesterov, .beta1 = (float)h->beta1, .beta2 = (float)h->beta2,
+                       .epsilon = (float)h->epsilon, .l2 = (float)h->l2, .l2_count = UL2, .ema = 1,
+                       .weight_decay = (float)h->weight_decay, .grad_scale = (float)h->grad_scale};
         u.adam_alpha = (float)(h->lr * sqrt(1.0 - pow(h->beta2, t)) / (1.0 - pow(h->beta1, t)));
         u.ema_decay = (float)fmin(h->ema_decay, (1.0 + t) / (10.0 + t));
         OK(tw_update_step(B, &u, params, view(grads), h->kind == TW_OPT_SGD ? none : slot1,
@@ -1124,6 +1147,23 @@ static void test_update_momentum(void **state)
     (void)state;
     check_update(&(ref_hyper){.kind = TW_OPT_MOMENTUM, .lr = 0.1, .momentum = 0.9, .l2 = 0.05,
                               .ema_decay = 0.99});
+}
+
+/* Nesterov's momentum (TF's use_nesterov), with a clipping factor on the gradient. */
+static void test_update_nesterov(void **state)
+{
+    (void)state;
+    check_update(&(ref_hyper){.kind = TW_OPT_MOMENTUM, .lr = 0.1, .momentum = 0.9, .nesterov = 1,
+                              .grad_scale = 0.4, .ema_decay = 0.99});
+}
+
+/* Decoupled weight decay on the weights only (the first UL2 values), with SGD and with Adam (AdamW). */
+static void test_update_weight_decay(void **state)
+{
+    (void)state;
+    check_update(&(ref_hyper){.kind = TW_OPT_SGD, .lr = 0.1, .weight_decay = 0.3, .ema_decay = 0.99});
+    check_update(&(ref_hyper){.kind = TW_OPT_ADAM, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .epsilon = 1e-7,
+                              .weight_decay = 0.5, .grad_scale = 2.5, .ema_decay = 0.99});
 }
 
 /* Adam with TF's defaults, and with an epsilon large enough that adding it to sqrt(v-hat) instead of
@@ -1587,6 +1627,9 @@ int main(void)
         cmocka_unit_test(test_instance_threads),
         cmocka_unit_test(test_update_momentum),
         cmocka_unit_test(test_update_adam),
+        cmocka_unit_test(test_update_nesterov),
+        cmocka_unit_test(test_update_weight_decay),
+        cmocka_unit_test(test_xent_label_smoothing),
         cmocka_unit_test(test_update_l2_range),
         cmocka_unit_test(test_update_without_ema),
         cmocka_unit_test(test_allreduce_avg),

@@ -229,6 +229,12 @@ static const bad_case BAD[] = {
      NULL},
     {LAYER("'type':'dense','units':5,'weight_init':{'type':'he'}"),
      "model.layers[0].weight_init.type", NULL},
+    {OPT("'type':'adam','nesterov':true"), "optimizer.nesterov", NULL},
+    {OPT("'type':'adam','weight_decay':1.5"), "optimizer.weight_decay", "must be in [0, 1]"},
+    {OPT("'type':'sgd','global_clipnorm':-1"), "optimizer.global_clipnorm", ">= 0"},
+    {TOP("'label_smoothing':1"), "label_smoothing", "must be in [0, 1)"},
+    {TOP("'loss':'mean_squared_error','label_smoothing':0.1"), "label_smoothing",
+     "needs the loss softmax_cross_entropy, not mean_squared_error"},
     {DECAY("'type':'linear','decay_steps':10"), "lr_decay.type",
      "expected one of: exponential, cosine, piecewise)"},
     {DECAY("'type':'cosine','decay_steps':10,'decay_rate':0.5"), "lr_decay.decay_rate", NULL},
@@ -647,6 +653,8 @@ static void test_round_trip(void **state)
         "'input_memory_bytes':67108864,'cuda_graphs':false,'tf32':true}",
         NULL);
     assert_round_trip(OPT("'type':'momentum','momentum':0.5,'learning_rate':0.3"), NULL);
+    assert_round_trip(OPT("'type':'momentum','nesterov':true,'weight_decay':0.01,'global_clipnorm':1.5"), NULL);
+    assert_round_trip(TOP("'label_smoothing':0.1"), NULL);
     assert_round_trip(TOP("'lr_decay':null"), NULL);
     assert_round_trip(DECAY("'type':'cosine','decay_steps':1000,'alpha':0.01,'warmup_steps':50"), NULL);
     assert_round_trip(DECAY("'type':'piecewise','boundaries':[300,600],'factors':[1,0.1,0.01],'warmup_steps':5"),
@@ -665,10 +673,11 @@ static void test_round_trip(void **state)
         "{\"image_feature\":\"image_raw\","
         "\"label_feature\":\"label\",\"scale\":0.003921569,\"shape\":[784],\"shuffle_buffer\":"
         "10000,\"test\":null,\"train\":\"t\"},\"ema_decay\":0.0,\"eval_every\":1000,\"histogram_every\":1000,\"init_from\":null,"
-        "\"input_memory_bytes\":0,\"keep_checkpoints\":5,\"l2\":0.0,\"loss\":\"softmax_cross_entropy\",\"lr_decay\":null,"
+        "\"input_memory_bytes\":0,\"keep_checkpoints\":5,\"l2\":0.0,\"label_smoothing\":0.0,\"loss\":\"softmax_cross_entropy\",\"lr_decay\":null,"
         "\"model\":{\"layers\":[{\"activation\":\"linear\",\"bias_init\":{\"type\":\"zeros\"},"
         "\"name\":\"layer1\",\"type\":\"dense\",\"units\":10,\"weight_init\":{\"stddev\":0.1,"
-        "\"type\":\"truncated_normal\"}}]},\"optimizer\":{\"learning_rate\":0.001,\"type\":\"sgd\"},"
+        "\"type\":\"truncated_normal\"}}]},\"optimizer\":{\"global_clipnorm\":0.0,\"learning_rate\":0.001,"
+        "\"type\":\"sgd\",\"weight_decay\":0.0},"
         "\"seed\":1,\"steps\":5,\"summary_every\":100,\"tf32\":false,\"towers\":1}";
     assert_string_equal(json, expected);
     free(json);

@@ -133,7 +133,7 @@ static void test_xent_of_nan_or_inf_logits_is_nan_as_tf(void **state)
     tw_buffer *bl = dev_from(logits, 9), *by = dev_from(labels, 3), *bp = dev_from(logits, 9),
               *bloss = dev_from(want, 3);
     OK(tw_xent_fwd(B, tw_tensor_of(bloss), tw_tensor_of(bp), tw_tensor_of(bl), tw_tensor_of(by), 3,
-                   3, &E));
+                   3, 0.0f, &E));
     float loss[3];
     dev_read(loss, bloss, 3);
     expect(loss, want, 3, 1e-6f, "xent loss");
