@@ -567,6 +567,107 @@ tw_status tw_maxpool_bwd_relu(tw_backend *b, const tw_window *w, tw_tensor dx, t
     return b->ops->maxpool_bwd_relu(b->ctx, w, dx, dy, argmax, x, err);
 }
 
+tw_status tw_add(tw_backend *b, tw_tensor y, tw_tensor a, tw_tensor c, size_t n, tw_error *err)
+{
+    const char *op = __func__;
+    TW_TRY(check_backend(op, b, err));
+    TW_TRY(check_count(op, "n", n, err));
+    TW_TRY(check_f32(op, "y", y, n, err));
+    TW_TRY(check_f32(op, "a", a, n, err));
+    TW_TRY(check_f32(op, "c", c, n, err));
+    return b->ops->add(b->ctx, y, a, c, n, err);
+}
+
+tw_status tw_copy_cols(tw_backend *b, tw_tensor dst, int dst_cols, int dst_at, tw_tensor src, int src_cols,
+                       int src_at, int rows, int cols, int accumulate, tw_error *err)
+{
+    const char *op = __func__;
+    TW_TRY(check_backend(op, b, err));
+    TW_TRY(check_dim(op, "rows", rows, err));
+    TW_TRY(check_dim(op, "cols", cols, err));
+    if (dst_at < 0 || src_at < 0 || dst_at > dst_cols - cols || src_at > src_cols - cols)
+        return fail(err, op, "columns [%d, %d) of %d and [%d, %d) of %d", dst_at, dst_at + cols, dst_cols,
+                    src_at, src_at + cols, src_cols);
+    TW_TRY(check_f32(op, "dst", dst, mul(rows, dst_cols), err));
+    TW_TRY(check_f32(op, "src", src, mul(rows, src_cols), err));
+    TW_TRY(check_disjoint(op, "dst", dst, mul(rows, dst_cols), "src", src, mul(rows, src_cols), err));
+    return b->ops->copy_cols(b->ctx, dst, dst_cols, dst_at, src, src_cols, src_at, rows, cols, accumulate, err);
+}
+
+tw_status tw_avgpool_fwd(tw_backend *b, const tw_window *w, tw_tensor y, tw_tensor x, tw_error *err)
+{
+    const char *op = __func__;
+    window_sizes sz;
+    TW_TRY(check_backend(op, b, err));
+    TW_TRY(check_pool(op, w, &sz, err));
+    TW_TRY(check_f32(op, "y", y, sz.y, err));
+    TW_TRY(check_f32(op, "x", x, sz.x, err));
+    TW_TRY(check_disjoint(op, "y", y, sz.y, "x", x, sz.x, err));
+    return b->ops->avgpool_fwd(b->ctx, w, y, x, err);
+}
+
+tw_status tw_avgpool_bwd(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy, tw_error *err)
+{
+    const char *op = __func__;
+    window_sizes sz;
+    TW_TRY(check_backend(op, b, err));
+    TW_TRY(check_pool(op, w, &sz, err));
+    TW_TRY(check_f32(op, "dx", dx, sz.x, err));
+    TW_TRY(check_f32(op, "dy", dy, sz.y, err));
+    TW_TRY(check_disjoint(op, "dx", dx, sz.x, "dy", dy, sz.y, err));
+    return b->ops->avgpool_bwd(b->ctx, w, dx, dy, err);
+}
+
+/* A batch normalisation's sizes, and its per-channel views. */
+static tw_status check_bn(const char *op, const tw_bn *p, tw_tensor gamma, tw_tensor stats, size_t *count,
+                          tw_error *err)
+{
+    if (!p)
+        return fail(err, op, "no parameters (NULL)");
+    TW_TRY(check_matrix(op, p->rows, p->channels, count, err));
+    if (p->mode != TW_BN_INFER && p->mode != TW_BN_TRAIN && p->mode != TW_BN_TRAIN_UPDATE)
+        return fail(err, op, "unknown mode %d", (int)p->mode);
+    if (!(p->momentum >= 0.0f && p->momentum < 1.0f) || !(p->epsilon > 0.0f))
+        return fail(err, op, "momentum %g outside [0, 1) or epsilon %g not > 0", (double)p->momentum,
+                    (double)p->epsilon);
+    TW_TRY(check_f32(op, "gamma", gamma, (size_t)p->channels, err));
+    return check_f32(op, "stats", stats, 2 * (size_t)p->channels, err);
+}
+
+tw_status tw_bn_fwd(tw_backend *b, const tw_bn *p, tw_tensor y, tw_tensor x, tw_tensor gamma, tw_tensor beta,
+                    tw_tensor stats, tw_tensor moving, tw_error *err)
+{
+    const char *op = __func__;
+    size_t count = 0;
+    TW_TRY(check_backend(op, b, err));
+    TW_TRY(check_bn(op, p, gamma, stats, &count, err));
+    TW_TRY(check_f32(op, "y", y, count, err));
+    TW_TRY(check_f32(op, "x", x, count, err));
+    TW_TRY(check_f32(op, "beta", beta, (size_t)p->channels, err));
+    TW_TRY(check_f32(op, "moving", moving, 2 * (size_t)p->channels, err));
+    TW_TRY(check_disjoint(op, "stats", stats, 2 * (size_t)p->channels, "moving", moving, 2 * (size_t)p->channels,
+                          err));
+    return b->ops->bn_fwd(b->ctx, p, y, x, gamma, beta, stats, moving, err);
+}
+
+tw_status tw_bn_bwd(tw_backend *b, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,
+                    tw_tensor x, tw_tensor gamma, tw_tensor stats, tw_error *err)
+{
+    const char *op = __func__;
+    size_t count = 0;
+    TW_TRY(check_backend(op, b, err));
+    TW_TRY(check_bn(op, p, gamma, stats, &count, err));
+    if (p->mode == TW_BN_INFER)
+        return fail(err, op, "the backward pass follows a training forward (mode TRAIN)");
+    if (dx.buf)
+        TW_TRY(check_f32(op, "dx", dx, count, err));
+    TW_TRY(check_f32(op, "dgamma", dgamma, (size_t)p->channels, err));
+    TW_TRY(check_f32(op, "dbeta", dbeta, (size_t)p->channels, err));
+    TW_TRY(check_f32(op, "dy", dy, count, err));
+    TW_TRY(check_f32(op, "x", x, count, err));
+    return b->ops->bn_bwd(b->ctx, p, dx, dgamma, dbeta, dy, x, gamma, stats, err);
+}
+
 /* Label smoothing in [0, 1). */
 static tw_status check_smoothing(const char *op, float smoothing, tw_error *err)
 {

@@ -81,6 +81,19 @@ typedef struct {
     int keep_mean;              /* tw_update_mean: 1 leaves the mean in grads[0] (a histogram reads it) */
 } tw_update;
 
+/* Batch normalisation over x[rows, channels] (every position of every example; channels last). */
+typedef enum {
+    TW_BN_INFER = 0,        /* normalise by the moving statistics */
+    TW_BN_TRAIN = 1,        /* by the batch's: stats = its mean and 1 / sqrt(variance + epsilon) */
+    TW_BN_TRAIN_UPDATE = 2, /* TRAIN, and moving = moving * momentum + batch * (1 - momentum) */
+} tw_bn_mode;
+
+typedef struct {
+    int rows, channels;
+    float momentum, epsilon;
+    tw_bn_mode mode;
+} tw_bn;
+
 typedef struct tw_backend_ops tw_backend_ops;
 typedef struct tw_backend tw_backend;
 
@@ -125,6 +138,15 @@ struct tw_backend_ops {
     tw_status (*mse_bwd)(void *ctx, tw_tensor dpred, tw_tensor pred, tw_tensor target, size_t n,
                          float scale, tw_error *err);
     tw_status (*sum_squares)(void *ctx, tw_tensor out, tw_tensor x, size_t n, tw_error *err);
+    tw_status (*add)(void *ctx, tw_tensor y, tw_tensor a, tw_tensor c, size_t n, tw_error *err);
+    tw_status (*copy_cols)(void *ctx, tw_tensor dst, int dst_cols, int dst_at, tw_tensor src, int src_cols,
+                           int src_at, int rows, int cols, int accumulate, tw_error *err);
+    tw_status (*avgpool_fwd)(void *ctx, const tw_window *w, tw_tensor y, tw_tensor x, tw_error *err);
+    tw_status (*avgpool_bwd)(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy, tw_error *err);
+    tw_status (*bn_fwd)(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x, tw_tensor gamma, tw_tensor beta,
+                        tw_tensor stats, tw_tensor moving, tw_error *err);
+    tw_status (*bn_bwd)(void *ctx, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,
+                        tw_tensor x, tw_tensor gamma, tw_tensor stats, tw_error *err);
     tw_status (*update)(void *ctx, const tw_update *u, tw_tensor params, tw_tensor grads,
                         tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err);
     tw_status (*allreduce_avg)(void *const *ctxs, int n_ctx, const tw_tensor *bufs, size_t n,
@@ -292,6 +314,31 @@ int tw_backend_has_maxpool_bwd_relu(const tw_backend *b);
  * it; the argument checks of both. */
 tw_status tw_maxpool_bwd_relu(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy,
                               tw_tensor argmax, tw_tensor x, tw_error *err);
+
+/* y[n] = a[n] + c[n] (y may be a or c). */
+tw_status tw_add(tw_backend *b, tw_tensor y, tw_tensor a, tw_tensor c, size_t n, tw_error *err);
+
+/* For each of `rows` rows: dst[r, dst_at .. dst_at + cols) = (or, accumulate: +=) src[r, src_at .. src_at +
+ * cols), dst rows dst_cols wide and src rows src_cols wide (a channel concat and its gradient, in NHWC). */
+tw_status tw_copy_cols(tw_backend *b, tw_tensor dst, int dst_cols, int dst_at, tw_tensor src, int src_cols,
+                       int src_at, int rows, int cols, int accumulate, tw_error *err);
+
+/* y[batch, out_d, out_h, out_w, in_c] = the mean over each window of x's values inside the input (the
+ * padding is not counted: TensorFlow's avg_pool, ONNX's count_include_pad 0); bwd: dx (overwritten) gets
+ * each dy spread evenly over its window's inputs. */
+tw_status tw_avgpool_fwd(tw_backend *b, const tw_window *w, tw_tensor y, tw_tensor x, tw_error *err);
+tw_status tw_avgpool_bwd(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy, tw_error *err);
+
+/* Batch normalisation (docs/formats.md §6.12), p->mode as tw_bn_mode says: y[rows, channels] = gamma
+ * (x - mean) / sqrt(variance + epsilon) + beta, the variance the batch's biased one (Keras'); gamma, beta
+ * [channels]; stats [2 * channels] (TRAIN: written, the batch's mean then 1 / sqrt(var + eps)); moving
+ * [2 * channels] (the moving mean then the moving variance: read by INFER, updated by TRAIN_UPDATE). bwd
+ * (after a TRAIN forward): dgamma, dbeta [channels] overwritten, dx[rows, channels] overwritten unless
+ * dx is empty ({NULL, 0}: not needed). */
+tw_status tw_bn_fwd(tw_backend *b, const tw_bn *p, tw_tensor y, tw_tensor x, tw_tensor gamma, tw_tensor beta,
+                    tw_tensor stats, tw_tensor moving, tw_error *err);
+tw_status tw_bn_bwd(tw_backend *b, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,
+                    tw_tensor x, tw_tensor gamma, tw_tensor stats, tw_error *err);
 
 /* Sparse softmax cross-entropy with the max-shift (docs/formats.md §6.3): loss[rows], probs[rows, classes]
  * from logits[rows, classes] and labels[rows] (int32, each in [0, classes): the caller checks), the

@@ -55,6 +55,8 @@ typedef enum {
     K_LAYERS, /* tw_layer_config[TW_MAX_LAYERS] at offset, 1 to TW_MAX_LAYERS; count at aux */
     K_STEPS,  /* int64_t[max_items] of 0 to max_items steps in [ilo, ihi], increasing; count at aux */
     K_FLOATS, /* float[max_items] of 1 to max_items numbers as K_FLOAT takes them; count at aux */
+    K_NAMES,  /* char[max_items][TW_NAME_BYTES] of 1 to max_items strings as K_STRING takes them; count at
+                 aux; left out of the JSON written when the count is 0 */
 } field_kind;
 
 enum {
@@ -79,8 +81,8 @@ typedef struct {
     const char *const *names; /* K_ENUM */
     int n_names;
     const schema *sub; /* K_OBJECT */
-    size_t aux;        /* K_SHAPE, K_LAYERS, K_STEPS, K_FLOATS: offset of the int count */
-    int max_items;     /* K_STEPS, K_FLOATS */
+    size_t aux;        /* K_SHAPE, K_LAYERS, K_STEPS, K_FLOATS, K_NAMES: offset of the int count */
+    int max_items;     /* K_STEPS, K_FLOATS, K_NAMES */
 } field;
 
 struct schema {
@@ -99,12 +101,14 @@ _Static_assert(sizeof(tw_layer_type) == sizeof(int) && sizeof(tw_activation) == 
                    sizeof(tw_init_kind) == sizeof(int) && sizeof(tw_loss_kind) == sizeof(int) &&
                    sizeof(tw_optimizer_kind) == sizeof(int),
                "enums are stored as int");
-_Static_assert(TW_LAYER_FLATTEN == 6 && TW_ACT_SIGMOID == 3 && TW_INIT_CONSTANT == 3 &&
+_Static_assert(TW_LAYER_CONCAT == 12 && TW_ACT_SIGMOID == 3 && TW_INIT_CONSTANT == 3 &&
                    TW_LOSS_MSE == 1 && TW_OPT_ADAM == 2 && TW_DECAY_PIECEWISE == 3,
                "the name tables below are indexed by these enums");
 
-static const char *const LAYER_TYPES[] = {"dense",      "conv2d",  "max_pool2d", "conv3d",
-                                          "max_pool3d", "dropout", "flatten"};
+static const char *const LAYER_TYPES[] = {"dense",      "conv2d",     "max_pool2d", "conv3d",
+                                          "max_pool3d", "dropout",    "flatten",    "batch_norm",
+                                          "avg_pool2d", "avg_pool3d", "global_avg_pool", "add",
+                                          "concat"};
 static const char *const ACTIVATIONS[] = {"linear", "relu", "tanh", "sigmoid"};
 static const char *const INITS[] = {"truncated_normal", "glorot_uniform", "zeros", "constant"};
 static const char *const PADDINGS[] = {"valid", "same"};
@@ -121,8 +125,11 @@ const char *tw_layer_type_name(tw_layer_type t)
 enum {
     WEIGHTED = BIT(TW_LAYER_DENSE) | BIT(TW_LAYER_CONV2D) | BIT(TW_LAYER_CONV3D),
     CONVS = BIT(TW_LAYER_CONV2D) | BIT(TW_LAYER_CONV3D),
-    POOLS = BIT(TW_LAYER_MAX_POOL2D) | BIT(TW_LAYER_MAX_POOL3D),
-    LAYERS_3D = BIT(TW_LAYER_CONV3D) | BIT(TW_LAYER_MAX_POOL3D),
+    POOLS = BIT(TW_LAYER_MAX_POOL2D) | BIT(TW_LAYER_MAX_POOL3D) | BIT(TW_LAYER_AVG_POOL2D) |
+            BIT(TW_LAYER_AVG_POOL3D),
+    LAYERS_3D = BIT(TW_LAYER_CONV3D) | BIT(TW_LAYER_MAX_POOL3D) | BIT(TW_LAYER_AVG_POOL3D),
+    NORMS = BIT(TW_LAYER_BATCH_NORM),
+    ACTIVATED = WEIGHTED | NORMS | BIT(TW_LAYER_ADD), /* layers that take an "activation" */
 };
 
 #define INIT_AT(m) offsetof(tw_init, m)
@@ -140,8 +147,13 @@ static const schema INIT_SCHEMA = SCHEMA(INIT_FIELDS);
 static const field LAYER_FIELDS[] = {
     {.key = "type", .kind = K_ENUM, .offset = LAYER_AT(type), .flags = F_VARIANT | F_REQUIRED,
      NAMES(LAYER_TYPES)},
-    {.key = "name", .kind = K_STRING, .offset = LAYER_AT(name), .flags = F_IDENT,
-     .variants = WEIGHTED},
+    {.key = "name", .kind = K_STRING, .offset = LAYER_AT(name), .flags = F_IDENT},
+    {.key = "inputs", .kind = K_NAMES, .offset = LAYER_AT(inputs), .flags = F_IDENT, .aux = LAYER_AT(n_inputs),
+     .max_items = TW_MAX_INPUTS},
+    {.key = "momentum", .kind = K_FLOAT, .offset = LAYER_AT(momentum), .flags = F_HI_OPEN, .variants = NORMS,
+     FRANGE(0, 1)},
+    {.key = "epsilon", .kind = K_FLOAT, .offset = LAYER_AT(epsilon), .flags = F_LO_OPEN, .variants = NORMS,
+     FRANGE(0, 1)},
     {.key = "units", .kind = K_INT, .offset = LAYER_AT(units), .flags = F_REQUIRED,
      .variants = BIT(TW_LAYER_DENSE), IRANGE(1, 65536)},
     {.key = "filters", .kind = K_INT, .offset = LAYER_AT(filters), .flags = F_REQUIRED,
@@ -154,7 +166,7 @@ static const field LAYER_FIELDS[] = {
      IRANGE(1, 64)},
     {.key = "padding", .kind = K_ENUM, .offset = LAYER_AT(same_padding), .variants = CONVS | POOLS,
      NAMES(PADDINGS)},
-    {.key = "activation", .kind = K_ENUM, .offset = LAYER_AT(activation), .variants = WEIGHTED,
+    {.key = "activation", .kind = K_ENUM, .offset = LAYER_AT(activation), .variants = ACTIVATED,
      NAMES(ACTIVATIONS)},
     {.key = "rate", .kind = K_FLOAT, .offset = LAYER_AT(rate), .flags = F_REQUIRED | F_HI_OPEN,
      .variants = BIT(TW_LAYER_DROPOUT), FRANGE(0, 1)},
@@ -268,12 +280,18 @@ static void layer_defaults(tw_layer_config *l)
     for (int i = 0; i < 3; i++)
         l->kernel[i] = l->strides[i] = 1;
     l->same_padding = 1;
+    l->momentum = 0.99f; /* Keras' BatchNormalization defaults */
+    l->epsilon = 0.001f;
 }
 
-/* The name of the k-th layer with variables (1-based) when the config gives none. */
-static void default_layer_name(char *name, size_t size, int k)
+/* The name of layer i when the config gives none: "layer<k>" for the k-th dense or convolution layer
+ * (1-based), "<type>_<i>" for the others. */
+static void default_layer_name(const tw_layer_config *l, int i, int k, char *name, size_t size)
 {
-    snprintf(name, size, "layer%d", k);
+    if (WEIGHTED & BIT(l->type))
+        snprintf(name, size, "layer%d", k);
+    else
+        snprintf(name, size, "%s_%d", tw_layer_type_name(l->type), i);
 }
 
 void tw_config_defaults(tw_config *c)
@@ -774,6 +792,22 @@ static tw_status decode_floats(const field *f, const json_t *v, const char *path
     return TW_OK;
 }
 
+/* Strings, each as decode_string takes one. */
+static tw_status decode_names(const field *f, const json_t *v, const char *path, char *base, tw_error *err)
+{
+    size_t n = 0;
+    TW_TRY(list_size(f, v, path, 1, "names", &n, err));
+    for (size_t i = 0; i < n; i++) {
+        char item[KEY_PATH];
+        field one = *f;
+        one.offset = f->offset + i * TW_NAME_BYTES;
+        join_index(item, path, i);
+        TW_TRY(decode_string(&one, json_array_get(v, i), item, base, err));
+    }
+    store_int(base, f->aux, (int)n);
+    return TW_OK;
+}
+
 static tw_status decode_layer(json_t *v, const char *path, tw_layer_config *l, const decoder *d)
 {
     TW_TRY(decode_object(&LAYER_SCHEMA, v, path, (char *)l, d));
@@ -826,6 +860,7 @@ static tw_status decode_value(const field *f, json_t *v, const char *path, char 
     case K_LAYERS: return decode_layers(f, v, path, base, d);
     case K_STEPS: return decode_steps(f, v, path, base, d->err);
     case K_FLOATS: return decode_floats(f, v, path, base, d->err);
+    case K_NAMES: return decode_names(f, v, path, base, d->err);
     }
     return fail(d->err, path, "internal: unknown field kind");
 }
@@ -913,12 +948,15 @@ static tw_status name_layers(tw_config *c, tw_error *err)
     int k = 0;
     for (int i = 0; i < c->n_layers; i++) {
         tw_layer_config *l = &c->layers[i];
-        if (!(WEIGHTED & BIT(l->type)))
-            continue;
         int given = l->name[0] != '\0';
-        k++;
+        k += (WEIGHTED & BIT(l->type)) != 0;
         if (!given)
-            default_layer_name(l->name, sizeof l->name, k);
+            default_layer_name(l, i, k, l->name, sizeof l->name);
+        if (strcmp(l->name, TW_MODEL_INPUT) == 0) {
+            char path[KEY_PATH];
+            snprintf(path, sizeof path, "model.layers[%d].name", i);
+            return fail(err, path, "'%s' names the model's input in \"inputs\": choose another", TW_MODEL_INPUT);
+        }
         for (int j = 0; j < i; j++) {
             if (strcmp(l->name, c->layers[j].name) == 0) {
                 char path[KEY_PATH];
@@ -940,6 +978,39 @@ static tw_status check_across_keys(const tw_config *c, tw_error *err)
                     c->n_boundaries, c->n_factors);
     if (c->label_smoothing > 0 && c->loss != TW_LOSS_SOFTMAX_XENT)
         return fail(err, "label_smoothing", "needs the loss softmax_cross_entropy, not %s", LOSSES[c->loss]);
+    return TW_OK;
+}
+
+/* Layer i's inputs name the model's input or layers before it; add and concat read 2 or more, the
+ * others at most one. */
+static tw_status check_layer_inputs(const tw_config *c, int i, tw_error *err)
+{
+    const tw_layer_config *l = &c->layers[i];
+    char path[KEY_PATH];
+    snprintf(path, sizeof path, "model.layers[%d].inputs", i);
+    int joins = l->type == TW_LAYER_ADD || l->type == TW_LAYER_CONCAT;
+    if (joins && l->n_inputs < 2)
+        return fail(err, path, "%s reads 2 or more layers: name them", tw_layer_type_name(l->type));
+    if (!joins && l->n_inputs > 1)
+        return fail(err, path, "%s reads one layer, got %d", tw_layer_type_name(l->type), l->n_inputs);
+    for (int k = 0; k < l->n_inputs; k++) {
+        int found = strcmp(l->inputs[k], TW_MODEL_INPUT) == 0;
+        for (int j = 0; j < i && !found; j++)
+            found = strcmp(l->inputs[k], c->layers[j].name) == 0;
+        if (!found) {
+            char item[KEY_PATH];
+            join_index(item, path, (size_t)k);
+            return fail(err, item, "no layer before this one is named '%s' (or '%s', the model's input)",
+                        l->inputs[k], TW_MODEL_INPUT);
+        }
+    }
+    return TW_OK;
+}
+
+static tw_status check_inputs(const tw_config *c, tw_error *err)
+{
+    for (int i = 0; i < c->n_layers; i++)
+        TW_TRY(check_layer_inputs(c, i, err));
     return TW_OK;
 }
 
@@ -984,6 +1055,8 @@ tw_status tw_config_decode(const json_t *doc, const char *base_dir, tw_config *c
     tw_status st = decode_object(&CONFIG_SCHEMA, (json_t *)doc, "", (char *)c, &d);
     if (st == TW_OK)
         st = name_layers(c, err);
+    if (st == TW_OK)
+        st = check_inputs(c, err);
     if (st == TW_OK)
         st = check_across_keys(c, err);
     return st;
@@ -1150,6 +1223,18 @@ static json_t *encode_number_list(const field *f, const char *base)
     return a;
 }
 
+static json_t *encode_names(const field *f, const char *base)
+{
+    int n = load_int(base, f->aux);
+    json_t *a = n >= 0 && n <= f->max_items ? json_array() : NULL;
+    for (int i = 0; a && i < n; i++)
+        if (json_array_append_new(a, json_string(base + f->offset + (size_t)i * TW_NAME_BYTES)) != 0) {
+            json_decref(a);
+            return NULL;
+        }
+    return a;
+}
+
 static json_t *encode_layers(const field *f, const char *base)
 {
     int n = load_int(base, f->aux);
@@ -1197,6 +1282,7 @@ static json_t *encode_value(const field *f, const char *base, int variant)
     case K_LAYERS: return encode_layers(f, base);
     case K_STEPS:
     case K_FLOATS: return encode_number_list(f, base);
+    case K_NAMES: return encode_names(f, base);
     }
     return NULL;
 }
@@ -1211,6 +1297,8 @@ static json_t *encode_object(const schema *s, const char *base)
     json_t *o = json_object();
     for (int i = 0; o && i < s->n; i++) {
         const field *f = &s->fields[i];
+        if (f->kind == K_NAMES && load_int(base, f->aux) == 0)
+            continue; /* the default: not written */
         if (applies(f, variant) && json_object_set_new(o, f->key, encode_value(f, base, variant))) {
             json_decref(o);
             return NULL;
@@ -1318,6 +1406,7 @@ static json_t *schema_of_value(const field *f, int variant, const char *defaults
     case K_LAYERS: return array_schema(schema_of_object(&LAYER_SCHEMA, defaults + f->offset, paths), 1, TW_MAX_LAYERS);
     case K_STEPS: return array_schema(integer_schema(f->ilo, f->ihi), 0, f->max_items);
     case K_FLOATS: return array_schema(float_schema(f), 1, f->max_items);
+    case K_NAMES: return array_schema(string_schema(f), 1, f->max_items);
     }
     return NULL;
 }

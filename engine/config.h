@@ -15,7 +15,7 @@
 #include "backend.h"
 #include "status.h"
 
-enum { TW_MAX_LAYERS = 32, TW_PATH_BYTES = 4096, TW_NAME_BYTES = 64, TW_MAX_PIECES = 16 };
+enum { TW_MAX_LAYERS = 64, TW_PATH_BYTES = 4096, TW_NAME_BYTES = 64, TW_MAX_PIECES = 16, TW_MAX_INPUTS = 4 };
 
 typedef enum {
     TW_LAYER_DENSE = 0,
@@ -25,6 +25,12 @@ typedef enum {
     TW_LAYER_MAX_POOL3D,
     TW_LAYER_DROPOUT,
     TW_LAYER_FLATTEN,
+    TW_LAYER_BATCH_NORM,
+    TW_LAYER_AVG_POOL2D,
+    TW_LAYER_AVG_POOL3D,
+    TW_LAYER_GLOBAL_AVG_POOL,
+    TW_LAYER_ADD,
+    TW_LAYER_CONCAT,
 } tw_layer_type;
 
 typedef enum {
@@ -48,13 +54,23 @@ typedef enum { TW_DECAY_NONE = 0, TW_DECAY_EXPONENTIAL = 1, TW_DECAY_COSINE = 2,
 /* Which weights of another checkpoint a run starts from (config "init_from"). */
 typedef enum { TW_INIT_FROM_NONE = 0, TW_INIT_FROM_RAW = 1, TW_INIT_FROM_EMA = 2 } tw_init_weights;
 
+/* The name "inputs" gives the model's input (the batch) by. */
+#define TW_MODEL_INPUT "input"
+
 /* One layer. JSON: {"type": "dense", "units": 500, "activation": "relu", "name": "layer1",
  * "weight_init": {"type": "truncated_normal", "stddev": 0.1}, "bias_init": {"type": "constant",
  * "value": 0.1}}; conv: "filters", "kernel" (an int or a list of 2 or 3), "strides", "padding"
- * ("same"/"valid"), "activation"; pool: "pool" (int or list), "strides", "padding"; dropout: "rate". */
+ * ("same"/"valid"), "activation"; pool (max or average): "pool" (int or list), "strides", "padding";
+ * dropout: "rate"; batch_norm: "momentum", "epsilon"; every layer: "name", "inputs" (the names of the
+ * layers it reads, or "input": the model's input; default the layer before it; add and concat take 2 or
+ * more). */
 typedef struct {
     tw_layer_type type;
-    char name[TW_NAME_BYTES];   /* variables are "<name>/weights", "<name>/biases"; default "layer<k>" */
+    char name[TW_NAME_BYTES];   /* variables are "<name>/weights", "<name>/biases"; default "layer<k>"
+                                   for dense and convolutions, "<type>_<index>" for the others */
+    char inputs[TW_MAX_INPUTS][TW_NAME_BYTES]; /* layer names or "input"; none: the layer before */
+    int n_inputs;
+    float momentum, epsilon;    /* BATCH_NORM: of the moving statistics, and added to the variance */
     int units;                  /* DENSE */
     int filters;                /* CONV* */
     int kernel[3];              /* CONV* window, POOL* window: [d, h, w] (d = 1 for 2-D) */

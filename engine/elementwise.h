@@ -123,6 +123,26 @@ static inline TW_HD float tw_xent_grad(float prob, int is_label, float scale, fl
     return (prob - ((is_label ? 1.0f - e : 0.0f) + e / (float)classes)) * scale;
 }
 
+/* Batch normalisation of one value (docs/formats.md §6.12): gamma (x - mean) inv + beta, inv = 1 / sqrt(var
+ * + eps); the moving statistics' update, Keras': moving * momentum + batch * (1 - momentum); and the input's
+ * gradient from the channel's sums dbeta = sum dy and dgamma = sum dy xhat over its R values. */
+static inline TW_HD float tw_bn_norm(float x, float mean, float inv, float gamma, float beta)
+{
+    return gamma * ((x - mean) * inv) + beta;
+}
+
+static inline TW_HD float tw_bn_moving(float moving, float batch, float momentum)
+{
+    return moving * momentum + batch * (1.0f - momentum);
+}
+
+static inline TW_HD float tw_bn_grad(float dy, float x, float mean, float inv, float gamma, float dbeta,
+                                     float dgamma, float rows)
+{
+    float xhat = (x - mean) * inv;
+    return gamma * inv / rows * (rows * dy - dbeta - xhat * dgamma);
+}
+
 /* Squared error of one element, and its derivative times scale. */
 static inline TW_HD float tw_sq_err(float pred, float target)
 {

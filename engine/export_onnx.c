@@ -23,7 +23,7 @@
 
 #include "onnx.pb-c.h"
 
-enum { MAX_NODES = 256, MAX_INITS = 160, MAX_ATTRS = 4, IR_VERSION = 8, OPSET = 13 };
+enum { MAX_NODES = 1024, MAX_INITS = 512, MAX_ATTRS = 4, IR_VERSION = 8, OPSET = 13 };
 enum { FLAT, CL, CF }; /* the layout of the current tensor: [N, values], channels-last, channels-first */
 
 typedef struct block {
@@ -43,6 +43,12 @@ typedef struct {
     const char *cur;
     int layout, rank; /* rank with the batch axis */
 } gb;
+
+/* A tensor of the graph: its name, layout and rank (with the batch axis). */
+typedef struct {
+    const char *name;
+    int layout, rank;
+} tensor;
 
 static void *arena(gb *g, size_t size)
 {
@@ -289,6 +295,73 @@ static void max_pool(gb *g, const tw_layer_plan *l, const char *name, int sp)
     window_attrs(g, step(g, "MaxPool", str(g, "%s/MaxPool", name), 0, NULL), &l->win, sp);
 }
 
+/* BatchNormalization over axis 1: an image channels-first, a flat input as it is; the moving statistics as
+ * the export's weights hold them (always the raw ones, as TensorFlow's EMA model keeps them). */
+static void batch_norm(gb *g, const tw_model *m, const float *params, const tw_layer_plan *l, const char *name,
+                       int sp)
+{
+    if (!l->flat_in)
+        to_cf(g, name, sp, l->in);
+    const char *extra[4];
+    int ps[4] = {l->w_param, l->b_param, l->s_param, l->s_param + 1};
+    for (int k = 0; k < 4; k++) {
+        const tw_param *p = tw_model_param(m, (size_t)ps[k]);
+        extra[k] = init_floats(g, p->name, 1, p->shape, params + p->offset);
+    }
+    const char *in[5] = {g->cur, extra[0], extra[1], extra[2], extra[3]};
+    const char *out = str(g, "%s/BatchNorm_out%d", name, g->names++);
+    Twonnx__NodeProto *n = node(g, "BatchNormalization", str(g, "%s/BatchNormalization", name), 5, in, out);
+    Twonnx__AttributeProto *a = attr(g, n, "epsilon", TWONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    if (a) {
+        a->has_f = 1;
+        a->f = l->cfg->epsilon;
+    }
+    g->cur = out;
+    activation(g, name, l->cfg->activation);
+}
+
+static void avg_pool(gb *g, const tw_layer_plan *l, const char *name, int sp)
+{
+    to_cf(g, name, sp, l->in);
+    Twonnx__NodeProto *n = step(g, "AveragePool", str(g, "%s/AveragePool", name), 0, NULL);
+    window_attrs(g, n, &l->win, sp);
+    attr_int(g, n, "count_include_pad", 0);
+}
+
+/* The mean over every position: GlobalAveragePool, then [N, C, 1...] flattened to Tower's [N, C]. */
+static void global_avg_pool(gb *g, const tw_layer_plan *l, const char *name)
+{
+    int sp = l->in[0] > 1 ? 3 : 2;
+    to_cf(g, name, sp, l->in);
+    step(g, "GlobalAveragePool", str(g, "%s/GlobalAveragePool", name), 0, NULL);
+    attr_int(g, step(g, "Flatten", str(g, "%s/Flatten", name), 0, NULL), "axis", 1);
+    g->layout = FLAT;
+    g->rank = 2;
+}
+
+/* add or concat: every input channels-last (or flat), then Add after Add, or Concat on the last axis. */
+static void join(gb *g, const tensor *ins, const tw_layer_plan *l, const char *name)
+{
+    const char *names[TW_MAX_INPUTS] = {0};
+    for (int k = 0; k < l->n_in; k++) {
+        g->cur = ins[k].name;
+        g->layout = ins[k].layout;
+        g->rank = ins[k].rank;
+        to_cl(g, str(g, "%s/input%d", name, k));
+        names[k] = g->cur;
+    }
+    if (l->cfg->type == TW_LAYER_CONCAT) {
+        const char *out = str(g, "%s/Concat_out%d", name, g->names++);
+        attr_int(g, node(g, "Concat", str(g, "%s/Concat", name), l->n_in, names, out), "axis", -1);
+        g->cur = out;
+        return;
+    }
+    g->cur = names[0];
+    for (int k = 1; k < l->n_in; k++)
+        step(g, "Add", str(g, "%s/Add%d", name, k), 1, &names[k]);
+    activation(g, name, l->cfg->activation);
+}
+
 static void flatten(gb *g, const char *name)
 {
     if (g->layout == FLAT)
@@ -308,12 +381,31 @@ static void dense(gb *g, const tw_model *m, const float *params, const tw_layer_
     activation(g, name, l->cfg->activation);
 }
 
-static tw_status layer(gb *g, const tw_model *m, const float *params, int i, tw_error *err)
+static tw_status layer_nodes(gb *g, const tw_model *m, const float *params, const tw_layer_plan *lp, int i,
+                             const tensor *ins, const char *name, tw_error *err);
+
+/* Layer i, its inputs taken from outs (the model's input for -1: *input), its output into outs[i]. */
+static tw_status layer(gb *g, const tw_model *m, const float *params, int i, tensor *outs, const tensor *input,
+                       tw_error *err)
 {
     tw_layer_plan l;
     tw_model_layer_plan(m, i, &l);
-    /* layers without variables may have no name: theirs is their type and index ("max_pool2d1") */
-    const char *name = *l.cfg->name ? l.cfg->name : str(g, "%s%d", tw_layer_type_name(l.cfg->type), i);
+    const char *name = l.cfg->name;
+    tensor ins[TW_MAX_INPUTS];
+    for (int k = 0; k < l.n_in; k++)
+        ins[k] = l.in_layer[k] < 0 ? *input : outs[l.in_layer[k]];
+    g->cur = ins[0].name;
+    g->layout = ins[0].layout;
+    g->rank = ins[0].rank;
+    TW_TRY(layer_nodes(g, m, params, &l, i, ins, name, err));
+    outs[i] = (tensor){g->cur, g->layout, g->rank};
+    return TW_OK;
+}
+
+static tw_status layer_nodes(gb *g, const tw_model *m, const float *params, const tw_layer_plan *lp, int i,
+                             const tensor *ins, const char *name, tw_error *err)
+{
+    tw_layer_plan l = *lp;
     switch (l.cfg->type) {
     case TW_LAYER_DENSE: dense(g, m, params, &l, name); return TW_OK;
     case TW_LAYER_CONV2D: conv(g, m, params, &l, name, 2); return TW_OK;
@@ -322,6 +414,12 @@ static tw_status layer(gb *g, const tw_model *m, const float *params, int i, tw_
     case TW_LAYER_MAX_POOL3D: max_pool(g, &l, name, 3); return TW_OK;
     case TW_LAYER_DROPOUT: return TW_OK; /* the identity at inference */
     case TW_LAYER_FLATTEN: flatten(g, name); return TW_OK;
+    case TW_LAYER_BATCH_NORM: batch_norm(g, m, params, &l, name, l.in[0] > 1 ? 3 : 2); return TW_OK;
+    case TW_LAYER_AVG_POOL2D: avg_pool(g, &l, name, 2); return TW_OK;
+    case TW_LAYER_AVG_POOL3D: avg_pool(g, &l, name, 3); return TW_OK;
+    case TW_LAYER_GLOBAL_AVG_POOL: global_avg_pool(g, &l, name); return TW_OK;
+    case TW_LAYER_ADD:
+    case TW_LAYER_CONCAT: join(g, ins, &l, name); return TW_OK;
     }
     return tw_error_set(err, TW_ERR_UNSUPPORTED, NULL, -1, "model.layers[%d]: no ONNX form for layer type %d", i,
                         (int)l.cfg->type);
@@ -384,8 +482,10 @@ static tw_status body(gb *g, const tw_inference *inf, tw_onnx_input input, const
             step(g, "Mul", "scale/Mul", 1, &s);
         }
     }
+    static __thread tensor layer_outs[TW_MAX_LAYERS];
+    const tensor input_tensor = {g->cur, g->layout, g->rank};
     for (int i = 0; i < tw_model_n_layers(m); i++)
-        TW_TRY(layer(g, m, tw_inference_params(inf), i, err));
+        TW_TRY(layer(g, m, tw_inference_params(inf), i, layer_outs, &input_tensor, err));
     const int classify = c->loss == TW_LOSS_SOFTMAX_XENT;
     const char *last = g->cur;
     outs[0] = classify ? "logits" : "predictions";

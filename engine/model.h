@@ -29,7 +29,9 @@ typedef struct {
     int64_t shape[TW_PARAM_MAX_RANK]; /* dense [in, units]; conv [kd?, kh, kw, in_c, filters] as TF */
     size_t offset;                    /* in floats from the start of the arena */
     size_t count;
-    int is_weight;                    /* weights get L2; biases do not */
+    int is_weight;                    /* weights get L2 and weight decay; biases, gammas, betas do not */
+    int is_state;                     /* batch norm's moving statistics: saved, not trained (no gradient,
+                                         optimizer slot or EMA shadow), after every trainable value */
     tw_init init;
     int fan_in, fan_out;              /* for glorot_uniform (docs/formats.md §6.7) */
 } tw_param;
@@ -43,6 +45,7 @@ void tw_model_destroy(tw_model *m); /* NULL-safe */
 
 size_t tw_model_param_floats(const tw_model *m);  /* arena size */
 size_t tw_model_weight_floats(const tw_model *m); /* the leading weights (L2 range) */
+size_t tw_model_trainable_floats(const tw_model *m); /* the leading trainable values; the state follows */
 int tw_model_has_conv(const tw_model *m);         /* 1 when a layer is a convolution (2-D or 3-D) */
 size_t tw_model_n_params(const tw_model *m);
 const tw_param *tw_model_param(const tw_model *m, size_t i);
@@ -55,7 +58,10 @@ typedef struct {
     int flat_in, flat_out;       /* 1: [values] (in[3] / out[3]); 0: [d, h, w, c] */
     int in[4], out[4];           /* d, h, w, c; a flat shape is {1, 1, 1, values} */
     tw_window win;               /* conv and pool: kernel, strides, padding before, output (batch 1) */
-    int w_param, b_param;        /* tw_model_param indices, -1 when none */
+    int w_param, b_param;        /* tw_model_param indices, -1 when none; batch norm: gamma, beta */
+    int s_param;                 /* batch norm: the moving mean (the moving variance is s_param + 1) */
+    int n_in;                    /* the layers it reads */
+    int in_layer[TW_MAX_INPUTS]; /* their indices; -1: the model's input */
 } tw_layer_plan;
 
 int tw_model_n_layers(const tw_model *m);
@@ -113,8 +119,14 @@ tw_tensor tw_replica_ema(const tw_replica *r);
 tw_status tw_replica_upload_batch(tw_replica *r, int rows, const float *x, const void *labels,
                                   tw_error *err);
 
-/* Forward pass over the uploaded rows. train: dropout on (drawn from dropout_seed). use_ema: read the
- * EMA shadows instead of the parameters. Afterwards loss/outputs can be read. */
+/* tw_replica_forward's train flags: TRAIN turns dropout on (drawn from dropout_seed) and has batch norm use
+ * the batch's statistics; UPDATE_STATS also moves batch norm's moving statistics (one tower of a world
+ * does: the world's first). */
+enum { TW_FORWARD_TRAIN = 1, TW_FORWARD_UPDATE_STATS = 2 };
+
+/* Forward pass over the uploaded rows. train: TW_FORWARD_* flags (0: evaluation). use_ema: read the EMA
+ * shadows instead of the parameters (batch norm's moving statistics are always the parameters' own, as
+ * TensorFlow restores them for an EMA model). Afterwards loss/outputs can be read. */
 tw_status tw_replica_forward(tw_replica *r, int rows, int train, int use_ema, uint64_t dropout_seed,
                              tw_error *err);
 

@@ -12,7 +12,8 @@
 
 static const char *const OPTIMIZERS[] = {"sgd", "momentum", "adam"};
 
-/* Appends one layer's short form ("dense512", "conv32k5", "pool2", "drop0.4"; flatten: nothing). */
+/* Appends one layer's short form ("dense512", "conv32k5", "pool2", "avgpool2", "gap", "bn", "add", "cat",
+ * "drop0.4"; flatten: nothing). */
 static void layer_text(const tw_layer_config *l, char *buf, size_t size)
 {
     switch (l->type) {
@@ -25,6 +26,14 @@ static void layer_text(const tw_layer_config *l, char *buf, size_t size)
     case TW_LAYER_MAX_POOL3D:
         snprintf(buf, size, "pool%s%d", l->type == TW_LAYER_MAX_POOL3D ? "3d" : "", l->kernel[2]);
         break;
+    case TW_LAYER_AVG_POOL2D:
+    case TW_LAYER_AVG_POOL3D:
+        snprintf(buf, size, "avgpool%s%d", l->type == TW_LAYER_AVG_POOL3D ? "3d" : "", l->kernel[2]);
+        break;
+    case TW_LAYER_GLOBAL_AVG_POOL: snprintf(buf, size, "gap"); break;
+    case TW_LAYER_BATCH_NORM: snprintf(buf, size, "bn"); break;
+    case TW_LAYER_ADD: snprintf(buf, size, "add"); break;
+    case TW_LAYER_CONCAT: snprintf(buf, size, "cat"); break;
     case TW_LAYER_DROPOUT: snprintf(buf, size, "drop%g", (double)l->rate); break;
     case TW_LAYER_FLATTEN: buf[0] = 0; break;
     }

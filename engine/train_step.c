@@ -49,6 +49,7 @@ tw_status tw_towers_model(tw_towers *T, const tw_config *c, tw_error *err)
     TW_TRY(tw_model_create(c, &T->m, err));
     T->in_size = tw_model_input_size(T->m);
     T->P = tw_model_param_floats(T->m);
+    T->trained = tw_model_trainable_floats(T->m);
     T->label_values = c->loss == TW_LOSS_MSE ? (size_t)tw_model_output_size(T->m) : 1;
     return TW_OK;
 }
@@ -162,7 +163,7 @@ tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
         tw_replica_fused_range(T->r[0], &T->fused_lo, &T->fused_hi);
     TW_TRY(alloc_batches(T, err));
     TW_TRY(join_device_world(T, err));
-    if (T->world_towers > T->n && !T->device_world && !(T->world_grads = malloc((T->P ? T->P : 1) * sizeof(float))))
+    if (T->world_towers > T->n && !T->device_world && !(T->world_grads = malloc((T->trained ? T->trained : 1) * sizeof(float))))
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     return tw_backend_alloc(T->b[0], sizeof(float), &T->scalar, err);
 }
@@ -253,12 +254,19 @@ static tw_status on_device(tw_towers *T, int t, int slot, device_fn fn, tw_error
     return tw_backend_replay(T->b[t], slot, err);
 }
 
+/* Tower t's training forward: the world's first tower also moves batch norm's moving statistics (one tower
+ * does, as the tower programs run the first tower's update ops alone). */
+static int forward_flags(const tw_towers *T, int t)
+{
+    return TW_FORWARD_TRAIN | (T->tower0 + t == 0 ? TW_FORWARD_UPDATE_STATS : 0);
+}
+
 /* Forward and backward (train mode: dropout) on tower t's uploaded slice. */
 static tw_status tower_compute(tw_towers *T, int t, tw_error *err)
 {
     int bs = T->c->batch_size;
     uint64_t seed = dropout_seed(T, t);
-    TW_TRY(tw_replica_forward(T->r[t], bs, 1, 0, seed, err));
+    TW_TRY(tw_replica_forward(T->r[t], bs, forward_flags(T, t), 0, seed, err));
     return tw_replica_backward(T->r[t], bs, seed, err);
 }
 
@@ -289,7 +297,7 @@ static tw_status apply_update(tw_towers *T, int t, tw_error *err)
 {
     tw_replica *r = T->r[t];
     return tw_update_step(T->b[t], &T->update, tw_replica_params(r), tw_replica_grads(r),
-                          tw_replica_slot1(r), tw_replica_slot2(r), tw_replica_ema(r), T->P, err);
+                          tw_replica_slot1(r), tw_replica_slot2(r), tw_replica_ema(r), T->trained, err);
 }
 
 /* The same update on every replica (from the averaged gradients), so they stay identical. */
@@ -378,7 +386,7 @@ static tw_status clip(tw_towers *T, tw_error *err)
     if (!clips(T))
         return TW_OK;
     float ss, c = T->c->clip_norm;
-    TW_TRY(tw_sum_squares(T->b[0], tw_tensor_of(T->scalar), tw_replica_grads(T->r[0]), T->P, err));
+    TW_TRY(tw_sum_squares(T->b[0], tw_tensor_of(T->scalar), tw_replica_grads(T->r[0]), T->trained, err));
     TW_TRY(tw_backend_download(T->b[0], &ss, tw_tensor_of(T->scalar), sizeof ss, err));
     float norm = sqrtf(ss);
     T->update.grad_scale = isfinite(norm) ? c * fminf(1.0f / norm, 1.0f / c) : NAN;
@@ -421,7 +429,7 @@ static tw_status average_range(tw_towers *T, size_t lo, size_t hi, tw_error *err
 static tw_status tower_average(tw_towers *T, int t, double *unused, tw_error *err)
 {
     *unused = 0;
-    return average_range(T, T->P * (size_t)t / (size_t)T->n, T->P * (size_t)(t + 1) / (size_t)T->n,
+    return average_range(T, T->trained * (size_t)t / (size_t)T->n, T->trained * (size_t)(t + 1) / (size_t)T->n,
                          err);
 }
 
@@ -433,7 +441,7 @@ static tw_status average_gradients(tw_towers *T, double *unused, tw_error *err)
     *unused = 0;
     if (T->pool && tw_backend_allreduce_splits(T->b[0]))
         return for_each_tower(T, tower_average, unused, err);
-    return average_range(T, 0, T->P, err);
+    return average_range(T, 0, T->trained, err);
 }
 
 /* The towers' (identical) averaged gradients become their mean over the world's processes: tower 0's
@@ -441,9 +449,9 @@ static tw_status average_gradients(tw_towers *T, double *unused, tw_error *err)
  * alone when they share the update, which reads only its gradients). */
 static tw_status average_world(tw_towers *T, tw_error *err)
 {
-    size_t bytes = T->P * sizeof(float);
+    size_t bytes = T->trained * sizeof(float);
     TW_TRY(tw_backend_download(T->b[0], T->world_grads, tw_replica_grads(T->r[0]), bytes, err));
-    TW_TRY(tw_world_allreduce_avg(T->world, T->world_grads, T->P, err));
+    TW_TRY(tw_world_allreduce_avg(T->world, T->world_grads, T->trained, err));
     if (T->mode->shares)
         return tw_backend_upload(T->b[0], tw_replica_grads(T->r[0]), T->world_grads, bytes, err);
     return tw_towers_upload_all(T, tw_replica_grads, T->world_grads, err);
@@ -456,7 +464,7 @@ static tw_status average_all(tw_towers *T, double *unused, tw_error *err)
 {
     if (T->device_world) { /* one call over the world's towers, even for one local tower */
         *unused = 0;
-        return average_range(T, 0, T->P, err);
+        return average_range(T, 0, T->trained, err);
     }
     if (T->n > 1)
         TW_TRY(average_gradients(T, unused, err));
@@ -502,7 +510,7 @@ static tw_status update_values(tw_towers *T, int j, size_t lo, size_t hi, tw_err
 static tw_status update_share(tw_towers *T, int j, double *unused, tw_error *err)
 {
     *unused = 0;
-    return update_values(T, j, tw_tower_pool_cut(T->P, T->n, j), tw_tower_pool_cut(T->P, T->n, j + 1), err);
+    return update_values(T, j, tw_tower_pool_cut(T->trained, T->n, j), tw_tower_pool_cut(T->trained, T->n, j + 1), err);
 }
 
 /* fn, timed as the step's all-reduce in the bench. */
@@ -561,7 +569,7 @@ static tw_status update_by_shares(tw_towers *T, double *unused, tw_error *err)
 static tw_status update_whole(tw_towers *T, double *unused, tw_error *err)
 {
     *unused = 0;
-    return update_values(T, 0, 0, T->P, err);
+    return update_values(T, 0, 0, T->trained, err);
 }
 
 /* shared (a backend with tw_update_mean: the CPU): the towers hold one copy of the parameters, slots and
@@ -598,7 +606,7 @@ static tw_status fused_step(tw_towers *T, double *loss, tw_error *err)
     uint64_t seed = dropout_seed(T, 0);
     double sum;
     TW_TRY(upload_slice(T, 0, err));
-    TW_TRY(tw_replica_forward(T->r[0], bs, 1, 0, seed, err));
+    TW_TRY(tw_replica_forward(T->r[0], bs, forward_flags(T, 0), 0, seed, err));
     TW_TRY(tw_replica_loss_sum(T->r[0], bs, &sum, err));
     *loss = mean_loss(T, sum);
     if (!isfinite(*loss))
@@ -607,7 +615,7 @@ static tw_status fused_step(tw_towers *T, double *loss, tw_error *err)
     tw_update u = range_update(T, T->fused_lo, T->fused_hi);
     TW_TRY(tw_replica_backward_update(T->r[0], bs, seed, &u, err));
     TW_TRY(update_values(T, 0, 0, T->fused_lo, err));
-    return update_values(T, 0, T->fused_hi, T->P, err);
+    return update_values(T, 0, T->fused_hi, T->trained, err);
 }
 
 /* ================================ choosing the mode ================================ */
@@ -721,7 +729,7 @@ tw_status tw_train_bench(const tw_config *c, const tw_bench_options *o, tw_bench
     if (s == TW_OK)
         s = bench_steps(&T, o, err);
     if (s == TW_OK) {
-        *info = (tw_bench_info){.allreduce_bytes = T.P * sizeof(float), .graphs = T.graphs,
+        *info = (tw_bench_info){.allreduce_bytes = T.trained * sizeof(float), .graphs = T.graphs,
                                 .processes = T.world_towers / T.n,
                                 .allreduce_with_update = T.mode->shares && mean_in_update(&T)};
         snprintf(info->backend, sizeof info->backend, "%s", tw_backend_kind(T.b[0]));

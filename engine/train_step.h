@@ -38,6 +38,8 @@ typedef struct {
     tw_replica *r[TW_MAX_TOWERS];   /* owned */
     tw_buffer *scalar;              /* [1] fp32 on tower 0, for sums of squares */
     size_t in_size, label_values, P; /* floats per example, label values per example, parameter floats */
+    size_t trained;                 /* the leading P values training updates (the rest: batch norm's moving
+                                       statistics, which tower 0's forward pass moves) */
     float *x;                       /* [n*batch, in_size] the host batch of this step: xb[0] or xb[1]; this
                                        process's rows of the world's batch (tw_towers_first_row) */
     void *y;                        /* [n*batch*label_values] int32 or fp32 labels: yb[0] or yb[1] */

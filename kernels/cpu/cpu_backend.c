@@ -622,6 +622,166 @@ static tw_status cpu_sum_squares(void *ctx, tw_tensor out, tw_tensor x, size_t n
     return TW_OK;
 }
 
+/* ---- graph joins, average pooling, batch normalisation ---- */
+
+static tw_status cpu_add(void *ctx, tw_tensor y, tw_tensor a, tw_tensor c, size_t n, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    float *py = f32(y);
+    const float *pa = f32(a), *pc = f32(c);
+    for (size_t i = 0; i < n; i++)
+        py[i] = pa[i] + pc[i];
+    return TW_OK;
+}
+
+static tw_status cpu_copy_cols(void *ctx, tw_tensor dst, int dst_cols, int dst_at, tw_tensor src, int src_cols,
+                               int src_at, int rows, int cols, int accumulate, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    for (int r = 0; r < rows; r++) {
+        float *d = f32(dst) + (size_t)r * (size_t)dst_cols + (size_t)dst_at;
+        const float *s = f32(src) + (size_t)r * (size_t)src_cols + (size_t)src_at;
+        if (accumulate)
+            for (int c = 0; c < cols; c++)
+                d[c] += s[c];
+        else
+            memcpy(d, s, (size_t)cols * sizeof *d);
+    }
+    return TW_OK;
+}
+
+/* The input taps of a window (the padding's are -1 in offs). */
+static int input_taps(const ptrdiff_t *offs, size_t taps)
+{
+    int n = 0;
+    for (size_t t = 0; t < taps; t++)
+        n += offs[t] >= 0;
+    return n;
+}
+
+/* y[rows, in_c] = the sum of x's input taps over each window, divided by their count (in tap order). */
+static tw_status cpu_avgpool_fwd(void *ctx, const tw_window *w, tw_tensor y, tw_tensor x, tw_error *err)
+{
+    (void)ctx;
+    ptrdiff_t *offs;
+    TW_TRY(taps_alloc(w, &offs, err));
+    size_t rows = window_rows(w), taps = window_taps(w), c = (size_t)w->in_c;
+    const float *px = f32(x);
+    float *py = f32(y);
+    for (size_t r = 0; r < rows; r++, py += c) {
+        row_taps(w, r, offs);
+        memset(py, 0, c * sizeof *py);
+        for (size_t t = 0; t < taps; t++)
+            if (offs[t] >= 0)
+                for (size_t i = 0; i < c; i++)
+                    py[i] += px[offs[t] + (ptrdiff_t)i];
+        float inv = 1.0f / (float)input_taps(offs, taps);
+        for (size_t i = 0; i < c; i++)
+            py[i] *= inv;
+    }
+    free(offs);
+    return TW_OK;
+}
+
+/* dx = 0, then each dy / (its window's input taps) added to every input tap, outputs in order. */
+static tw_status cpu_avgpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy, tw_error *err)
+{
+    (void)ctx;
+    ptrdiff_t *offs;
+    TW_TRY(taps_alloc(w, &offs, err));
+    size_t rows = window_rows(w), taps = window_taps(w), c = (size_t)w->in_c;
+    float *pdx = f32(dx);
+    const float *pdy = f32(dy);
+    memset(pdx, 0, window_inputs(w) * sizeof *pdx);
+    for (size_t r = 0; r < rows; r++, pdy += c) {
+        row_taps(w, r, offs);
+        float inv = 1.0f / (float)input_taps(offs, taps);
+        for (size_t t = 0; t < taps; t++)
+            if (offs[t] >= 0)
+                for (size_t i = 0; i < c; i++)
+                    pdx[offs[t] + (ptrdiff_t)i] += pdy[i] * inv;
+    }
+    free(offs);
+    return TW_OK;
+}
+
+/* The batch's mean and 1 / sqrt(biased variance + epsilon) per channel into stats[2C], summed in double
+ * in row order (two passes: the mean, then the squared deviations); with moving (TRAIN_UPDATE), the moving
+ * mean and variance follow the batch's. */
+static void bn_batch_stats(const tw_bn *p, const float *x, float *stats, float *moving)
+{
+    size_t R = (size_t)p->rows, C = (size_t)p->channels;
+    for (size_t c = 0; c < C; c++) {
+        double s = 0.0, q = 0.0;
+        for (size_t r = 0; r < R; r++)
+            s += x[r * C + c];
+        double mean = s / (double)R;
+        for (size_t r = 0; r < R; r++) {
+            double d = x[r * C + c] - mean;
+            q += d * d;
+        }
+        stats[c] = (float)mean;
+        stats[C + c] = (float)(1.0 / sqrt(q / (double)R + (double)p->epsilon));
+        if (moving) {
+            moving[c] = tw_bn_moving(moving[c], (float)mean, p->momentum);
+            moving[C + c] = tw_bn_moving(moving[C + c], (float)(q / (double)R), p->momentum);
+        }
+    }
+}
+
+static tw_status cpu_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x, tw_tensor gamma, tw_tensor beta,
+                            tw_tensor stats, tw_tensor moving, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    size_t R = (size_t)p->rows, C = (size_t)p->channels;
+    const float *px = f32(x), *pg = f32(gamma), *pb = f32(beta);
+    float *py = f32(y), *ps = f32(stats), *pm = f32(moving);
+    if (p->mode == TW_BN_INFER) {
+        for (size_t c = 0; c < C; c++) {
+            ps[c] = pm[c];
+            ps[C + c] = 1.0f / sqrtf(pm[C + c] + p->epsilon);
+        }
+    } else {
+        bn_batch_stats(p, px, ps, p->mode == TW_BN_TRAIN_UPDATE ? pm : NULL);
+    }
+    for (size_t r = 0; r < R; r++)
+        for (size_t c = 0; c < C; c++)
+            py[r * C + c] = tw_bn_norm(px[r * C + c], ps[c], ps[C + c], pg[c], pb[c]);
+    return TW_OK;
+}
+
+/* dbeta = sum dy, dgamma = sum dy xhat per channel (double, row order); dx = gamma inv / R (R dy - dbeta -
+ * xhat dgamma). */
+static tw_status cpu_bn_bwd(void *ctx, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,
+                            tw_tensor x, tw_tensor gamma, tw_tensor stats, tw_error *err)
+{
+    (void)ctx;
+    (void)err;
+    size_t R = (size_t)p->rows, C = (size_t)p->channels;
+    const float *px = f32(x), *pdy = f32(dy), *pg = f32(gamma), *ps = f32(stats);
+    float *pdg = f32(dgamma), *pdb = f32(dbeta);
+    for (size_t c = 0; c < C; c++) {
+        double sb = 0.0, sg = 0.0;
+        for (size_t r = 0; r < R; r++) {
+            sb += pdy[r * C + c];
+            sg += (double)pdy[r * C + c] * ((px[r * C + c] - ps[c]) * ps[C + c]);
+        }
+        pdb[c] = (float)sb;
+        pdg[c] = (float)sg;
+    }
+    if (!dx.buf)
+        return TW_OK;
+    float *pdx = f32(dx);
+    for (size_t r = 0; r < R; r++)
+        for (size_t c = 0; c < C; c++)
+            pdx[r * C + c] = tw_bn_grad(pdy[r * C + c], px[r * C + c], ps[c], ps[C + c], pg[c], pdb[c], pdg[c],
+                                        (float)R);
+    return TW_OK;
+}
+
 /* ---- update and collectives ---- */
 
 /* The arrays of one update over a range; they never overlap (separate arenas). s1/s2: the slots the
@@ -876,6 +1036,12 @@ const tw_backend_ops tw_cpu_backend_ops = {
     .mse_fwd = cpu_mse_fwd,
     .mse_bwd = cpu_mse_bwd,
     .sum_squares = cpu_sum_squares,
+    .add = cpu_add,
+    .copy_cols = cpu_copy_cols,
+    .avgpool_fwd = cpu_avgpool_fwd,
+    .avgpool_bwd = cpu_avgpool_bwd,
+    .bn_fwd = cpu_bn_fwd,
+    .bn_bwd = cpu_bn_bwd,
     .update = cpu_update,
     .allreduce_avg = cpu_allreduce_avg,
     .update_mean = cpu_update_mean,

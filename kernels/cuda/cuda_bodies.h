@@ -158,6 +158,60 @@ static inline TW_HD float tw_cuda_maxpool_grad_at(const tw_window *w, const floa
     return s;
 }
 
+/* The input taps of output (od, oh, ow)'s window: the padding's are not counted (average pooling). */
+static inline TW_HD int tw_cuda_window_count(const tw_window *w, int od, int oh, int ow)
+{
+    int n = 1, at[3] = {od * w->s_d - w->pad_d, oh * w->s_h - w->pad_h, ow * w->s_w - w->pad_w};
+    int k[3] = {w->k_d, w->k_h, w->k_w}, in[3] = {w->in_d, w->in_h, w->in_w};
+    for (int a = 0; a < 3; a++) {
+        int lo = at[a] < 0 ? 0 : at[a], hi = at[a] + k[a] > in[a] ? in[a] : at[a] + k[a];
+        n *= hi - lo;
+    }
+    return n;
+}
+
+/* y[j] of average pooling (j = r * in_c + ci): the window's input taps summed in tap order from 0, times
+ * 1 / their count (cpu_avgpool_fwd's order, so bit-identical). */
+static inline TW_HD float tw_cuda_avgpool_at(const tw_window *w, const float *x, size_t j)
+{
+    size_t c = (size_t)w->in_c, ci = j % c, r = j / c;
+    int od, oh, ow;
+    size_t b = tw_cuda_out_position(w, r, &od, &oh, &ow);
+    float s = 0.0f;
+    for (int kd = 0; kd < w->k_d; kd++) {
+        int id = od * w->s_d - w->pad_d + kd;
+        for (int kh = 0; kh < w->k_h && id >= 0 && id < w->in_d; kh++) {
+            int ih = oh * w->s_h - w->pad_h + kh;
+            for (int kw = 0; kw < w->k_w && ih >= 0 && ih < w->in_h; kw++) {
+                int iw = ow * w->s_w - w->pad_w + kw;
+                if (iw >= 0 && iw < w->in_w)
+                    s += x[(((b * w->in_d + id) * w->in_h + ih) * w->in_w + iw) * c + ci];
+            }
+        }
+    }
+    return s * (1.0f / (float)tw_cuda_window_count(w, od, oh, ow));
+}
+
+/* dx[i] of average pooling's backward: dy[j] / count(j) summed over the outputs j whose window covers
+ * input i, in ascending j from 0 (the CPU's scatter order). */
+static inline TW_HD float tw_cuda_avgpool_grad_at(const tw_window *w, const float *dy, size_t i)
+{
+    size_t c = (size_t)w->in_c, b, ci;
+    int id, ih, iw, d0, d1, h0, h1, w0, w1;
+    tw_cuda_input_at(w, i, &b, &id, &ih, &iw, &ci);
+    tw_cuda_covering(id, w->pad_d, w->k_d, w->s_d, w->out_d, &d0, &d1);
+    tw_cuda_covering(ih, w->pad_h, w->k_h, w->s_h, w->out_h, &h0, &h1);
+    tw_cuda_covering(iw, w->pad_w, w->k_w, w->s_w, w->out_w, &w0, &w1);
+    float s = 0.0f;
+    for (int od = d0; od <= d1; od++)
+        for (int oh = h0; oh <= h1; oh++)
+            for (int ow = w0; ow <= w1; ow++) {
+                size_t j = (((b * w->out_d + od) * w->out_h + oh) * w->out_w + ow) * c + ci;
+                s += dy[j] * (1.0f / (float)tw_cuda_window_count(w, od, oh, ow));
+            }
+    return s;
+}
+
 /* bias_grad's first pass: the sum over the rows of chunk j ([j * chunk_rows, min(rows, (j + 1) *
  * chunk_rows)), in order) of dy[r, col], dy [rows, cols]. */
 static inline TW_HD float tw_cuda_colsum_chunk(const float *dy, int rows, int cols, int col,

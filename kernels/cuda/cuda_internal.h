@@ -159,6 +159,15 @@ tw_status tw_cuda_mse_fwd(void *ctx, tw_tensor loss, tw_tensor pred, tw_tensor t
 tw_status tw_cuda_mse_bwd(void *ctx, tw_tensor dpred, tw_tensor pred, tw_tensor target, size_t n,
                           float scale, tw_error *err);
 tw_status tw_cuda_sum_squares(void *ctx, tw_tensor out, tw_tensor x, size_t n, tw_error *err);
+tw_status tw_cuda_add(void *ctx, tw_tensor y, tw_tensor a, tw_tensor c, size_t n, tw_error *err);
+tw_status tw_cuda_copy_cols(void *ctx, tw_tensor dst, int dst_cols, int dst_at, tw_tensor src, int src_cols,
+                            int src_at, int rows, int cols, int accumulate, tw_error *err);
+tw_status tw_cuda_avgpool_fwd(void *ctx, const tw_window *w, tw_tensor y, tw_tensor x, tw_error *err);
+tw_status tw_cuda_avgpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy, tw_error *err);
+tw_status tw_cuda_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x, tw_tensor gamma, tw_tensor beta,
+                         tw_tensor stats, tw_tensor moving, tw_error *err);
+tw_status tw_cuda_bn_bwd(void *ctx, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,
+                         tw_tensor x, tw_tensor gamma, tw_tensor stats, tw_error *err);
 tw_status tw_cuda_update(void *ctx, const tw_update *u, tw_tensor params, tw_tensor grads,
                          tw_tensor slot1, tw_tensor slot2, tw_tensor ema, size_t n, tw_error *err);
 

@@ -217,6 +217,18 @@ __global__ void k_maxpool_bwd(tw_window w, float *dx, const float *dy, const int
     dx[i] = tw_cuda_maxpool_grad_at(&w, dy, argmax, i);
 }
 
+__global__ void k_avgpool_fwd(tw_window w, float *y, const float *x, size_t total)
+{
+    GRID_STRIDE(j, total)
+    y[j] = tw_cuda_avgpool_at(&w, x, j);
+}
+
+__global__ void k_avgpool_bwd(tw_window w, float *dx, const float *dy, size_t total)
+{
+    GRID_STRIDE(i, total)
+    dx[i] = tw_cuda_avgpool_grad_at(&w, dy, i);
+}
+
 static size_t window_rows(const tw_window *w)
 {
     return (size_t)w->batch * w->out_d * w->out_h * w->out_w;
@@ -427,6 +439,176 @@ tw_status tw_cuda_sum_squares(void *ctx, tw_tensor out, tw_tensor x, size_t n, t
                                                         square_to_double(), 0.0, c->stream),
                   err);
     TW_CUDA_LAUNCH(c, err, k_store_sum, 1, 1, tw_cuda_f32(out), sum);
+    return TW_OK;
+}
+
+/* ---- graph joins, average pooling, batch normalisation ---- */
+
+__global__ void k_add(float *y, const float *a, const float *c, size_t n)
+{
+    GRID_STRIDE(i, n)
+    y[i] = a[i] + c[i];
+}
+
+tw_status tw_cuda_add(void *ctx, tw_tensor y, tw_tensor a, tw_tensor c, size_t n, tw_error *err)
+{
+    TW_TRY(tw_cuda_enter(C(ctx), err));
+    TW_CUDA_LAUNCH(C(ctx), err, k_add, blocks_for(C(ctx), n), THREADS, tw_cuda_f32(y), tw_cuda_f32(a),
+                   tw_cuda_f32(c), n);
+    return TW_OK;
+}
+
+__global__ void k_copy_cols(float *dst, int dst_cols, int dst_at, const float *src, int src_cols, int src_at,
+                            int cols, int accumulate, size_t n)
+{
+    GRID_STRIDE(i, n) {
+        size_t r = i / (size_t)cols, c = i % (size_t)cols;
+        float v = src[r * src_cols + src_at + c];
+        float *d = &dst[r * dst_cols + dst_at + c];
+        *d = accumulate ? *d + v : v;
+    }
+}
+
+tw_status tw_cuda_copy_cols(void *ctx, tw_tensor dst, int dst_cols, int dst_at, tw_tensor src, int src_cols,
+                            int src_at, int rows, int cols, int accumulate, tw_error *err)
+{
+    TW_TRY(tw_cuda_enter(C(ctx), err));
+    size_t n = (size_t)rows * cols;
+    TW_CUDA_LAUNCH(C(ctx), err, k_copy_cols, blocks_for(C(ctx), n), THREADS, tw_cuda_f32(dst), dst_cols, dst_at,
+                   tw_cuda_f32(src), src_cols, src_at, cols, accumulate, n);
+    return TW_OK;
+}
+
+tw_status tw_cuda_avgpool_fwd(void *ctx, const tw_window *w, tw_tensor y, tw_tensor x, tw_error *err)
+{
+    TW_TRY(tw_cuda_enter(C(ctx), err));
+    size_t total = window_rows(w) * w->in_c;
+    TW_CUDA_LAUNCH(C(ctx), err, k_avgpool_fwd, blocks_for(C(ctx), total), THREADS, *w, tw_cuda_f32(y),
+                   tw_cuda_f32(x), total);
+    return TW_OK;
+}
+
+tw_status tw_cuda_avgpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw_tensor dy, tw_error *err)
+{
+    TW_TRY(tw_cuda_enter(C(ctx), err));
+    size_t total = window_inputs(w);
+    TW_CUDA_LAUNCH(C(ctx), err, k_avgpool_bwd, blocks_for(C(ctx), total), THREADS, *w, tw_cuda_f32(dx),
+                   tw_cuda_f32(dy), total);
+    return TW_OK;
+}
+
+typedef cub::BlockReduce<double, ROW_THREADS> channel_reduce;
+
+/* One block per channel c: the batch's mean and 1 / sqrt(biased variance + eps) into stats (two passes in
+ * double, as the CPU; the sums' order is CUB's), and with moving (TRAIN_UPDATE) the moving statistics. */
+__global__ void __launch_bounds__(ROW_THREADS) k_bn_stats(tw_bn p, const float *x, float *stats, float *moving)
+{
+    __shared__ typename channel_reduce::TempStorage tmp;
+    __shared__ double shared_mean;
+    int c = blockIdx.x, C = p.channels;
+    double s = 0.0;
+    for (int r = threadIdx.x; r < p.rows; r += ROW_THREADS)
+        s += x[(size_t)r * C + c];
+    s = channel_reduce(tmp).Sum(s);
+    if (threadIdx.x == 0)
+        shared_mean = s / p.rows;
+    __syncthreads();
+    double mean = shared_mean, q = 0.0;
+    for (int r = threadIdx.x; r < p.rows; r += ROW_THREADS) {
+        double d = x[(size_t)r * C + c] - mean;
+        q += d * d;
+    }
+    q = channel_reduce(tmp).Sum(q);
+    if (threadIdx.x == 0) {
+        stats[c] = (float)mean;
+        stats[C + c] = (float)(1.0 / sqrt(q / p.rows + (double)p.epsilon));
+        if (moving) {
+            moving[c] = tw_bn_moving(moving[c], (float)mean, p.momentum);
+            moving[C + c] = tw_bn_moving(moving[C + c], (float)(q / p.rows), p.momentum);
+        }
+    }
+}
+
+/* INFER's statistics from the moving ones (the CPU's formula). */
+__global__ void k_bn_moving_stats(tw_bn p, const float *moving, float *stats)
+{
+    GRID_STRIDE(c, (size_t)p.channels) {
+        stats[c] = moving[c];
+        stats[p.channels + c] = 1.0f / sqrtf(moving[p.channels + c] + p.epsilon);
+    }
+}
+
+__global__ void k_bn_norm(tw_bn p, float *y, const float *x, const float *gamma, const float *beta,
+                          const float *stats, size_t n)
+{
+    GRID_STRIDE(i, n) {
+        int c = (int)(i % (size_t)p.channels);
+        y[i] = tw_bn_norm(x[i], stats[c], stats[p.channels + c], gamma[c], beta[c]);
+    }
+}
+
+tw_status tw_cuda_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x, tw_tensor gamma, tw_tensor beta,
+                         tw_tensor stats, tw_tensor moving, tw_error *err)
+{
+    tw_cuda_ctx *c = C(ctx);
+    TW_TRY(tw_cuda_enter(c, err));
+    size_t n = (size_t)p->rows * p->channels;
+    if (p->mode == TW_BN_INFER)
+        TW_CUDA_LAUNCH(c, err, k_bn_moving_stats, blocks_for(c, (size_t)p->channels), THREADS, *p,
+                       tw_cuda_f32(moving), tw_cuda_f32(stats));
+    else
+        TW_CUDA_LAUNCH(c, err, k_bn_stats, p->channels, ROW_THREADS, *p, tw_cuda_f32(x), tw_cuda_f32(stats),
+                       p->mode == TW_BN_TRAIN_UPDATE ? tw_cuda_f32(moving) : (float *)nullptr);
+    TW_CUDA_LAUNCH(c, err, k_bn_norm, blocks_for(c, n), THREADS, *p, tw_cuda_f32(y), tw_cuda_f32(x),
+                   tw_cuda_f32(gamma), tw_cuda_f32(beta), tw_cuda_f32(stats), n);
+    return TW_OK;
+}
+
+/* One block per channel: dbeta = sum dy, dgamma = sum dy xhat (double). */
+__global__ void __launch_bounds__(ROW_THREADS) k_bn_param_grads(tw_bn p, float *dgamma, float *dbeta,
+                                                                const float *dy, const float *x,
+                                                                const float *stats)
+{
+    __shared__ typename channel_reduce::TempStorage tmp;
+    int c = blockIdx.x, C = p.channels;
+    double sb = 0.0, sg = 0.0;
+    for (int r = threadIdx.x; r < p.rows; r += ROW_THREADS) {
+        size_t i = (size_t)r * C + c;
+        sb += dy[i];
+        sg += (double)dy[i] * ((x[i] - stats[c]) * stats[C + c]);
+    }
+    sb = channel_reduce(tmp).Sum(sb);
+    __syncthreads();
+    sg = channel_reduce(tmp).Sum(sg);
+    if (threadIdx.x == 0) {
+        dbeta[c] = (float)sb;
+        dgamma[c] = (float)sg;
+    }
+}
+
+__global__ void k_bn_input_grad(tw_bn p, float *dx, const float *dy, const float *x, const float *gamma,
+                                const float *stats, const float *dgamma, const float *dbeta, size_t n)
+{
+    GRID_STRIDE(i, n) {
+        int c = (int)(i % (size_t)p.channels);
+        dx[i] = tw_bn_grad(dy[i], x[i], stats[c], stats[p.channels + c], gamma[c], dbeta[c], dgamma[c],
+                           (float)p.rows);
+    }
+}
+
+tw_status tw_cuda_bn_bwd(void *ctx, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,
+                         tw_tensor x, tw_tensor gamma, tw_tensor stats, tw_error *err)
+{
+    tw_cuda_ctx *c = C(ctx);
+    TW_TRY(tw_cuda_enter(c, err));
+    TW_CUDA_LAUNCH(c, err, k_bn_param_grads, p->channels, ROW_THREADS, *p, tw_cuda_f32(dgamma),
+                   tw_cuda_f32(dbeta), tw_cuda_f32(dy), tw_cuda_f32(x), tw_cuda_f32(stats));
+    if (!dx.buf)
+        return TW_OK;
+    size_t n = (size_t)p->rows * p->channels;
+    TW_CUDA_LAUNCH(c, err, k_bn_input_grad, blocks_for(c, n), THREADS, *p, tw_cuda_f32(dx), tw_cuda_f32(dy),
+                   tw_cuda_f32(x), tw_cuda_f32(gamma), tw_cuda_f32(stats), tw_cuda_f32(dgamma),
+                   tw_cuda_f32(dbeta), n);
     return TW_OK;
 }
 

@@ -155,3 +155,107 @@ def test_the_weights_after_training_are_keras(tower_bin, tmp_path, tiny, name):
     assert np.abs(kw).max() > 0.05  # it moved
     np.testing.assert_allclose(w, kw, rtol=2e-4, atol=2e-6)
     np.testing.assert_allclose(b, kb, rtol=2e-4, atol=2e-6)
+
+
+# ---- graph models: batch normalisation, residual add, concat, average pooling ----
+
+IMG = (6, 6, 2)
+
+RESIDUAL = [
+    {"type": "conv2d", "name": "c1", "filters": 4, "kernel": 3, "weight_init": {"type": "glorot_uniform"}},
+    {"type": "batch_norm", "name": "bn1", "activation": "relu"},
+    {"type": "conv2d", "name": "c2", "filters": 4, "kernel": 3, "weight_init": {"type": "glorot_uniform"}},
+    {"type": "batch_norm", "name": "bn2", "momentum": 0.9},
+    {"type": "add", "name": "add1", "inputs": ["bn2", "bn1"], "activation": "relu"},
+    {"type": "concat", "name": "cat", "inputs": ["add1", "c1"]},
+    {"type": "avg_pool2d", "name": "avg", "pool": 3, "strides": 2, "padding": "same"},
+    {"type": "global_avg_pool", "name": "gap"},
+    {"type": "batch_norm", "name": "bn3", "epsilon": 0.01},
+    {"type": "dense", "name": "out", "units": CLASSES, "weight_init": {"type": "glorot_uniform"}},
+]
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    """EXAMPLES images of IMG as float TFRecord examples: (path, x, y)."""
+    import tensorflow as tf
+    rng = np.random.default_rng(11)
+    x = rng.uniform(0, 1, (EXAMPLES, *IMG)).astype(np.float32)
+    y = (x[:, :3, :3, 0].mean(axis=(1, 2)) * CLASSES).astype(np.int64).clip(0, CLASSES - 1)
+    path = tmp_path_factory.mktemp("images") / "train.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for xi, yi in zip(x, y):
+            ex = tf.train.Example(features=tf.train.Features(feature={
+                "image_raw": tf.train.Feature(float_list=tf.train.FloatList(value=xi.ravel())),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[yi]))}))
+            w.write(ex.SerializeToString())
+    return path, x, y
+
+
+def residual_config(images, **over):
+    c = {"dataset": {"train": str(images[0]), "shape": list(IMG)}, "model": {"layers": RESIDUAL},
+         "optimizer": {"type": "sgd", "learning_rate": 0.1}, "batch_size": EXAMPLES, "steps": 10, "seed": 5,
+         "summary_every": 1, "eval_every": 0, "checkpoint_every": 0}
+    c.update(over)
+    return c
+
+
+def keras_residual(weights):
+    """The same graph in Keras, with Tower's initial weights."""
+    import keras
+    L = keras.layers
+    inp = keras.Input(IMG)
+    c1 = L.Conv2D(4, 3, padding="same", name="c1")(inp)
+    bn1 = L.Activation("relu")(L.BatchNormalization(name="bn1")(c1))
+    c2 = L.Conv2D(4, 3, padding="same", name="c2")(bn1)
+    bn2 = L.BatchNormalization(momentum=0.9, name="bn2")(c2)
+    add1 = L.Activation("relu")(L.Add()([bn2, bn1]))
+    cat = L.Concatenate()([add1, c1])
+    avg = L.AveragePooling2D(3, 2, padding="same")(cat)
+    gap = L.GlobalAveragePooling2D()(avg)
+    bn3 = L.BatchNormalization(epsilon=0.01, name="bn3")(gap)
+    out = L.Dense(CLASSES, name="out")(bn3)
+    model = keras.Model(inp, out)
+    for name in ("c1", "c2", "out"):
+        model.get_layer(name).set_weights([weights[f"{name}/weights"], weights[f"{name}/biases"]])
+    for name in ("bn1", "bn2", "bn3"):
+        model.get_layer(name).set_weights([weights[f"{name}/BatchNorm/{v}"] for v in
+                                           ("gamma", "beta", "moving_mean", "moving_variance")])
+    return model
+
+
+def checkpoint(logdir):
+    from safetensors.numpy import load_file
+    latest = (logdir / "checkpoints" / "latest").read_text().strip()
+    return load_file(str(logdir / "checkpoints" / latest))
+
+
+def test_a_residual_batch_norm_graph_trains_as_keras(tower_bin, tmp_path, images):
+    """Ten full-batch SGD steps of a graph with batch norm (batch statistics in training, moving ones
+    following them), a residual add, a concat reading a layer twice read, average and global average
+    pooling: Tower's weights and moving statistics are Keras' from the same start."""
+    import keras
+    # the start: one step at a rate too small to move a weight (the moving statistics do move; their
+    # start is known: zeros and ones)
+    start = checkpoint(train(tower_bin, tmp_path, residual_config(images, steps=1,
+                                                                 optimizer={"type": "sgd", "learning_rate": 1e-30}),
+                             "start"))
+    for name in ("bn1", "bn2", "bn3"):
+        start[f"{name}/BatchNorm/moving_mean"] = np.zeros_like(start[f"{name}/BatchNorm/moving_mean"])
+        start[f"{name}/BatchNorm/moving_variance"] = np.ones_like(start[f"{name}/BatchNorm/moving_variance"])
+    got = checkpoint(train(tower_bin, tmp_path, residual_config(images), "run"))
+    model = keras_residual(start)
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    _, x, y = images
+    model.fit(x, y, batch_size=EXAMPLES, epochs=10, shuffle=False, verbose=0)
+    want = {}
+    for name in ("c1", "c2", "out"):
+        want[f"{name}/weights"], want[f"{name}/biases"] = model.get_layer(name).get_weights()
+    for name in ("bn1", "bn2", "bn3"):
+        for v, value in zip(("gamma", "beta", "moving_mean", "moving_variance"), model.get_layer(name).get_weights()):
+            want[f"{name}/BatchNorm/{v}"] = value
+    moved = max(np.abs(want[k] - start[k]).max() for k in want)
+    assert moved > 0.01, moved
+    for k, v in want.items():
+        np.testing.assert_allclose(got[k], v, rtol=1e-3, atol=1e-5, err_msg=k)

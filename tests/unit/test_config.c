@@ -96,7 +96,8 @@ static const bad_case BAD[] = {
     {OPT("'beta1':0.9"), "optimizer.beta1", "not used by type 'sgd'"},
     {LAYER("'type':'dense','units':5,'bias_init':{'type':'zeros','stddev':0.1}"),
      "model.layers[0].bias_init.stddev", "not used by type 'zeros'"},
-    {LAYER("'type':'max_pool2d','pool':2,'name':'p'"), "model.layers[0].name", "not used"},
+    {LAYER("'type':'max_pool2d','pool':2,'units':5"), "model.layers[0].units", "not used"},
+    {LAYER("'type':'max_pool2d','pool':2,'momentum':0.9"), "model.layers[0].momentum", "not used"},
     {LAYER("'type':'dense','units':5,'rate':0.5"), "model.layers[0].rate", "not used"},
     /* duplicates */
     {TOP("'steps':5,'steps':6"), "steps", "duplicate key"},
@@ -202,7 +203,7 @@ static const bad_case BAD[] = {
      "dataset.shape[0]", NULL},
     {"{'dataset':{'train':'t','shape':[28,65537]},'model':{'layers':[" DENSE10 "]}}",
      "dataset.shape[1]", "must be in [1, 65536]"},
-    {"{" DATASET ",'model':{'layers':[]}}", "model.layers", "1 to 32 layers, got 0"},
+    {"{" DATASET ",'model':{'layers':[]}}", "model.layers", "1 to 64 layers, got 0"},
     /* required keys */
     {"{'model':{'layers':[" DENSE10 "]}}", "dataset", "is required"},
     {"{" DATASET "}", "model", "is required"},
@@ -368,12 +369,12 @@ static void test_exact_messages(void **state)
 static void test_too_many_layers(void **state)
 {
     (void)state;
-    char text[4096] = "{" DATASET ",'model':{'layers':[";
+    char text[8192] = "{" DATASET ",'model':{'layers':[";
     for (int i = 0; i < TW_MAX_LAYERS + 1; i++)
         strcat(text, i ? ",{'type':'flatten'}" : "{'type':'flatten'}");
     strcat(text, "]}}");
     char *json = json_of(text);
-    expect_error(json, strlen(json), "model.layers", "1 to 32 layers, got 33");
+    expect_error(json, strlen(json), "model.layers", "1 to 64 layers, got 65");
     free(json);
 }
 
@@ -483,7 +484,7 @@ static void test_contract_example(void **state)
     assert_true(c.scale == (float)0.00392156862745098);
     assert_int_equal(c.n_layers, 3);
     assert_int_equal(c.layers[0].type, TW_LAYER_FLATTEN);
-    assert_string_equal(c.layers[0].name, "");
+    assert_string_equal(c.layers[0].name, "flatten_0"); /* a layer without variables: its type and index */
     assert_dense(&c.layers[1], 500, TW_ACT_RELU, "layer1");
     assert_dense(&c.layers[2], 10, TW_ACT_NONE, "layer2");
     assert_int_equal(c.layers[2].bias_init.kind, TW_INIT_ZEROS);
@@ -595,7 +596,7 @@ static void test_defaults(void **state)
     assert_int_equal(pool->kernel[2], 3);
     assert_memory_equal(pool->strides, pool->kernel, sizeof pool->kernel); /* strides = pool */
     assert_int_equal(pool->same_padding, 1);
-    assert_string_equal(pool->name, "");
+    assert_string_equal(pool->name, "max_pool2d_1");
     assert_string_equal(c.layers[2].name, "layer2");
     assert_int_equal(c.layers[2].kernel[0], 1);
     assert_int_equal(c.layers[2].kernel[2], 3);
