@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt_contents.h"
 #include "tar.h"
 
 void tw_export_tf_name(int64_t step, char *buf, size_t size)
@@ -12,16 +13,20 @@ void tw_export_tf_name(int64_t step, char *buf, size_t size)
     snprintf(buf, size, "model.ckpt-%lld", (long long)step);
 }
 
-/* The variables of m at arena (suffix "" or TW_EMA_SUFFIX) into t[*n...], their names into names[]. */
-static void add_variables(const tw_model *m, const float *arena, const char *suffix, tw_bundle_tensor *t,
-                          char (*names)[TW_PARAM_NAME_BYTES + sizeof TW_EMA_SUFFIX], size_t *n)
+/* The variables of m that arena a holds (ckpt_contents.h: the raw ones, or their EMA shadows) from its
+ * values, into t[*n...], their names into names[]. */
+static void add_variables(const tw_model *m, const float *arena, tw_ckpt_arena a, tw_bundle_tensor *t,
+                          char (*names)[TW_CKPT_TENSOR_NAME_BYTES], size_t *n)
 {
-    for (size_t i = 0; i < tw_model_n_params(m); i++, (*n)++) {
+    for (size_t i = 0; i < tw_model_n_params(m); i++) {
         const tw_param *p = tw_model_param(m, i);
-        snprintf(names[*n], sizeof names[*n], "%s%s", p->name, suffix);
+        if (!tw_ckpt_holds(p, a))
+            continue;
+        tw_ckpt_name(p, TW_OPT_SGD, a, names[*n]);
         t[*n] = (tw_bundle_tensor){.name = names[*n], .dtype = TW_BUNDLE_FLOAT, .rank = p->rank,
                                    .data = arena + p->offset};
         memcpy(t[*n].shape, p->shape, sizeof p->shape);
+        (*n)++;
     }
 }
 
@@ -41,15 +46,15 @@ static tw_status build(const char *path, const tw_inference *inf, tw_bundle_byte
     const int with_ema = tw_inference_config(inf)->ema_decay > 0;
     const size_t np = tw_model_n_params(m), P = tw_model_param_floats(m);
     tw_bundle_tensor *t = calloc(2 * np + 1, sizeof *t);
-    char(*names)[TW_PARAM_NAME_BYTES + sizeof TW_EMA_SUFFIX] = calloc(2 * np + 1, sizeof *names);
+    char(*names)[TW_CKPT_TENSOR_NAME_BYTES] = calloc(2 * np + 1, sizeof *names);
     float *ema = with_ema ? malloc((P ? P : 1) * sizeof *ema) : NULL;
     tw_status s = t && names && (ema || !with_ema) ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     size_t n = 0;
     int64_t step = tw_inference_step(inf);
     if (s == TW_OK) {
-        add_variables(m, tw_inference_params(inf), "", t, names, &n);
+        add_variables(m, tw_inference_params(inf), TW_CKPT_PARAMS, t, names, &n);
         if (with_ema && (s = load_ema(path, inf, ema, err)) == TW_OK)
-            add_variables(m, ema, TW_EMA_SUFFIX, t, names, &n);
+            add_variables(m, ema, TW_CKPT_EMA, t, names, &n);
         t[n++] = (tw_bundle_tensor){.name = "global_step", .dtype = TW_BUNDLE_INT64, .rank = 0, .data = &step};
     }
     if (s == TW_OK)

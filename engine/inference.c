@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "ckpt_contents.h"
 
 struct tw_inference {
     tw_config c;
@@ -31,8 +32,8 @@ tw_status tw_inference_load_params(const tw_checkpoint *ck, const tw_model *m, t
 {
     for (size_t i = 0; i < tw_model_n_params(m); i++) {
         const tw_param *p = tw_model_param(m, i);
-        char name[TW_PARAM_NAME_BYTES + sizeof TW_EMA_SUFFIX];
-        snprintf(name, sizeof name, "%s%s", p->name, w == TW_WEIGHTS_EMA ? TW_EMA_SUFFIX : "");
+        char name[TW_CKPT_TENSOR_NAME_BYTES];
+        tw_ckpt_weights_name(p, w == TW_WEIGHTS_EMA, name);
         TW_TRY(tw_checkpoint_fetch(ck, name, p->rank, p->shape, dst + p->offset, err));
     }
     return TW_OK;
@@ -41,18 +42,13 @@ tw_status tw_inference_load_params(const tw_checkpoint *ck, const tw_model *m, t
 /* The config and step the trainer stored in the checkpoint's metadata. */
 static tw_status read_meta(tw_inference *inf, const tw_checkpoint *ck, tw_error *err)
 {
-    const char *path = tw_checkpoint_path(ck);
-    const char *config = tw_checkpoint_meta(ck, "config");
-    const char *step = tw_checkpoint_meta(ck, "step");
-    if (!config || !*config)
-        return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "checkpoint metadata holds no run config");
+    tw_ckpt_state state;
     tw_error e;
-    if (tw_config_parse(config, strlen(config), NULL, &inf->c, &e) != TW_OK)
-        return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "checkpoint's run config: %s", e.message);
-    char *end;
-    inf->step = step ? strtoll(step, &end, 10) : -1;
-    if (!step || end == step || *end || inf->step < 0)
-        return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "checkpoint metadata lacks a valid 'step'");
+    TW_TRY(tw_ckpt_state_read(ck, &state, err));
+    if (tw_config_parse(state.config, strlen(state.config), NULL, &inf->c, &e) != TW_OK)
+        return tw_error_set(err, TW_ERR_CORRUPT, tw_checkpoint_path(ck), -1, "checkpoint's run config: %s",
+                            e.message);
+    inf->step = state.step;
     return TW_OK;
 }
 

@@ -26,9 +26,6 @@ typedef enum { TW_WEIGHTS_DEFAULT = -1, TW_WEIGHTS_RAW = 0, TW_WEIGHTS_EMA = 1 }
 /* "raw" or "ema" (as commands and routes spell the choice) into *w: 0, or -1 for anything else. */
 int tw_weights_parse(const char *s, tw_weights *w);
 
-/* The suffix of a variable's EMA shadow in a checkpoint ("layer1/weights/ExponentialMovingAverage"),
- * TensorFlow's name for it. */
-#define TW_EMA_SUFFIX "/ExponentialMovingAverage"
 
 /* Copies every variable of m from ck into dst ([tw_model_param_floats(m)] fp32, caller-owned) at the
  * variable's offset: the raw value, or its EMA shadow. Errors: TW_ERR_CORRUPT naming the tensor that is

@@ -15,6 +15,7 @@
 #include <sys/sysinfo.h>
 
 #include "input.h"
+#include "ckpt_contents.h"
 #include "model.h"
 
 enum {
@@ -41,11 +42,6 @@ static uint64_t add(uint64_t a, uint64_t b, int *ok)
     return r;
 }
 
-/* The arenas a checkpoint holds (trainer.c's saved_arenas): params, EMA and the slots. */
-static uint64_t saved_arenas(const tw_config *c)
-{
-    return 2 + (c->optimizer == TW_OPT_MOMENTUM) + 2 * (c->optimizer == TW_OPT_ADAM);
-}
 
 /* The input pipelines as trainer.c's open_inputs opens them. */
 static uint64_t input_bytes(const tw_config *c, const tw_model *m, const tw_memory_data *d, int *ok)
@@ -70,7 +66,7 @@ static void host_parts(const tw_config *c, const tw_model *m, uint64_t arena, tw
     uint64_t outs = (uint64_t)tw_model_output_size(m);
     uint64_t labels = c->loss == TW_LOSS_MSE ? outs : 1;
     uint64_t row = add(tw_model_input_size(m), labels, ok) * sizeof(float);
-    out->part[TW_MEM_HOST_COPIES] = mul(arena, HOST_ARENAS + saved_arenas(c), ok);
+    out->part[TW_MEM_HOST_COPIES] = mul(arena, HOST_ARENAS + (uint64_t)tw_ckpt_arena_count(c->optimizer), ok);
     out->part[TW_MEM_HOST_BATCHES] =
         add(mul(2 * rows, row, ok), (uint64_t)c->batch_size * (outs + labels) * sizeof(float), ok);
 }

@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "checkpoint.h"
+#include "ckpt_contents.h"
 #include "child.h"
 #include "ckpt_writer.h"
 #include "convert.h"
@@ -38,7 +39,6 @@
 #include "summary_images.h"
 #include "train_step.h"
 
-enum { CKPT_ARENAS = 4 };
 
 static volatile sig_atomic_t stop_requested;
 
@@ -51,7 +51,7 @@ typedef struct {
     tw_input *train, *test;
     tw_events_writer *ev;           /* the run's event file; NULL once degraded */
     tw_events_writer *ev_ema;       /* TW_EVAL_EMA_RUN/'s: the EMA evaluation; NULL without one or degraded */
-    float *host[CKPT_ARENAS];       /* [P] params, ema, slot1, slot2 downloads */
+    float *host[TW_CKPT_ARENAS];       /* [P] params, ema, slot1, slot2 downloads */
     float *outs;                    /* [batch, outputs] evaluation outputs */
     void *eval_y;                   /* [batch*label_values] evaluation labels */
     tw_evaluation *metrics[2];      /* the pass with raw, then EMA weights (evaluation.h); NULL: no test */
@@ -116,11 +116,10 @@ static void flush_events(run *R)
         events_failed(R, &e);
 }
 
-static void histogram(run *R, const char *prefix, const char *name, const char *suffix,
-                      const float *v, size_t n)
+static void histogram(run *R, const char *prefix, const char *name, const float *v, size_t n)
 {
     char tag[256];
-    snprintf(tag, sizeof tag, "%s%s%s", prefix, name, suffix);
+    snprintf(tag, sizeof tag, "%s%s", prefix, name);
     tw_error e;
     if (R->ev && tw_events_add_histogram(R->ev, tag, R->T.step, v, n, &e) != TW_OK)
         events_failed(R, &e);
@@ -195,32 +194,31 @@ static tw_status alloc_host(run *R, tw_error *err)
     size_t outs = (size_t)tw_model_output_size(R->T.m);
     int ok = (R->outs = malloc((size_t)R->c->batch_size * outs * sizeof(float))) &&
              (R->eval_y = malloc((size_t)R->c->batch_size * R->T.label_values * 4));
-    for (int a = 0; a < CKPT_ARENAS; a++)
+    for (int a = 0; a < TW_CKPT_ARENAS; a++)
         ok = ok && (R->host[a] = malloc((R->T.P ? R->T.P : 1) * sizeof(float)));
     return ok ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
 }
 
 /* ================================ checkpoints ================================ */
 
-static tw_tensor (*const ARENAS[CKPT_ARENAS])(const tw_replica *) = {
-    tw_replica_params, tw_replica_ema, tw_replica_slot1, tw_replica_slot2};
+static tw_tensor (*const ARENAS[TW_CKPT_ARENAS])(const tw_replica *) = {
+    [TW_CKPT_PARAMS] = tw_replica_params, [TW_CKPT_EMA] = tw_replica_ema, [TW_CKPT_SLOT1] = tw_replica_slot1,
+    [TW_CKPT_SLOT2] = tw_replica_slot2};
 
-/* TensorFlow's names for the EMA shadow and the optimizer slots of a variable. */
-static const char *arena_suffix(const tw_config *c, int a)
+/* The tensors of arena a (in host[a]) that a checkpoint holds, into t[*n...] and names[*n...]. */
+static void arena_tensors(const run *R, tw_ckpt_arena a, tw_ckpt_tensor *t, char (*names)[TW_CKPT_TENSOR_NAME_BYTES],
+                          size_t *n)
 {
-    switch (a) {
-    case 1: return TW_EMA_SUFFIX;
-    case 2: return c->optimizer == TW_OPT_ADAM ? "/Adam" : "/Momentum";
-    case 3: return "/Adam_1";
-    default: return "";
+    for (size_t i = 0; i < tw_model_n_params(R->T.m); i++) {
+        const tw_param *p = tw_model_param(R->T.m, i);
+        if (!tw_ckpt_holds(p, a))
+            continue;
+        tw_ckpt_name(p, R->c->optimizer, a, names[*n]);
+        t[*n] = (tw_ckpt_tensor){.name = names[*n], .data = R->host[a] + p->offset, .rank = p->rank};
+        for (int d = 0; d < p->rank; d++)
+            t[*n].shape[d] = p->shape[d];
+        (*n)++;
     }
-}
-
-/* The arenas a checkpoint holds: params and EMA, then the optimizer's slots (none for SGD, the
- * accumulator for momentum, m and v for Adam). */
-static int saved_arenas(const tw_config *c)
-{
-    return 2 + (c->optimizer == TW_OPT_MOMENTUM) + 2 * (c->optimizer == TW_OPT_ADAM);
 }
 
 /* Snapshots the arenas into host[] (after the previous save let go of them) and hands them to the
@@ -231,34 +229,24 @@ static tw_status save_checkpoint(run *R, tw_error *err)
         return TW_OK;
     TW_TRY(tw_ckpt_writer_wait(R->saver, err));
     size_t np = tw_model_n_params(R->T.m), n = 0;
-    tw_ckpt_tensor *t = calloc(np * CKPT_ARENAS, sizeof *t);
-    char (*names)[TW_PARAM_NAME_BYTES + 32] = calloc(np * CKPT_ARENAS, sizeof *names);
+    tw_ckpt_tensor *t = calloc(np * TW_CKPT_ARENAS, sizeof *t);
+    char (*names)[TW_CKPT_TENSOR_NAME_BYTES] = calloc(np * TW_CKPT_ARENAS, sizeof *names);
     tw_status s = t && names ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-    for (int a = 0; a < saved_arenas(R->c) && s == TW_OK; a++) {
+    for (int a = 0; a < tw_ckpt_arena_count(R->c->optimizer) && s == TW_OK; a++) {
         s = tw_backend_download(R->T.b[0], R->host[a], ARENAS[a](R->T.r[0]), R->T.P * sizeof(float), err);
-        for (size_t i = 0; i < np && s == TW_OK; i++, n++) {
-            const tw_param *p = tw_model_param(R->T.m, i);
-            snprintf(names[n], sizeof names[n], "%s%s", p->name, arena_suffix(R->c, a));
-            t[n] = (tw_ckpt_tensor){.name = names[n], .data = R->host[a] + p->offset,
-                                    .rank = p->rank};
-            for (int d = 0; d < p->rank; d++)
-                t[n].shape[d] = p->shape[d];
-        }
+        arena_tensors(R, (tw_ckpt_arena)a, t, names, &n);
     }
     tw_input_position pos = tw_input_tell(R->train);
-    char step[24], epoch[24], consumed[24], seed[24];
-    snprintf(step, sizeof step, "%lld", (long long)R->T.step);
-    snprintf(epoch, sizeof epoch, "%llu", (unsigned long long)pos.epoch);
-    snprintf(consumed, sizeof consumed, "%llu", (unsigned long long)pos.consumed);
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)R->c->seed);
     char *config = tw_config_to_json(R->c);
-    const tw_ckpt_meta meta[] = {{"format", TW_CHECKPOINT_FORMAT}, {"step", step},
-                                 {"data_epoch", epoch},           {"data_consumed", consumed},
-                                 {"seed", seed},                  {"config", config ? config : ""}};
+    tw_ckpt_state state = {.step = R->T.step, .data_epoch = pos.epoch, .data_consumed = pos.consumed,
+                           .seed = R->c->seed, .config = config};
+    tw_ckpt_meta meta[TW_CKPT_META];
+    tw_ckpt_state_text text;
+    tw_ckpt_state_meta(&state, meta, &text);
     flush_events(R); /* every point up to this step reaches the event files before a resume can start here */
     if (s == TW_OK) {
-        s = tw_ckpt_writer_submit(R->saver, R->T.step, R->c->keep_checkpoints, t, names, n, meta,
-                                  sizeof meta / sizeof meta[0], err);
+        s = tw_ckpt_writer_submit(R->saver, R->T.step, R->c->keep_checkpoints, t, names, n, meta, TW_CKPT_META,
+                                  err);
         t = NULL; /* the writer's now */
         names = NULL;
     }
@@ -268,27 +256,18 @@ static tw_status save_checkpoint(run *R, tw_error *err)
     return s;
 }
 
-static tw_status meta_u64(const tw_checkpoint *ck, const char *key, uint64_t *v, tw_error *err)
-{
-    const char *path = tw_checkpoint_path(ck);
-    const char *s = tw_checkpoint_meta(ck, key);
-    char *end;
-    if (!s || !*s)
-        return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "checkpoint metadata lacks '%s'", key);
-    *v = strtoull(s, &end, 10);
-    return *end ? tw_error_set(err, TW_ERR_CORRUPT, path, -1, "checkpoint metadata '%s' is '%s'",
-                               key, s)
-                : TW_OK;
-}
-
-/* Copies the checkpoint's tensors into host[a] and uploads them to every tower. */
+/* Copies the checkpoint's tensors into host[a] and uploads them to every tower (an arena's values the
+ * checkpoint does not hold, the EMA of the moving statistics, keep what they have). */
 static tw_status restore_arenas(run *R, const tw_checkpoint *ck, tw_error *err)
 {
-    for (int a = 0; a < saved_arenas(R->c); a++) {
+    for (int a = 0; a < tw_ckpt_arena_count(R->c->optimizer); a++) {
+        TW_TRY(tw_backend_download(R->T.b[0], R->host[a], ARENAS[a](R->T.r[0]), R->T.P * sizeof(float), err));
         for (size_t i = 0; i < tw_model_n_params(R->T.m); i++) {
             const tw_param *p = tw_model_param(R->T.m, i);
-            char name[TW_PARAM_NAME_BYTES + 32];
-            snprintf(name, sizeof name, "%s%s", p->name, arena_suffix(R->c, a));
+            char name[TW_CKPT_TENSOR_NAME_BYTES];
+            if (!tw_ckpt_holds(p, (tw_ckpt_arena)a))
+                continue;
+            tw_ckpt_name(p, R->c->optimizer, (tw_ckpt_arena)a, name);
             TW_TRY(tw_checkpoint_fetch(ck, name, p->rank, p->shape, R->host[a] + p->offset, err));
         }
         TW_TRY(tw_towers_upload_all(&R->T, ARENAS[a], R->host[a], err));
@@ -299,13 +278,11 @@ static tw_status restore_arenas(run *R, const tw_checkpoint *ck, tw_error *err)
 /* Restores the arenas, the step and the data position from ck. */
 static tw_status load_checkpoint(run *R, const tw_checkpoint *ck, tw_error *err)
 {
-    uint64_t step = 0, epoch = 0, consumed = 0;
-    TW_TRY(meta_u64(ck, "step", &step, err));
-    TW_TRY(meta_u64(ck, "data_epoch", &epoch, err));
-    TW_TRY(meta_u64(ck, "data_consumed", &consumed, err));
+    tw_ckpt_state state;
+    TW_TRY(tw_ckpt_state_read(ck, &state, err));
     TW_TRY(restore_arenas(R, ck, err));
-    R->T.step = (int64_t)step;
-    tw_input_position pos = {.epoch = epoch, .consumed = consumed};
+    R->T.step = state.step;
+    tw_input_position pos = {.epoch = state.data_epoch, .consumed = state.data_consumed};
     return tw_input_seek(R->train, &pos, err);
 }
 
@@ -493,8 +470,11 @@ static tw_status histograms(run *R, tw_error *err)
         TW_TRY(tw_backend_download(R->T.b[0], dst, src, R->T.P * sizeof(float), err));
         for (size_t i = 0; i < tw_model_n_params(R->T.m); i++) {
             const tw_param *p = tw_model_param(R->T.m, i);
-            histogram(R, a < 0 ? "gradients_on_average/" : "", p->name,
-                      a == 1 ? arena_suffix(R->c, 1) : "", dst + p->offset, p->count);
+            char name[TW_CKPT_TENSOR_NAME_BYTES];
+            if (a == 0 || tw_ckpt_holds(p, TW_CKPT_EMA)) { /* the moving statistics: no EMA, no gradient */
+                tw_ckpt_name(p, R->c->optimizer, a == 1 ? TW_CKPT_EMA : TW_CKPT_PARAMS, name);
+                histogram(R, a < 0 ? "gradients_on_average/" : "", name, dst + p->offset, p->count);
+            }
         }
     }
     return TW_OK;
@@ -680,7 +660,7 @@ static tw_status share_start(run *R, int *resumed, tw_error *err)
     tw_input_position pos = tw_input_tell(R->train);
     uint64_t head[4] = {(uint64_t)R->T.step, (uint64_t)*resumed, pos.epoch, pos.consumed};
     TW_TRY(tw_world_bcast(w, head, sizeof head, err));
-    for (int a = 0; a < saved_arenas(R->c); a++) {
+    for (int a = 0; a < tw_ckpt_arena_count(R->c->optimizer); a++) {
         size_t bytes = R->T.P * sizeof(float);
         if (writes(R))
             TW_TRY(tw_backend_download(R->T.b[0], R->host[a], ARENAS[a](R->T.r[0]), bytes, err));
@@ -808,7 +788,7 @@ static void teardown(run *R)
     free(R->eval_y);
     tw_evaluation_destroy(R->metrics[0]);
     tw_evaluation_destroy(R->metrics[1]);
-    for (int a = 0; a < CKPT_ARENAS; a++)
+    for (int a = 0; a < TW_CKPT_ARENAS; a++)
         free(R->host[a]);
 }
 

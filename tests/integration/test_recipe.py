@@ -259,3 +259,29 @@ def test_a_residual_batch_norm_graph_trains_as_keras(tower_bin, tmp_path, images
     assert moved > 0.01, moved
     for k, v in want.items():
         np.testing.assert_allclose(got[k], v, rtol=1e-3, atol=1e-5, err_msg=k)
+
+
+def test_a_residual_batch_norm_graph_exports(tower_bin, run_tower, tmp_path, images):
+    """The graph with an EMA: ONNX (BatchNormalization, Add, Concat, AveragePool, GlobalAveragePool) passes
+    onnx.checker and onnxruntime gives Tower's own outputs for raw and EMA weights; TensorFlow reads the TF
+    checkpoint with TF1's batch-norm names, the moving statistics raw only (no EMA shadow, as
+    ExponentialMovingAverage keeps none for them)."""
+    import tensorflow as tf
+    from test_export import onnx_matches_tower
+    logdir = train(tower_bin, tmp_path, residual_config(images, ema_decay=0.9), "run")
+    ckpt = logdir / "checkpoints" / (logdir / "checkpoints" / "latest").read_text().strip()
+    x = images[1][:16]
+    outs = {w: onnx_matches_tower(run_tower, tmp_path, ckpt, x, w, "--input", "scaled") for w in ("raw", "ema")}
+    assert np.abs(outs["raw"] - outs["ema"]).max() > 1e-4  # two different models
+    (tmp_path / "tf").mkdir()
+    prefix = tmp_path / "tf" / "model.ckpt-10"
+    res = run_tower("export", ckpt, "--format", "tf", "-o", prefix)
+    assert res.returncode == 0, res.stderr
+    reader = tf.train.load_checkpoint(str(prefix))
+    names = set(reader.get_variable_to_shape_map())
+    got = checkpoint(logdir)
+    for v in ("gamma", "beta", "moving_mean", "moving_variance"):
+        np.testing.assert_array_equal(reader.get_tensor(f"bn1/BatchNorm/{v}"), got[f"bn1/BatchNorm/{v}"])
+    assert "bn1/BatchNorm/gamma/ExponentialMovingAverage" in names
+    assert "bn1/BatchNorm/moving_mean/ExponentialMovingAverage" not in names
+    assert reader.get_tensor("global_step") == 10

@@ -88,6 +88,7 @@
 #include "atomic_file.h"
 #include "checkpoint.h"
 #include "child.h"
+#include "ckpt_contents.h"
 #include "datafs.h"
 #include "events.h"
 
@@ -470,14 +471,15 @@ static tw_status save(run *R, tw_error *err)
     float w[W_VALUES];
     for (int i = 0; i < W_VALUES; i++)
         w[i] = (float)R->step * 0.5f + (float)i;
-    char step[24];
-    snprintf(step, sizeof step, "%lld", (long long)R->step);
     const tw_ckpt_tensor t = {.name = "w", .data = w, .rank = 1, .shape = {W_VALUES}};
-    const tw_ckpt_meta meta[] = {{"format", TW_CHECKPOINT_FORMAT}, {"step", step}};
+    const tw_ckpt_state state = {.step = R->step, .data_consumed = (uint64_t)R->step, .config = "{}"};
+    tw_ckpt_meta meta[TW_CKPT_META];
+    tw_ckpt_state_text text;
+    tw_ckpt_state_meta(&state, meta, &text);
     tw_error e; /* as the trainer: the events up to this step are in the file before the checkpoint */
     if (R->ev && tw_events_flush(R->ev, &e) != TW_OK)
         events_failed(R, &e);
-    return tw_checkpoint_save(R->o->ckpt_dir, R->step, KEEP_CHECKPOINTS, &t, 1, meta, 2, err);
+    return tw_checkpoint_save(R->o->ckpt_dir, R->step, KEEP_CHECKPOINTS, &t, 1, meta, TW_CKPT_META, err);
 }
 
 /* Rewrites steps.log atomically with only its lines up to step (none when it does not exist). */
@@ -511,13 +513,11 @@ static tw_status resume(run *R, tw_error *err)
     if (s == TW_END)
         return trim_steps_log(R->o->steps_log, 0, err);
     TW_TRY(s);
-    const char *meta = tw_checkpoint_meta(ck, "step");
+    tw_ckpt_state state = {.step = 0};
     float w[W_VALUES];
     const int64_t shape[1] = {W_VALUES};
-    int64_t step = -1;
-    if (!meta || !parse_i64(meta, 0, &step))
-        s = tw_error_set(err, TW_ERR_CORRUPT, tw_checkpoint_path(ck), -1,
-                         "checkpoint metadata lacks a valid 'step'");
+    s = tw_ckpt_state_read(ck, &state, err);
+    int64_t step = state.step;
     if (s == TW_OK)
         s = tw_checkpoint_fetch(ck, "w", 1, shape, w, err);
     if (s == TW_OK) {
@@ -609,10 +609,9 @@ static int follow(const options *o)
     int64_t step = 0;
     tw_checkpoint *ck;
     tw_error err;
+    tw_ckpt_state state;
     if (o->resume && tw_checkpoint_open_latest(o->ckpt_dir, &ck, &err) == TW_OK) {
-        const char *meta = tw_checkpoint_meta(ck, "step");
-        if (!meta || !parse_i64(meta, 0, &step))
-            step = 0;
+        step = tw_ckpt_state_read(ck, &state, &err) == TW_OK ? state.step : 0;
         tw_checkpoint_free(ck);
     }
     while (!stop_requested && step < o->steps) {
