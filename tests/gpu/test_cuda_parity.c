@@ -362,6 +362,12 @@ static void test_window(const char *label, tw_window w)
     BOTH(tw_maxpool_bwd(b, &w, V(b, DX), V(b, DY), V(b, AM), &e_));
     snprintf(name, sizeof name, "maxpool_bwd %s", label);
     expect_exact(name, DX);
+    BOTH(tw_avgpool_fwd(b, &w, V(b, Y), V(b, X), &e_)); /* the CPU's tap order and divisor: bit-identical */
+    snprintf(name, sizeof name, "avgpool_fwd %s", label);
+    expect_exact(name, Y);
+    BOTH(tw_avgpool_bwd(b, &w, V(b, DX), V(b, DY), &e_));
+    snprintf(name, sizeof name, "avgpool_bwd %s", label);
+    expect_exact(name, DX);
     pair_free(&X);
     pair_free(&Cl);
     pair_free(&DX);
@@ -381,6 +387,47 @@ static void test_windows(void)
     test_window("2d pool 3x3/2 SAME (overlap, odd pad)", window(3, 1, 13, 10, 5, 1, 3, 3, 1, 2, 2, 1));
     test_window("3d 3x3x3/2 SAME", window(2, 7, 9, 8, 3, 3, 3, 3, 2, 2, 2, 1));
     test_window("3d 2x4x3 strides 1,3,2 VALID", window(2, 5, 11, 9, 4, 2, 4, 3, 1, 3, 2, 0));
+}
+
+/* add and copy_cols: per element, bit-identical; batch norm: its channel sums in CUB's order, within
+ * float tolerance of the CPU's (both sum in double). */
+static void test_joins_and_batch_norm(int rows, int channels)
+{
+    size_t n = (size_t)rows * channels;
+    float *x = randv(n, -2, 3), *c = randv(n, -1, 1), *g = randv((size_t)channels, 0.5f, 1.5f);
+    float *be = randv((size_t)channels, -1, 1), moving[2 * 512];
+    for (int i = 0; i < 2 * channels; i++)
+        moving[i] = i < channels ? 0.0f : 1.0f;
+    pair X = pair_from(x, n), C = pair_from(c, n), Y = pair_new(n), G = pair_from(g, (size_t)channels);
+    pair Be = pair_from(be, (size_t)channels), S = pair_new(2 * (size_t)channels), M = pair_from(moving, 2 * (size_t)channels);
+    pair DX = pair_new(n), DG = pair_new((size_t)channels), DB = pair_new((size_t)channels);
+    char name[96];
+    BOTH(tw_add(b, V(b, Y), V(b, X), V(b, C), n, &e_));
+    expect_exact("add", Y);
+    BOTH(tw_copy_cols(b, V(b, Y), channels, channels / 2, V(b, X), channels, 0, rows, channels - channels / 2, 1, &e_));
+    expect_exact("copy_cols accumulate", Y);
+    tw_bn p = {.rows = rows, .channels = channels, .momentum = 0.9f, .epsilon = 1e-3f, .mode = TW_BN_TRAIN_UPDATE};
+    BOTH(tw_bn_fwd(b, &p, V(b, Y), V(b, X), V(b, G), V(b, Be), V(b, S), V(b, M), &e_));
+    snprintf(name, sizeof name, "bn_fwd train %dx%d", rows, channels);
+    expect_close(name, Y, 1e-5, 1e-5, NULL);
+    snprintf(name, sizeof name, "bn moving statistics %dx%d", rows, channels);
+    expect_close(name, M, 1e-5, 1e-6, NULL);
+    BOTH(tw_bn_bwd(b, &p, V(b, DX), V(b, DG), V(b, DB), V(b, C), V(b, X), V(b, G), V(b, S), &e_));
+    snprintf(name, sizeof name, "bn_bwd dx %dx%d", rows, channels);
+    expect_close(name, DX, 1e-4, 1e-5, NULL);
+    snprintf(name, sizeof name, "bn_bwd dgamma %dx%d", rows, channels);
+    expect_close(name, DG, 1e-4, 1e-4, NULL);
+    p.mode = TW_BN_INFER;
+    BOTH(tw_bn_fwd(b, &p, V(b, Y), V(b, X), V(b, G), V(b, Be), V(b, S), V(b, M), &e_));
+    snprintf(name, sizeof name, "bn_fwd inference %dx%d", rows, channels);
+    expect_close(name, Y, 1e-5, 1e-5, NULL);
+    pair *all[] = {&X, &C, &Y, &G, &Be, &S, &M, &DX, &DG, &DB};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        pair_free(all[i]);
+    free(x);
+    free(c);
+    free(g);
+    free(be);
 }
 
 /* ---- losses ---- */
@@ -637,6 +684,8 @@ int main(void)
     test_xent(64, 1000, 80, 0.0f);
     test_xent(7, 3, 0.001f, 0.0f);
     test_xent(100, 10, 5, 0.1f); /* label smoothing: its loss sums the row once more */
+    test_joins_and_batch_norm(100 * 14 * 14, 32); /* a CNN's batch norm: every position a row */
+    test_joins_and_batch_norm(37, 500);
     if (strcmp(other, "cuda") == 0)
         test_bad_label();
     test_mse(100, 10);

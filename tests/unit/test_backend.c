@@ -863,6 +863,198 @@ static void test_maxpool_bwd_relu(void **state)
     check_pool_relu(window3d(1, 5, 4, 5, 2, 3, 3, 3, 2, 1));    /* 3-D SAME, overlapping */
 }
 
+/* ---- average pooling, batch normalisation, graph joins ---- */
+
+typedef struct {
+    tw_window w;
+    float *x, *r; /* input [win_x]; the weights of the loss <avgpool(x), r> [rows * in_c] */
+} avg_case;
+
+/* The mean of each window's input taps in double (the padding not counted). */
+static void avgpool_ref(const avg_case *c, double *y)
+{
+    const tw_window *w = &c->w;
+    size_t rows = win_rows(w);
+    for (size_t row = 0; row < rows; row++) {
+        size_t rr = row;
+        int ow = (int)(rr % (size_t)w->out_w), oh = (int)(rr / (size_t)w->out_w % (size_t)w->out_h);
+        rr /= (size_t)w->out_w * (size_t)w->out_h;
+        int od = (int)(rr % (size_t)w->out_d);
+        size_t b = rr / (size_t)w->out_d;
+        for (int ci = 0; ci < w->in_c; ci++) {
+            double s = 0.0;
+            int n = 0;
+            for (int kd = 0; kd < w->k_d; kd++)
+                for (int kh = 0; kh < w->k_h; kh++)
+                    for (int kw = 0; kw < w->k_w; kw++) {
+                        int id = od * w->s_d - w->pad_d + kd, ih = oh * w->s_h - w->pad_h + kh,
+                            iw = ow * w->s_w - w->pad_w + kw;
+                        if (id < 0 || id >= w->in_d || ih < 0 || ih >= w->in_h || iw < 0 || iw >= w->in_w)
+                            continue;
+                        s += c->x[(((b * w->in_d + id) * w->in_h + ih) * w->in_w + iw) * w->in_c + ci];
+                        n++;
+                    }
+            y[row * w->in_c + ci] = s / n;
+        }
+    }
+}
+
+static double avg_loss(void *ctx)
+{
+    avg_case *c = ctx;
+    size_t ny = win_rows(&c->w) * c->w.in_c;
+    double *y = calloc(ny, sizeof *y), s = 0.0;
+    avgpool_ref(c, y);
+    for (size_t i = 0; i < ny; i++)
+        s += y[i] * c->r[i];
+    free(y);
+    return s;
+}
+
+static void check_avgpool(tw_window w)
+{
+    avg_case c = {.w = w};
+    size_t nx = win_x(&w), ny = win_rows(&w) * w.in_c;
+    c.x = floats(nx);
+    c.r = floats(ny);
+    fill(c.x, nx, -1, 1);
+    fill(c.r, ny, -1, 1);
+    float *y = floats(ny), *gx = floats(nx);
+    double *want = calloc(ny, sizeof *want);
+    tw_buffer *bx = dev_from(c.x, nx), *by = dev_new(ny), *bdy = dev_from(c.r, ny), *bdx = dev_new(nx);
+    OK(tw_avgpool_fwd(B, &w, view(by), view(bx), &E));
+    OK(tw_avgpool_bwd(B, &w, view(bdx), view(bdy), &E));
+    dev_read(y, by, ny);
+    dev_read(gx, bdx, nx);
+    avgpool_ref(&c, want);
+    assert_all_near(y, want, ny, 1e-6, 1e-7, "avgpool y");
+    check_fd("avgpool dx", c.x, nx, gx, avg_loss, &c);
+    tw_buffer *bufs[] = {bx, by, bdy, bdx};
+    for (size_t i = 0; i < 4; i++)
+        tw_backend_free(B, bufs[i]);
+    free(c.x);
+    free(c.r);
+    free(y);
+    free(gx);
+    free(want);
+}
+
+/* Average pooling against the mean of the input taps (SAME windows count no padding), and its gradient by
+ * finite differences; the global pool is the VALID window as large as the input. */
+static void test_avgpool(void **state)
+{
+    (void)state;
+    check_avgpool(window2d(2, 6, 5, 3, 3, 2, 1)); /* SAME, overlapping, padded on both sides */
+    check_avgpool(window2d(1, 7, 7, 2, 2, 2, 0)); /* VALID */
+    check_avgpool(window3d(1, 5, 4, 5, 2, 3, 3, 3, 2, 1));
+    check_avgpool(window2d(3, 4, 4, 5, 4, 1, 0)); /* global: 4 x 4 over 4 x 4 */
+}
+
+enum { BR = 9, BC = 3 };
+
+typedef struct {
+    float x[BR * BC], gamma[BC], beta[BC], r[BR * BC];
+} bn_case;
+
+/* Keras' training batch norm in double: the batch's mean and biased variance per channel. */
+static void bn_ref(const bn_case *c, double eps, double *y, double *mean, double *var)
+{
+    for (int ch = 0; ch < BC; ch++) {
+        double s = 0.0, q = 0.0;
+        for (int r = 0; r < BR; r++)
+            s += c->x[r * BC + ch];
+        mean[ch] = s / BR;
+        for (int r = 0; r < BR; r++)
+            q += (c->x[r * BC + ch] - mean[ch]) * (c->x[r * BC + ch] - mean[ch]);
+        var[ch] = q / BR;
+        for (int r = 0; r < BR; r++)
+            y[r * BC + ch] = c->gamma[ch] * (c->x[r * BC + ch] - mean[ch]) / sqrt(var[ch] + eps) + c->beta[ch];
+    }
+}
+
+static double bn_loss(void *ctx)
+{
+    bn_case *c = ctx;
+    double y[BR * BC], mean[BC], var[BC], s = 0.0;
+    bn_ref(c, 1e-3, y, mean, var);
+    for (int i = 0; i < BR * BC; i++)
+        s += y[i] * c->r[i];
+    return s;
+}
+
+/* Training mode against the double reference (output, the moving statistics' update), the gradients of
+ * x, gamma and beta by finite differences, and inference mode with the moving statistics. */
+static void test_batch_norm(void **state)
+{
+    (void)state;
+    bn_case c;
+    fill(c.x, BR * BC, -2, 3);
+    fill(c.gamma, BC, 0.5f, 1.5f);
+    fill(c.beta, BC, -1, 1);
+    fill(c.r, BR * BC, -1, 1);
+    float moving[2 * BC] = {0.1f, 0.2f, 0.3f, 1.0f, 2.0f, 0.5f}, y[BR * BC], dx[BR * BC], dg[BC], db[BC], m2[2 * BC];
+    double want[BR * BC], mean[BC], var[BC];
+    tw_bn p = {.rows = BR, .channels = BC, .momentum = 0.9f, .epsilon = 1e-3f, .mode = TW_BN_TRAIN_UPDATE};
+    tw_buffer *bx = dev_from(c.x, BR * BC), *bg = dev_from(c.gamma, BC), *bb = dev_from(c.beta, BC),
+              *bs = dev_new(2 * BC), *bm = dev_from(moving, 2 * BC), *by = dev_new(BR * BC),
+              *bdy = dev_from(c.r, BR * BC), *bdx = dev_new(BR * BC), *bdg = dev_new(BC), *bdb = dev_new(BC);
+    OK(tw_bn_fwd(B, &p, view(by), view(bx), view(bg), view(bb), view(bs), view(bm), &E));
+    OK(tw_bn_bwd(B, &p, view(bdx), view(bdg), view(bdb), view(bdy), view(bx), view(bg), view(bs), &E));
+    dev_read(y, by, BR * BC);
+    dev_read(m2, bm, 2 * BC);
+    dev_read(dx, bdx, BR * BC);
+    dev_read(dg, bdg, BC);
+    dev_read(db, bdb, BC);
+    bn_ref(&c, 1e-3, want, mean, var);
+    assert_all_near(y, want, BR * BC, 1e-5, 1e-6, "batch norm y");
+    for (int ch = 0; ch < BC; ch++) {
+        assert_near(m2[ch], 0.9 * moving[ch] + 0.1 * mean[ch], 1e-5, 1e-6, "moving mean", (size_t)ch);
+        assert_near(m2[BC + ch], 0.9 * moving[BC + ch] + 0.1 * var[ch], 1e-5, 1e-6, "moving variance", (size_t)ch);
+    }
+    check_fd("batch norm dx", c.x, BR * BC, dx, bn_loss, &c);
+    check_fd("batch norm dgamma", c.gamma, BC, dg, bn_loss, &c);
+    check_fd("batch norm dbeta", c.beta, BC, db, bn_loss, &c);
+    /* inference: (x - moving mean) / sqrt(moving variance + eps), the moving statistics untouched */
+    p.mode = TW_BN_INFER;
+    OK(tw_bn_fwd(B, &p, view(by), view(bx), view(bg), view(bb), view(bs), view(bm), &E));
+    dev_read(y, by, BR * BC);
+    for (int i = 0; i < BR * BC; i++) {
+        int ch = i % BC;
+        assert_near(y[i], c.gamma[ch] * (c.x[i] - m2[ch]) / sqrt(m2[BC + ch] + 1e-3) + c.beta[ch], 1e-5, 1e-6,
+                    "batch norm inference", (size_t)i);
+    }
+    dev_read(moving, bm, 2 * BC);
+    assert_memory_equal(moving, m2, sizeof m2);
+    tw_buffer *bufs[] = {bx, bg, bb, bs, bm, by, bdy, bdx, bdg, bdb};
+    for (size_t i = 0; i < 10; i++)
+        tw_backend_free(B, bufs[i]);
+}
+
+/* add: a + c; copy_cols: a channel block copied, then added, at an offset (a concat and its gradient). */
+static void test_joins(void **state)
+{
+    (void)state;
+    float a[12], c[12], y[12], dst[4 * 5] = {0}, got[4 * 5];
+    fill(a, 12, -1, 1);
+    fill(c, 12, -1, 1);
+    tw_buffer *ba = dev_from(a, 12), *bc = dev_from(c, 12), *by = dev_new(12), *bd = dev_from(dst, 20);
+    OK(tw_add(B, view(by), view(ba), view(bc), 12, &E));
+    dev_read(y, by, 12);
+    for (int i = 0; i < 12; i++)
+        assert_true(y[i] == a[i] + c[i]);
+    /* a as 4 rows of 3: columns 1..2 into columns 3..4 of dst's rows of 5, then added once more */
+    OK(tw_copy_cols(B, view(bd), 5, 3, view(ba), 3, 1, 4, 2, 0, &E));
+    OK(tw_copy_cols(B, view(bd), 5, 3, view(ba), 3, 1, 4, 2, 1, &E));
+    dev_read(got, bd, 20);
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < 5; k++)
+            assert_true(got[r * 5 + k] == (k >= 3 ? a[r * 3 + k - 2] + a[r * 3 + k - 2] : 0.0f));
+    assert_int_equal(tw_copy_cols(B, view(bd), 5, 4, view(ba), 3, 1, 4, 2, 0, &E), TW_ERR_INVALID);
+    tw_buffer *bufs[] = {ba, bc, by, bd};
+    for (size_t i = 0; i < 4; i++)
+        tw_backend_free(B, bufs[i]);
+}
+
 /* ---- losses ---- */
 
 enum { XR = 5, XC = 7 };
@@ -1628,6 +1820,9 @@ int main(void)
         cmocka_unit_test(test_update_momentum),
         cmocka_unit_test(test_update_adam),
         cmocka_unit_test(test_update_nesterov),
+        cmocka_unit_test(test_avgpool),
+        cmocka_unit_test(test_batch_norm),
+        cmocka_unit_test(test_joins),
         cmocka_unit_test(test_update_weight_decay),
         cmocka_unit_test(test_xent_label_smoothing),
         cmocka_unit_test(test_update_l2_range),

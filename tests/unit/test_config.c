@@ -98,6 +98,20 @@ static const bad_case BAD[] = {
      "model.layers[0].bias_init.stddev", "not used by type 'zeros'"},
     {LAYER("'type':'max_pool2d','pool':2,'units':5"), "model.layers[0].units", "not used"},
     {LAYER("'type':'max_pool2d','pool':2,'momentum':0.9"), "model.layers[0].momentum", "not used"},
+    /* graphs: inputs name earlier layers (or the model's input); add and concat read two or more */
+    {LAYERS("{'type':'dense','units':4,'name':'a'},{'type':'add','inputs':['a','b']}"), "model.layers[1].inputs[1]",
+     "no layer before this one is named 'b' (or 'input', the model's input)"},
+    {LAYERS("{'type':'dense','units':4,'name':'a','inputs':['a']}"), "model.layers[0].inputs[0]",
+     "no layer before this one is named 'a'"},
+    {LAYERS("{'type':'dense','units':4,'name':'a'},{'type':'add','inputs':['a']}"), "model.layers[1].inputs",
+     "add reads 2 or more layers: name them"},
+    {LAYERS("{'type':'dense','units':4,'name':'a'},{'type':'dense','units':2,'inputs':['a','input']}"),
+     "model.layers[1].inputs", "dense reads one layer, got 2"},
+    {LAYERS("{'type':'dense','units':4,'name':'input'}"), "model.layers[0].name", "'input' names the model's input"},
+    {LAYERS("{'type':'batch_norm','momentum':1}," DENSE10), "model.layers[0].momentum", "must be in [0, 1)"},
+    {LAYERS("{'type':'batch_norm','epsilon':0}," DENSE10), "model.layers[0].epsilon", NULL},
+    {LAYERS("{'type':'add','inputs':['input','input','input','input','input']}," DENSE10), "model.layers[0].inputs",
+     "must have 1 to 4 entries, got 5"},
     {LAYER("'type':'dense','units':5,'rate':0.5"), "model.layers[0].rate", "not used"},
     /* duplicates */
     {TOP("'steps':5,'steps':6"), "steps", "duplicate key"},
@@ -661,6 +675,10 @@ static void test_round_trip(void **state)
     assert_round_trip(DECAY("'type':'piecewise','boundaries':[300,600],'factors':[1,0.1,0.01],'warmup_steps':5"),
                       NULL);
     assert_round_trip(DECAY("'type':'piecewise','boundaries':[],'factors':[0.5]"), NULL);
+    assert_round_trip(LAYERS("{'type':'conv2d','filters':2,'kernel':3,'name':'c'},{'type':'batch_norm','name':'bn',"
+                             "'momentum':0.9,'epsilon':0.01,'activation':'relu'},{'type':'add','inputs':['bn','c']},"
+                             "{'type':'concat','inputs':['add_2','input']},{'type':'avg_pool2d','pool':2},"
+                             "{'type':'global_avg_pool'}," DENSE10), NULL);
     assert_round_trip(TOP("'init_from':{'checkpoint':'/runs/a/ckpt.safetensors','weights':'ema'}"), NULL);
     assert_round_trip(TOP("'init_from':null"), NULL);
 
