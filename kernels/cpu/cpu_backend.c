@@ -707,26 +707,32 @@ static tw_status cpu_avgpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw
     return TW_OK;
 }
 
-/* The batch's mean and 1 / sqrt(biased variance + epsilon) per channel into stats[2C], summed in double
- * in row order (two passes: the mean, then the squared deviations); with moving (TRAIN_UPDATE), the moving
- * mean and variance follow the batch's. */
-static void bn_batch_stats(const tw_bn *p, const float *x, float *stats, float *moving)
+/* The batch's mean and 1 / sqrt(biased variance + epsilon) per channel into stats[2C], each channel summed
+ * in double in row order (two passes over the rows: the means, then the squared deviations; rows outer so
+ * the reads are sequential); with moving (TRAIN_UPDATE), the moving mean and variance follow the batch's.
+ * sums[2C]: scratch. */
+static void bn_batch_stats(const tw_bn *p, const float *x, float *stats, float *moving, double *sums)
 {
     size_t R = (size_t)p->rows, C = (size_t)p->channels;
-    for (size_t c = 0; c < C; c++) {
-        double s = 0.0, q = 0.0;
-        for (size_t r = 0; r < R; r++)
-            s += x[r * C + c];
-        double mean = s / (double)R;
-        for (size_t r = 0; r < R; r++) {
-            double d = x[r * C + c] - mean;
-            q += d * d;
+    double *s = sums, *q = sums + C;
+    for (size_t c = 0; c < 2 * C; c++)
+        sums[c] = 0.0;
+    for (size_t r = 0; r < R; r++)
+        for (size_t c = 0; c < C; c++)
+            s[c] += x[r * C + c];
+    for (size_t c = 0; c < C; c++)
+        s[c] /= (double)R;
+    for (size_t r = 0; r < R; r++)
+        for (size_t c = 0; c < C; c++) {
+            double d = x[r * C + c] - s[c];
+            q[c] += d * d;
         }
-        stats[c] = (float)mean;
-        stats[C + c] = (float)(1.0 / sqrt(q / (double)R + (double)p->epsilon));
+    for (size_t c = 0; c < C; c++) {
+        stats[c] = (float)s[c];
+        stats[C + c] = (float)(1.0 / sqrt(q[c] / (double)R + (double)p->epsilon));
         if (moving) {
-            moving[c] = tw_bn_moving(moving[c], (float)mean, p->momentum);
-            moving[C + c] = tw_bn_moving(moving[C + c], (float)(q / (double)R), p->momentum);
+            moving[c] = tw_bn_moving(moving[c], (float)s[c], p->momentum);
+            moving[C + c] = tw_bn_moving(moving[C + c], (float)(q[c] / (double)R), p->momentum);
         }
     }
 }
@@ -735,7 +741,6 @@ static tw_status cpu_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x,
                             tw_tensor stats, tw_tensor moving, tw_error *err)
 {
     (void)ctx;
-    (void)err;
     size_t R = (size_t)p->rows, C = (size_t)p->channels;
     const float *px = f32(x), *pg = f32(gamma), *pb = f32(beta);
     float *py = f32(y), *ps = f32(stats), *pm = f32(moving);
@@ -745,7 +750,11 @@ static tw_status cpu_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x,
             ps[C + c] = 1.0f / sqrtf(pm[C + c] + p->epsilon);
         }
     } else {
-        bn_batch_stats(p, px, ps, p->mode == TW_BN_TRAIN_UPDATE ? pm : NULL);
+        double *sums = malloc(2 * C * sizeof *sums);
+        if (!sums)
+            return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+        bn_batch_stats(p, px, ps, p->mode == TW_BN_TRAIN_UPDATE ? pm : NULL, sums);
+        free(sums);
     }
     for (size_t r = 0; r < R; r++)
         for (size_t c = 0; c < C; c++)
@@ -753,25 +762,28 @@ static tw_status cpu_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x,
     return TW_OK;
 }
 
-/* dbeta = sum dy, dgamma = sum dy xhat per channel (double, row order); dx = gamma inv / R (R dy - dbeta -
- * xhat dgamma). */
+/* dbeta = sum dy, dgamma = sum dy xhat per channel (double, row order; rows outer); dx = gamma inv / R (R dy -
+ * dbeta - xhat dgamma). */
 static tw_status cpu_bn_bwd(void *ctx, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,
                             tw_tensor x, tw_tensor gamma, tw_tensor stats, tw_error *err)
 {
     (void)ctx;
-    (void)err;
     size_t R = (size_t)p->rows, C = (size_t)p->channels;
     const float *px = f32(x), *pdy = f32(dy), *pg = f32(gamma), *ps = f32(stats);
     float *pdg = f32(dgamma), *pdb = f32(dbeta);
-    for (size_t c = 0; c < C; c++) {
-        double sb = 0.0, sg = 0.0;
-        for (size_t r = 0; r < R; r++) {
-            sb += pdy[r * C + c];
-            sg += (double)pdy[r * C + c] * ((px[r * C + c] - ps[c]) * ps[C + c]);
+    double *sb = calloc(2 * C, sizeof *sb), *sg = sb + C;
+    if (!sb)
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    for (size_t r = 0; r < R; r++)
+        for (size_t c = 0; c < C; c++) {
+            sb[c] += pdy[r * C + c];
+            sg[c] += (double)pdy[r * C + c] * ((px[r * C + c] - ps[c]) * ps[C + c]);
         }
-        pdb[c] = (float)sb;
-        pdg[c] = (float)sg;
+    for (size_t c = 0; c < C; c++) {
+        pdb[c] = (float)sb[c];
+        pdg[c] = (float)sg[c];
     }
+    free(sb);
     if (!dx.buf)
         return TW_OK;
     float *pdx = f32(dx);
