@@ -178,6 +178,17 @@ static const field LAYER_FIELDS[] = {
 static const schema LAYER_SCHEMA = SCHEMA(LAYER_FIELDS);
 
 #define AT(m) offsetof(tw_config, m)
+#define AUG_AT(m) offsetof(tw_augment, m)
+static const field AUGMENT_FIELDS[] = {
+    {.key = "resized_crop_min_scale", .kind = K_FLOAT, .offset = AUG_AT(resized_crop_min_scale), FRANGE(0, 1)},
+    {.key = "resized_crop_max_ratio", .kind = K_FLOAT, .offset = AUG_AT(resized_crop_max_ratio), FRANGE(1, 10)},
+    {.key = "crop_padding", .kind = K_INT, .offset = AUG_AT(crop_padding), IRANGE(0, 64)},
+    {.key = "horizontal_flip", .kind = K_BOOL, .offset = AUG_AT(horizontal_flip)},
+    {.key = "erasing_probability", .kind = K_FLOAT, .offset = AUG_AT(erasing_probability), FRANGE(0, 1)},
+    {.key = "erasing_max_area", .kind = K_FLOAT, .offset = AUG_AT(erasing_max_area), FRANGE(0.02, 1)},
+};
+static const schema AUGMENT_SCHEMA = SCHEMA(AUGMENT_FIELDS);
+
 static const field DATASET_FIELDS[] = {
     {.key = "train", .kind = K_PATH, .offset = AT(train_path), .flags = F_REQUIRED},
     {.key = "test", .kind = K_PATH, .offset = AT(test_path), .flags = F_NULLABLE},
@@ -187,8 +198,10 @@ static const field DATASET_FIELDS[] = {
      .aux = AT(rank)},
     {.key = "scale", .kind = K_FLOAT, .offset = AT(scale), .flags = F_LO_OPEN, FRANGE(0, FLT_MAX)},
     {.key = "shuffle_buffer", .kind = K_INT, .offset = AT(shuffle_buffer), IRANGE(1, 10000000)},
+    {.key = "augment", .kind = K_OBJECT, .offset = AT(augment), .sub = &AUGMENT_SCHEMA},
 };
 static const schema DATASET_SCHEMA = SCHEMA(DATASET_FIELDS);
+
 
 static const field MODEL_FIELDS[] = {
     {.key = "layers", .kind = K_LAYERS, .offset = AT(layers), .flags = F_REQUIRED,
@@ -301,6 +314,7 @@ void tw_config_defaults(tw_config *c)
     snprintf(c->label_feature, sizeof c->label_feature, "%s", "label");
     c->scale = 1.0f / 255.0f;
     c->shuffle_buffer = 10000;
+    c->augment = (tw_augment){.resized_crop_max_ratio = 4.0f / 3.0f, .erasing_max_area = 0.33f};
     for (int i = 0; i < TW_MAX_LAYERS; i++)
         layer_defaults(&c->layers[i]);
     c->loss = TW_LOSS_SOFTMAX_XENT;
@@ -976,6 +990,9 @@ static tw_status check_across_keys(const tw_config *c, tw_error *err)
     if (c->lr_decay == TW_DECAY_PIECEWISE && c->n_factors != c->n_boundaries + 1)
         return fail(err, "lr_decay.factors", "must have one entry more than lr_decay.boundaries (%d), got %d",
                     c->n_boundaries, c->n_factors);
+    if (tw_augment_any(&c->augment) && c->rank != 2 && c->rank != 3)
+        return fail(err, "dataset.augment", "needs images: dataset.shape [h, w] or [h, w, c], not a flat "
+                    "input or a volume");
     if (c->label_smoothing > 0 && c->loss != TW_LOSS_SOFTMAX_XENT)
         return fail(err, "label_smoothing", "needs the loss softmax_cross_entropy, not %s", LOSSES[c->loss]);
     return TW_OK;

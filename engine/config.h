@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "augment.h"
 #include "backend.h"
 #include "status.h"
 
@@ -91,6 +92,7 @@ typedef struct {
     int rank;                        /* entries of shape in use (1 to 4) */
     float scale;                     /* uint8 inputs are multiplied by it (default 1/255) */
     int shuffle_buffer;              /* used when the data does not fit in memory */
+    tw_augment augment;              /* the training examples' augmentation (augment.h); evaluation has none */
     /* model */
     tw_layer_config layers[TW_MAX_LAYERS];
     int n_layers;

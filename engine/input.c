@@ -83,6 +83,7 @@ typedef struct {
     uint8_t *buf_x;             /* streaming: [cap, row_bytes], the shuffle buffer (rows as stored) */
     label *buf_y;               /* streaming: [cap] */
     size_t cap, filled;         /* streaming: slots in the buffer, slots holding an example */
+    float *aug_work;            /* with augmentation: tw_augment_scratch floats */
 } producer;
 
 /* What the caller takes from each batch of `batch` examples: rows [lo, lo + rows) (tw_input_next_rows;
@@ -186,6 +187,10 @@ static tw_status check_options(const tw_input_options *o, tw_error *err)
         bad = "prefetch_batches must be >= 0";
     else if (!isfinite(o->scale))
         bad = "scale must be finite";
+    else if (o->augment && tw_augment_any(o->augment) &&
+             (o->image.h < 1 || o->image.w < 1 || o->image.c < 1 ||
+              (size_t)o->image.h * (size_t)o->image.w * (size_t)o->image.c != o->example_size))
+        bad = "augmentation needs the examples' [h, w, c], of example_size values";
     if (bad)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "input options: %s", bad);
     return TW_OK;
@@ -535,9 +540,13 @@ static tw_status take_stream(tw_input *in, float *x, label *y, tw_error *err)
  * advances p.pos, into the next epoch after the last example of one. */
 static tw_status produce_one(tw_input *in, float *x, label *y, tw_error *err)
 {
+    tw_input_position at = in->p.pos;
     if (!in->in_memory)
-        return take_stream(in, x, y, err);
-    take_memory(in, x, y);
+        TW_TRY(take_stream(in, x, y, err));
+    else
+        take_memory(in, x, y);
+    if (x && in->p.aug_work)
+        tw_augment_apply(in->o.augment, &in->o.image, in->o.seed, at.epoch, at.consumed, x, in->p.aug_work);
     return TW_OK;
 }
 
@@ -845,6 +854,9 @@ static tw_status init_input(tw_input *in, const tw_input_options *o, tw_error *e
         return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "pthread_cond_init failed");
     }
     in->f.sync_ready = 1;
+    if (o->augment && tw_augment_any(o->augment) &&
+        !(in->p.aug_work = malloc(tw_augment_scratch(&o->image, o->augment) * sizeof(float))))
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     return TW_OK;
 }
 
@@ -954,6 +966,7 @@ void tw_input_close(tw_input *in)
     free(in->p.perm);
     free(in->p.buf_x);
     free(in->p.buf_y);
+    free(in->p.aug_work);
     free(in->x);
     free(in->y);
     free(in->path);

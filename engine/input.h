@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "augment.h"
 #include "status.h"
 
 typedef struct {
@@ -34,6 +35,10 @@ typedef struct {
     size_t prefetch_min_bytes;   /* in memory, batches of at most this many fp32 bytes are assembled by
                                     the caller, with no thread (input.c says why); default 1 MiB; 0: the
                                     thread for every batch */
+    const tw_augment *augment;   /* borrowed; NULL (default) or nothing to do: the examples as stored. Each
+                                    example is augmented as it is made, keyed by (seed, its epoch, its place
+                                    in the epoch's order), so a position and a seed give the same batches */
+    tw_augment_shape image;      /* with augment: the examples' [h, w, c] (h * w * c = example_size) */
 } tw_input_options;
 
 void tw_input_options_default(tw_input_options *o);

@@ -167,7 +167,10 @@ static tw_status open_inputs(run *R, tw_error *err)
     io.shuffle = 1;
     io.shuffle_buffer = c->shuffle_buffer;
     io.max_memory_bytes = input_budget(R, io.max_memory_bytes);
+    io.augment = &c->augment;
+    io.image = (tw_augment_shape){.h = c->shape[0], .w = c->shape[1], .c = c->rank == 3 ? c->shape[2] : 1};
     TW_TRY(tw_input_open(&io, &R->train, err));
+    io.augment = NULL; /* never the evaluation's */
     if (!c->test_path[0])
         return TW_OK;
     io.path = c->test_path;

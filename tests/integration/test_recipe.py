@@ -288,11 +288,12 @@ def test_a_residual_batch_norm_graph_exports(tower_bin, run_tower, tmp_path, ima
 
 
 def test_a_batch_norm_graph_resumes_bit_exact(tower_bin, tmp_path, images):
-    """Two towers (each normalising its own half of the batch, the first moving the statistics), Adam, an EMA
-    and clipping: 12 steps straight, and 6 then a resume to 12, end with the same weights, moving statistics
-    and losses, bit for bit."""
+    """Two towers (each normalising its own half of the batch, the first moving the statistics), Adam, an EMA,
+    clipping and augmentation: 12 steps straight, and 6 then a resume to 12, end with the same weights and
+    moving statistics, bit for bit."""
     full = residual_config(images, steps=12, towers=2, batch_size=EXAMPLES // 4, checkpoint_every=6, ema_decay=0.9,
                            optimizer={"type": "adam", "learning_rate": 0.01, "global_clipnorm": 1.0})
+    full["dataset"] = dict(full["dataset"], augment=AUGMENT)
     whole = checkpoint(train(tower_bin, tmp_path, full, "whole"))
     first = dict(full, steps=6)
     logdir = train(tower_bin, tmp_path, first, "split")
@@ -305,3 +306,43 @@ def test_a_batch_norm_graph_resumes_bit_exact(tower_bin, tmp_path, images):
     assert sorted(resumed) == sorted(whole)
     for k in whole:
         np.testing.assert_array_equal(resumed[k], whole[k], err_msg=k)
+
+
+AUGMENT = {"crop_padding": 1, "horizontal_flip": True, "erasing_probability": 0.5, "erasing_max_area": 0.2,
+           "resized_crop_min_scale": 0.6}
+
+
+def lines_of(logdir_or_res):
+    return [json.loads(l) for l in logdir_or_res.stdout.splitlines() if l.startswith("{")]
+
+
+def run_lines(tower_bin, tmp_path, config, name):
+    cfg = tmp_path / f"{name}.json"
+    cfg.write_text(json.dumps(config))
+    res = subprocess.run([str(tower_bin), "train", cfg, "--logdir", tmp_path / name], capture_output=True,
+                         text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    return lines_of(res)
+
+
+def test_augmentation_is_keyed_and_training_only(tower_bin, tmp_path, images):
+    """The same config twice trains on the same augmented examples (equal losses); without augmentation the
+    losses differ; the evaluation before the first step sees the examples as stored either way; two towers
+    of half the batch see the examples one tower of the whole batch sees."""
+    def cfg(**over):
+        c = residual_config(images, steps=6, eval_every=3, **over)
+        c["dataset"] = dict(c["dataset"], test=str(images[0]))
+        return c
+    aug = cfg()
+    aug["dataset"]["augment"] = AUGMENT
+    a, b, plain = (run_lines(tower_bin, tmp_path, c, n) for c, n in ((aug, "a"), (aug, "b"), (cfg(), "plain")))
+    loss = lambda ls: [l["loss"] for l in ls if "loss" in l]
+    assert loss(a) == loss(b) and len(loss(a)) == 6
+    assert loss(a)[1:] != loss(plain)[1:]
+    first_eval = lambda ls: next(l for l in ls if "eval_loss" in l and l["step"] == 0)["eval_loss"]
+    assert first_eval(a) == first_eval(plain)
+    towers = dict(aug, towers=2, batch_size=EXAMPLES // 2)
+    towers["model"] = {"layers": [RESIDUAL[0], RESIDUAL[7], RESIDUAL[9]]}  # no batch norm: it normalises per tower
+    single = dict(towers, towers=1, batch_size=EXAMPLES)
+    np.testing.assert_allclose(loss(run_lines(tower_bin, tmp_path, towers, "two")),
+                               loss(run_lines(tower_bin, tmp_path, single, "one")), rtol=1e-4)
