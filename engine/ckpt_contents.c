@@ -72,13 +72,13 @@ static tw_status meta_u64(const tw_checkpoint *ck, const char *key, uint64_t max
 tw_status tw_ckpt_state_read(const tw_checkpoint *ck, tw_ckpt_state *s, tw_error *err)
 {
     uint64_t step = 0;
+    s->config = tw_checkpoint_meta(ck, "config"); /* first: a file of another tool's has none */
+    if (!s->config || !*s->config)
+        return tw_error_set(err, TW_ERR_CORRUPT, tw_checkpoint_path(ck), -1, "checkpoint metadata holds no run config");
     TW_TRY(meta_u64(ck, "step", INT64_MAX, &step, err));
     TW_TRY(meta_u64(ck, "data_epoch", UINT64_MAX, &s->data_epoch, err));
     TW_TRY(meta_u64(ck, "data_consumed", UINT64_MAX, &s->data_consumed, err));
     TW_TRY(meta_u64(ck, "seed", UINT64_MAX, &s->seed, err));
     s->step = (int64_t)step;
-    s->config = tw_checkpoint_meta(ck, "config");
-    if (!s->config || !*s->config)
-        return tw_error_set(err, TW_ERR_CORRUPT, tw_checkpoint_path(ck), -1, "checkpoint metadata holds no run config");
     return TW_OK;
 }

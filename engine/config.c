@@ -61,7 +61,8 @@ typedef enum {
 
 enum {
     F_REQUIRED = 1,  /* absent is an error */
-    F_NULLABLE = 2,  /* null means absent (K_PATH: ""; K_OBJECT: the NULL-named variant) */
+    F_NULLABLE = 2,  /* null means absent (K_PATH: ""; K_OBJECT: the NULL-named variant, or for an object
+                        without variants, its first field a list of no items) */
     F_LO_OPEN = 4,   /* K_FLOAT: flo itself is out of range */
     F_HI_OPEN = 8,   /* K_FLOAT: fhi itself is out of range */
     F_IDENT = 16,    /* K_STRING: a layer name (valid_layer_name) */
@@ -189,6 +190,14 @@ static const field AUGMENT_FIELDS[] = {
 };
 static const schema AUGMENT_SCHEMA = SCHEMA(AUGMENT_FIELDS);
 
+static const field NORMALIZE_FIELDS[] = {
+    {.key = "mean", .kind = K_FLOATS, .offset = AT(norm_mean), .flags = F_REQUIRED, FRANGE(-FLT_MAX, FLT_MAX),
+     .aux = AT(n_norm_mean), .max_items = TW_MAX_NORM},
+    {.key = "std", .kind = K_FLOATS, .offset = AT(norm_std), .flags = F_REQUIRED | F_LO_OPEN, FRANGE(0, FLT_MAX),
+     .aux = AT(n_norm_std), .max_items = TW_MAX_NORM},
+};
+static const schema NORMALIZE_SCHEMA = SCHEMA(NORMALIZE_FIELDS);
+
 static const field DATASET_FIELDS[] = {
     {.key = "train", .kind = K_PATH, .offset = AT(train_path), .flags = F_REQUIRED},
     {.key = "test", .kind = K_PATH, .offset = AT(test_path), .flags = F_NULLABLE},
@@ -199,6 +208,7 @@ static const field DATASET_FIELDS[] = {
     {.key = "scale", .kind = K_FLOAT, .offset = AT(scale), .flags = F_LO_OPEN, FRANGE(0, FLT_MAX)},
     {.key = "shuffle_buffer", .kind = K_INT, .offset = AT(shuffle_buffer), IRANGE(1, 10000000)},
     {.key = "augment", .kind = K_OBJECT, .offset = AT(augment), .sub = &AUGMENT_SCHEMA},
+    {.key = "normalize", .kind = K_OBJECT, .flags = F_NULLABLE, .sub = &NORMALIZE_SCHEMA},
 };
 static const schema DATASET_SCHEMA = SCHEMA(DATASET_FIELDS);
 
@@ -993,6 +1003,12 @@ static tw_status check_across_keys(const tw_config *c, tw_error *err)
     if (tw_augment_any(&c->augment) && c->rank != 2 && c->rank != 3)
         return fail(err, "dataset.augment", "needs images: dataset.shape [h, w] or [h, w, c], not a flat "
                     "input or a volume");
+    int channels = c->shape[c->rank > 0 ? c->rank - 1 : 0];
+    const int norm[2] = {c->n_norm_mean, c->n_norm_std};
+    for (int k = 0; k < 2; k++)
+        if (norm[k] > 1 && norm[k] != channels)
+            return fail(err, k ? "dataset.normalize.std" : "dataset.normalize.mean",
+                        "must have 1 entry or one per channel (the shape's last axis: %d), got %d", channels, norm[k]);
     if (c->label_smoothing > 0 && c->loss != TW_LOSS_SOFTMAX_XENT)
         return fail(err, "label_smoothing", "needs the loss softmax_cross_entropy, not %s", LOSSES[c->loss]);
     return TW_OK;
@@ -1295,7 +1311,10 @@ static json_t *encode_value(const field *f, const char *base, int variant)
         int dims = is_3d(variant) ? 3 : 2;
         return encode_int_list((const int *)(const void *)p + (3 - dims), dims);
     }
-    case K_OBJECT: return encode_object(f->sub, p);
+    case K_OBJECT:
+        if ((f->flags & F_NULLABLE) && !variant_field(f->sub) && load_int(p, f->sub->fields[0].aux) == 0)
+            return json_null(); /* an object of lists, absent */
+        return encode_object(f->sub, p);
     case K_LAYERS: return encode_layers(f, base);
     case K_STEPS:
     case K_FLOATS: return encode_number_list(f, base);

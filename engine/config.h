@@ -16,7 +16,8 @@
 #include "backend.h"
 #include "status.h"
 
-enum { TW_MAX_LAYERS = 64, TW_PATH_BYTES = 4096, TW_NAME_BYTES = 64, TW_MAX_PIECES = 16, TW_MAX_INPUTS = 4 };
+enum { TW_MAX_LAYERS = 64, TW_PATH_BYTES = 4096, TW_NAME_BYTES = 64, TW_MAX_PIECES = 16, TW_MAX_INPUTS = 4,
+       TW_MAX_NORM = 16 };
 
 typedef enum {
     TW_LAYER_DENSE = 0,
@@ -93,6 +94,10 @@ typedef struct {
     float scale;                     /* uint8 inputs are multiplied by it (default 1/255) */
     int shuffle_buffer;              /* used when the data does not fit in memory */
     tw_augment augment;              /* the training examples' augmentation (augment.h); evaluation has none */
+    float norm_mean[TW_MAX_NORM], norm_std[TW_MAX_NORM]; /* "normalize": every input value v of channel k (the
+                                        shape's last axis) becomes (v - mean[k]) / std[k] before the first
+                                        layer, everywhere the model runs; one entry stands for every channel */
+    int n_norm_mean, n_norm_std;     /* 0: no normalisation */
     /* model */
     tw_layer_config layers[TW_MAX_LAYERS];
     int n_layers;

@@ -465,6 +465,19 @@ static Twonnx__ValueInfoProto *value_info(gb *g, const char *name, int rank, con
     return v;
 }
 
+/* The config's "normalize": Sub of the means, Div by the deviations, each [channels] (or one value) broadcast
+ * over the channels-last input's last axis, as the engine does before the first layer. */
+static void normalize(gb *g, const tw_config *c)
+{
+    if (!c->n_norm_mean)
+        return;
+    int64_t nm[1] = {c->n_norm_mean}, ns[1] = {c->n_norm_std};
+    const char *mean = init_floats(g, "normalize/mean", 1, nm, c->norm_mean);
+    const char *std = init_floats(g, "normalize/std", 1, ns, c->norm_std);
+    step(g, "Sub", "normalize/Sub", 1, &mean);
+    step(g, "Div", "normalize/Div", 1, &std);
+}
+
 /* The input, the scale, every layer, and the outputs: names into outs[2] and *n_outs. */
 static tw_status body(gb *g, const tw_inference *inf, tw_onnx_input input, const char **outs, size_t *n_outs,
                       tw_error *err)
@@ -482,6 +495,7 @@ static tw_status body(gb *g, const tw_inference *inf, tw_onnx_input input, const
             step(g, "Mul", "scale/Mul", 1, &s);
         }
     }
+    normalize(g, c);
     static __thread tensor layer_outs[TW_MAX_LAYERS];
     const tensor input_tensor = {g->cur, g->layout, g->rank};
     for (int i = 0; i < tw_model_n_layers(m); i++)

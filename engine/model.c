@@ -58,6 +58,8 @@ struct tw_model {
     shape input;
     tw_loss_kind loss;
     float label_smoothing;       /* SOFTMAX_XENT's, the config's */
+    const float *norm_mean, *norm_std; /* the config's "normalize" (borrowed), NULL: none */
+    int n_norm_mean, n_norm_std;
     tw_optimizer_kind optimizer; /* which slot arenas a replica holds */
 };
 
@@ -364,6 +366,12 @@ tw_status tw_model_create(const tw_config *c, tw_model **out, tw_error *err)
     m->input = input_shape(c);
     m->loss = c->loss;
     m->label_smoothing = c->label_smoothing;
+    if (c->n_norm_mean) {
+        m->norm_mean = c->norm_mean;
+        m->norm_std = c->norm_std;
+        m->n_norm_mean = c->n_norm_mean;
+        m->n_norm_std = c->n_norm_std;
+    }
     m->optimizer = c->optimizer;
     tw_status s = shape_size(&m->input) <= INT_MAX
                       ? TW_OK
@@ -604,6 +612,7 @@ struct tw_replica {
     tw_buffer *x, *labels, *loss, *probs; /* [batch, in] ; [batch*outs] ; [batch] ; [batch, outs] */
     tw_buffer *scratch;       /* [batch * scratch_values]: a gradient that is then added (NULL: none) */
     float *host_loss;         /* [batch] host copy of loss, owned */
+    float *host_x;            /* [batch, in]: a batch normalised on its way up; NULL without "normalize" */
     layer_state ls[TW_MAX_LAYERS];
 };
 
@@ -780,7 +789,9 @@ tw_status tw_replica_create_sharing(const tw_model *m, tw_backend *b, int batch,
     r->b = b;
     r->batch = batch;
     r->shares = shares;
-    tw_status s = (r->host_loss = malloc((size_t)batch * sizeof(float)))
+    int norm = m->norm_mean != NULL;
+    tw_status s = (r->host_loss = malloc((size_t)batch * sizeof(float))) &&
+                          (!norm || (r->host_x = malloc((size_t)batch * tw_model_input_size(m) * sizeof(float))))
                       ? replica_alloc(r, err)
                       : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     if (s != TW_OK) {
@@ -809,6 +820,7 @@ void tw_replica_destroy(tw_replica *r)
     tw_backend_free(r->b, r->probs);
     tw_backend_free(r->b, r->scratch);
     free(r->host_loss);
+    free(r->host_x);
     free(r);
 }
 
@@ -818,6 +830,18 @@ tw_tensor tw_replica_slot1(const tw_replica *r) { return tw_tensor_of(r->arena[A
 tw_tensor tw_replica_slot2(const tw_replica *r) { return tw_tensor_of(r->arena[ARENA_SLOT2]); }
 tw_tensor tw_replica_ema(const tw_replica *r) { return tw_tensor_of(r->arena[ARENA_EMA]); }
 
+/* x [rows, in] with every value v of channel k (the input's last axis) as (v - mean[k]) / std[k], into
+ * out; returns out. */
+static const float *normalized(const tw_model *m, int rows, const float *x, float *out)
+{
+    size_t n = (size_t)rows * tw_model_input_size(m), c = (size_t)m->input.c;
+    for (size_t i = 0; i < n; i++) {
+        size_t k = i % c;
+        out[i] = (x[i] - m->norm_mean[m->n_norm_mean > 1 ? k : 0]) / m->norm_std[m->n_norm_std > 1 ? k : 0];
+    }
+    return out;
+}
+
 tw_status tw_replica_upload_batch(tw_replica *r, int rows, const float *x, const void *labels,
                                   tw_error *err)
 {
@@ -826,6 +850,8 @@ tw_status tw_replica_upload_batch(tw_replica *r, int rows, const float *x, const
                             rows, r->batch);
     size_t in = tw_model_input_size(r->m), outs = (size_t)tw_model_output_size(r->m);
     size_t label_values = r->m->loss == TW_LOSS_SOFTMAX_XENT ? 1 : outs;
+    if (r->host_x)
+        x = normalized(r->m, rows, x, r->host_x);
     TW_TRY(tw_backend_upload(r->b, tw_tensor_of(r->x), x, (size_t)rows * in * sizeof(float), err));
     if (!labels) /* inference: the loss the forward computes is not read; class 0 keeps it in range */
         return tw_backend_zero(r->b, tw_tensor_of(r->labels), (size_t)rows * label_values * 4, err);

@@ -346,3 +346,31 @@ def test_augmentation_is_keyed_and_training_only(tower_bin, tmp_path, images):
     single = dict(towers, towers=1, batch_size=EXAMPLES)
     np.testing.assert_allclose(loss(run_lines(tower_bin, tmp_path, towers, "two")),
                                loss(run_lines(tower_bin, tmp_path, single, "one")), rtol=1e-4)
+
+
+def write_images(path, x, y):
+    import tensorflow as tf
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for xi, yi in zip(x, y):
+            ex = tf.train.Example(features=tf.train.Features(feature={
+                "image_raw": tf.train.Feature(float_list=tf.train.FloatList(value=xi.ravel())),
+                "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[yi]))}))
+            w.write(ex.SerializeToString())
+
+
+def test_normalize_is_part_of_the_model(tower_bin, run_tower, tmp_path, images):
+    """dataset.normalize trains exactly as the same data normalised beforehand does, and its ONNX export
+    normalises in the graph (onnxruntime on the stored values gives Tower's outputs)."""
+    from test_export import onnx_matches_tower
+    mean, std = np.float32([0.4, 0.6]), np.float32([0.25, 0.5])
+    _, x, y = images
+    write_images(tmp_path / "normed.tfrecord", (x - mean) / std, y)
+    model = {"layers": [RESIDUAL[0], RESIDUAL[7], RESIDUAL[9]]}
+    raw = residual_config(images, model=model)
+    raw["dataset"] = dict(raw["dataset"], normalize={"mean": mean.tolist(), "std": std.tolist()})
+    pre = residual_config(images, model=model)
+    pre["dataset"] = dict(pre["dataset"], train=str(tmp_path / "normed.tfrecord"))
+    loss = lambda ls: [l["loss"] for l in ls if "loss" in l]
+    assert loss(run_lines(tower_bin, tmp_path, raw, "raw")) == loss(run_lines(tower_bin, tmp_path, pre, "pre"))
+    ckpt = tmp_path / "raw" / "checkpoints" / (tmp_path / "raw" / "checkpoints" / "latest").read_text().strip()
+    onnx_matches_tower(run_tower, tmp_path, ckpt, x[:16], "raw", "--input", "scaled")

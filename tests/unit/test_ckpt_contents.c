@@ -120,7 +120,7 @@ static void test_missing_and_malformed_keys(void **state)
     } cases[] = {{"data_epoch", NULL, "checkpoint metadata lacks 'data_epoch'"},
                  {"seed", "-1", "checkpoint metadata 'seed' is '-1', not a number"},
                  {"step", "12x", "checkpoint metadata 'step' is '12x', not a number"},
-                 {"config", "", "checkpoint metadata holds no run config"}};
+                 {"config", NULL, "checkpoint metadata holds no run config"}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         char dir[512];
         assert_int_equal(tw_test_mkdtemp(dir, sizeof dir, "ckpt_contents"), 0);

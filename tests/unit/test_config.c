@@ -109,6 +109,12 @@ static const bad_case BAD[] = {
      "model.layers[1].inputs", "dense reads one layer, got 2"},
     {LAYERS("{'type':'dense','units':4,'name':'input'}"), "model.layers[0].name", "'input' names the model's input"},
     {LAYERS("{'type':'batch_norm','momentum':1}," DENSE10), "model.layers[0].momentum", "must be in [0, 1)"},
+    {"{'dataset':{'train':'t','shape':[4,4,3],'normalize':{'mean':[0.5,0.5],'std':[1]}},'model':{'layers':["
+     DENSE10 "]}}", "dataset.normalize.mean", "must have 1 entry or one per channel (the shape's last axis: 3), got 2"},
+    {"{'dataset':{'train':'t','shape':[4,4,3],'normalize':{'mean':[0.5],'std':[0]}},'model':{'layers':["
+     DENSE10 "]}}", "dataset.normalize.std[0]", "must be > 0"},
+    {"{'dataset':{'train':'t','shape':[784],'augment':{'horizontal_flip':true}},'model':{'layers':[" DENSE10 "]}}",
+     "dataset.augment", "needs images"},
     {LAYERS("{'type':'batch_norm','epsilon':0}," DENSE10), "model.layers[0].epsilon", NULL},
     {LAYERS("{'type':'add','inputs':['input','input','input','input','input']}," DENSE10), "model.layers[0].inputs",
      "must have 1 to 4 entries, got 5"},
@@ -675,6 +681,9 @@ static void test_round_trip(void **state)
     assert_round_trip(DECAY("'type':'piecewise','boundaries':[300,600],'factors':[1,0.1,0.01],'warmup_steps':5"),
                       NULL);
     assert_round_trip(DECAY("'type':'piecewise','boundaries':[],'factors':[0.5]"), NULL);
+    assert_round_trip("{'dataset':{'train':'t','shape':[4,4,3],'normalize':{'mean':[0.5,0.4,0.3],'std':[0.2]},"
+                      "'augment':{'crop_padding':2,'horizontal_flip':true,'erasing_probability':0.25}},"
+                      "'model':{'layers':[{'type':'flatten'}," DENSE10 "]}}", NULL);
     assert_round_trip(LAYERS("{'type':'conv2d','filters':2,'kernel':3,'name':'c'},{'type':'batch_norm','name':'bn',"
                              "'momentum':0.9,'epsilon':0.01,'activation':'relu'},{'type':'add','inputs':['bn','c']},"
                              "{'type':'concat','inputs':['add_2','input']},{'type':'avg_pool2d','pool':2},"
@@ -689,8 +698,10 @@ static void test_round_trip(void **state)
     assert_non_null(json);
     const char *expected =
         "{\"batch_size\":32,\"checkpoint_every\":1000,\"cuda_graphs\":true,\"dataset\":"
-        "{\"image_feature\":\"image_raw\","
-        "\"label_feature\":\"label\",\"scale\":0.003921569,\"shape\":[784],\"shuffle_buffer\":"
+        "{\"augment\":{\"crop_padding\":0,\"erasing_max_area\":0.33,\"erasing_probability\":0.0,"
+        "\"horizontal_flip\":false,\"resized_crop_max_ratio\":1.3333334,\"resized_crop_min_scale\":0.0},"
+        "\"image_feature\":\"image_raw\","
+        "\"label_feature\":\"label\",\"normalize\":null,\"scale\":0.003921569,\"shape\":[784],\"shuffle_buffer\":"
         "10000,\"test\":null,\"train\":\"t\"},\"ema_decay\":0.0,\"eval_every\":1000,\"histogram_every\":1000,\"init_from\":null,"
         "\"input_memory_bytes\":0,\"keep_checkpoints\":5,\"l2\":0.0,\"label_smoothing\":0.0,\"loss\":\"softmax_cross_entropy\",\"lr_decay\":null,"
         "\"model\":{\"layers\":[{\"activation\":\"linear\",\"bias_init\":{\"type\":\"zeros\"},"
