@@ -34,6 +34,8 @@ void tw_convert_options_default(tw_convert_options *o)
     o->seed = 0;
     o->max_bytes = DEFAULT_MAX_BYTES;
     o->max_record_bytes = DEFAULT_MAX_RECORD_BYTES;
+    o->image_channels = 3;
+    o->image_fit = TW_CONVERT_FIT_CROP;
 }
 
 const char *tw_convert_source_name(tw_convert_source s)
@@ -43,6 +45,7 @@ const char *tw_convert_source_name(tw_convert_source s)
     case TW_CONVERT_CSV: return "csv";
     case TW_CONVERT_NPY: return "npy";
     case TW_CONVERT_TFRECORD: return "tfrecord";
+    case TW_CONVERT_ARCHIVE: return "archive";
     }
     return "?";
 }
@@ -68,23 +71,40 @@ static tw_status need_both(const char *a, const char *a_flag, const char *b, con
     return TW_OK;
 }
 
+/* An archive's stored size and channels; its class names are its folders'. */
+static tw_status check_archive(const tw_convert_options *o, tw_error *err)
+{
+    if (o->image_height < 1 || o->image_height > 4096 || o->image_width < 1 || o->image_width > 4096)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--image-size HxW is needed with --image-archive, "
+                            "each side 1 to 4096 pixels");
+    if (o->image_channels != 1 && o->image_channels != 3)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--channels must be 1 (gray) or 3 (RGB), got %d",
+                            o->image_channels);
+    if (o->class_names)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--class-names: an image archive's classes are its "
+                            "folders' names");
+    return TW_OK;
+}
+
 static tw_status check_source(const tw_convert_options *o, tw_convert_source *source,
                               tw_error *err)
 {
     int idx = o->images || o->labels, csv = o->csv || o->label_column;
-    int npy = o->npy_features || o->npy_labels, tfr = o->tfrecord != NULL;
-    if (idx + csv + npy + tfr != 1)
+    int npy = o->npy_features || o->npy_labels, tfr = o->tfrecord != NULL, arc = o->image_archive != NULL;
+    if (idx + csv + npy + tfr + arc != 1)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
                             "give exactly one source: --images/--labels, --csv/--label-column, "
-                            "--npy-features/--npy-labels or --tfrecord");
+                            "--npy-features/--npy-labels, --tfrecord or --image-archive");
+    if (arc)
+        TW_TRY(check_archive(o, err));
     TW_TRY(need_both(o->images, "--images", o->labels, "--labels", err));
     TW_TRY(need_both(o->csv, "--csv", o->label_column, "--label-column", err));
     TW_TRY(need_both(o->npy_features, "--npy-features", o->npy_labels, "--npy-labels", err));
     TW_TRY(need_both(o->test_images, "--test-images", o->test_labels, "--test-labels", err));
     TW_TRY(need_both(o->test_npy_features, "--test-npy-features", o->test_npy_labels, "--test-npy-labels",
                      err));
-    *source = idx ? TW_CONVERT_IDX : csv ? TW_CONVERT_CSV : npy ? TW_CONVERT_NPY
-                                                                : TW_CONVERT_TFRECORD;
+    *source = idx ? TW_CONVERT_IDX : csv ? TW_CONVERT_CSV : npy ? TW_CONVERT_NPY : tfr ? TW_CONVERT_TFRECORD
+                                                                                  : TW_CONVERT_ARCHIVE;
     return TW_OK;
 }
 
@@ -136,7 +156,8 @@ static tw_status check_paths(const tw_convert_options *o, const char *meta, tw_e
     const char *outs[] = {o->output, o->test_output, meta};
     const char *all[] = {o->output, o->test_output, meta, o->images, o->labels, o->test_images,
                          o->test_labels, o->csv, o->test_csv, o->npy_features, o->npy_labels,
-                         o->test_npy_features, o->test_npy_labels, o->tfrecord, o->test_tfrecord};
+                         o->test_npy_features, o->test_npy_labels, o->tfrecord, o->test_tfrecord,
+                         o->image_archive};
     for (size_t i = 0; i < 3; i++)
         for (size_t j = i + 1; j < sizeof all / sizeof all[0]; j++)
             if (outs[i] && all[j] && !strcmp(outs[i], all[j]))
@@ -423,7 +444,8 @@ static tw_status count_classes(conversion *c, label_stats *st, tw_error *err)
     for (uint64_t seen = 0; s == TW_OK; seen++) {
         tw_label_value label = {0, 0};
         tw_example_builder_reset(c->builder);
-        if ((s = src->next(src, c->builder, &label, err)) == TW_OK)
+        s = src->next_label ? src->next_label(src, &label, err) : src->next(src, c->builder, &label, err);
+        if (s == TW_OK)
             s = stats_add(st, seen, 1, &label, err);
     }
     if (none)

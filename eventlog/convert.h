@@ -63,7 +63,14 @@ typedef enum {
     TW_CONVERT_CSV = 1,
     TW_CONVERT_NPY = 2,
     TW_CONVERT_TFRECORD = 3,
+    TW_CONVERT_ARCHIVE = 4, /* an image-folder archive (convert_archive.c) */
 } tw_convert_source;
+
+/* How an archive's images of other sizes become the stored size. */
+typedef enum {
+    TW_CONVERT_FIT_CROP = 0, /* scale the shorter side to the target, cut the middle */
+    TW_CONVERT_FIT_PAD = 1,  /* scale the longer side to it, centre on black */
+} tw_convert_fit;
 
 /* Every string is borrowed for the duration of tw_convert. Set exactly one source group. */
 typedef struct {
@@ -75,6 +82,10 @@ typedef struct {
     const char *test_npy_features, *test_npy_labels; /* optional second pair, same per-example shape
                                                          and dtype: all of it goes to the test split */
     const char *tfrecord, *test_tfrecord;  /* TFRecord of tf.train.Example; optional test file */
+    const char *image_archive;             /* .tar, .tar.gz or .zip: one top-level folder of images per class */
+    int image_height, image_width;         /* the stored size of an archive's images (required with one) */
+    int image_channels;                    /* 1 (gray) or 3 (RGB); default 3 */
+    tw_convert_fit image_fit;              /* default crop */
     const char *output;                    /* train TFRecord path (required) */
     const char *test_output;               /* test TFRecord path (required with a test split) */
     const char *meta;                      /* meta JSON path; NULL: see tw_convert_meta_path */

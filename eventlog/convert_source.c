@@ -143,7 +143,7 @@ static tw_status idx_open(const char *images, const char *labels, uint64_t max_b
     idx_source *x = calloc(1, sizeof *x);
     if (!x)
         return nomem(err);
-    x->base = (tw_convert_src){"idx", 0, 1, idx_next, idx_describe, idx_close, 0, 0, 0, NULL, 0};
+    x->base = (tw_convert_src){"idx", 0, 1, idx_next, idx_describe, idx_close, 0, 0, 0, NULL, 0, NULL};
     *out = &x->base;
     TW_TRY(tw_idx_open(images, max_bytes, &x->images, err));
     TW_TRY(tw_idx_open(labels, max_bytes, &x->labels, err));
@@ -236,7 +236,7 @@ static tw_status csv_open(const char *path, const char *label_column, uint64_t m
     csv_source *x = calloc(1, sizeof *x);
     if (!x)
         return nomem(err);
-    x->base = (tw_convert_src){"csv", 0, 1, csv_next, csv_describe, csv_close, 0, 0, 0, NULL, 0};
+    x->base = (tw_convert_src){"csv", 0, 1, csv_next, csv_describe, csv_close, 0, 0, 0, NULL, 0, NULL};
     *out = &x->base;
     TW_TRY(tw_csv_open(path, max_bytes, &x->r, err));
     tw_csv_allow_nonfinite(x->r, allow_nonfinite);
@@ -422,7 +422,7 @@ static tw_status npy_open(const char *features, const char *labels, uint64_t max
     npy_source *x = calloc(1, sizeof *x);
     if (!x)
         return nomem(err);
-    x->base = (tw_convert_src){"npy", 0, 1, npy_next, npy_describe, npy_close, 0, 0, 0, NULL, 0};
+    x->base = (tw_convert_src){"npy", 0, 1, npy_next, npy_describe, npy_close, 0, 0, 0, NULL, 0, NULL};
     *out = &x->base;
     TW_TRY(tw_npy_open(features, max_bytes, &x->features, err));
     TW_TRY(tw_npy_open(labels, max_bytes, &x->labels, err));
@@ -826,7 +826,7 @@ static tw_status tfr_open(const char *path, const tw_convert_options *o, schema 
     tfr_source *x = calloc(1, sizeof *x);
     if (!x)
         return nomem(err);
-    x->base = (tw_convert_src){"tfrecord", 0, 1, tfr_next, tfr_describe, tfr_close, 0, 0, 0, NULL, 0};
+    x->base = (tw_convert_src){"tfrecord", 0, 1, tfr_next, tfr_describe, tfr_close, 0, 0, 0, NULL, 0, NULL};
     *out = &x->base;
     x->path = path;
     x->allow_nonfinite = o->allow_nonfinite;
@@ -889,6 +889,7 @@ static tw_status open_source(const tw_convert_options *o, tw_convert_source kind
         return npy_open(o->npy_features, o->npy_labels, o->max_bytes, o->allow_nonfinite, out, err);
     case TW_CONVERT_TFRECORD: /* the fraction split needs the count up front */
         return tfr_open(o->tfrecord, o, NULL, o->test_fraction >= 0, out, err);
+    case TW_CONVERT_ARCHIVE: return tw_convert_archive_open(o, out, err);
     }
     return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "unknown source %d", (int)kind);
 }

@@ -34,6 +34,9 @@ struct tw_convert_src {
     const uint8_t *record; /* [record_len] the serialized Example next() yielded, borrowed until the
                               next call; NULL: the Example is in the builder */
     size_t record_len;
+    /* Optional (NULL: next() stands in): the next example's label alone, without building it (the class
+     * counts of a stratified split); TW_END after the last. */
+    tw_status (*next_label)(tw_convert_src *s, tw_label_value *label, tw_error *err);
 };
 
 /* Opens the training source of kind, and into *test the test source the options name (--test-images
@@ -41,6 +44,9 @@ struct tw_convert_src {
  * test source borrows the training source's schema), also on failure. */
 tw_status tw_convert_src_open(const tw_convert_options *o, tw_convert_source kind, tw_convert_src **train,
                           tw_convert_src **test, tw_error *err);
+
+/* The image-folder source (convert_archive.c): o->image_archive read as classes of images. */
+tw_status tw_convert_archive_open(const tw_convert_options *o, tw_convert_src **out, tw_error *err);
 
 /* Sets key on obj, stealing value; a NULL value (jansson out of memory) is an error. */
 tw_status tw_convert_put(json_t *obj, const char *key, json_t *value, tw_error *err);

@@ -414,8 +414,9 @@ static json_t *request_body(const tw_route *rt)
     }
     return json_pack("{s:s, s:b, s:{s:{s:{s:s}}, s:{}, s:{}}}", "description",
                      "multipart: the files as parts (images, labels, test_images, test_labels; features, labels, "
-                     "test_features; csv, test_csv; tfrecord, test_tfrecord; classes) and the values label_column, "
-                     "test_fraction, validation_split, split_seed, class_names; or the raw bytes of "
+                     "test_features; csv, test_csv; tfrecord, test_tfrecord; archive; classes) and the values "
+                     "label_column, test_fraction, validation_split, split_seed, class_names, image_size, channels, "
+                     "resize; or the raw bytes of "
                      "one CSV or TFRecord file (any bytes: the converter judges them)",
                      "required", 1, "content", "multipart/form-data", "schema", "type", "object", "text/csv",
                      "application/x-tfrecord");

@@ -30,19 +30,20 @@
 
 /* Data files (< N_DATA: they make the source), class-name texts (kept as files), then values. */
 enum { F_IMAGES, F_LABELS, F_TEST_IMAGES, F_TEST_LABELS, F_FEATURES, F_CSV, F_TFRECORD, F_TEST_TFRECORD,
-       F_TEST_FEATURES, F_TEST_CSV, N_DATA, F_CLASSES = N_DATA, F_CLASS_NAMES, N_FILES,
-       F_LABEL_COLUMN = N_FILES, F_TEST_FRACTION, F_VALIDATION_SPLIT, F_SPLIT_SEED, N_FIELDS };
+       F_TEST_FEATURES, F_TEST_CSV, F_ARCHIVE, N_DATA, F_CLASSES = N_DATA, F_CLASS_NAMES, N_FILES,
+       F_LABEL_COLUMN = N_FILES, F_TEST_FRACTION, F_VALIDATION_SPLIT, F_SPLIT_SEED, F_IMAGE_SIZE, F_CHANNELS,
+       F_RESIZE, N_FIELDS };
 
 #define BIT(f) (1u << (f))
 
 static const char *const FIELDS[N_FIELDS] = {"images", "labels", "test_images", "test_labels", "features",
                                              "csv", "tfrecord", "test_tfrecord", "test_features", "test_csv",
-                                             "classes", "class_names", "label_column", "test_fraction",
-                                             "validation_split", "split_seed"};
+                                             "archive", "classes", "class_names", "label_column", "test_fraction",
+                                             "validation_split", "split_seed", "image_size", "channels", "resize"};
 
 static const char KNOWN_FIELDS[] = "images, labels, test_images, test_labels, features, test_features, csv, "
-                                   "test_csv, tfrecord, test_tfrecord, classes, class_names, label_column, "
-                                   "test_fraction, validation_split, split_seed";
+                                   "test_csv, tfrecord, test_tfrecord, archive, classes, class_names, label_column, "
+                                   "test_fraction, validation_split, split_seed, image_size, channels, resize";
 
 static const char FASHION[] = "/usr/share/datasets/fashion-mnist";
 
@@ -187,13 +188,16 @@ static const struct {
     {BIT(F_CSV) | BIT(F_TEST_CSV), "csv"},
     {BIT(F_TFRECORD), "tfrecord"},
     {BIT(F_TFRECORD) | BIT(F_TEST_TFRECORD), "tfrecord"},
+    {BIT(F_ARCHIVE), "archive"},
 };
 
 static const char SOURCES_EXPECTED[] = "expected files images + labels [+ test_images + test_labels] (IDX), "
                                        "features + labels [+ test_features + test_labels] (NumPy), csv "
-                                       "[+ test_csv], or tfrecord [+ test_tfrecord]";
+                                       "[+ test_csv], tfrecord [+ test_tfrecord], or archive (a .tar, .tar.gz "
+                                       "or .zip of one folder of images per class)";
 
-/* The source the received fields make ("idx", "npy", "csv", "tfrecord"), or NULL when they make none. */
+/* The source the received fields make ("idx", "npy", "csv", "tfrecord", "archive"), or NULL when they make
+ * none. */
 static const char *source_name(unsigned have)
 {
     for (size_t i = 0; i < sizeof SOURCES / sizeof SOURCES[0]; i++)
@@ -224,6 +228,35 @@ static void source_options(const upload *u, tw_convert_options *o, char paths[][
     o->test_csv = p[F_TEST_CSV];
     o->tfrecord = p[F_TFRECORD];
     o->test_tfrecord = p[F_TEST_TFRECORD];
+    o->image_archive = p[F_ARCHIVE];
+}
+
+/* An archive's image values: image_size "HxW" (or "S" for a square), channels 1 or 3 (default 3), resize
+ * crop or pad (default crop), into o. Errors name the field. */
+static tw_status image_options(const upload *u, tw_convert_options *o, tw_error *err)
+{
+    const char *size = u->values[F_IMAGE_SIZE], *ch = u->values[F_CHANNELS], *fit = u->values[F_RESIZE];
+    int archive = (u->have & BIT(F_ARCHIVE)) != 0;
+    if (!archive && (size[0] || ch[0] || fit[0]))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s is for an image archive (the archive field)",
+                            size[0] ? "image_size" : ch[0] ? "channels" : "resize");
+    if (!archive)
+        return TW_OK;
+    char end = 0;
+    int n = sscanf(size, "%dx%d%c", &o->image_height, &o->image_width, &end);
+    if (n == 1 && sscanf(size, "%d%c", &o->image_height, &end) == 1)
+        o->image_width = o->image_height, n = 2;
+    if (n != 2 || o->image_height < 1 || o->image_height > 4096 || o->image_width < 1 || o->image_width > 4096)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "image_size must be HxW (or one side for a square), each "
+                            "1 to 4096 pixels: the size the archive's images are stored at");
+    if (ch[0] && strcmp(ch, "1") && strcmp(ch, "3"))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "channels must be 1 (gray) or 3 (RGB)");
+    o->image_channels = ch[0] ? ch[0] - '0' : 3;
+    if (fit[0] && strcmp(fit, "crop") && strcmp(fit, "pad"))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "resize must be crop (scale the shorter side, cut the "
+                            "middle) or pad (scale the longer side, centre on black)");
+    o->image_fit = !strcmp(fit, "pad") ? TW_CONVERT_FIT_PAD : TW_CONVERT_FIT_CROP;
+    return TW_OK;
 }
 
 /* The conversion parameters that must survive a restart: upload/params.json. */
@@ -233,10 +266,11 @@ static tw_status save_params(const upload *u, tw_error *err)
     for (int f = 0; f < N_FILES; f++)
         if (u->filenames[f][0])
             json_object_set_new(names, FIELDS[f], json_string(u->filenames[f]));
-    json_t *p = json_pack("{s:i, s:s, s:s, s:s, s:s, s:o}", "fields", (int)u->have, "label_column",
+    json_t *p = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o}", "fields", (int)u->have, "label_column",
                           u->values[F_LABEL_COLUMN], "test_fraction", u->values[F_TEST_FRACTION],
                           "validation_split", u->values[F_VALIDATION_SPLIT], "split_seed",
-                          u->values[F_SPLIT_SEED], "filenames", names);
+                          u->values[F_SPLIT_SEED], "image_size", u->values[F_IMAGE_SIZE], "channels",
+                          u->values[F_CHANNELS], "resize", u->values[F_RESIZE], "filenames", names);
     char *text = json_dumps(p, JSON_COMPACT), path[PATH_MAX];
     json_decref(p);
     tw_status s = tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path) != 0
@@ -264,11 +298,12 @@ static tw_status load_params(upload *u, tw_error *err)
     tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path);
     json_error_t je;
     json_t *p = load_json(path, JSON_REJECT_DUPLICATES, &je);
-    const char *lc = NULL, *tf = NULL, *vs = "", *seed = "";
+    const char *lc = NULL, *tf = NULL, *vs = "", *seed = "", *size = "", *ch = "", *fit = "";
     json_t *names = NULL;
     int fields = 0;
-    if (!p || json_unpack(p, "{s:i, s:s, s:s, s?:s, s?:s, s?:o}", "fields", &fields, "label_column", &lc,
-                          "test_fraction", &tf, "validation_split", &vs, "split_seed", &seed, "filenames", &names)) {
+    if (!p || json_unpack(p, "{s:i, s:s, s:s, s?:s, s?:s, s?:s, s?:s, s?:s, s?:o}", "fields", &fields, "label_column",
+                          &lc, "test_fraction", &tf, "validation_split", &vs, "split_seed", &seed, "image_size", &size,
+                          "channels", &ch, "resize", &fit, "filenames", &names)) {
         json_decref(p);
         return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "unreadable upload parameters");
     }
@@ -277,6 +312,9 @@ static tw_status load_params(upload *u, tw_error *err)
     snprintf(u->values[F_TEST_FRACTION], sizeof u->values[0], "%s", tf);
     snprintf(u->values[F_VALIDATION_SPLIT], sizeof u->values[0], "%s", vs);
     snprintf(u->values[F_SPLIT_SEED], sizeof u->values[0], "%s", seed);
+    snprintf(u->values[F_IMAGE_SIZE], sizeof u->values[0], "%s", size);
+    snprintf(u->values[F_CHANNELS], sizeof u->values[0], "%s", ch);
+    snprintf(u->values[F_RESIZE], sizeof u->values[0], "%s", fit);
     for (int f = 0; f < N_FILES; f++) {
         const char *name = json_string_value(json_object_get(names, FIELDS[f]));
         snprintf(u->filenames[f], sizeof u->filenames[0], "%s", name ? name : "");
@@ -343,9 +381,13 @@ static tw_status check_upload(const upload *u, tw_error *err)
     tw_convert_options o;
     tw_convert_options_default(&o);
     TW_TRY(split_options(u, &o, err));
+    TW_TRY(image_options(u, &o, err));
     json_t *names;
     TW_TRY(class_names(u, &names, err));
     json_decref(names);
+    if (names && (u->have & BIT(F_ARCHIVE)))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "class names are an image archive's folder names: "
+                            "leave class_names out");
     return TW_OK;
 }
 
@@ -370,6 +412,7 @@ static tw_status convert_dir(tw_server *S, const upload *u, char **meta, tw_erro
     if (u->values[F_LABEL_COLUMN][0])
         o.label_column = u->values[F_LABEL_COLUMN];
     TW_TRY(split_options(u, &o, err));
+    TW_TRY(image_options(u, &o, err));
     if (!o.test_images && !o.test_tfrecord && !o.test_csv && !o.test_npy_features && o.test_fraction < 0)
         o.test_output = NULL;
     if (o.csv && !o.label_column)

@@ -1,0 +1,444 @@
+/* convert_archive.c — the converter's image-folder source: a .tar, .tar.gz or .zip archive (read with
+ * libarchive, which also tells the formats and filters apart by content) whose top-level folders are the
+ * classes and whose PNG and JPEG files under them are the examples, each decoded (image.c), resized to the
+ * stored size with stb_image_resize (Debian's libstb) and given the stored channel count.
+ *
+ * Owns: which entries are examples, the class of each (its top-level folder; the classes sorted by name,
+ * class 0 the first, as Keras' image_dataset_from_directory orders them), the refusals (each naming the
+ * entry inside the archive) and the skips, the resize rule (convert.h: TW_CONVERT_FIT_*). Nothing is ever
+ * written to disk from the archive: entries are read into memory one at a time, each capped, and the whole
+ * archive's unpacked size is capped by the conversion's max_bytes (a decompression bomb stops there).
+ *
+ * Two passes over the archive: the first reads only the headers (and the first bytes of each file, to
+ * refuse a file that is no image before anything is written), the second decodes. The class counts a
+ * stratified split needs come from the first (next_label). */
+#include "convert_source.h"
+
+#include <archive.h>
+#include <archive_entry.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "image.h"
+#include "stb_image_resize.h"
+
+enum {
+    MAX_ENTRY_BYTES = 64 << 20, /* one file of the archive */
+    SNIFF_BYTES = 16,
+    MAX_CLASSES = TW_CONVERT_MAX_CLASS_NAMES,
+};
+
+typedef struct {
+    char *path; /* as the archive names it */
+    int label;
+} entry;
+
+typedef struct {
+    tw_convert_src base;
+    const char *file;               /* borrowed */
+    int height, width, channels, fit;
+    uint64_t max_bytes, read_bytes; /* the unpacked budget, and what the writing pass read so far */
+    struct archive *a;              /* the writing pass */
+    entry *entries;                 /* [n] the images, in archive order */
+    size_t n, cap, at;
+    char **classes;                 /* [n_classes] sorted; classes[k] is class k's name */
+    size_t n_classes;
+    uint64_t skipped;               /* hidden files, and files outside a class folder */
+    char **folders;                 /* [n_folders] top-level folders the archive lists: each must hold images */
+    size_t n_folders;
+    uint8_t *data;                  /* [data_cap] the current file's bytes */
+    size_t data_cap;
+    uint8_t *resized, *pixels;      /* [height * width * 3] and [height * width * channels] */
+    int64_t dims[3];
+} archive_source;
+
+static tw_status nomem(tw_error *err) { return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory"); }
+
+static tw_status entry_error(const archive_source *x, tw_status code, const char *path, const char *why,
+                             tw_error *err)
+{
+    return tw_error_set(err, code, x->file, -1, "archive entry '%.200s': %s", path, why);
+}
+
+static tw_status open_archive(const archive_source *x, struct archive **out, tw_error *err)
+{
+    struct archive *a = archive_read_new();
+    if (!a)
+        return nomem(err);
+    archive_read_support_format_tar(a);
+    archive_read_support_format_zip(a);
+    archive_read_support_filter_gzip(a);
+    archive_read_support_filter_bzip2(a);
+    archive_read_support_filter_xz(a);
+    if (archive_read_open_filename(a, x->file, 1 << 16) != ARCHIVE_OK) {
+        tw_status s = tw_error_set(err, TW_ERR_INVALID, x->file, -1, "not a .tar, .tar.gz or .zip archive: %s",
+                                   archive_error_string(a) ? archive_error_string(a) : "unreadable");
+        archive_read_free(a);
+        return s;
+    }
+    *out = a;
+    return TW_OK;
+}
+
+/* What the entry at path is to the conversion: 1 an example, 0 skipped (a hidden file, or a file outside
+ * a class folder), else a refusal. */
+static tw_status classify_path(const archive_source *x, const char *path, int *example, tw_error *err)
+{
+    if (path[0] == '/')
+        return entry_error(x, TW_ERR_INVALID, path, "an absolute path: an archive must hold relative paths", err);
+    *example = 1;
+    const char *part = path;
+    while (*part) {
+        const char *end = strchr(part, '/');
+        size_t len = end ? (size_t)(end - part) : strlen(part);
+        if (len == 2 && part[0] == '.' && part[1] == '.')
+            return entry_error(x, TW_ERR_INVALID, path, "a path out of the archive ('..')", err);
+        if ((len > 0 && part[0] == '.' && !(len == 1)) || (len == 8 && !strncmp(part, "__MACOSX", 8)))
+            *example = 0; /* .DS_Store, ._x, .git, __MACOSX: not data */
+        part = end ? end + 1 : part + len;
+    }
+    if (!strchr(path, '/'))
+        *example = 0; /* a file at the top level belongs to no class */
+    return TW_OK;
+}
+
+/* "./cats/x.png" -> "cats/x.png". */
+static const char *relative(const char *path)
+{
+    while (path[0] == '.' && path[1] == '/')
+        path += 2;
+    return path;
+}
+
+/* The length of path's top-level folder name. */
+static size_t top_len(const char *path) { return (size_t)(strchr(path, '/') - path); }
+
+static tw_status add_class(archive_source *x, const char *path, tw_error *err)
+{
+    size_t len = top_len(path);
+    for (size_t k = 0; k < x->n_classes; k++)
+        if (strlen(x->classes[k]) == len && !strncmp(x->classes[k], path, len))
+            return TW_OK;
+    if (x->n_classes == MAX_CLASSES)
+        return tw_error_set(err, TW_ERR_TOO_LARGE, x->file, -1, "more than %d class folders", MAX_CLASSES);
+    char **grown = realloc(x->classes, (x->n_classes + 1) * sizeof *grown);
+    if (!grown)
+        return nomem(err);
+    x->classes = grown;
+    if (!(x->classes[x->n_classes] = strndup(path, len)))
+        return nomem(err);
+    x->n_classes++;
+    return TW_OK;
+}
+
+static tw_status add_entry(archive_source *x, const char *path, tw_error *err)
+{
+    if (x->n == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 256;
+        entry *grown = realloc(x->entries, cap * sizeof *grown);
+        if (!grown)
+            return nomem(err);
+        x->entries = grown;
+        x->cap = cap;
+    }
+    if (!(x->entries[x->n].path = strdup(path)))
+        return nomem(err);
+    x->entries[x->n++].label = -1;
+    return add_class(x, path, err);
+}
+
+/* A top-level folder the archive lists ("cats/"), to check that it holds images. */
+static tw_status note_folder(archive_source *x, const char *path, tw_error *err)
+{
+    size_t len = top_len(path);
+    if (path[len + 1] != '\0')
+        return TW_OK; /* a folder inside a class */
+    char **grown = realloc(x->folders, (x->n_folders + 1) * sizeof *grown);
+    if (!grown)
+        return nomem(err);
+    x->folders = grown;
+    return (x->folders[x->n_folders++] = strndup(path, len)) ? TW_OK : nomem(err);
+}
+
+/* Every listed top-level folder is a class (holds images). */
+static tw_status folders_hold_images(const archive_source *x, tw_error *err)
+{
+    for (size_t f = 0; f < x->n_folders; f++) {
+        int found = 0;
+        for (size_t k = 0; k < x->n_classes && !found; k++)
+            found = !strcmp(x->folders[f], x->classes[k]);
+        if (!found)
+            return tw_error_set(err, TW_ERR_INVALID, x->file, -1, "class folder '%.200s' holds no PNG or JPEG "
+                                "images: remove it, or add its images", x->folders[f]);
+    }
+    return TW_OK;
+}
+
+/* The first bytes of the current entry must start a PNG or a JPEG. */
+static tw_status sniff(archive_source *x, struct archive *a, const char *path, tw_error *err)
+{
+    uint8_t head[SNIFF_BYTES];
+    la_ssize_t got = archive_read_data(a, head, sizeof head);
+    if (got < 0)
+        return entry_error(x, TW_ERR_CORRUPT, path, archive_error_string(a), err);
+    if (tw_image_sniff(head, (size_t)got) == TW_IMAGE_NONE)
+        return entry_error(x, TW_ERR_INVALID, path, "not a PNG or JPEG image (class folders hold images only)", err);
+    return TW_OK;
+}
+
+/* One header of the listing pass: refused, skipped or listed. *declared sums the unpacked sizes. */
+static tw_status list_entry(archive_source *x, struct archive *a, struct archive_entry *e, uint64_t *declared,
+                            tw_error *err)
+{
+    const char *raw = archive_entry_pathname(e);
+    if (!raw)
+        return tw_error_set(err, TW_ERR_CORRUPT, x->file, -1, "an archive entry without a name");
+    const char *path = relative(raw);
+    int example = 0;
+    TW_TRY(classify_path(x, path, &example, err));
+    mode_t type = archive_entry_filetype(e);
+    if (type == AE_IFDIR)
+        return example ? note_folder(x, path, err) : TW_OK;
+    if (archive_entry_hardlink(e) || type != AE_IFREG)
+        return entry_error(x, TW_ERR_INVALID, path, type == AE_IFLNK ? "a symbolic link: an archive of images "
+                           "holds plain files" : "a link or special file: an archive of images holds plain files",
+                           err);
+    int64_t size = archive_entry_size_is_set(e) ? archive_entry_size(e) : 0;
+    if (size > MAX_ENTRY_BYTES)
+        return entry_error(x, TW_ERR_TOO_LARGE, path, "larger than 64 MiB", err);
+    if ((*declared += (uint64_t)(size > 0 ? size : 0)) > x->max_bytes)
+        return tw_error_set(err, TW_ERR_TOO_LARGE, x->file, -1, "the archive unpacks to more than %llu bytes "
+                            "(at '%.200s')", (unsigned long long)x->max_bytes, path);
+    if (!example) {
+        x->skipped++;
+        return TW_OK;
+    }
+    TW_TRY(sniff(x, a, path, err));
+    return add_entry(x, path, err);
+}
+
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Classes sorted by name, and each entry's label: the index of its top-level folder. */
+static void label_entries(archive_source *x)
+{
+    qsort(x->classes, x->n_classes, sizeof *x->classes, by_name);
+    for (size_t i = 0; i < x->n; i++) {
+        size_t len = top_len(x->entries[i].path);
+        for (size_t k = 0; k < x->n_classes; k++)
+            if (strlen(x->classes[k]) == len && !strncmp(x->classes[k], x->entries[i].path, len))
+                x->entries[i].label = (int)k;
+    }
+}
+
+/* The listing pass. */
+static tw_status list_entries(archive_source *x, tw_error *err)
+{
+    struct archive *a;
+    TW_TRY(open_archive(x, &a, err));
+    struct archive_entry *e;
+    uint64_t declared = 0;
+    tw_status s = TW_OK;
+    int r;
+    while (s == TW_OK && (r = archive_read_next_header(a, &e)) == ARCHIVE_OK)
+        s = list_entry(x, a, e, &declared, err);
+    if (s == TW_OK && r != ARCHIVE_EOF)
+        s = tw_error_set(err, TW_ERR_CORRUPT, x->file, -1, "a damaged or truncated archive: %s",
+                         archive_error_string(a) ? archive_error_string(a) : "unknown error");
+    archive_read_free(a);
+    TW_TRY(s);
+    if (!x->n)
+        return tw_error_set(err, TW_ERR_INVALID, x->file, -1, "no images: an image archive holds one folder per "
+                            "class at its top level, with the class's PNG and JPEG files in it");
+    label_entries(x);
+    x->base.count = x->n;
+    return folders_hold_images(x, err);
+}
+
+/* The current entry's bytes into x->data; *len. */
+static tw_status read_data(archive_source *x, const char *path, size_t *len, tw_error *err)
+{
+    *len = 0;
+    for (;;) {
+        if (*len == x->data_cap) {
+            size_t cap = x->data_cap ? 2 * x->data_cap : 1 << 16;
+            uint8_t *grown = cap <= MAX_ENTRY_BYTES ? realloc(x->data, cap) : NULL;
+            if (!grown)
+                return cap > MAX_ENTRY_BYTES ? entry_error(x, TW_ERR_TOO_LARGE, path, "larger than 64 MiB", err)
+                                             : nomem(err);
+            x->data = grown;
+            x->data_cap = cap;
+        }
+        la_ssize_t got = archive_read_data(x->a, x->data + *len, x->data_cap - *len);
+        if (got < 0)
+            return entry_error(x, TW_ERR_CORRUPT, path, archive_error_string(x->a), err);
+        if (got == 0)
+            return TW_OK;
+        *len += (size_t)got;
+        if ((x->read_bytes += (uint64_t)got) > x->max_bytes)
+            return tw_error_set(err, TW_ERR_TOO_LARGE, x->file, -1, "the archive unpacks to more than %llu bytes "
+                                "(at '%.200s')", (unsigned long long)x->max_bytes, path);
+    }
+}
+
+/* The next listed entry's header in the writing pass (the ones between were skipped or are folders). */
+static tw_status seek_entry(archive_source *x, const char *want, tw_error *err)
+{
+    struct archive_entry *e;
+    int r;
+    while ((r = archive_read_next_header(x->a, &e)) == ARCHIVE_OK) {
+        const char *raw = archive_entry_pathname(e);
+        if (raw && !strcmp(relative(raw), want) && archive_entry_filetype(e) == AE_IFREG)
+            return TW_OK;
+    }
+    return tw_error_set(err, TW_ERR_CORRUPT, x->file, -1, "the archive changed between the listing pass and the "
+                        "writing pass (at '%.200s')", want);
+}
+
+/* img resized to height x width by the source's fit into x->resized (img's channels): crop scales the
+ * shorter side to the target and cuts the middle; pad scales the longer side to it and centres the image
+ * on zeros. An image of the stored size is copied as it is. */
+static tw_status fit_image(archive_source *x, const tw_image *img, const char *path, tw_error *err)
+{
+    int H = x->height, W = x->width, c = img->channels;
+    double sy = (double)H / img->height, sx = (double)W / img->width;
+    double s = x->fit == TW_CONVERT_FIT_CROP ? (sy > sx ? sy : sx) : (sy < sx ? sy : sx);
+    int rh = (int)(img->height * s + 0.5), rw = (int)(img->width * s + 0.5);
+    rh = rh < 1 ? 1 : rh;
+    rw = rw < 1 ? 1 : rw;
+    if (x->fit == TW_CONVERT_FIT_CROP) {
+        rh = rh < H ? H : rh;
+        rw = rw < W ? W : rw;
+    }
+    uint8_t *tmp = rh == img->height && rw == img->width ? img->pixels : malloc((size_t)rh * rw * c);
+    if (!tmp)
+        return nomem(err);
+    if (tmp != img->pixels &&
+        !stbir_resize_uint8(img->pixels, img->width, img->height, 0, tmp, rw, rh, 0, c)) {
+        free(tmp);
+        return entry_error(x, TW_ERR_INTERNAL, path, "the resize failed", err);
+    }
+    memset(x->resized, 0, (size_t)H * W * c);
+    int oy = (rh - H) / 2, ox = (rw - W) / 2; /* crop: where the middle starts; pad: negative, the margin */
+    for (int i = 0; i < H; i++)
+        for (int j = 0; j < W; j++) {
+            int si = i + oy, sj = j + ox;
+            if (si >= 0 && si < rh && sj >= 0 && sj < rw)
+                memcpy(x->resized + ((size_t)i * W + j) * c, tmp + ((size_t)si * rw + sj) * c, (size_t)c);
+        }
+    if (tmp != img->pixels)
+        free(tmp);
+    return TW_OK;
+}
+
+/* Entry x->at decoded, fitted and given the stored channels into x->pixels. */
+static tw_status decode_entry(archive_source *x, const char *path, tw_error *err)
+{
+    size_t len;
+    TW_TRY(seek_entry(x, path, err));
+    TW_TRY(read_data(x, path, &len, err));
+    tw_image img;
+    tw_error e;
+    if (tw_image_decode(x->data, len, path, &img, &e) != TW_OK)
+        return entry_error(x, e.status, path, e.message, err);
+    tw_status s = fit_image(x, &img, path, err);
+    tw_image fitted = {.width = x->width, .height = x->height, .channels = img.channels, .pixels = x->resized};
+    if (s == TW_OK)
+        s = tw_image_fit(&fitted, x->height, x->width, x->channels, x->pixels, path, err);
+    tw_image_free(&img);
+    return s;
+}
+
+static tw_status archive_next(tw_convert_src *s, tw_example_builder *b, tw_label_value *label, tw_error *err)
+{
+    archive_source *x = (archive_source *)s;
+    if (x->at == x->n)
+        return TW_END;
+    const entry *en = &x->entries[x->at++];
+    TW_TRY(decode_entry(x, en->path, err));
+    label->i = en->label;
+    label->f = en->label;
+    s->label_i = en->label;
+    const int64_t h = x->height, w = x->width, d = x->channels;
+    TW_TRY(tw_example_add_bytes1(b, "image_raw", x->pixels, (size_t)(h * w * d), err));
+    TW_TRY(tw_example_add_int64s(b, "label", &s->label_i, 1, err));
+    TW_TRY(tw_example_add_int64s(b, "height", &x->dims[0], 1, err));
+    TW_TRY(tw_example_add_int64s(b, "width", &x->dims[1], 1, err));
+    return tw_example_add_int64s(b, "depth", &x->dims[2], 1, err);
+}
+
+static tw_status archive_next_label(tw_convert_src *s, tw_label_value *label, tw_error *err)
+{
+    (void)err;
+    archive_source *x = (archive_source *)s;
+    if (x->at == x->n)
+        return TW_END;
+    label->i = x->entries[x->at].label;
+    label->f = x->entries[x->at++].label;
+    return TW_OK;
+}
+
+static tw_status archive_describe(const tw_convert_src *s, json_t *meta, tw_error *err)
+{
+    const archive_source *x = (const archive_source *)s;
+    json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:s}", "image_raw", "bytes", "label", "int64", "height", "int64",
+                          "width", "int64", "depth", "int64");
+    TW_TRY(tw_convert_put(meta, "features", f, err));
+    TW_TRY(tw_convert_put(meta, "shape", json_pack("[I, I, I]", (json_int_t)x->height, (json_int_t)x->width,
+                                                   (json_int_t)x->channels), err));
+    TW_TRY(tw_convert_put(meta, "dtype", json_string("uint8"), err));
+    json_t *names = json_array();
+    for (size_t k = 0; names && k < x->n_classes; k++)
+        if (json_array_append_new(names, json_string(x->classes[k])) != 0) {
+            json_decref(names);
+            names = NULL;
+        }
+    TW_TRY(tw_convert_put(meta, "class_names", names, err));
+    TW_TRY(tw_convert_put(meta, "resize", json_string(x->fit == TW_CONVERT_FIT_CROP ? "crop" : "pad"), err));
+    return tw_convert_put(meta, "skipped_files", json_integer((json_int_t)x->skipped), err);
+}
+
+static void archive_close(tw_convert_src *s)
+{
+    archive_source *x = (archive_source *)s;
+    if (x->a)
+        archive_read_free(x->a);
+    for (size_t i = 0; i < x->n; i++)
+        free(x->entries[i].path);
+    for (size_t k = 0; k < x->n_classes; k++)
+        free(x->classes[k]);
+    for (size_t f = 0; f < x->n_folders; f++)
+        free(x->folders[f]);
+    free(x->folders);
+    free(x->entries);
+    free(x->classes);
+    free(x->data);
+    free(x->resized);
+    free(x->pixels);
+    free(x);
+}
+
+tw_status tw_convert_archive_open(const tw_convert_options *o, tw_convert_src **out, tw_error *err)
+{
+    archive_source *x = calloc(1, sizeof *x);
+    if (!x)
+        return nomem(err);
+    x->base = (tw_convert_src){.kind = "archive", .int_labels = 1, .next = archive_next,
+                               .describe = archive_describe, .close = archive_close,
+                               .next_label = archive_next_label};
+    *out = &x->base;
+    x->file = o->image_archive;
+    x->height = o->image_height;
+    x->width = o->image_width;
+    x->channels = o->image_channels;
+    x->fit = o->image_fit;
+    x->max_bytes = o->max_bytes;
+    x->dims[0] = x->height;
+    x->dims[1] = x->width;
+    x->dims[2] = x->channels;
+    size_t px = (size_t)x->height * (size_t)x->width;
+    if (!(x->resized = malloc(px * 3)) || !(x->pixels = malloc(px * (size_t)x->channels)))
+        return nomem(err);
+    TW_TRY(list_entries(x, err));
+    return open_archive(x, &x->a, err);
+}

@@ -1,0 +1,211 @@
+"""Image-folder datasets: a .tar.gz, .tar or .zip whose top-level folders are the classes, uploaded to a real
+`tower serve`, becomes a TFRecord dataset of the stored size (read back with TensorFlow's reader and compared
+with Pillow's resize of the same files), with the folders' names as class names and a stratified validation
+split; a run trains on it. Each bad archive is refused naming the entry inside it."""
+import io
+import json
+import tarfile
+import zipfile
+
+import numpy as np
+import pytest
+import requests
+
+from test_dataset_splits import upload
+from test_server import submit, wait_dataset, wait_run
+
+tf = pytest.importorskip("tensorflow")
+Image = pytest.importorskip("PIL.Image")
+
+CLASSES = ["bag", "boot", "shirt"]  # sorted: class 0 is "bag"
+
+
+def picture(k, i, size, mode):
+    """A class-dependent picture: a bright square whose place says the class, noise for the rest."""
+    rng = np.random.default_rng(100 * k + i)
+    w, h = size
+    a = rng.integers(0, 60, (h, w, 3), dtype=np.uint8)
+    y0, x0 = [(0, 0), (h // 2, 0), (0, w // 2)][k]
+    a[y0:y0 + h // 2, x0:x0 + w // 2] = 230
+    img = Image.fromarray(a, "RGB")
+    return img.convert(mode) if mode != "RGB" else img
+
+
+def encoded(img, fmt):
+    b = io.BytesIO()
+    img.save(b, format=fmt)
+    return b.getvalue()
+
+
+# (size, mode, format) per example: mixed sizes (the stored size too), colour types and formats
+KINDS = [((28, 28), "L", "PNG"), ((40, 32), "RGB", "PNG"), ((64, 64), "RGBA", "PNG"), ((20, 36), "P", "PNG"),
+         ((50, 30), "RGB", "JPEG"), ((28, 28), "L", "JPEG"), ((33, 47), "LA", "PNG")]
+
+
+def folder_files(n=14):
+    """{path in the archive: bytes} and [(path, class, PIL image as stored)]."""
+    files, items = {}, []
+    for k, c in enumerate(CLASSES):
+        for i in range(n):
+            size, mode, fmt = KINDS[i % len(KINDS)]
+            img = picture(k, i, size, mode)
+            path = f"{c}/img{i:03d}.{'png' if fmt == 'PNG' else 'jpg'}"
+            files[path] = encoded(img, fmt)
+            items.append((path, k))
+    files[".DS_Store"] = b"junk"           # hidden: skipped
+    files["README.txt"] = b"about the data"  # outside a class folder: skipped
+    return files, items
+
+
+def tar_bytes(files, gz=True, extra=None):
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w:gz" if gz else "w") as t:
+        for path, data in files.items():
+            info = tarfile.TarInfo(path)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+        for info in extra or []:
+            t.addfile(info)
+    return b.getvalue()
+
+
+def zip_bytes(files):
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w") as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+    return b.getvalue()
+
+
+def pillow_stored(data, h, w):
+    """What the stored example should be: gray, the shorter side scaled to the target (Pillow's bicubic),
+    the middle cut out."""
+    img = Image.open(io.BytesIO(data))
+    img = img.convert("RGB").convert("L")
+    s = max(h / img.height, w / img.width)
+    rw, rh = max(w, int(img.width * s + 0.5)), max(h, int(img.height * s + 0.5))
+    if (rw, rh) != img.size:
+        img = img.resize((rw, rh), Image.BICUBIC)
+    x0, y0 = (rw - w) // 2, (rh - h) // 2
+    return np.asarray(img.crop((x0, y0, x0 + w, y0 + h)), dtype=np.uint8)
+
+
+def records(path):
+    out = []
+    for rec in tf.data.TFRecordDataset(str(path)):
+        f = tf.train.Example.FromString(rec.numpy()).features.feature
+        out.append((np.frombuffer(f["image_raw"].bytes_list.value[0], np.uint8), f["label"].int64_list.value[0],
+                    (f["height"].int64_list.value[0], f["width"].int64_list.value[0], f["depth"].int64_list.value[0])))
+    return out
+
+
+def test_an_image_folder_archive_becomes_a_dataset_and_trains(serve, tmp_path):
+    server = serve()
+    files, items = folder_files()
+    (tmp_path / "images.tar.gz").write_bytes(tar_bytes(files))
+    code, d = upload(server, "pics", {"archive": tmp_path / "images.tar.gz"},
+                     {"image_size": "28x28", "channels": "1", "validation_split": "0.25", "split_seed": "4"})
+    assert code == 202, d
+    d = wait_dataset(server, d["id"])
+    assert d["status"] == "ready", d
+    assert d["class_names"] == CLASSES
+    assert (d["train_examples"], d["test_examples"]) == (31, 11)  # 42 images, round(10.5) held out
+    folder = server.data / "datasets" / d["id"]
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["source"] == "archive" and meta["shape"] == [28, 28, 1] and meta["skipped_files"] == 2
+    got = records(folder / "train.tfrecord") + records(folder / "test.tfrecord")
+    assert len(got) == len(items) and all(dims == (28, 28, 1) for _, _, dims in got)
+    # each stored example is Pillow's resize of its file, within a few grey levels (two bicubic kernels)
+    by_pixels = {tuple(px): label for px, label, _ in got}
+    worst = 0
+    for path, k in items:
+        want = pillow_stored(files[path], 28, 28).ravel()
+        match = min(by_pixels, key=lambda px: np.abs(np.int16(px) - want).mean())
+        assert by_pixels[match] == k, path
+        worst = max(worst, np.abs(np.int16(match) - want).mean())
+    assert worst <= 3.0, worst  # mean absolute difference per pixel, in grey levels of 255
+    # an image already of the stored size is stored exactly
+    exact = pillow_stored(files["bag/img000.png"], 28, 28).ravel()
+    assert any(np.array_equal(px, exact) for px, _, _ in got)
+    # the counts per class are stratified: 14 each, 3.5 held out of each
+    test_labels = [label for _, label, _ in records(folder / "test.tfrecord")]
+    assert sorted(np.bincount(test_labels, minlength=3)) == [3, 4, 4]
+    r = submit(server, {"name": "pics-cnn", "dataset": "pics",
+                        "model": {"layers": [{"type": "conv2d", "filters": 4, "kernel": 3, "activation": "relu"},
+                                             {"type": "global_avg_pool"}, {"type": "dense", "units": 3}]},
+                        "optimizer": {"type": "adam", "learning_rate": 0.01}, "batch_size": 8, "steps": 20,
+                        "summary_every": 10, "eval_every": 10, "checkpoint_every": 20})
+    assert r.status_code == 201, r.text
+    run = wait_run(server, r.json()["id"])
+    assert run["status"] == "succeeded", run
+    assert run["class_names"] == CLASSES and "eval_accuracy" in run["metrics"]
+
+
+def test_zip_and_plain_tar_archives_and_pad(serve, tmp_path):
+    server = serve()
+    files, items = folder_files(n=4)
+    (tmp_path / "a.zip").write_bytes(zip_bytes(files))
+    (tmp_path / "a.tar").write_bytes(tar_bytes(files, gz=False))
+    for name, path, values in (("z", "a.zip", {"image_size": "16", "resize": "pad"}),
+                               ("t", "a.tar", {"image_size": "16x20", "channels": "3"})):
+        code, d = upload(server, name, {"archive": tmp_path / path}, values)
+        assert code == 202, d
+        d = wait_dataset(server, d["id"])
+        assert d["status"] == "ready", d
+        assert d["train_examples"] == len(items) and d["class_names"] == CLASSES
+        meta = json.loads((server.data / "datasets" / d["id"] / "meta.json").read_text())
+        assert meta["shape"] == ([16, 16, 3] if name == "z" else [16, 20, 3])
+        assert meta["resize"] == ("pad" if name == "z" else "crop")
+
+
+def failed(server, tmp_path, name, data, values=None):
+    (tmp_path / name).write_bytes(data)
+    code, d = upload(server, name.replace(".", "-"), {"archive": tmp_path / name},
+                     {"image_size": "28", **(values or {})})
+    if code != 202:
+        return d["error"]["message"]
+    d = wait_dataset(server, d["id"])
+    assert d["status"] == "failed", d
+    return d["error"]["message"]
+
+
+def test_bad_archives_are_refused_naming_the_entry(serve, tmp_path):
+    server = serve()
+    good, _ = folder_files(n=2)
+    link = tarfile.TarInfo("bag/link.png")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    up = tarfile.TarInfo("../evil.png")
+    up.size = 0
+    empty = tarfile.TarInfo("dress")
+    empty.type = tarfile.DIRTYPE
+    png = good["bag/img000.png"]
+    cases = {
+        "link.tar.gz": (tar_bytes(good, extra=[link]), "archive entry 'bag/link.png': a symbolic link"),
+        "up.tar.gz": (tar_bytes(good, extra=[up]), "archive entry '../evil.png': a path out of the archive"),
+        "text.tar.gz": (tar_bytes({**good, "bag/notes.txt": b"hello"}),
+                        "archive entry 'bag/notes.txt': not a PNG or JPEG image"),
+        "cut.tar.gz": (tar_bytes({**good, "bag/cut.png": png[:len(png) // 2]}), "archive entry 'bag/cut.png'"),
+        "empty.tar.gz": (tar_bytes(good, extra=[empty]), "class folder 'dress' holds no PNG or JPEG images"),
+        "none.tar.gz": (tar_bytes({"README.txt": b"x"}), "no images"),
+        "junk.tar.gz": (b"this is not an archive at all" * 10, "not a .tar, .tar.gz or .zip archive"),
+    }
+    for name, (data, words) in cases.items():
+        msg = failed(server, tmp_path, name, data)
+        assert words in msg, (name, msg)
+    # a decompression bomb: 300 MB of zeros in 300 KB, against a server that takes 64 MB datasets
+    bomb_server = serve("--max-dataset", str(64 << 20), data=tmp_path / "bomb-data")
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w:gz") as t:
+        info = tarfile.TarInfo("bag/huge.png")
+        info.size = 300 << 20
+        t.addfile(info, io.BytesIO(bytes(info.size)))
+    msg = failed(bomb_server, tmp_path, "bomb.tar.gz", b.getvalue())
+    assert "larger than 64 MiB" in msg or "unpacks to more than" in msg, msg
+    # options: refused at once, naming the field
+    for values, words in (({"image_size": "big"}, "image_size must be HxW"), ({"channels": "2"}, "channels must be"),
+                          ({"resize": "stretch"}, "resize must be crop")):
+        (tmp_path / "ok.tar.gz").write_bytes(tar_bytes(good))
+        code, d = upload(server, "opts", {"archive": tmp_path / "ok.tar.gz"}, {"image_size": "28", **values})
+        assert code == 400 and words in d["error"]["message"], (values, d)
+    code, d = upload(server, "nosize", {"archive": tmp_path / "ok.tar.gz"})
+    assert code == 400 and "image_size" in d["error"]["message"], d
