@@ -381,21 +381,20 @@ static tw_status archive_next_label(tw_convert_src *s, tw_label_value *label, tw
 static tw_status archive_describe(const tw_convert_src *s, json_t *meta, tw_error *err)
 {
     const archive_source *x = (const archive_source *)s;
-    json_t *f = json_pack("{s:s, s:s, s:s, s:s, s:s}", "image_raw", "bytes", "label", "int64", "height", "int64",
-                          "width", "int64", "depth", "int64");
-    TW_TRY(tw_convert_put(meta, "features", f, err));
-    TW_TRY(tw_convert_put(meta, "shape", json_pack("[I, I, I]", (json_int_t)x->height, (json_int_t)x->width,
-                                                   (json_int_t)x->channels), err));
-    TW_TRY(tw_convert_put(meta, "dtype", json_string("uint8"), err));
     json_t *names = json_array();
     for (size_t k = 0; names && k < x->n_classes; k++)
         if (json_array_append_new(names, json_string(x->classes[k])) != 0) {
             json_decref(names);
             names = NULL;
         }
-    TW_TRY(tw_convert_put(meta, "class_names", names, err));
-    TW_TRY(tw_convert_put(meta, "resize", json_string(x->fit == TW_CONVERT_FIT_CROP ? "crop" : "pad"), err));
-    return tw_convert_put(meta, "skipped_files", json_integer((json_int_t)x->skipped), err);
+    json_t *keys = json_pack("{s:{s:s, s:s, s:s, s:s, s:s}, s:[I, I, I], s:s, s:o, s:s, s:I}", "features",
+                             "image_raw", "bytes", "label", "int64", "height", "int64", "width", "int64", "depth",
+                             "int64", "shape", (json_int_t)x->height, (json_int_t)x->width, (json_int_t)x->channels,
+                             "dtype", "uint8", "class_names", names, "resize",
+                             x->fit == TW_CONVERT_FIT_CROP ? "crop" : "pad", "skipped_files", (json_int_t)x->skipped);
+    int ok = keys && json_object_update(meta, keys) == 0;
+    json_decref(keys);
+    return ok ? TW_OK : nomem(err);
 }
 
 static void archive_close(tw_convert_src *s)
