@@ -112,7 +112,8 @@ static tw_status append_item(json_t *names, const char *text, size_t a, size_t b
     json_t *s = json_stringn(text + a, b - a);
     if (!s)
         return bad_name(err, pos, "is not UTF-8 text");
-    json_array_append_new(names, s);
+    if (json_array_append_new(names, s))
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     return TW_OK;
 }
 

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "datafs.h"
 #include "event.pb-c.h"
 #include "graph.pb-c.h"
@@ -152,20 +153,6 @@ static tw_status append(tw_events_writer *w, Twpb__Event *ev, tw_error *err)
 
 /* ---- background flusher ---- */
 
-static struct timespec deadline_after(double secs)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    double whole = floor(secs);
-    t.tv_sec += (time_t)whole;
-    t.tv_nsec += (long)((secs - whole) * 1e9);
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec += 1;
-        t.tv_nsec -= 1000000000L;
-    }
-    return t;
-}
-
 /* Every flush_secs, flushes whatever is pending; a failure degrades the writer and is reported by
  * the next call. Spurious wake-ups wait again for the same deadline. */
 static void *flusher_main(void *arg)
@@ -173,7 +160,7 @@ static void *flusher_main(void *arg)
     tw_events_writer *w = arg;
     pthread_mutex_lock(&w->mu);
     while (!w->stopping) {
-        struct timespec deadline = deadline_after(w->opts.flush_secs);
+        struct timespec deadline = tw_mono_after(w->opts.flush_secs);
         int rc = 0;
         while (!w->stopping && rc == 0)
             rc = pthread_cond_timedwait(&w->wake, &w->mu, &deadline);
@@ -224,12 +211,7 @@ static tw_status check_options(const tw_events_options *o, tw_error *err)
 
 static tw_status init_sync(tw_events_writer *w, tw_error *err)
 {
-    pthread_condattr_t attr;
-    TW_CHECK_FOREIGN(pthread_condattr_init(&attr) == 0, err, TW_ERR_INTERNAL, "pthread");
-    int ok = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC) == 0 &&
-             pthread_cond_init(&w->wake, &attr) == 0;
-    pthread_condattr_destroy(&attr);
-    TW_CHECK_FOREIGN(ok, err, TW_ERR_INTERNAL, "pthread");
+    TW_CHECK_FOREIGN(tw_cond_init_mono(&w->wake) == 0, err, TW_ERR_INTERNAL, "pthread");
     if (pthread_mutex_init(&w->mu, NULL) != 0) {
         pthread_cond_destroy(&w->wake);
         return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "pthread_mutex_init failed");

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "api.h"
+#include "clock.h"
 #include "datafs.h"
 #include "datasets.h"
 #include "http.h"

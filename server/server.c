@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 
+#include "clock.h"
 #include "datafs.h"
 #include "logtext.h"
 #include "names.h"
@@ -85,28 +86,6 @@ static double clock_seconds(clockid_t id)
 
 double tw_now_mono(void) { return clock_seconds(CLOCK_MONOTONIC); }
 double tw_now_wall(void) { return clock_seconds(CLOCK_REALTIME); }
-
-void tw_cond_init_mono(pthread_cond_t *cv)
-{
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &ca);
-    pthread_condattr_destroy(&ca);
-}
-
-struct timespec tw_mono_after(double seconds)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    t.tv_sec += (time_t)seconds;
-    t.tv_nsec += (long)((seconds - (double)(time_t)seconds) * 1e9);
-    if (t.tv_nsec >= 1000000000L) {
-        t.tv_sec++;
-        t.tv_nsec -= 1000000000L;
-    }
-    return t;
-}
 
 /* DATA/parts[0]/.../parts[n-1] into buf: 0, or -1 (buf "") when it does not fit. */
 static int data_join(const tw_server *S, char *buf, size_t size, const char *const *parts, int n)

@@ -104,11 +104,6 @@ int tw_server_url(tw_server *S, char *buf, size_t size);
 double tw_now_mono(void);
 double tw_now_wall(void);
 
-/* A condition variable whose timed waits count on the monotonic clock (a wall-clock step does not stretch
- * them), and the absolute monotonic time `seconds` from now for pthread_cond_timedwait on it. */
-void tw_cond_init_mono(pthread_cond_t *cv);
-struct timespec tw_mono_after(double seconds);
-
 /* ---- the data folder's layout: every path under DATA is made by these (nowhere else) ----
  *   DATA/tower.db  DATA/tower.lock  (serve_main.c)
  *   DATA/datasets/<id>/upload/<field>, upload/params.json, train.tfrecord, test.tfrecord, meta.json
