@@ -12,6 +12,9 @@ Workloads (--only NAME,... or --all; the names):
   fashion-cnn   the Fashion CNN (examples/fashion_cnn.json, batch 100): `tower bench` of its step (1 and 2
                 towers, synthetic data; Tower's figure is the better tower count) against the same model
                 with the seeds' tf.data input (tf_fashion_cnn.py).
+  fashion-resnet  examples/fashion_resnet.json (a small ResNet with batch norm, batch 128): `tower bench` of
+                its step (1 and 2 towers, the better) against the same network in Keras, its step on one fixed
+                batch (tf_fashion_resnet.py).
   cnn3d         the seed's 3-D CNN shape (examples/seed_cnn3d.json: 32^3 single-channel volumes, conv3d
                 16 and 32 with max pools, dense 128, dropout 0.2, one output, MSE, Adam with staircase
                 decay, no EMA, batch 16 per tower): `tower bench` (1 and 2 towers, the better) against
@@ -24,7 +27,8 @@ Within a kernel, each of --repeat rounds runs every workload once, Tower then Te
 child's own (wait4). One markdown table at the end: examples/s min-max over the rounds, the ratio Tower/TF
 of each round (min-max), the highest peak RSS, and for the MLP the fraction of the sgemm bound.
 
-Steps: each workload's default (mlp 3000, fashion-cnn 100, cnn3d 40) unless --steps, which sets them all.
+Steps: each workload's default (mlp 3000, fashion-cnn 100, cnn3d 40, fashion-resnet 20) unless --steps, which
+sets them all.
 Without --all/--only/--cnn the MLP workloads run (the earlier default); --cnn is --only fashion-cnn.
 
 usage: python tests/bench/bench_train.py --all [--build build] [--repeat 3] [--steps N] [--native]
@@ -52,6 +56,7 @@ WORKLOADS = {
     "mlp-2": ("mlp", 2, 3000, "fashion"),
     "fashion-cnn": ("cnn", None, 100, "fashion"),
     "cnn3d": ("cnn3d", None, 40, "volumes"),
+    "fashion-resnet": ("resnet", None, 20, None),
 }
 VOLUMES = 512  # synthetic examples in cnn3d's TFRecord
 
@@ -193,6 +198,9 @@ class Bench:
         if kind == "cnn":
             return (lambda: self.tower_bench("fashion_cnn.json", steps, env),
                     lambda: self.tf("tf_fashion_cnn.py", [self.train, steps], env))
+        if kind == "resnet":
+            return (lambda: self.tower_bench("fashion_resnet.json", steps, env),
+                    lambda: self.tf("tf_fashion_resnet.py", [steps], env))
         return (lambda: self.tower_bench("seed_cnn3d.json", steps, env),
                 lambda: self.tf("tf_seed_cnn3d.py", [self.volume_set, steps], env))
 
@@ -239,7 +247,7 @@ def main():
 
 def report(a, b, names, kernels):
     """Every round of every workload under every kernel, then the summary table."""
-    for data in sorted({WORKLOADS[n][3] for n in names}):
+    for data in sorted({WORKLOADS[n][3] for n in names} - {None}):
         getattr(b, data)()
     load = os.getloadavg()
     print(f"workloads {', '.join(names)}; {a.repeat} round(s) per kernel; {os.cpu_count()} CPUs; "
