@@ -442,6 +442,22 @@ static tw_status keyed_run(tw_server *S, const char *key, const char *body, json
     return s;
 }
 
+tw_status tw_runs_check(tw_server *S, const json_t *body, tw_api_code *code, tw_error *err)
+{
+    json_t *cfg = json_deep_copy(body);
+    server_keys k = {0};
+    static __thread tw_config c; /* large: off the stack */
+    tw_status s = cfg ? take_server_keys(S, cfg, &k, code, err) : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    if (s == TW_OK)
+        s = k.converting ? decode_waiting(cfg, &c, code, err) : validate(S, cfg, k.dataset_row, &c, code, err);
+    if (s == TW_OK)
+        s = launch_devices(S, &k.launch, c.towers, err);
+    json_decref(cfg);
+    json_decref(k.dataset_row);
+    json_decref(k.launch.hosts);
+    return s;
+}
+
 /* Validates body, writes the run's folder and inserts its row (with idem_key and its canonical body
  * idem_body, both may be NULL). The insert decides the races: a dataset deleted meanwhile answers 409,
  * a concurrent submission that took the key first is the answer (its run); either way the folder goes. */
@@ -1197,6 +1213,25 @@ static tw_status rewrite_steps(tw_server *S, const char *folder, int64_t steps, 
     return s;
 }
 
+tw_status tw_runs_resume(tw_server *S, const json_t *row, int64_t steps, tw_api_code *code, tw_error *err)
+{
+    const char *id = json_string_value(json_object_get(row, "id"));
+    /* a run of several processes needs the launcher now as at its submission */
+    tw_status s = tw_launch_usable(S->launcher, (int)json_integer_value(json_object_get(row, "processes")), err);
+    tw_run_state state = tw_store_run_state(row);
+    int stopped = tw_run_state_final(state) &&
+                  steps >= json_integer_value(json_object_get(row, "steps")) + (state == TW_RUN_SUCCEEDED);
+    if (s == TW_OK)
+        *code = TW_API_CONFLICT; /* from here a refusal is the run's state */
+    if (s == TW_OK && stopped)
+        s = rewrite_steps(S, tw_run_folder(row), steps, err);
+    if (s == TW_OK) /* the store decides (and says why not) */
+        s = tw_store_run_resume(S->store, id, steps, err);
+    if (s == TW_OK)
+        tw_scheduler_wake(S->sched);
+    return s;
+}
+
 /* POST /runs/{id}/resume {} or {"steps": N}: a stopped run continues from its latest checkpoint. */
 void tw_api_run_resume(tw_server *S, tw_req *r)
 {
@@ -1215,23 +1250,12 @@ void tw_api_run_resume(tw_server *S, tw_req *r)
             s = bad(&code, TW_API_INVALID_ARGUMENT, &err, "steps", "must be an integer from 1 to 1000000000");
         steps = json_integer_value(v);
     }
-    if (s == TW_OK) /* a run of several processes needs the launcher now as at its submission */
-        s = tw_launch_usable(S->launcher, (int)json_integer_value(json_object_get(row, "processes")), &err);
-    tw_run_state state = tw_store_run_state(row);
-    int stopped = tw_run_state_final(state) &&
-                  steps >= json_integer_value(json_object_get(row, "steps")) + (state == TW_RUN_SUCCEEDED);
     if (s == TW_OK)
-        code = TW_API_CONFLICT; /* from here a refusal is the run's state */
-    if (s == TW_OK && stopped)
-        s = rewrite_steps(S, tw_run_folder(row), steps, &err);
-    if (s == TW_OK) /* the store decides (and says why not) */
-        s = tw_store_run_resume(S->store, id, steps, &err);
+        s = tw_runs_resume(S, row, steps, &code, &err);
     json_decref(row);
     row = NULL;
     if (s == TW_OK)
         s = tw_store_run_get(S->store, id, &row, &err);
-    if (s == TW_OK)
-        tw_scheduler_wake(S->sched);
     reply_changed(S, r, s, row, code, &err);
     json_decref(row);
 }

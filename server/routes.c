@@ -4,6 +4,7 @@
 #include "evaluations.h"
 #include "api_export.h"
 #include "runs.h"
+#include "sweeps.h"
 
 #define JSON TW_ROUTE_JSON_BODY
 
@@ -45,6 +46,17 @@ const tw_route TW_ROUTES[] = {
     {"GET", "/api/v1/runs/{id}/export", tw_api_run_export, 0, NULL, 200,
      "Download a checkpoint as a TensorFlow checkpoint (a tar of NAME.index, NAME.data-00000-of-00001 and checkpoint) or an ONNX graph; ?format=tf|onnx&step=S (default: the latest)&weights=raw|ema (onnx)",
      "application/octet-stream (tf: a tar archive; onnx: the ModelProto)", "!format step weights"},
+    {"GET", "/api/v1/sweeps", tw_api_sweeps_list, 0, NULL, 200, "List sweeps, newest first", "{sweeps: [sweep row]}", NULL},
+    {"POST", "/api/v1/sweeps", tw_api_sweeps_create, JSON, NULL, 201,
+     "Start a sweep: {\"name\", \"config\": a run config, \"space\": {dotted key: values or range}, \"searcher\": "
+     "{\"type\": \"grid\" | \"random\" | \"asha\", ...}, \"metric\", \"maximize\"}; every trial's config is checked first",
+     "sweep", NULL},
+    {"GET", "/api/v1/sweeps/{id}", tw_api_sweep_get, 0, NULL, 200,
+     "Show a sweep: its trials (values, rung, results, run), the best so far, the rungs' steps, the steps trained", "sweep",
+     NULL},
+    {"POST", "/api/v1/sweeps/{id}/cancel", tw_api_sweep_cancel, 0, NULL, 202, "Cancel a running sweep and its queued and running trials", "sweep", NULL},
+    {"POST", "/api/v1/sweeps/{id}/resume", tw_api_sweep_resume, 0, NULL, 202, "Resume a cancelled sweep (its cancelled trials continue from their checkpoints)", "sweep", NULL},
+    {"DELETE", "/api/v1/sweeps/{id}", tw_api_sweep_delete, 0, NULL, 204, "Delete a sweep that is not running (its runs stay)", "204", NULL},
     {"GET", "/metrics", tw_api_prometheus, 0, NULL, 200, "Prometheus metrics", "text/plain", NULL},
     {"GET", "/", tw_api_index, 0, NULL, 200, "The status page", "text/html", NULL},
     {"GET", "/static/{file}", tw_api_static, 0, NULL, 200, "The status page's files and Chart.js", "the file", NULL},

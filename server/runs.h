@@ -16,6 +16,15 @@
 tw_status tw_runs_submit(tw_server *S, const json_t *body, const char *idem_key, json_t **run, int *created,
                          tw_api_code *code, tw_error *err);
 
+/* Checks body (borrowed) as tw_runs_submit would, storing nothing: the config, its dataset, the memory it
+ * needs, its launch. On error *code and err say why. */
+tw_status tw_runs_check(tw_server *S, const json_t *body, tw_api_code *code, tw_error *err);
+
+/* The stopped run `row` (borrowed) continues from its latest checkpoint with `steps` (at least its own; more
+ * for a succeeded run): its config rewritten, the row queued, the scheduler woken. On error *code and err
+ * say why (409 when the run's state allows no resume). */
+tw_status tw_runs_resume(tw_server *S, const json_t *row, int64_t steps, tw_api_code *code, tw_error *err);
+
 /* Queues the seed MLP (examples/seed_mlp.json, embedded) on the dataset named "fashion-mnist" (the demo's
  * second step, after tw_datasets_demo registered it: serve_main.c). */
 tw_status tw_runs_submit_demo(tw_server *S, tw_error *err);

@@ -990,7 +990,10 @@ static void *supervise(void *arg)
         }
         if (!s->stopping && !atomic_load(&s->S->fatal))
             start_evaluation(s);
+        int drive = !s->stopping && !atomic_load(&s->S->fatal) && s->S->drive_sweeps;
         pthread_mutex_unlock(&s->mu);
+        if (drive) /* it submits and resumes runs, which take the lock: outside it */
+            s->S->drive_sweeps(s->S, tw_now_wall());
     }
     return NULL;
 }

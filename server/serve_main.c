@@ -34,6 +34,7 @@
 #include "scalars_cache.h"
 #include "runs.h"
 #include "scheduler.h"
+#include "sweeps.h"
 #include "store.h"
 
 #ifndef NFS_SUPER_MAGIC
@@ -271,6 +272,7 @@ static tw_status start(tw_server *S, int *port, tw_error *err)
         return err->status;
     TW_TRY(tw_datasets_start(S, err));
     S->complete_run = tw_runs_complete;
+    S->drive_sweeps = tw_sweeps_drive;
     TW_TRY(tw_scheduler_create(S, &S->sched, err));
     int demo = 0;
     if (S->opt.demo)

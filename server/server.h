@@ -80,6 +80,9 @@ typedef struct tw_server {
     /* Completes a queued run's config before it starts (runs.h, tw_runs_complete; set by serve_main.c so
      * that the scheduler calls into the run routes without depending on them). */
     tw_status (*complete_run)(struct tw_server *S, const struct json_t *row, const char **reason, tw_error *err);
+    /* One round of the running sweeps (sweeps.h, tw_sweeps_drive; set by serve_main.c, called by the
+     * scheduler every round, outside its lock). */
+    void (*drive_sweeps)(struct tw_server *S, double now);
 } tw_server;
 
 /* Signals that runs or datasets changed: wakes every SSE stream. Thread-safe. */

@@ -3,7 +3,7 @@
  * Every statement is prepared once (keyed by its text's address: they are literals) and bound with a
  * small format string ("s" text, "S" text or NULL, "i" int64, "d" double). Rows become JSON objects
  * column by column; columns named in JSON_COLUMNS hold JSON text and are decoded. The schema's version is
- * PRAGMA user_version (8), and an older database is migrated at open. */
+ * PRAGMA user_version (9), and an older database is migrated at open. */
 #define _GNU_SOURCE
 #include "store.h"
 
@@ -105,6 +105,20 @@ static const char MIGRATE_8[] =
     "ALTER TABLE runs ADD COLUMN attempts TEXT NOT NULL DEFAULT '[]';"
     "PRAGMA user_version = 8;";
 
+/* Version 9 keeps sweeps (POST /api/v1/sweeps): the spec and base config, and each trial: its run, the rung
+ * it trains toward and the metric at the end of each rung it finished (a JSON array). A trial's run is an
+ * ordinary run; deleting the sweep leaves them. */
+static const char MIGRATE_9[] =
+    "CREATE TABLE IF NOT EXISTS sweeps("
+    " seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT UNIQUE NOT NULL, name TEXT UNIQUE NOT NULL,"
+    " spec TEXT NOT NULL, config TEXT NOT NULL, status TEXT NOT NULL, created REAL NOT NULL, finished REAL);"
+    "CREATE TABLE IF NOT EXISTS sweep_trials("
+    " sweep_id TEXT NOT NULL, trial INTEGER NOT NULL, run_id TEXT NOT NULL, rung INTEGER NOT NULL DEFAULT 0,"
+    " results TEXT NOT NULL DEFAULT '[]', PRIMARY KEY(sweep_id, trial));"
+    "CREATE TRIGGER IF NOT EXISTS sweep_trials_go_with_their_sweep AFTER DELETE ON sweeps"
+    " BEGIN DELETE FROM sweep_trials WHERE sweep_id = OLD.id; END;"
+    "PRAGMA user_version = 9;";
+
 /* The SQL that ends a run's open attempt (its last, while "ended" is null) at the time ?N with the reason
  * ?M and the run's step: the attempt timeline of the run object (server/API.md). */
 #define END_ATTEMPT(now, reason)                                                                     \
@@ -115,7 +129,7 @@ static const char MIGRATE_8[] =
 #define SQL_NOW "((julianday('now') - 2440587.5) * 86400.0)"
 
 static const char *const JSON_COLUMNS[] = {"error", "meta", "config", "metrics", "devices", "job", "result", "hosts",
-                                           "attempts"};
+                                           "attempts", "spec", "results"};
 
 /* The names the states are stored and shown as (the statements below spell the ones they test in SQL). */
 static const char *const RUN_STATES[TW_RUN_STATES] = {
@@ -366,6 +380,8 @@ static int migrate(sqlite3 *db, char *why, size_t why_size)
         rc = sqlite3_exec(db, MIGRATE_7, NULL, NULL, NULL);
     if (rc == SQLITE_OK && version < 8)
         rc = sqlite3_exec(db, MIGRATE_8, NULL, NULL, NULL);
+    if (rc == SQLITE_OK && version < 9)
+        rc = sqlite3_exec(db, MIGRATE_9, NULL, NULL, NULL);
     if (rc == SQLITE_OK)
         rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK) {
@@ -929,4 +945,68 @@ int tw_store_evals_recover(tw_store *st, tw_error *err)
              "") != TW_OK)
         return -1;
     return changed;
+}
+
+/* ================================ sweeps ================================ */
+
+#define SWEEP_COLUMNS "id, name, spec, config, status, created, finished"
+
+tw_status tw_store_sweep_insert(tw_store *st, const char *id, const char *name, const char *spec, const char *config,
+                                double now, tw_error *err)
+{
+    return exec(st, NULL, err,
+                "INSERT INTO sweeps(id, name, spec, config, status, created) VALUES(?, ?, ?, ?, 'running', ?)",
+                "ssssd", id, name, spec, config, now);
+}
+
+tw_status tw_store_sweep_resolve(tw_store *st, const char *ref, json_t **out, tw_error *err)
+{
+    json_t *rows;
+    tw_status s = query(st, &rows, err, "SELECT " SWEEP_COLUMNS " FROM sweeps WHERE id = ? OR name = ?", "ss", ref, ref);
+    return first(s, rows, out);
+}
+
+tw_status tw_store_sweep_list(tw_store *st, const char *status, json_t **out, tw_error *err)
+{
+    if (status)
+        return query(st, out, err, "SELECT " SWEEP_COLUMNS " FROM sweeps WHERE status = ? ORDER BY seq", "s", status);
+    return query(st, out, err, "SELECT " SWEEP_COLUMNS " FROM sweeps ORDER BY seq DESC LIMIT 1000", "");
+}
+
+tw_status tw_store_sweep_set_status(tw_store *st, const char *id, const char *status, double now, tw_error *err)
+{
+    return exec(st, NULL, err,
+                "UPDATE sweeps SET status = ?, finished = CASE WHEN ? = 'running' THEN NULL ELSE ? END WHERE id = ?",
+                "ssds", status, status, now, id);
+}
+
+tw_status tw_store_sweep_delete(tw_store *st, const char *id, tw_error *err)
+{
+    return exec(st, NULL, err, "DELETE FROM sweeps WHERE id = ?", "s", id);
+}
+
+tw_status tw_store_trial_insert(tw_store *st, const char *sweep_id, int trial, const char *run_id, tw_error *err)
+{
+    return exec(st, NULL, err, "INSERT OR IGNORE INTO sweep_trials(sweep_id, trial, run_id) VALUES(?, ?, ?)", "sis",
+                sweep_id, (int64_t)trial, run_id);
+}
+
+tw_status tw_store_trials(tw_store *st, const char *sweep_id, json_t **out, tw_error *err)
+{
+    return query(st, out, err,
+                 "SELECT t.trial, t.run_id, t.rung, t.results, r.name, r.status, r.steps, r.step, r.metrics, r.config "
+                 "FROM sweep_trials t LEFT JOIN runs r ON r.id = t.run_id WHERE t.sweep_id = ? ORDER BY t.trial",
+                 "s", sweep_id);
+}
+
+tw_status tw_store_trial_set_rung(tw_store *st, const char *sweep_id, int trial, int rung, tw_error *err)
+{
+    return exec(st, NULL, err, "UPDATE sweep_trials SET rung = ? WHERE sweep_id = ? AND trial = ?", "isi",
+                (int64_t)rung, sweep_id, (int64_t)trial);
+}
+
+tw_status tw_store_trial_set_results(tw_store *st, const char *sweep_id, int trial, const char *results, tw_error *err)
+{
+    return exec(st, NULL, err, "UPDATE sweep_trials SET results = ? WHERE sweep_id = ? AND trial = ?", "ssi", results,
+                sweep_id, (int64_t)trial);
 }

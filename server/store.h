@@ -212,4 +212,26 @@ int tw_store_eval_cancel_queued(tw_store *st, const char *id, double now, tw_err
 /* Jobs left "running" by a server that died: back to queued. Returns the count, -1 on failure. */
 int tw_store_evals_recover(tw_store *st, tw_error *err);
 
+/* ---- sweeps (POST /api/v1/sweeps; server/sweeps.c runs them) ----
+ * A sweep row: {id, name, spec (JSON: space, searcher, metric, maximize), config (the base run config, JSON),
+ * status ("running", "succeeded", "cancelled", "failed"), created, finished}. Ids: 's' + 15 hex digits. A trial
+ * row (tw_store_trials): {trial, run_id, rung, results (the metric at the end of each finished rung, a JSON
+ * array), and its run's name, status, steps, step, metrics and config (null when the run was deleted)}. */
+tw_status tw_store_sweep_insert(tw_store *st, const char *id, const char *name, const char *spec, const char *config,
+                                double now, tw_error *err);
+/* By id or name; TW_END when none. */
+tw_status tw_store_sweep_resolve(tw_store *st, const char *ref, json_t **out, tw_error *err);
+/* The sweeps of a status, oldest first, or (status NULL) the newest 1000. */
+tw_status tw_store_sweep_list(tw_store *st, const char *status, json_t **out, tw_error *err);
+tw_status tw_store_sweep_set_status(tw_store *st, const char *id, const char *status, double now, tw_error *err);
+/* The sweep and its trial rows (its runs stay). */
+tw_status tw_store_sweep_delete(tw_store *st, const char *id, tw_error *err);
+/* Trial `trial` of the sweep is run_id (a second insert of the same trial changes nothing). */
+tw_status tw_store_trial_insert(tw_store *st, const char *sweep_id, int trial, const char *run_id, tw_error *err);
+/* The sweep's trials in order (an array of trial rows). */
+tw_status tw_store_trials(tw_store *st, const char *sweep_id, json_t **out, tw_error *err);
+tw_status tw_store_trial_set_rung(tw_store *st, const char *sweep_id, int trial, int rung, tw_error *err);
+/* results: JSON text, the array of rung metrics. */
+tw_status tw_store_trial_set_results(tw_store *st, const char *sweep_id, int trial, const char *results, tw_error *err);
+
 #endif

@@ -63,6 +63,10 @@
  *   forge          at start-up write a stderr line holding terminal escapes (ESC, BEL) and a failed line
  *                  whose message echoes a value with newlines and ESC, as a trainer quoting a bad config
  *                  value would, then exit 2: what a log must show without a forged line or a raw escape
+ *   objective      the loss (and eval_loss) is a known function of two hyperparameters and the step, for the
+ *                  sweeps' tests: fake_loss(k) + (log10(lr) + 2)^2 + (log2(units) - 5)^2 / 10, lr being
+ *                  optimizer.learning_rate (default 0.01) and units model.layers[0].units (default 32): best
+ *                  at lr 0.01 and 32 units, the same order at every step
  * Example: TW_FAKE=step_ms=50,exit_at=7:12,once
  *
  * Under mpirun (OMPI_COMM_WORLD_RANK set: a run of "processes" > 1, server/launch.h) every rank first
@@ -101,7 +105,8 @@ static const char USAGE[] =
     "usage: tw_faketrain train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend B]\n"
     "                    [--data-root DIR] [--monitor-url URL]\n"
     "fault switches in $TW_FAKE: step_ms=N,startup_ms=N,ckpt_ms=N,nan_at=K,inf_at=K,hang_at=K,\n"
-    "crash_at=K,exit_at=K:CODE,once,helper=stdout|ignore_term|orphan,hog_mb=N,forge (see the comment at\n"
+    "crash_at=K,exit_at=K:CODE,once,helper=stdout|ignore_term|orphan,hog_mb=N,forge,objective (see the\n"
+    "comment at "
     "the top of tw_faketrain.c)\n";
 
 typedef enum { HELPER_NONE, HELPER_STDOUT, HELPER_IGNORE_TERM, HELPER_ORPHAN } helper_kind;
@@ -110,7 +115,7 @@ typedef struct {
     long step_ms, startup_ms, ckpt_ms, hog_mb;
     int64_t nan_at, inf_at, hang_at, crash_at, exit_at;
     int exit_code;
-    int once, forge;
+    int once, forge, objective;
     helper_kind helper;
 } fault_switches;
 
@@ -204,6 +209,8 @@ static int parse_switch(char *item)
         return F.once = 1;
     if (!strcmp(item, "forge"))
         return F.forge = 1;
+    if (!strcmp(item, "objective"))
+        return F.objective = 1;
     char *value = strchr(item, '=');
     if (!value)
         return 0;
@@ -263,6 +270,7 @@ typedef struct {
     const char *config, *logdir, *data_root;
     int resume;
     int64_t steps, checkpoint_every, eval_every;
+    double penalty; /* the objective switch's term (0 without it) */
     char ckpt_dir[PATH_BYTES], steps_log[PATH_BYTES];
 } options;
 
@@ -318,6 +326,16 @@ static tw_status config_int(const char *path, json_t *root, const char *key, int
     return TW_OK;
 }
 
+/* The objective switch's term for config root (see the comment at the top). */
+static double objective_penalty(json_t *root)
+{
+    json_t *lr = json_object_get(json_object_get(root, "optimizer"), "learning_rate");
+    json_t *units = json_object_get(json_array_get(json_object_get(json_object_get(root, "model"), "layers"), 0), "units");
+    double l = json_is_number(lr) && json_number_value(lr) > 0 ? json_number_value(lr) : 0.01;
+    double u = json_is_integer(units) && json_integer_value(units) > 0 ? (double)json_integer_value(units) : 32;
+    return (log10(l) + 2) * (log10(l) + 2) + (log2(u) - 5) * (log2(u) - 5) / 10;
+}
+
 static tw_status load_config(options *o, tw_error *err)
 {
     json_error_t je;
@@ -335,6 +353,8 @@ static tw_status load_config(options *o, tw_error *err)
         s = config_int(o->config, root, "checkpoint_every", 0, &o->checkpoint_every, err);
     if (s == TW_OK)
         s = config_int(o->config, root, "eval_every", 0, &o->eval_every, err);
+    if (s == TW_OK && F.objective)
+        o->penalty = objective_penalty(root);
     json_decref(root);
     return s;
 }
@@ -552,7 +572,7 @@ static tw_status step(run *R, tw_error *err)
     int64_t k = R->step + 1;
     sleep_ms(F.step_ms);
     fire_faults(k);
-    double loss = F.nan_at == k ? NAN : F.inf_at == k ? INFINITY : fake_loss(k);
+    double loss = F.nan_at == k ? NAN : F.inf_at == k ? INFINITY : fake_loss(k) + R->o->penalty;
     if (!isfinite(loss)) {
         tw_child_diverged(&OUT, loss, k);
         return TW_END;

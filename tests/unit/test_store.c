@@ -214,12 +214,12 @@ static void test_open_creates_schema_in_wal_mode(void **state)
 {
     fixture *f = *state;
     expect_peek(f->db, "PRAGMA journal_mode", "wal");
-    expect_peek(f->db, "PRAGMA user_version", "8");
+    expect_peek(f->db, "PRAGMA user_version", "9");
     expect_peek(f->db, "SELECT count(*) FROM pragma_table_info('runs') WHERE name = 'idempotency_body'", "1");
     expect_peek(f->db,
                 "SELECT group_concat(name, ',') FROM (SELECT name FROM sqlite_master "
                 "WHERE type IN ('table', 'index') AND name NOT LIKE 'sqlite_%' ORDER BY name)",
-                "datasets,evaluations,evaluations_run,run_counts,runs,runs_folder,runs_status");
+                "datasets,evaluations,evaluations_run,run_counts,runs,runs_folder,runs_status,sweep_trials,sweeps");
 }
 
 static void test_reopen_keeps_rows(void **state)
@@ -1174,7 +1174,7 @@ static void test_migrates_version_1(void **state)
     sqlite3_close(c);
     tw_error err;
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "8");
+    expect_peek(path, "PRAGMA user_version", "9");
     expect_peek(path, "SELECT priority FROM runs WHERE id = 'rold'", "0");
     expect_peek(path, "SELECT attempts FROM runs WHERE id = 'rold'", "[]"); /* its history before: unknown */
     expect_peek(path, "SELECT processes || ' ' || hosts FROM runs WHERE id = 'rold'", "1 []"); /* one process */
@@ -1187,7 +1187,7 @@ static void test_migrates_version_1(void **state)
     json_decref(r);
     tw_store_close(f->st); /* and opening a version-8 database again changes nothing */
     assert_int_equal(tw_store_open(path, &f->st, &err), TW_OK);
-    expect_peek(path, "PRAGMA user_version", "8");
+    expect_peek(path, "PRAGMA user_version", "9");
 }
 
 /* Drops the store's tables through a second connection: every later read of them fails for real. */
@@ -1426,6 +1426,48 @@ static void test_concurrent_use(void **state)
     json_decref(p);
 }
 
+/* Sweeps and their trials: names are unique, a trial is inserted once, its row carries its run's state,
+ * rung and results move, and deleting the sweep takes its trial rows but leaves the runs. */
+static void test_sweeps_and_trials(void **state)
+{
+    fixture *f = *state;
+    tw_error err;
+    add_dataset(f->st, "d1", "data", "ready");
+    add_run(f->st, "r1", "d1");
+    assert_int_equal(tw_store_sweep_insert(f->st, "s1", "lr", "{\"metric\": \"eval_loss\"}", "{\"steps\": 9}", 1.0,
+                                           &err), TW_OK);
+    assert_int_not_equal(tw_store_sweep_insert(f->st, "s2", "lr", "{}", "{}", 2.0, &err), TW_OK); /* name taken */
+    json_t *sw;
+    assert_int_equal(tw_store_sweep_resolve(f->st, "lr", &sw, &err), TW_OK);
+    assert_string_equal(str(sw, "id"), "s1");
+    assert_string_equal(str(sw, "status"), "running");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(sw, "spec"), "metric")), "eval_loss");
+    json_decref(sw);
+    assert_int_equal(tw_store_trial_insert(f->st, "s1", 0, "r1", &err), TW_OK);
+    assert_int_equal(tw_store_trial_insert(f->st, "s1", 0, "r-other", &err), TW_OK); /* the first stays */
+    assert_int_equal(tw_store_trial_set_rung(f->st, "s1", 0, 2, &err), TW_OK);
+    assert_int_equal(tw_store_trial_set_results(f->st, "s1", 0, "[0.5, 0.25]", &err), TW_OK);
+    json_t *trials;
+    assert_int_equal(tw_store_trials(f->st, "s1", &trials, &err), TW_OK);
+    assert_int_equal(json_array_size(trials), 1);
+    json_t *t = json_array_get(trials, 0);
+    assert_string_equal(str(t, "run_id"), "r1");
+    assert_string_equal(str(t, "status"), "queued");
+    assert_int_equal(json_integer_value(json_object_get(t, "rung")), 2);
+    assert_true(json_real_value(json_array_get(json_object_get(t, "results"), 1)) == 0.25);
+    json_decref(trials);
+    assert_int_equal(tw_store_sweep_set_status(f->st, "s1", "cancelled", 3.0, &err), TW_OK);
+    json_t *listed;
+    assert_int_equal(tw_store_sweep_list(f->st, "running", &listed, &err), TW_OK);
+    assert_int_equal(json_array_size(listed), 0);
+    json_decref(listed);
+    assert_int_equal(tw_store_sweep_delete(f->st, "s1", &err), TW_OK);
+    assert_int_equal(tw_store_trials(f->st, "s1", &trials, &err), TW_OK);
+    assert_int_equal(json_array_size(trials), 0);
+    json_decref(trials);
+    expect_status(f->st, "r1", "queued"); /* the run stays */
+}
+
 int main(void)
 {
 #define T(name) cmocka_unit_test_setup_teardown(name, setup, teardown)
@@ -1461,6 +1503,7 @@ int main(void)
         T(test_evaluation_jobs),
         T(test_run_delete_only_finished),
         T(test_json_columns_decode),
+        T(test_sweeps_and_trials),
         T(test_concurrent_use),
     };
 #undef T
