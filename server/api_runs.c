@@ -228,8 +228,11 @@ static tw_status take_server_keys(tw_server *S, json_t *cfg, server_keys *k, tw_
 
 /* Refuses a config whose memory estimate (engine/memory.h, with the dataset's example counts) passes
  * what the run's devices have: on a CPU server the host's memory for every tower; on a GPU server the
- * host parts only (a GPU's memory is not known without the CUDA runtime: `tower train` checks it). */
-static tw_status check_memory(tw_server *S, const tw_config *c, const json_t *dataset_row, tw_error *err)
+ * host parts only (a GPU's memory is not known without the CUDA runtime: `tower train` checks it), for
+ * `together` such runs at once (a sweep's concurrent trials) as far as the GPUs hold them side by side (the
+ * CPU trains one run at a time). */
+static tw_status check_memory(tw_server *S, const tw_config *c, const json_t *dataset_row, int together,
+                              tw_error *err)
 {
     const json_t *splits = json_object_get(json_object_get(dataset_row, "meta"), "splits");
     tw_memory_data d = {
@@ -242,8 +245,18 @@ static tw_status check_memory(tw_server *S, const tw_config *c, const json_t *da
         tw_memory_limit_given(S->opt.memory_limit, &limit);
     else
         TW_TRY(tw_memory_host_limit(&limit, err));
-    int gpu = tw_scheduler_gpu_count(S->sched) > 0;
-    return tw_memory_check(&need, gpu, &limit, gpu && S->opt.memory_limit ? &limit : NULL, err);
+    int gpus = tw_scheduler_gpu_count(S->sched), copies = gpus > 0 ? gpus / c->towers : 1;
+    copies = copies < together ? copies : together;
+    for (int p = TW_MEM_DEVICE_PARTS; p < TW_MEM_PARTS && copies > 1; p++)
+        need.part[p] *= (uint64_t)copies;
+    need.host *= (uint64_t)(copies > 1 ? copies : 1);
+    tw_status s = tw_memory_check(&need, gpus > 0, &limit, gpus > 0 && S->opt.memory_limit ? &limit : NULL, err);
+    if (s != TW_OK && copies > 1) {
+        char msg[sizeof err->message];
+        snprintf(msg, sizeof msg, "%s", err->message);
+        tw_error_set(err, s, NULL, -1, "%d runs at once (one per %d GPUs): %.900s", copies, c->towers, msg);
+    }
+    return s;
 }
 
 /* The init_from checkpoint holds every variable of c's model with its shape (read at submit, so a
@@ -257,8 +270,9 @@ static tw_status check_init_from(const tw_config *c, tw_error *err)
     return s;
 }
 
-/* Validates cfg with the engine's parser and the memory estimate; fills *c. */
-static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset_row, tw_config *c,
+/* Validates cfg with the engine's parser and the memory estimate (for `together` such runs at once);
+ * fills *c. */
+static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset_row, int together, tw_config *c,
                           tw_api_code *code, tw_error *err)
 {
     tw_status s = tw_config_decode(cfg, NULL, c, err);
@@ -269,7 +283,7 @@ static tw_status validate(tw_server *S, const json_t *cfg, const json_t *dataset
         s = tw_error_set(err, TW_ERR_INVALID, NULL, -1, "towers: %d asked, this server has %d GPUs", c->towers,
                          tw_scheduler_gpu_count(S->sched));
     if (s == TW_OK)
-        s = check_memory(S, c, dataset_row, err);
+        s = check_memory(S, c, dataset_row, together, err);
     return s;
 }
 
@@ -404,7 +418,7 @@ tw_status tw_runs_complete(tw_server *S, const json_t *row, const char **reason,
         tw_api_code code;
         *reason = "bad_dataset";
         s = resolve_dataset(S, cfg, &dataset_row, NULL, &code, err);
-        if (s == TW_OK && (*reason = "bad_config", s = validate(S, cfg, dataset_row, &c, &code, err)) == TW_OK)
+        if (s == TW_OK && (*reason = "bad_config", s = validate(S, cfg, dataset_row, 1, &c, &code, err)) == TW_OK)
             s = write_run_config(path, cfg, err);
     }
     json_decref(dataset_row);
@@ -442,14 +456,14 @@ static tw_status keyed_run(tw_server *S, const char *key, const char *body, json
     return s;
 }
 
-tw_status tw_runs_check(tw_server *S, const json_t *body, tw_api_code *code, tw_error *err)
+tw_status tw_runs_check(tw_server *S, const json_t *body, int together, tw_api_code *code, tw_error *err)
 {
     json_t *cfg = json_deep_copy(body);
     server_keys k = {0};
     static __thread tw_config c; /* large: off the stack */
     tw_status s = cfg ? take_server_keys(S, cfg, &k, code, err) : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     if (s == TW_OK)
-        s = k.converting ? decode_waiting(cfg, &c, code, err) : validate(S, cfg, k.dataset_row, &c, code, err);
+        s = k.converting ? decode_waiting(cfg, &c, code, err) : validate(S, cfg, k.dataset_row, together, &c, code, err);
     if (s == TW_OK)
         s = launch_devices(S, &k.launch, c.towers, err);
     json_decref(cfg);
@@ -472,7 +486,7 @@ static tw_status submit_new(tw_server *S, const json_t *body, const char *idem_k
     tw_status s = take_server_keys(S, cfg, &k, code, err);
     k.name = json_string_value(json_object_get(submitted, "name")); /* cfg lost its copy */
     if (s == TW_OK)
-        s = k.converting ? decode_waiting(cfg, &c, code, err) : validate(S, cfg, k.dataset_row, &c, code, err);
+        s = k.converting ? decode_waiting(cfg, &c, code, err) : validate(S, cfg, k.dataset_row, 1, &c, code, err);
     if (s == TW_OK)
         s = launch_devices(S, &k.launch, c.towers, err);
     if (s == TW_OK)

@@ -3,6 +3,7 @@
  * every trial trained to the end), cancel, resume and delete. The runs belong to the driver (sweeps.c). */
 #include "sweeps.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,17 +14,18 @@
 #include "scheduler.h"
 #include "searcher.h"
 #include "store.h"
+#include "sweep_board.h"
 
 /* ================================ submission ================================ */
 
 /* The trials a submission checks: every one (up to the cap), and each key at its smallest and its largest
  * value with the others at trial 0's (ranges' ends, a choice's first and last). */
-static tw_status check_values(tw_server *S, const json_t *base, const json_t *values, int trial,
+static tw_status check_values(tw_server *S, const json_t *base, const json_t *values, int trial, int together,
                               tw_api_code *code, tw_error *err)
 {
     json_t *cfg;
     TW_TRY(tw_sweep_apply(base, values, &cfg, err));
-    tw_status s = tw_runs_check(S, cfg, code, err);
+    tw_status s = tw_runs_check(S, cfg, together, code, err);
     json_decref(cfg);
     if (s != TW_OK) {
         char *text = json_dumps(values, JSON_COMPACT);
@@ -53,7 +55,7 @@ static tw_status check_trials(tw_server *S, const json_t *base, const tw_sweep_s
     enum { CHECKED = 64 }; /* trials checked one by one; the ends of every key besides */
     for (int i = 0; i < tw_sweep_trials(s) && i < CHECKED; i++) {
         json_t *v = tw_sweep_trial_values(s, i);
-        tw_status st = v ? check_values(S, base, v, i, code, err) : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+        tw_status st = v ? check_values(S, base, v, i, s->max_concurrent, code, err) : tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
         json_decref(v);
         TW_TRY(st);
     }
@@ -61,7 +63,7 @@ static tw_status check_trials(tw_server *S, const json_t *base, const tw_sweep_s
         for (int hi = 0; hi < 2; hi++) {
             json_t *v = tw_sweep_trial_values(s, 0);
             json_object_set_new(v, s->params[k].key, at_end(&s->params[k], hi));
-            tw_status st = check_values(S, base, v, -1, code, err);
+            tw_status st = check_values(S, base, v, -1, s->max_concurrent, code, err);
             json_decref(v);
             TW_TRY(st);
         }
@@ -171,6 +173,12 @@ static json_t *present(tw_server *S, const json_t *sweep, tw_error *err)
     json_object_set_new(out, "best", best < 0 ? json_null() : present_trial(&s, json_array_get(trials, (size_t)best)));
     json_object_set_new(out, "steps_trained", json_integer(trained));
     json_object_set_new(out, "steps_full", json_integer((json_int_t)tw_sweep_trials(&s) * s.max_steps));
+    char dir[PATH_MAX], tb[PATH_MAX + 32];
+    if (tw_sweep_board_dir(S, sweep, dir) == 0) {
+        snprintf(tb, sizeof tb, "tensorboard --logdir %s", dir);
+        json_object_set_new(out, "logdir", json_string(dir));
+        json_object_set_new(out, "tensorboard", json_string(tb));
+    }
     json_decref(trials);
     tw_sweep_spec_clear(&s);
     return out;
@@ -272,10 +280,13 @@ static void change_state(tw_server *S, tw_req *r, const char *from, const char *
         json_decref(sweep);
         return;
     }
-    const char *id = json_string_value(json_object_get(sweep, "id"));
+    char id[TW_ID_BYTES];
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(sweep, "id")));
+    tw_sweeps_lock();
     tw_status s = tw_store_sweep_set_status(S->store, id, cancel ? "cancelled" : "running", tw_now_wall(), &err);
     if (s == TW_OK)
         s = each_trial_run(S, sweep, cancel, &err);
+    tw_sweeps_unlock();
     json_decref(sweep);
     if (s == TW_OK)
         s = tw_store_sweep_resolve(S->store, id, &sweep, &err);
@@ -304,7 +315,11 @@ void tw_api_sweep_delete(tw_server *S, tw_req *r)
         json_decref(sweep);
         return;
     }
+    tw_sweeps_lock();
     tw_status s = tw_store_sweep_delete(S->store, json_string_value(json_object_get(sweep, "id")), &err);
+    if (s == TW_OK)
+        tw_sweep_board_remove(S, sweep);
+    tw_sweeps_unlock();
     json_decref(sweep);
     tw_api_reply_deleted(S, r, s, &err, "sweep", "");
 }

@@ -77,6 +77,11 @@ static const struct {
     {"POST", "/api/v1/runs/{id}/predict", "application/json", "Prediction", 0, "PredictInputs"},
     {"POST", "/api/v1/runs/{id}/evaluate", "application/json", NULL, 0, "EvaluateRequest"},
     {"GET", "/api/v1/runs/{id}/export", "application/octet-stream", NULL, 0, NULL},
+    {"GET", "/api/v1/sweeps", "application/json", "SweepList", 0, NULL},
+    {"POST", "/api/v1/sweeps", "application/json", "Sweep", 0, "SweepRequest"},
+    {"GET", "/api/v1/sweeps/{id}", "application/json", "Sweep", 0, NULL},
+    {"POST", "/api/v1/sweeps/{id}/cancel", "application/json", "Sweep", 0, NULL},
+    {"POST", "/api/v1/sweeps/{id}/resume", "application/json", "Sweep", 0, NULL},
     {"GET", "/metrics", "text/plain", NULL, 0, NULL},
     {"GET", "/", "text/html", NULL, 0, NULL},
 };
@@ -219,6 +224,46 @@ static const char *const REPLY_SCHEMAS[][2] = {
             " \"description\": \"while running: cpu_percent, rss_bytes, gpu_utilization_percent, gpu_memory_bytes\"},"
             " \"config\": {\"type\": \"object\", \"description\": \"the run config"
             " as submitted\"}}}"},
+    {"SweepRow", "{\"type\": \"object\", \"required\": [\"id\", \"name\", \"status\", \"created\", \"finished\","
+                 " \"spec\", \"config\"], \"properties\": {\"id\": {\"type\": \"string\", \"pattern\": \"^s[0-9a-f]{15}$\"},"
+                 " \"name\": {\"$ref\": \"#/components/schemas/Name\"}, \"status\": {\"type\": \"string\", \"enum\":"
+                 " [\"running\", \"succeeded\", \"cancelled\"]}, \"created\": {\"type\": \"number\"}, \"finished\":"
+                 " {\"type\": [\"number\", \"null\"]}, \"spec\": {\"type\": \"object\", \"description\": \"space,"
+                 " searcher, metric, maximize as submitted\"}, \"config\": {\"type\": \"object\", \"description\":"
+                 " \"the base run config\"}}}"},
+    {"SweepList", "{\"type\": \"object\", \"required\": [\"sweeps\"], \"properties\": {\"sweeps\": {\"type\":"
+                  " \"array\", \"items\": {\"$ref\": \"#/components/schemas/SweepRow\"}}}}"},
+    {"SweepTrial", "{\"type\": \"object\", \"required\": [\"trial\", \"values\", \"rung\", \"results\", \"run\"],"
+                   " \"properties\": {\"trial\": {\"type\": \"integer\", \"minimum\": 0}, \"values\": {\"type\":"
+                   " \"object\", \"description\": \"the searched keys' values\"}, \"rung\": {\"type\": \"integer\","
+                   " \"minimum\": 0}, \"results\": {\"type\": \"array\", \"items\": {\"type\": [\"number\", \"null\"]},"
+                   " \"description\": \"the metric at the end of each rung it finished\"}, \"run\": {\"type\": \"object\","
+                   " \"required\": [\"id\", \"name\", \"status\", \"step\", \"steps\"]}}}"},
+    {"Sweep", "{\"allOf\": [{\"$ref\": \"#/components/schemas/SweepRow\"}, {\"type\": \"object\", \"required\":"
+              " [\"trials\", \"rung_steps\", \"best\", \"steps_trained\", \"steps_full\"], \"properties\": {"
+              "\"trials\": {\"type\": \"array\", \"items\": {\"$ref\": \"#/components/schemas/SweepTrial\"}},"
+              " \"rung_steps\": {\"type\": \"array\", \"items\": {\"type\": \"integer\", \"minimum\": 1}},"
+              " \"best\": {\"anyOf\": [{\"$ref\": \"#/components/schemas/SweepTrial\"}, {\"type\": \"null\"}]},"
+              " \"steps_trained\": {\"type\": \"integer\", \"minimum\": 0}, \"steps_full\": {\"type\": \"integer\","
+              " \"minimum\": 0, \"description\": \"the steps of every trial trained to the top rung\"},"
+              " \"logdir\": {\"type\": \"string\", \"description\": \"the sweep's HParams experiment: one session"
+              " per trial\"}, \"tensorboard\": {\"type\": \"string\"}}}]}"},
+    {"SweepRequest", "{\"type\": \"object\", \"required\": [\"name\", \"config\", \"space\", \"metric\"],"
+                     " \"additionalProperties\": false, \"properties\": {\"name\": {\"$ref\": \"#/components/schemas/Name\"},"
+                     " \"config\": {\"$ref\": \"#/components/schemas/RunConfig\"}, \"space\": {\"type\": \"object\","
+                     " \"minProperties\": 1, \"maxProperties\": 16, \"propertyNames\": {\"minLength\": 1, \"maxLength\": 127},"
+                     " \"additionalProperties\": {\"anyOf\": [{\"type\":"
+                     " \"array\", \"minItems\": 1, \"maxItems\": 64}, {\"type\": \"object\", \"required\": [\"type\"],"
+                     " \"properties\": {\"type\": {\"enum\": [\"choice\", \"uniform\", \"log_uniform\", \"int\"]},"
+                     " \"values\": {\"type\": \"array\"}, \"min\": {\"type\": \"number\"}, \"max\": {\"type\":"
+                     " \"number\"}, \"count\": {\"type\": \"integer\", \"minimum\": 2, \"maximum\": 64}}}]}},"
+                     " \"searcher\": {\"type\": \"object\", \"required\": [\"type\"], \"properties\": {\"type\":"
+                     " {\"enum\": [\"grid\", \"random\", \"asha\"]}, \"seed\": {\"type\": \"integer\", \"minimum\": 0},"
+                     " \"max_trials\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1024}, \"max_steps\":"
+                     " {\"type\": \"integer\", \"minimum\": 1}, \"reduction_factor\": {\"type\": \"integer\", \"minimum\":"
+                     " 2, \"maximum\": 16}, \"rungs\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 8},"
+                     " \"max_concurrent\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 64}}}, \"metric\":"
+                     " {\"type\": \"string\", \"minLength\": 1, \"maxLength\": 63}, \"maximize\": {\"type\": \"boolean\"}}}"},
 };
 
 /* The run config a POST /api/v1/runs takes: the engine's schema without the file paths, with "dataset"

@@ -17,8 +17,9 @@ tw_status tw_runs_submit(tw_server *S, const json_t *body, const char *idem_key,
                          tw_api_code *code, tw_error *err);
 
 /* Checks body (borrowed) as tw_runs_submit would, storing nothing: the config, its dataset, the memory it
- * needs, its launch. On error *code and err say why. */
-tw_status tw_runs_check(tw_server *S, const json_t *body, tw_api_code *code, tw_error *err);
+ * needs (for `together` such runs at once: a sweep's concurrent trials), its launch. On error *code and err
+ * say why. */
+tw_status tw_runs_check(tw_server *S, const json_t *body, int together, tw_api_code *code, tw_error *err);
 
 /* The stopped run `row` (borrowed) continues from its latest checkpoint with `steps` (at least its own; more
  * for a succeeded run): its config rewritten, the row queued, the scheduler woken. On error *code and err

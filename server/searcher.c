@@ -37,7 +37,7 @@ static tw_status known_keys(const json_t *obj, const char *path, const char *con
         for (int i = 0; known[i] && !ok; i++)
             ok = !strcmp(key, known[i]);
         if (!ok)
-            return bad(err, path, "unknown key '%.60s'", key);
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s.%.60s: unknown key", path, key);
     }
     return TW_OK;
 }
@@ -51,7 +51,8 @@ static tw_status int_of(const json_t *obj, const char *path, const char *key, in
     if (!v)
         return TW_OK;
     if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi)
-        return bad(err, path, "'%s' must be an integer from %lld to %lld", key, (long long)lo, (long long)hi);
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s.%s: must be an integer from %lld to %lld", path, key,
+                            (long long)lo, (long long)hi);
     *out = json_integer_value(v);
     return TW_OK;
 }

@@ -136,6 +136,11 @@ int tw_run_dir(const tw_server *S, const char *folder, char *buf, size_t size)
     return JOIN(TW_DATA_RUNS, folder);
 }
 
+int tw_sweep_dir(const tw_server *S, const char *folder, const char *trial, char *buf, size_t size)
+{
+    return trial ? JOIN(TW_DATA_SWEEPS, folder, trial) : JOIN(TW_DATA_SWEEPS, folder);
+}
+
 int tw_dataset_dir(const tw_server *S, const char *id, char *buf, size_t size)
 {
     return JOIN(TW_DATA_DATASETS, id);

@@ -112,10 +112,13 @@ double tw_now_wall(void);
  *   DATA/datasets/<id>/upload/<field>, upload/params.json, train.tfrecord, test.tfrecord, meta.json
  *   DATA/runs/<folder>/config.json, log; its checkpoints/ and event files are the engine's
  *   (tw_checkpoint_dir_of, trainer.h); <folder> is the run's (tw_run_folder_name), kept in its row
+ *   DATA/sweeps/<folder>/<trial run name>/: a sweep's HParams experiment (sweep_board.h); <folder> is
+ *   tw_run_folder_name of the sweep's id and name
  * Each returns 0, or -1 when the path does not fit in size (buf is then ""). */
 #define TW_DATA_DB "tower.db"
 #define TW_DATA_LOCK "tower.lock"
 #define TW_DATA_RUNS "runs"
+#define TW_DATA_SWEEPS "sweeps"
 #define TW_DATA_DATASETS "datasets"
 #define TW_DATASET_UPLOAD_DIR "upload"
 #define TW_DATASET_PARAMS "upload/params.json"
@@ -144,6 +147,8 @@ const char *tw_run_folder(const struct json_t *row);
 
 /* DATA/runs/<folder> and DATA/datasets/<id>. */
 int tw_run_dir(const tw_server *S, const char *folder, char *buf, size_t size);
+/* DATA/sweeps/<folder>, and DATA/sweeps/<folder>/<trial> when trial is not NULL. */
+int tw_sweep_dir(const tw_server *S, const char *folder, const char *trial, char *buf, size_t size);
 int tw_dataset_dir(const tw_server *S, const char *id, char *buf, size_t size);
 /* A file in those folders: DATA/runs/<folder>/<name> (TW_RUN_*), DATA/datasets/<id>/<name> (TW_DATASET_*). */
 int tw_run_path(const tw_server *S, const char *folder, const char *name, char *buf, size_t size);

@@ -994,7 +994,7 @@ tw_status tw_store_trial_insert(tw_store *st, const char *sweep_id, int trial, c
 tw_status tw_store_trials(tw_store *st, const char *sweep_id, json_t **out, tw_error *err)
 {
     return query(st, out, err,
-                 "SELECT t.trial, t.run_id, t.rung, t.results, r.name, r.status, r.steps, r.step, r.metrics, r.config "
+                 "SELECT t.trial, t.run_id, t.rung, t.results, r.name, r.folder, r.status, r.steps, r.step, r.metrics, r.config "
                  "FROM sweep_trials t LEFT JOIN runs r ON r.id = t.run_id WHERE t.sweep_id = ? ORDER BY t.trial",
                  "s", sweep_id);
 }

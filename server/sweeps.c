@@ -11,15 +11,19 @@
  * resumes it at the next round), and a rung's result is recorded before the searcher is asked again. */
 #include "sweeps.h"
 
+#include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "names.h"
+#include "run_hparams.h"
 #include "runs.h"
 #include "searcher.h"
 #include "store.h"
+#include "sweep_board.h"
 
 /* ================================ trials from rows ================================ */
 
@@ -38,10 +42,12 @@ static tw_sweep_trial trial_of(const tw_sweep_spec *s, const json_t *t)
     tw_sweep_trial tr = {.rung = (int)json_integer_value(json_object_get(t, "rung"))};
     const char *status = json_string_value(json_object_get(t, "status"));
     const json_t *results = json_object_get(t, "results");
-    for (size_t k = 0; k < json_array_size(results) && k < TW_SWEEP_MAX_RUNGS; k++)
+    for (size_t k = 0; k < json_array_size(results) && k < TW_SWEEP_MAX_RUNGS; k++) {
         tr.metric[k] = json_number_value(json_array_get(results, k));
+        tr.failed |= !json_is_number(json_array_get(results, k)); /* a rung that never reported the metric */
+    }
     int64_t steps = json_integer_value(json_object_get(t, "steps"));
-    if (!status || !strcmp(status, "failed") || !strcmp(status, "cancelled"))
+    if (tr.failed || !status || !strcmp(status, "failed") || !strcmp(status, "cancelled"))
         tr.failed = 1;
     else if (!strcmp(status, "succeeded") && steps >= tw_sweep_rung_steps(s, tr.rung))
         tr.done = 1;
@@ -57,8 +63,28 @@ static double metric_of(const tw_sweep_spec *s, const json_t *t)
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
+/* The result m of trial row t at its rung, in the sweep's HParams experiment (sweep_board.h). A failure is
+ * logged: the sweep goes on without that point. */
+static void board_result(tw_server *S, const json_t *sweep, const tw_sweep_spec *s, const json_t *t, int rung,
+                         double m)
+{
+    char dir[PATH_MAX], uri[PATH_MAX];
+    const char *folder = tw_run_folder(t);
+    if (!folder || tw_run_dir(S, folder, dir, sizeof dir) != 0)
+        return;
+    tw_run_model_uri(dir, uri, sizeof uri);
+    json_t *values = tw_sweep_trial_values(s, (int)json_integer_value(json_object_get(t, "trial")));
+    tw_error err;
+    if (!values || tw_sweep_board_result(S, sweep, json_string_value(json_object_get(t, "name")), values, rung,
+                                         tw_sweep_rung_steps(s, rung), m, uri, &err) != TW_OK)
+        fprintf(stderr, "tower serve: sweep %s: TensorBoard's experiment: %s\n",
+                json_string_value(json_object_get(sweep, "name")), values ? err.message : "out of memory");
+    json_decref(values);
+}
+
 /* A trial done with its rung but without that rung's result: the result recorded now (before any decision
- * reads it). A run that never reported the metric fails the trial's rung: NAN never wins. */
+ * reads it), in TensorBoard's experiment first (a crash in between writes the same point again). A run that
+ * never reported the metric fails the trial's rung: NAN never wins. */
 static tw_status record_result(tw_server *S, const json_t *sweep, const tw_sweep_spec *s, const json_t *t,
                                tw_sweep_trial *tr, tw_error *err)
 {
@@ -66,6 +92,7 @@ static tw_status record_result(tw_server *S, const json_t *sweep, const tw_sweep
     if (!tr->done || (int)json_array_size(results) > tr->rung)
         return TW_OK;
     double m = metric_of(s, t);
+    board_result(S, sweep, s, t, tr->rung, m);
     tr->metric[tr->rung] = m;
     tr->failed = isnan(m);
     json_t *more = json_deep_copy(results);
@@ -179,11 +206,19 @@ static tw_status drive_one(tw_server *S, const json_t *sweep, double now, tw_err
     return st;
 }
 
+static pthread_mutex_t driver_mu = PTHREAD_MUTEX_INITIALIZER;
+
+void tw_sweeps_lock(void) { pthread_mutex_lock(&driver_mu); }
+
+void tw_sweeps_unlock(void) { pthread_mutex_unlock(&driver_mu); }
+
 void tw_sweeps_drive(tw_server *S, double now)
 {
     json_t *sweeps;
     tw_error err;
+    tw_sweeps_lock();
     if (tw_store_sweep_list(S->store, "running", &sweeps, &err) != TW_OK) {
+        tw_sweeps_unlock();
         fprintf(stderr, "tower serve: sweeps: %s\n", err.message);
         return;
     }
@@ -191,5 +226,6 @@ void tw_sweeps_drive(tw_server *S, double now)
         if (drive_one(S, json_array_get(sweeps, i), now, &err) != TW_OK)
             fprintf(stderr, "tower serve: sweep %s: %s\n",
                     json_string_value(json_object_get(json_array_get(sweeps, i), "name")), err.message);
+    tw_sweeps_unlock();
     json_decref(sweeps);
 }

@@ -13,6 +13,11 @@
  * epoch. */
 void tw_sweeps_drive(tw_server *S, double now);
 
+/* The driver's lock, held by each round and by the routes that change a sweep's state (cancel, resume,
+ * delete), so a cancelled sweep never starts a trial from a round that read it running. */
+void tw_sweeps_lock(void);
+void tw_sweeps_unlock(void);
+
 void tw_api_sweeps_create(tw_server *S, tw_req *r);
 void tw_api_sweeps_list(tw_server *S, tw_req *r);
 void tw_api_sweep_get(tw_server *S, tw_req *r);

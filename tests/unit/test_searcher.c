@@ -44,12 +44,12 @@ static void test_bad_specs_name_the_key(void **state)
         {"{\"space\": {\"a\": {\"type\": \"uniform\", \"min\": 0, \"max\": 1}}, \"metric\": \"m\", "
          "\"searcher\": {\"type\": \"grid\"}}", "a grid needs points for space.a"},
         {"{\"space\": {\"a\": [1]}, \"metric\": \"m\", \"searcher\": {\"type\": \"asha\", \"reduction_factor\": 1}}",
-         "searcher: 'reduction_factor' must be an integer from 2 to 16"},
+         "searcher.reduction_factor: must be an integer from 2 to 16"},
         {"{\"space\": {\"a\": [1]}, \"metric\": \"m\", \"searcher\": {\"type\": \"bayes\"}}",
          "searcher.type: must be grid, random or asha"},
         {"{\"space\": {\"a\": [1]}, \"searcher\": {\"type\": \"grid\"}}", "metric: name the run metric"},
         {"{\"space\": {\"a\": [1]}, \"metric\": \"m\", \"searcher\": {\"type\": \"grid\", \"rung\": 2}}",
-         "searcher: unknown key 'rung'"},
+         "searcher.rung: unknown key"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         tw_sweep_spec s;
