@@ -841,7 +841,7 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
         s = start_events(&R, resumed, err);
     /* the baseline every later evaluation is measured against; and a resumed attempt with nothing left to
      * train reports its final evaluation again (the server may have been killed before it stored it) */
-    if (s == TW_OK && R.c->eval_every > 0 && (!resumed || R.T.step >= R.c->steps))
+    if (s == TW_OK && (resumed ? R.T.step >= R.c->steps : R.c->eval_every > 0))
         s = eval_and_report(&R, err);
     R.t_start = R.out.last_write = now();
     R.wall_start = wall_now();

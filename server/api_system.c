@@ -262,7 +262,8 @@ static const char *const REPLY_SCHEMAS[][2] = {
                      " \"max_trials\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1024}, \"max_steps\":"
                      " {\"type\": \"integer\", \"minimum\": 1}, \"reduction_factor\": {\"type\": \"integer\", \"minimum\":"
                      " 2, \"maximum\": 16}, \"rungs\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 8},"
-                     " \"max_concurrent\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 64}}}, \"metric\":"
+                     " \"max_concurrent\": {\"type\": \"integer\", \"minimum\": 1, \"maximum\": 64}, \"sample\": {\"enum\":"
+                     " [\"random\", \"grid\"]}}}, \"metric\":"
                      " {\"type\": \"string\", \"minLength\": 1, \"maxLength\": 63}, \"maximize\": {\"type\": \"boolean\"}}}"},
 };
 

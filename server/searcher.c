@@ -146,7 +146,7 @@ static tw_status grid_size(tw_sweep_spec *s, tw_error *err)
 static tw_status searcher_of(const json_t *sr, int64_t base_steps, tw_sweep_spec *s, tw_error *err)
 {
     static const char *const KNOWN[] = {"type", "max_trials", "max_steps", "reduction_factor", "rungs", "seed",
-                                        "max_concurrent", NULL};
+                                        "max_concurrent", "sample", NULL};
     if (!json_is_object(sr))
         return bad(err, "searcher", "must be an object: {\"type\": \"grid\" | \"random\" | \"asha\", ...}");
     TW_TRY(known_keys(sr, "searcher", KNOWN, err));
@@ -167,8 +167,21 @@ static tw_status searcher_of(const json_t *sr, int64_t base_steps, tw_sweep_spec
     s->rungs = s->kind == TW_SEARCH_ASHA ? (int)v : 1;
     if (s->kind == TW_SEARCH_GRID)
         return json_object_get(sr, "max_trials") ? bad(err, "searcher.max_trials", "a grid runs every point")
-                                                 : grid_size(s, err);
-    TW_TRY(int_of(sr, "searcher", "max_trials", 1, TW_SWEEP_MAX_TRIALS, 16, &v, err));
+                                                 : json_object_get(sr, "sample") ? bad(err, "searcher.sample", "a grid "
+                                                 "runs every point in order") : grid_size(s, err);
+    const json_t *sample = json_object_get(sr, "sample");
+    if (sample && (!json_is_string(sample) || (strcmp(json_string_value(sample), "grid") &&
+                                               strcmp(json_string_value(sample), "random"))))
+        return bad(err, "searcher.sample", "must be \"random\" (each value drawn) or \"grid\" (the grid's points in "
+                   "a seeded order, each once)");
+    s->grid_sample = sample && !strcmp(json_string_value(sample), "grid");
+    int points = 0;
+    if (s->grid_sample) {
+        TW_TRY(grid_size(s, err));
+        points = s->max_trials;
+    }
+    TW_TRY(int_of(sr, "searcher", "max_trials", 1, points ? points : TW_SWEEP_MAX_TRIALS, points ? points : 16, &v,
+                  err));
     s->max_trials = (int)v;
     return TW_OK;
 }
@@ -234,19 +247,38 @@ static json_t *drawn_value(const tw_sweep_param *p, double u)
     return NULL;
 }
 
+/* The grid point trial i takes when a random or ASHA searcher samples the grid: position i of a Fisher-Yates
+ * shuffle of the n points drawn from the seed. */
+static int shuffled_point(const tw_sweep_spec *s, int i, int n)
+{
+    static __thread int order[TW_SWEEP_MAX_TRIALS];
+    for (int j = 0; j < n; j++)
+        order[j] = j;
+    for (int j = n - 1; j > 0; j--) {
+        int k = (int)(tw_hash64(s->seed ^ 0x9e3779b97f4a7c15ull, (uint64_t)j) % (uint64_t)(j + 1));
+        int t = order[j];
+        order[j] = order[k];
+        order[k] = t;
+    }
+    return order[i];
+}
+
 json_t *tw_sweep_trial_values(const tw_sweep_spec *s, int i)
 {
-    int point[TW_SWEEP_MAX_PARAMS], rest = i;
+    int on_grid = s->kind == TW_SEARCH_GRID || s->grid_sample, n = 1;
+    for (int k = 0; on_grid && k < s->n_params; k++)
+        n *= grid_points(&s->params[k]);
+    int point[TW_SWEEP_MAX_PARAMS], rest = s->grid_sample ? shuffled_point(s, i, n) : i;
     for (int k = s->n_params - 1; k >= 0; k--) { /* on a grid the last key varies fastest */
-        int n = s->kind == TW_SEARCH_GRID ? grid_points(&s->params[k]) : 1;
-        point[k] = rest % n;
-        rest /= n;
+        int m = on_grid ? grid_points(&s->params[k]) : 1;
+        point[k] = rest % m;
+        rest /= m;
     }
     json_t *out = json_object();
     for (int k = 0; out && k < s->n_params; k++) {
         const tw_sweep_param *p = &s->params[k];
         uint64_t h = tw_hash64(s->seed, (uint64_t)i * TW_SWEEP_MAX_PARAMS + (uint64_t)k);
-        json_t *v = s->kind == TW_SEARCH_GRID ? grid_value(p, point[k])
+        json_t *v = on_grid ? grid_value(p, point[k])
                                               : drawn_value(p, (double)(h >> 11) * (1.0 / 9007199254740992.0));
         if (!v || json_object_set_new(out, p->key, v) != 0) {
             json_decref(out);

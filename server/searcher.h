@@ -5,7 +5,8 @@
  *
  * Owns: the spec's JSON form (decoded strictly, errors naming the key: "searcher.reduction_factor: ..."),
  * the values of trial i (grid: the i-th point, the first key slowest; random and ASHA: drawn from the seed
- * and i, so a sweep is reproducible from its seed), applying them to the base run config by dotted key
+ * and i, so a sweep is reproducible from its seed, or with "sample": "grid" the grid's points in an order
+ * drawn from the seed), applying them to the base run config by dotted key
  * ("optimizer.learning_rate", "model.layers[1].units"), the rungs' steps, and ASHA (Li et al., "A System
  * for Massively Parallel Hyperparameter Tuning", MLSys 2020, Algorithm 2: promote from the highest rung
  * that has a promotable trial, else grow the bottom rung). Does not own the store, the runs or the
@@ -44,6 +45,8 @@ typedef struct {
     tw_searcher_kind kind;
     uint64_t seed;        /* random and ASHA */
     int max_trials;       /* random and ASHA; grid: the grid's size */
+    int grid_sample;      /* random and ASHA with "sample": "grid": trial i takes a grid point, each once, in an
+                             order drawn from the seed (max_trials at most, and by default, the grid's size) */
     int64_t max_steps;    /* ASHA: the top rung's steps; grid and random: the base config's steps */
     int eta;              /* ASHA's reduction factor, 2 to 16 (default 4) */
     int rungs;            /* ASHA's rungs, 1 to TW_SWEEP_MAX_RUNGS (default 3) */

@@ -8,8 +8,8 @@
  * The same arguments as `tower train` (the first is ignored; --towers and --backend are checked and
  * ignored, --monitor-url, --stop-within and --input-memory are ignored; --data-root confines it as it does the trainer: base/datafs.h). From CONFIG.json (a full tower config; jansson, duplicates refused) it reads only "steps"
  * (default 1000), "checkpoint_every" (default 1000, 0 = only at the end), as engine/config.c does, and
- * "eval_every" (default 0 = never): an eval line {"step":K,"eval_loss":X,"eval_examples":100} after step K, and
- * after a resume that finds nothing left to train (as the trainer reports its final evaluation again).
+ * "eval_every" (default 0 = never): an eval line {"step":K,"eval_loss":X,"eval_examples":100} after step K; and
+ * one after a resume that finds nothing left to train (as the trainer reports its final evaluation again).
  * What it writes, through the real modules:
  *   - DIR/events.out.tfevents.*: a scalar "loss" per step (eventlog/events.h); a resumed run writes a new
  *     file that starts with SessionLog START at step+1, like the trainer. A failed event write only
@@ -651,7 +651,7 @@ static int train(options *o)
     tw_status s = start(&R, &err);
     R.t_start = OUT.last_write = now();
     const char *status = TW_CHILD_COMPLETED;
-    if (s == TW_OK && R.step > 0 && R.step >= o->steps && o->eval_every > 0) /* resumed at the end: as the trainer */
+    if (s == TW_OK && R.step > 0 && R.step >= o->steps) /* resumed at the end: as the trainer */
         tw_child_eval_line(&OUT, &(tw_child_eval){.step = R.step, .loss = fake_loss(R.step) + o->penalty, .examples = 100});
     while (s == TW_OK && R.step < o->steps) {
         if (stop_requested) {

@@ -88,6 +88,49 @@ static void test_grid_visits_every_point_once(void **state)
     tw_sweep_spec_clear(&s);
 }
 
+/* ASHA sampling the grid: every point once, in an order the seed draws (another seed, another order). */
+static void test_sampling_the_grid_takes_each_point_once(void **state)
+{
+    (void)state;
+    const char *spec = "{\"space\": {\"lr\": [0.001, 0.01, 0.1, 1], \"w\": [32, 64, 128, 500]}, \"metric\": "
+                       "\"eval_loss\", \"searcher\": {\"type\": \"asha\", \"sample\": \"grid\", \"seed\": %d}}";
+    char text[512];
+    tw_sweep_spec a, b, grid;
+    tw_error err;
+    snprintf(text, sizeof text, spec, 1);
+    assert_int_equal(decode(text, &a, &err), TW_OK);
+    snprintf(text, sizeof text, spec, 2);
+    assert_int_equal(decode(text, &b, &err), TW_OK);
+    assert_int_equal(decode("{\"space\": {\"lr\": [0.001, 0.01, 0.1, 1], \"w\": [32, 64, 128, 500]}, \"metric\": "
+                            "\"eval_loss\", \"searcher\": {\"type\": \"grid\"}}", &grid, &err), TW_OK);
+    assert_int_equal(tw_sweep_trials(&a), 16); /* the grid's size by default */
+    int used_a[16] = {0}, used_b[16] = {0}, same_order = 1;
+    for (int i = 0; i < 16; i++) {
+        json_t *va = tw_sweep_trial_values(&a, i), *vb = tw_sweep_trial_values(&b, i);
+        for (int j = 0; j < 16; j++) {
+            json_t *g = tw_sweep_trial_values(&grid, j);
+            used_a[j] += json_equal(va, g);
+            used_b[j] += json_equal(vb, g);
+            json_decref(g);
+        }
+        same_order &= json_equal(va, vb);
+        json_decref(va);
+        json_decref(vb);
+    }
+    for (int j = 0; j < 16; j++) {
+        assert_int_equal(used_a[j], 1);
+        assert_int_equal(used_b[j], 1);
+    }
+    assert_false(same_order);
+    tw_sweep_spec_clear(&a);
+    tw_sweep_spec_clear(&b);
+    tw_sweep_spec_clear(&grid);
+    assert_int_not_equal(decode("{\"space\": {\"lr\": [0.1, 1]}, \"metric\": \"eval_loss\", \"searcher\": "
+                                "{\"type\": \"random\", \"sample\": \"grid\", \"max_trials\": 3}}", &a, &err), TW_OK);
+    assert_non_null(strstr(err.message, "searcher.max_trials: must be an integer from 1 to 2"));
+    tw_sweep_spec_clear(&a);
+}
+
 static void test_random_is_seeded_and_in_range(void **state)
 {
     (void)state;
@@ -277,6 +320,7 @@ int main(void)
         cmocka_unit_test(test_bad_specs_name_the_key),
         cmocka_unit_test(test_grid_visits_every_point_once),
         cmocka_unit_test(test_random_is_seeded_and_in_range),
+        cmocka_unit_test(test_sampling_the_grid_takes_each_point_once),
         cmocka_unit_test(test_values_go_into_the_config),
         cmocka_unit_test(test_rung_steps),
         cmocka_unit_test(test_asha_follows_the_paper),
