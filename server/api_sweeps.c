@@ -272,20 +272,21 @@ static void change_state(tw_server *S, tw_req *r, const char *from, const char *
         json_decref(sweep);
         return;
     }
-    const char *id = json_string_value(json_object_get(sweep, "id"));
+    const char *id = json_string_value(json_object_get(sweep, "id")); /* sweep's: it is freed after the answer is read */
+    json_t *changed = NULL;
     tw_status s = tw_store_sweep_set_status(S->store, id, cancel ? "cancelled" : "running", tw_now_wall(), &err);
     if (s == TW_OK)
         s = each_trial_run(S, sweep, cancel, &err);
-    json_decref(sweep);
     if (s == TW_OK)
-        s = tw_store_sweep_resolve(S->store, id, &sweep, &err);
+        s = tw_store_sweep_resolve(S->store, id, &changed, &err);
+    json_decref(sweep);
     if (s != TW_OK) {
         tw_reply_status(r, &err);
         return;
     }
     tw_scheduler_wake(S->sched);
-    reply_sweep(S, r, 202, sweep);
-    json_decref(sweep);
+    reply_sweep(S, r, 202, changed);
+    json_decref(changed);
 }
 
 void tw_api_sweep_cancel(tw_server *S, tw_req *r) { change_state(S, r, "running", "cancelled", 1); }
