@@ -4,8 +4,9 @@
  * Owns: the option parsing of the client commands (--server everywhere; unknown or missing options are
  * usage errors, exit 2), their --help pages and exit statuses, the runs table, `submit --dataset` (a
  * config's file paths replaced by a registered dataset), following a run over its event stream, the
- * upload's form fields by file kind, and the compare view. Does not own: HTTP (rest.h), the progress
- * line (base/progress.h, the trainer's too), the routes (server/API.md), nor exiting (server/main.c). */
+ * upload's form fields by file kind, the compare view, and `tower sweep`'s subcommands (following a sweep by
+ * polling it). Does not own: HTTP (rest.h), the progress line (base/progress.h, the trainer's too), the
+ * sweep views (sweep_view.h), the routes (server/API.md), nor exiting (server/main.c). */
 #include "client_main.h"
 
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include "progress.h"
 #include "compare.h"
 #include "rest.h"
+#include "sweep_view.h"
 #include "table.h"
 
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
@@ -33,7 +35,8 @@ typedef struct {
     const char *server, *dataset, *name, *step, *output, *label_column, *steps;
     const char *format, *weights; /* download: an export instead of the safetensors file */
     const char *validation_split, *split_seed, *class_names; /* upload */
-    int follow, no_wait;
+    const char *config;                                      /* sweep create --config */
+    int follow, no_wait, json;
     int npos, ntest;
     const char *pos[MAX_POS];
     const char *test[MAX_POS]; /* upload --test FILE, each */
@@ -60,14 +63,14 @@ static const struct {
     {'l', "--label-column", NULL, 1}, {'w', "--wait", NULL, 0}, {'S', "--steps", NULL, 1},
     {'x', "--format", NULL, 1},       {'W', "--weights", NULL, 1},  {'t', "--test", NULL, 1},
     {'v', "--validation-split", NULL, 1}, {'e', "--split-seed", NULL, 1}, {'c', "--class-names", NULL, 1},
-    {'N', "--no-wait", NULL, 0},
+    {'N', "--no-wait", NULL, 0},     {'C', "--config", NULL, 1},   {'j', "--json", NULL, 0},
 };
 
 static const char EXIT_HELP[] =
     "\n  --server URL   the tower serve to talk to (default $TOWER_URL, else " TW_REST_DEFAULT_URL ");\n"
     "                 $TOWER_TOKEN is sent as 'Authorization: Bearer TOKEN'\n"
     "\nexit status: 0 done; 1 the server refused (its error message is printed), could not be reached,\n"
-    "or a followed run did not succeed; 2 a usage error.\n";
+    "or a followed run or sweep did not succeed; 2 a usage error.\n";
 
 static void usage(const command *cmd, FILE *out)
 {
@@ -100,6 +103,8 @@ static void set_option(args *a, char letter, const char *value)
     case 'S': a->steps = value; break;
     case 'x': a->format = value; break;
     case 'W': a->weights = value; break;
+    case 'C': a->config = value; break;
+    case 'j': a->json = 1; break;
     }
 }
 
@@ -181,13 +186,18 @@ static json_t *call(const tw_rest *c, const command *cmd, const char *method, co
     return j;
 }
 
-/* "/api/v1/runs/ID/SUFFIX" into buf with ID escaped for a URL; -1 when it does not fit. */
-static int run_path(char *buf, size_t size, const char *id, const char *suffix)
+/* "/api/v1/KIND/ID/SUFFIX" into buf with ID escaped for a URL; -1 when it does not fit. */
+static int item_path(char *buf, size_t size, const char *kind, const char *id, const char *suffix)
 {
     char *esc = tw_rest_escape(id);
-    int n = esc ? snprintf(buf, size, "/api/v1/runs/%s%s", esc, suffix) : -1;
+    int n = esc ? snprintf(buf, size, "/api/v1/%s/%s%s", kind, esc, suffix) : -1;
     free(esc);
     return n < 0 || (size_t)n >= size ? -1 : 0;
+}
+
+static int run_path(char *buf, size_t size, const char *id, const char *suffix)
+{
+    return item_path(buf, size, "runs", id, suffix);
 }
 
 /* ================================ runs ================================ */
@@ -390,17 +400,26 @@ static void print_warnings(const command *cmd, const json_t *reply)
             fprintf(stderr, "tower %s: warning: %s\n", cmd->name, json_string_value(w));
 }
 
-static int cmd_submit(const tw_rest *c, const command *cmd, const args *a)
+/* The JSON object of file path into *out (new reference); EXIT_USAGE (reported) when it cannot be read or is
+ * not an object. */
+static int load_object(const command *cmd, const char *path, json_t **out)
 {
     json_error_t je;
-    json_t *cfg = json_load_file(a->pos[0], JSON_REJECT_DUPLICATES, &je);
-    if (!json_is_object(cfg)) {
-        json_decref(cfg);
-        fprintf(stderr, "tower %s: %s:%d: %s\n", cmd->name, a->pos[0], je.line,
-                cfg ? "not a JSON object" : je.text);
-        return EXIT_USAGE;
-    }
-    int rc = EXIT_OK;
+    *out = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (json_is_object(*out))
+        return EXIT_OK;
+    fprintf(stderr, "tower %s: %s:%d: %s\n", cmd->name, path, je.line, *out ? "not a JSON object" : je.text);
+    json_decref(*out);
+    *out = NULL;
+    return EXIT_USAGE;
+}
+
+static int cmd_submit(const tw_rest *c, const command *cmd, const args *a)
+{
+    json_t *cfg;
+    int rc = load_object(cmd, a->pos[0], &cfg);
+    if (rc)
+        return rc;
     if ((a->dataset && use_dataset(cfg, a->dataset)) ||
         (a->name && json_object_set_new(cfg, "name", json_string(a->name)))) {
         json_decref(cfg);
@@ -790,6 +809,269 @@ static int cmd_compare(const tw_rest *c, const command *cmd, const args *a)
     return rc;
 }
 
+/* ================================ sweep ================================ */
+
+/* method path (no body): the 2xx reply in *reply (caller frees it in any case), else EXIT_FAILED reported. */
+static int call_reply(const tw_rest *c, const command *cmd, const char *method, const char *path,
+                      tw_rest_reply *reply)
+{
+    tw_error err;
+    tw_error_clear(&err);
+    if (tw_rest_call(c, method, path, NULL, reply, &err) != TW_OK)
+        return failed(cmd, &err);
+    return tw_rest_ok(reply) ? EXIT_OK : refused(cmd, reply);
+}
+
+/* The POST body of `sweep create`: SPEC.json with --config, --dataset and --name applied. */
+static int sweep_body(const command *cmd, const args *a, json_t **body)
+{
+    json_t *cfg = NULL;
+    int rc = load_object(cmd, a->pos[0], body);
+    if (!rc && a->config && !(rc = load_object(cmd, a->config, &cfg)) && json_object_set_new(*body, "config", cfg))
+        rc = usage_error(cmd, "cannot use --config (out of memory)", NULL);
+    json_t *base = json_object_get(*body, "config");
+    if (!rc && a->dataset && (!json_is_object(base) || use_dataset(base, a->dataset)))
+        rc = usage_error(cmd, "--dataset needs a base config (the spec's \"config\" object, or --config RUN.json)",
+                         NULL);
+    if (!rc && a->name && json_object_set_new(*body, "name", json_string(a->name)))
+        rc = usage_error(cmd, "cannot use --name (not UTF-8):", a->name);
+    if (rc) {
+        json_decref(*body);
+        *body = NULL;
+    }
+    return rc;
+}
+
+/* What following a sweep has printed. */
+typedef struct {
+    int terminal; /* a line per trial change and a progress line (stdout is a terminal), else JSON lines */
+    json_t *shown; /* {"N": what was printed of trial N} (owned) */
+} sweep_follower;
+
+static void print_json_line(const json_t *j)
+{
+    json_dumpf(j, stdout, JSON_COMPACT);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+/* What of a trial is printed again when it changes: on a terminal its run's status, its rung and results (not
+ * every step); piped, all of it. */
+static json_t *trial_seen(const sweep_follower *f, json_t *trial)
+{
+    if (!f->terminal)
+        return json_incref(trial);
+    return json_pack("{s:O*, s:O*, s:O*}", "status", json_object_get(json_object_get(trial, "run"), "status"),
+                     "rung", json_object_get(trial, "rung"), "results", json_object_get(trial, "results"));
+}
+
+/* Prints the trials of sweep that changed since they were last printed. */
+static void print_changes(sweep_follower *f, const json_t *sweep)
+{
+    size_t i;
+    json_t *trial;
+    json_array_foreach(json_object_get(sweep, "trials"), i, trial) {
+        char key[32];
+        snprintf(key, sizeof key, "%lld", (long long)json_integer_value(json_object_get(trial, "trial")));
+        json_t *seen = trial_seen(f, trial);
+        if (!seen || json_equal(seen, json_object_get(f->shown, key))) {
+            json_decref(seen);
+            continue;
+        }
+        json_object_set_new(f->shown, key, seen);
+        if (!f->terminal) {
+            print_json_line(trial);
+            continue;
+        }
+        tw_progress_clear(stdout);
+        tw_sweep_view_print_trial(sweep, trial, stdout);
+    }
+}
+
+/* The end of following: on a terminal the closing lines; piped, the sweep without its trials (each was
+ * printed as it changed). */
+static void print_sweep_end(const sweep_follower *f, const json_t *sweep)
+{
+    if (f->terminal) {
+        tw_progress_clear(stdout);
+        tw_sweep_view_print_outcome(sweep, stdout);
+        return;
+    }
+    json_t *rest = json_copy((json_t *)sweep);
+    json_object_del(rest, "trials");
+    print_json_line(rest ? rest : sweep);
+    json_decref(rest);
+}
+
+/* Polls the sweep (as created; borrowed) every second until it stops running; 0 when it succeeded with a
+ * best trial. */
+static int follow_sweep(const tw_rest *c, const command *cmd, const json_t *created)
+{
+    char path[512];
+    const char *id = json_string_value(json_object_get(created, "id"));
+    if (!id || item_path(path, sizeof path, "sweeps", id, ""))
+        return usage_error(cmd, "the server's reply names no sweep id", NULL);
+    sweep_follower f = {.terminal = isatty(fileno(stdout)), .shown = json_object()};
+    json_t *sweep = json_incref((json_t *)created);
+    const char *status = NULL;
+    int rc = EXIT_OK;
+    while (sweep) {
+        print_changes(&f, sweep);
+        status = json_string_value(json_object_get(sweep, "status"));
+        if (!status || strcmp(status, "running"))
+            break;
+        if (f.terminal)
+            tw_sweep_view_print_progress(sweep, stdout);
+        nanosleep(&(struct timespec){.tv_sec = 1}, NULL); /* the poll interval: a sweep has no event stream */
+        if (f.terminal)
+            tw_progress_clear(stdout); /* an error goes on a line of its own */
+        fflush(stdout);
+        json_decref(sweep);
+        sweep = call(c, cmd, "GET", path, NULL, &rc);
+    }
+    if (sweep) {
+        print_sweep_end(&f, sweep);
+        if (!status || strcmp(status, "succeeded") || !json_is_object(json_object_get(sweep, "best")))
+            rc = EXIT_FAILED;
+    }
+    json_decref(sweep);
+    json_decref(f.shown);
+    return rc;
+}
+
+static int cmd_sweep_create(const tw_rest *c, const command *cmd, const args *a)
+{
+    json_t *body;
+    int rc = sweep_body(cmd, a, &body);
+    if (rc)
+        return rc;
+    json_t *sweep = call(c, cmd, "POST", "/api/v1/sweeps", body, &rc);
+    json_decref(body);
+    if (!sweep)
+        return rc;
+    tw_sweep_view_print_created(sweep, stdout);
+    fflush(stdout);
+    if (a->follow)
+        rc = follow_sweep(c, cmd, sweep);
+    json_decref(sweep);
+    return rc;
+}
+
+/* The list's sweep as GET /sweeps/{id} shows it (its trials and best), or NULL: *rc set (reported), or left
+ * EXIT_OK when the sweep was deleted since the list was read (its row is left out). */
+static json_t *listed_sweep(const tw_rest *c, const command *cmd, const json_t *row, int *rc)
+{
+    char path[512];
+    const char *id = json_string_value(json_object_get(row, "id"));
+    tw_rest_reply reply = {0};
+    tw_error err;
+    tw_error_clear(&err);
+    json_t *sweep = NULL;
+    if (!id || item_path(path, sizeof path, "sweeps", id, ""))
+        *rc = usage_error(cmd, "the server listed a sweep without a usable id", NULL);
+    else if (tw_rest_call(c, "GET", path, NULL, &reply, &err) != TW_OK)
+        *rc = failed(cmd, &err);
+    else if (reply.http != 404 && !tw_rest_ok(&reply))
+        *rc = refused(cmd, &reply);
+    else if (reply.http != 404 && !(sweep = tw_rest_json(&reply, path, &err)))
+        *rc = failed(cmd, &err);
+    tw_rest_reply_free(&reply);
+    return sweep;
+}
+
+static int cmd_sweep_list(const tw_rest *c, const command *cmd, const args *a)
+{
+    (void)a;
+    int rc = EXIT_OK;
+    json_t *list = call(c, cmd, "GET", "/api/v1/sweeps", NULL, &rc);
+    if (!list)
+        return rc;
+    static const char *const HEADER[] = TW_SWEEP_VIEW_LIST_HEADER;
+    tw_table t;
+    int bad = tw_table_init(&t, TW_SWEEP_VIEW_LIST_COLS, HEADER);
+    size_t i;
+    json_t *row;
+    json_array_foreach(json_object_get(list, "sweeps"), i, row) {
+        json_t *sweep = listed_sweep(c, cmd, row, &rc);
+        if (rc != EXIT_OK)
+            break;
+        if (sweep)
+            bad |= tw_sweep_view_add_list_row(&t, row, sweep);
+        json_decref(sweep);
+    }
+    if (!bad && rc == EXIT_OK)
+        tw_table_print(&t, stdout);
+    tw_table_free(&t);
+    json_decref(list);
+    if (bad)
+        fprintf(stderr, "tower %s: out of memory\n", cmd->name);
+    return bad ? EXIT_FAILED : rc;
+}
+
+static int cmd_sweep_show(const tw_rest *c, const command *cmd, const args *a)
+{
+    char path[512];
+    if (item_path(path, sizeof path, "sweeps", a->pos[0], ""))
+        return usage_error(cmd, "sweep name too long:", a->pos[0]);
+    tw_rest_reply reply = {0};
+    int rc = call_reply(c, cmd, "GET", path, &reply);
+    json_t *sweep = NULL;
+    tw_error err;
+    tw_error_clear(&err);
+    if (rc == EXIT_OK && a->json) /* the server's JSON as it sent it */
+        printf("%.*s%s", (int)reply.len, reply.body, reply.len && reply.body[reply.len - 1] == '\n' ? "" : "\n");
+    else if (rc == EXIT_OK && !(sweep = tw_rest_json(&reply, path, &err)))
+        rc = failed(cmd, &err);
+    else if (rc == EXIT_OK && tw_sweep_view_print_show(sweep, stdout)) {
+        fprintf(stderr, "tower %s: out of memory\n", cmd->name);
+        rc = EXIT_FAILED;
+    }
+    json_decref(sweep);
+    tw_rest_reply_free(&reply);
+    return rc;
+}
+
+/* POST /sweeps/SWEEP/ACTION; prints "ID NAME STATUS". */
+static int sweep_action(const tw_rest *c, const command *cmd, const char *ref, const char *action)
+{
+    char path[512];
+    if (item_path(path, sizeof path, "sweeps", ref, action))
+        return usage_error(cmd, "sweep name too long:", ref);
+    int rc = EXIT_OK;
+    json_t *sweep = call(c, cmd, "POST", path, NULL, &rc);
+    if (!sweep)
+        return rc;
+    const char *id = json_string_value(json_object_get(sweep, "id"));
+    const char *name = json_string_value(json_object_get(sweep, "name"));
+    const char *status = json_string_value(json_object_get(sweep, "status"));
+    printf("%s %s %s\n", id ? id : "?", name ? name : ref, status ? status : "?");
+    json_decref(sweep);
+    return rc;
+}
+
+static int cmd_sweep_cancel(const tw_rest *c, const command *cmd, const args *a)
+{
+    return sweep_action(c, cmd, a->pos[0], "/cancel");
+}
+
+static int cmd_sweep_resume(const tw_rest *c, const command *cmd, const args *a)
+{
+    return sweep_action(c, cmd, a->pos[0], "/resume");
+}
+
+static int cmd_sweep_delete(const tw_rest *c, const command *cmd, const args *a)
+{
+    char path[512];
+    if (item_path(path, sizeof path, "sweeps", a->pos[0], ""))
+        return usage_error(cmd, "sweep name too long:", a->pos[0]);
+    tw_rest_reply reply = {0};
+    int rc = call_reply(c, cmd, "DELETE", path, &reply);
+    tw_rest_reply_free(&reply);
+    if (rc == EXIT_OK)
+        printf("%s deleted\n", a->pos[0]);
+    return rc;
+}
+
 /* ================================ the commands ================================ */
 
 static const command COMMANDS[] = {
@@ -835,16 +1117,51 @@ static const command COMMANDS[] = {
      "lwtvecN", 2, MAX_POS, cmd_upload},
     {"compare", "RUN RUN...", "Shows the runs side by side: the config keys that differ between them and\n"
      "their final metrics.\n", "", 2, MAX_POS, cmd_compare},
+    {"sweep create", "SPEC.json [--name N] [--config RUN.json] [--dataset NAME] [--follow]",
+     "Starts the hyperparameter sweep SPEC.json describes and prints its id, name, status, searcher, the\n"
+     "trials it plans and the steps of its rungs. SPEC.json is the body of POST /api/v1/sweeps:\n"
+     "{\"name\", \"config\": a run config as submit takes, \"space\": {dotted key: [values] or {\"type\":\n"
+     "\"uniform\" | \"log_uniform\" | \"int\", \"min\", \"max\", \"count\"}}, \"searcher\": {\"type\": \"grid\" |\n"
+     "\"random\" | \"asha\", \"seed\", \"max_trials\", \"max_steps\", \"reduction_factor\", \"rungs\",\n"
+     "\"max_concurrent\"}, \"metric\", \"maximize\"}. Each trial is a run named NAME-tN.\n\n"
+     "  --name N           the sweep's name (instead of the spec's)\n"
+     "  --config RUN.json  the base run config, from a file as submit takes one (instead of the spec's)\n"
+     "  --dataset NAME     every trial trains on the registered dataset NAME, as submit --dataset\n"
+     "  --follow           then follow the sweep to its end, looking every second: on a terminal a line\n"
+     "                     for each trial as it starts, reaches a rung and ends, under a progress line,\n"
+     "                     and last the best trial and its values; piped, one JSON trial object per\n"
+     "                     change and last the sweep (without its trials; its \"best\" is the best\n"
+     "                     trial); exit 1 unless the sweep succeeded with a best trial\n", "ndCF", 1, 1, cmd_sweep_create},
+    {"sweep list", "", "Lists the server's sweeps, newest first: id, name, status, searcher, metric, trials\n"
+     "started/planned and the best trial's result.\n", "", 0, 0, cmd_sweep_list},
+    {"sweep show", "SWEEP [--json]",
+     "Shows a sweep (id or name): its status, searcher and settings, metric and direction, rungs, the\n"
+     "steps trained against training every trial to the end, and the best trial; then its trials, one\n"
+     "column per searched key and one per rung (the metric at its steps), the best marked \"*\".\n\n"
+     "  --json             print the server's JSON (GET /api/v1/sweeps/SWEEP) instead\n", "j", 1, 1, cmd_sweep_show},
+    {"sweep cancel", "SWEEP", "Cancels a running sweep and its queued and running trials.\n", "", 1, 1,
+     cmd_sweep_cancel},
+    {"sweep resume", "SWEEP", "Resumes a cancelled sweep: its cancelled trials continue from their checkpoints.\n",
+     "", 1, 1, cmd_sweep_resume},
+    {"sweep delete", "SWEEP", "Deletes a sweep that is not running (its trials' runs stay).\n", "", 1, 1,
+     cmd_sweep_delete},
 };
 
-int tw_client_main(int argc, char **argv)
+enum { N_COMMANDS = sizeof COMMANDS / sizeof COMMANDS[0] };
+
+/* `tower sweep`'s own page: its subcommands. */
+static void sweep_usage(FILE *out)
 {
-    const command *cmd = NULL;
-    for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)
-        if (!strcmp(argv[0], COMMANDS[i].name))
-            cmd = &COMMANDS[i];
-    if (!cmd)
-        return EXIT_USAGE;
+    fprintf(out, "usage: tower sweep COMMAND ... [--server URL]\n\nHyperparameter sweeps run by the server: a base "
+            "run config trained with the values of\na search space (grid, random or ASHA), each trial a run.\n\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strncmp(COMMANDS[i].name, "sweep ", 6))
+            fprintf(out, "  tower %s%s%s\n", COMMANDS[i].name, *COMMANDS[i].synopsis ? " " : "", COMMANDS[i].synopsis);
+    fprintf(out, "\n'tower sweep COMMAND --help' describes a command.\n");
+}
+
+static int run_command(const command *cmd, int argc, char **argv)
+{
     args a;
     int rc = parse_args(cmd, argc, argv, &a);
     if (rc) {
@@ -858,4 +1175,31 @@ int tw_client_main(int argc, char **argv)
     if (tw_rest_init(&c, a.server, &err) != TW_OK)
         return usage_error(cmd, err.message, NULL);
     return cmd->run(&c, cmd, &a);
+}
+
+/* `tower sweep COMMAND ...`: argv[1] names the subcommand. */
+static int sweep_main(int argc, char **argv)
+{
+    char name[64];
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        sweep_usage(stdout);
+        return EXIT_OK;
+    }
+    snprintf(name, sizeof name, "sweep %.50s", argc > 1 ? argv[1] : "");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(name, COMMANDS[i].name))
+            return run_command(&COMMANDS[i], argc - 1, argv + 1);
+    fprintf(stderr, "tower sweep: %s%s%s (create, list, show, cancel, resume or delete)\n(see 'tower sweep --help')\n",
+            argc > 1 ? "unknown command '" : "a command is missing", argc > 1 ? argv[1] : "", argc > 1 ? "'" : "");
+    return EXIT_USAGE;
+}
+
+int tw_client_main(int argc, char **argv)
+{
+    if (!strcmp(argv[0], "sweep"))
+        return sweep_main(argc, argv);
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(argv[0], COMMANDS[i].name))
+            return run_command(&COMMANDS[i], argc, argv);
+    return EXIT_USAGE;
 }

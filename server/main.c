@@ -43,6 +43,7 @@ static const command COMMANDS[] = {
     {"download", tw_client_main, 0, "client: download a run's checkpoint [--step S] [-o FILE]"},
     {"upload", tw_client_main, 0, "client: upload a dataset (IDX, .npy, CSV or TFRecord files)"},
     {"compare", tw_client_main, 0, "client: the differing hparams and final metrics of runs"},
+    {"sweep", tw_client_main, 0, "client: hyperparameter sweeps: create [--follow], list, show, cancel, resume, delete"},
 };
 
 static void usage(FILE *out)
