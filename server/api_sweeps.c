@@ -253,8 +253,10 @@ static tw_status each_trial_run(tw_server *S, const json_t *sweep, int cancel, t
         tw_api_code code;
         tw_error e;
         tw_status s = TW_OK;
-        if (status && cancel && (!strcmp(status, "queued") || !strcmp(status, "running")))
-            s = tw_scheduler_cancel(S->sched, run, &e);
+        tw_error_clear(&e);
+        if (status && cancel && (!strcmp(status, "queued") || !strcmp(status, "running")) &&
+            (s = tw_scheduler_cancel(S->sched, run, &e)) == TW_ERR_INVALID)
+            s = TW_OK; /* it ended meanwhile: nothing to cancel */
         else if (status && !cancel && !strcmp(status, "cancelled") && (s = tw_store_run_get(S->store, run, &row, &e)) == TW_OK)
             s = tw_runs_resume(S, row, json_integer_value(json_object_get(row, "steps")), &code, &e);
         json_decref(row);

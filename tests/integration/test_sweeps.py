@@ -5,6 +5,7 @@ seed's; ASHA's starts, promotions and results equal a reference written from the
 the same objective; a server killed with SIGKILL at seeded points of a sweep trains every step once, takes
 no decision twice and ends with the uninterrupted sweep's trials and best; bad sweeps are 400s naming the
 key."""
+import json
 import math
 import os
 import random
@@ -302,3 +303,38 @@ def test_a_space_whose_end_does_not_fit_in_memory_is_refused(serve, tool):
     assert "units" in message and "memory" in message and "256.0 MiB" in message, message
     body["space"]["model.layers[0].units"]["max"] = 64
     assert requests.post(server.api("/sweeps"), json=body, timeout=60).status_code == 201
+
+
+# ---- a real sweep ----
+
+def test_a_real_fashion_sweep_through_tower_sweep_is_one_experiment_of_16_sessions(serve, tower_bin, tmp_path):
+    """The seed MLP's learning rate and width, 16 trials, ASHA, trained by the real trainer on Fashion-MNIST and
+    driven through `tower sweep create --follow`; stock TensorBoard lists one experiment with 16 sessions."""
+    from test_client import client
+    from test_hparams import experiment, metric, session_groups, sessions_of
+    from test_server import seed_config, upload_fashion
+    server = serve()
+    upload_fashion(server)
+    cfg = seed_config(steps=160, eval_every=0, summary_every=40, checkpoint_every=0)
+    spec = {"name": "fashion", "config": cfg, "metric": "eval_accuracy_ema",
+            "space": {"optimizer.learning_rate": [0.01, 0.03, 0.1, 0.3], "model.layers[1].units": [32, 64, 128, 256]},
+            "searcher": {"type": "asha", "sample": "grid", "seed": 1, "reduction_factor": 4, "rungs": 3,
+                         "max_concurrent": 1}}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    r = client(tower_bin, server, "sweep", "create", tmp_path / "spec.json", "--follow", timeout=1200)
+    assert r.returncode == 0, r.stderr
+    done = get(server, "fashion")
+    assert done["status"] == "succeeded" and len(done["trials"]) == 16 and done["rung_steps"] == [10, 40, 160]
+    assert sorted((t["values"]["optimizer.learning_rate"], t["values"]["model.layers[1].units"]) for t in done["trials"]) \
+        == sorted((lr, u) for lr in spec["space"]["optimizer.learning_rate"] for u in spec["space"]["model.layers[1].units"])
+    assert done["best"]["rung"] == 2 and done["steps_trained"] < done["steps_full"] * 0.35
+    keys = sorted(spec["space"])
+    with helpers.tensorboard(done["logdir"], tmp_path) as (base, _):
+        exp = experiment(base, lambda e: len(e.get("hparamInfos", [])) == 2)
+        assert sorted(h["name"] for h in exp["hparamInfos"]) == keys
+        groups = session_groups(base, keys, [("", "eval_accuracy_ema")],
+                                lambda g: len(sessions_of(g["sessionGroups"])) == 16)
+    sessions = sessions_of(groups)
+    for t in done["trials"]:
+        assert metric(sessions[t["run"]["name"]][1]["metricValues"], ("", "eval_accuracy_ema")) == \
+            pytest.approx(t["results"][-1], rel=1e-6)
