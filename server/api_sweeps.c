@@ -272,7 +272,8 @@ static void change_state(tw_server *S, tw_req *r, const char *from, const char *
         json_decref(sweep);
         return;
     }
-    const char *id = json_string_value(json_object_get(sweep, "id"));
+    char id[TW_ID_BYTES]; /* a copy: the row is freed before the sweep is read again */
+    snprintf(id, sizeof id, "%s", json_string_value(json_object_get(sweep, "id")));
     tw_status s = tw_store_sweep_set_status(S->store, id, cancel ? "cancelled" : "running", tw_now_wall(), &err);
     if (s == TW_OK)
         s = each_trial_run(S, sweep, cancel, &err);
