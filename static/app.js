@@ -1,13 +1,14 @@
 /* Tower status page: runs (sortable, filtered, ticked for comparing), a compare view, one run's live charts,
- * datasets, upload, submit and devices, on the REST API of server/API.md. Plain ES2017, no framework, no build
- * step; the server embeds this file and serves it at /static/app.js. Chart.js (Debian's libjs-chart.js, global
- * `Chart`, served at /static/chart.js) draws the run charts; without it the page shows the same metrics as a table.
+ * hyperparameter sweeps (their trials, rungs and best trial), datasets, upload, submit and devices, on the REST
+ * API of server/API.md. Plain ES2017, no framework, no build step; the server embeds this file and serves it at
+ * /static/app.js. Chart.js (Debian's libjs-chart.js, global `Chart`, served at /static/chart.js) draws the run
+ * and sweep charts; without it the page shows the same metrics as a table.
  *
- * Routing is on the location hash (#/, #/runs/ID, #/compare/ID,ID..., #/datasets, #/datasets/ID, #/submit,
- * #/upload, #/devices). Each view gets a context whose timers, event sources and charts are torn down when the hash
- * changes. Every element a test drives has a stable id. DOM is built with h() (text nodes, never innerHTML),
- * so names and error messages from the server cannot inject markup. URLs are relative, so the page also
- * works behind a reverse proxy that mounts Tower under a path. */
+ * Routing is on the location hash (#/, #/runs/ID, #/compare/ID,ID..., #/sweeps, #/sweeps/NAME, #/datasets,
+ * #/datasets/ID, #/submit, #/upload, #/devices). Each view gets a context whose timers, event sources and charts
+ * are torn down when the hash changes. Every element a test drives has a stable id. DOM is built with h() (text
+ * nodes, never innerHTML), so names and error messages from the server cannot inject markup. URLs are relative,
+ * so the page also works behind a reverse proxy that mounts Tower under a path. */
 'use strict';
 
 (function () {
@@ -361,6 +362,8 @@
     [/^#\/runs\/?$/, 'runs', viewRuns],
     [/^#\/runs\/([A-Za-z0-9._-]+)$/, 'runs', viewRun],
     [/^#\/compare\/([A-Za-z0-9._,-]+)$/, 'runs', viewCompare],
+    [/^#\/sweeps\/?$/, 'sweeps', viewSweeps],
+    [/^#\/sweeps\/([A-Za-z0-9._-]+)$/, 'sweeps', viewSweep],
     [/^#\/datasets\/?$/, 'datasets', viewDatasets],
     [/^#\/datasets\/([A-Za-z0-9._-]+)$/, 'datasets', viewDatasets],
     [/^#\/submit$/, 'submit', viewSubmit],
@@ -742,6 +745,30 @@
     if (after) await after().catch(() => {});
   }
 
+  /* Opens the submit form on a fine-tune of run (its config, init_from its latest checkpoint's EMA weights):
+   * the run page's "Fine-tune from this run" and a sweep's best trial. */
+  function fineTune(run) {
+    openSubmit(run, 'ft', (cfg) => {
+      cfg.init_from = {run: run.id, checkpoint: 'latest', weights: 'ema'};
+    });
+  }
+
+  /* The latest checkpoint of run `id` (reply: GET /runs/{id}/checkpoints, with a latest) to download, and its
+   * exports (GET /runs/{id}/export, docs/formats.md §7.3, §7.4) as a TF checkpoint or ONNX; the download link
+   * gets the id linkId. The run page's "Checkpoint" and a sweep's best trial. */
+  function checkpointLinks(id, reply, linkId) {
+    const step = reply.latest;
+    const latest = (reply.checkpoints || []).find((c) => c.step === step);
+    const exportLink = (format, text, file) => h('a', {class: 'run-export',
+      href: `${API}/runs/${id}/export?format=${format}&step=${step}`, download: file, text});
+    return [h('a', {id: linkId, href: `${API}/runs/${id}/checkpoints/latest`,
+      download: `${id}-step${step}.safetensors`, text: `Download step ${fmtInt(step)}`}),
+    latest ? ` (${fmtBytes(latest.bytes)}, ${(reply.checkpoints || []).length} kept)` : '',
+    ' · export: ', exportLink('tf', 'TensorFlow', `model.ckpt-${step}.tar`), ' · ',
+    exportLink('onnx&weights=ema', 'ONNX (EMA)', `model-${step}-ema.onnx`), ' · ',
+    exportLink('onnx&weights=raw', 'ONNX (raw)', `model-${step}-raw.onnx`)];
+  }
+
   /* ============================== one run ============================== */
 
   const CHARTS = [
@@ -927,9 +954,7 @@
         mk('clone', 'button', {type: 'button', id: 'run-clone', text: 'Clone', hidden: true,
           onclick: () => openSubmit(run, 'clone', () => {})}),
         mk('finetune', 'button', {type: 'button', id: 'run-finetune', text: 'Fine-tune from this run', hidden: true,
-          onclick: () => openSubmit(run, 'ft', (cfg) => {
-            cfg.init_from = {run: run.id, checkpoint: 'latest', weights: 'ema'};
-          })})),
+          onclick: () => fineTune(run)})),
       mk('progress', 'div', {id: 'run-progress-wrap'}),
       mk('error', 'p', {id: 'run-error', class: 'banner error', hidden: true}),
       mk('facts', 'dl', {id: 'run-facts', class: 'facts'}),
@@ -1071,24 +1096,12 @@
       if (atEnd) el.log.scrollTop = el.log.scrollHeight;
     }
 
-    // GET /runs/{id}/export (docs/formats.md §7.3, §7.4): the checkpoint of `step` as a TF checkpoint or ONNX
-    function exportLink(format, text, file, step) {
-      return h('a', {class: 'run-export', href: `${API}/runs/${id}/export?format=${format}&step=${step}`,
-        download: file, text});
-    }
-
     async function loadCheckpoints() {
       if (!run || (run.status === 'queued' && !run.step)) return;
       const reply = await api(`/runs/${id}/checkpoints`);
       if (!ctx.alive) return;
       if (reply && reply.latest !== null && reply.latest !== undefined) {
-        const latest = (reply.checkpoints || []).find((c) => c.step === reply.latest);
-        set(el.ckpt, h('a', {id: 'run-checkpoint', href: `${API}/runs/${id}/checkpoints/latest`,
-          download: `${id}-step${reply.latest}.safetensors`, text: `Download step ${fmtInt(reply.latest)}`}),
-        latest ? ` (${fmtBytes(latest.bytes)}, ${(reply.checkpoints || []).length} kept)` : '',
-        ' · export: ', exportLink('tf', 'TensorFlow', `model.ckpt-${reply.latest}.tar`, reply.latest), ' · ',
-        exportLink('onnx&weights=ema', 'ONNX (EMA)', `model-${reply.latest}-ema.onnx`, reply.latest), ' · ',
-        exportLink('onnx&weights=raw', 'ONNX (raw)', `model-${reply.latest}-raw.onnx`, reply.latest));
+        set(el.ckpt, checkpointLinks(id, reply, 'run-checkpoint'));
         el.ckpt.className = '';
       }
     }
@@ -1243,6 +1256,403 @@
       document.execCommand('copy');
       ta.remove();
     }
+  }
+
+  /* ============================== sweeps (GET /sweeps, GET /sweeps/{id}) ============================== */
+
+  /* A sweep spec's direction: "maximize" when given, else larger is better for accuracies and R² (as the
+   * server decides, server/searcher.c). */
+  const sweepMaximize = (spec) => (spec && typeof spec.maximize === 'boolean' ? spec.maximize
+    : /accuracy|r2/.test((spec && spec.metric) || ''));
+  const metricText = (spec) => `${(spec && spec.metric) || '?'} ${sweepMaximize(spec) ? '↑ max' : '↓ min'}`;
+
+  function searcherText(sw) {
+    const sr = (sw.spec && sw.spec.searcher) || {};
+    if (sr.type === 'asha') {
+      const rungs = (sw.rung_steps || []).length || sr.rungs || 3;
+      return `ASHA · η ${sr.reduction_factor || 4} · ${rungs} rungs`;
+    }
+    return sr.type || '?';
+  }
+
+  /* A searched key's range or choice in words: "log-uniform 0.0001 … 1", "[8, 16, 32, 64]". */
+  function spaceText(p) {
+    if (Array.isArray(p)) return '[' + p.map(valueText).join(', ') + ']';
+    if (!p || typeof p !== 'object') return String(p);
+    if (p.type === 'choice') return '[' + (p.values || []).map(valueText).join(', ') + ']';
+    const kind = p.type === 'log_uniform' ? 'log-uniform' : p.type;
+    return `${kind} ${valueText(p.min)} … ${valueText(p.max)}` + (p.count ? ` (${p.count} grid points)` : '');
+  }
+
+  /* A trial's value as the page shows it: integers whole, other numbers to 4 significant digits. */
+  function valueText(v) {
+    if (isNum(v)) return Number.isInteger(v) ? String(v) : String(+v.toPrecision(4));
+    return typeof v === 'string' ? v : JSON.stringify(v);
+  }
+
+  /* A trial's latest result: {rung, value} of the highest rung with a metric, or null. */
+  function lastResult(t) {
+    const r = (t && t.results) || [];
+    for (let k = r.length - 1; k >= 0; k--) if (isNum(r[k])) return {rung: k, value: r[k]};
+    return null;
+  }
+
+  /* The trials the sweep runs at most: every trial trained to the top rung is steps_full. */
+  function trialsTotal(sw) {
+    const top = (sw.rung_steps || [])[(sw.rung_steps || []).length - 1];
+    return isNum(sw.steps_full) && top > 0 ? Math.round(sw.steps_full / top) : null;
+  }
+
+  /* "512 of 1,024 steps, 50%": the steps the trials trained against every trial trained to the end. */
+  function stepsText(sw) {
+    if (!isNum(sw.steps_trained) || !isNum(sw.steps_full)) return '—';
+    const pct = sw.steps_full > 0 ? Math.round(1000 * sw.steps_trained / sw.steps_full) / 10 : 0;
+    return `${fmtInt(sw.steps_trained)} of ${fmtInt(sw.steps_full)} steps, ${pct}%`;
+  }
+
+  /* The rung ladder: for rung k, its steps, the trials that reached it (promoted to it or started there) and
+   * those that finished it (its result recorded). */
+  function rungLadder(sw) {
+    const trials = sw.trials || [];
+    return (sw.rung_steps || []).map((steps, k) => ({
+      rung: k, steps,
+      reached: trials.filter((t) => t.rung >= k).length,
+      finished: trials.filter((t) => (t.results || []).length > k).length
+    }));
+  }
+
+  const sweepDetails = new Map(); /* id -> {key, sweep}: each listed sweep's GET /sweeps/{id}, asked again while it runs */
+
+  function viewSweeps(ctx, main) {
+    const body = h('tbody', {id: 'sweeps-body'});
+    const empty = h('p', {id: 'sweeps-empty', class: 'muted', hidden: true}, 'No sweeps yet. Start one with ',
+      h('code', {text: 'POST api/v1/sweeps'}), ' (a base run config, the space to search, a searcher and a metric).');
+    append(main,
+      h('div', {class: 'title-row'}, h('h2', {text: 'Sweeps'}), h('span', {id: 'sweeps-total', class: 'muted'})),
+      h('div', {class: 'table-wrap'}, h('table', {id: 'sweeps-table', class: 'grid'},
+        h('thead', {}, h('tr', {}, ['Sweep', 'Status', 'Searcher', 'Metric', 'Trials', 'Best', 'Steps trained', 'Created']
+          .map((t) => h('th', {scope: 'col', text: t})))), body)),
+      empty);
+
+    async function detail(sw) {
+      const key = `${sw.status}:${sw.finished}`;
+      const have = sweepDetails.get(sw.id);
+      if (have && have.key === key && sw.status !== 'running') return have.sweep;
+      const full = await api(`/sweeps/${encodeURIComponent(sw.id)}`);
+      sweepDetails.set(sw.id, {key, sweep: full});
+      return full;
+    }
+
+    function row(sw) {
+      const n = sw.trials ? sw.trials.length : null, total = trialsTotal(sw);
+      const best = lastResult(sw.best);
+      return h('tr', {id: `sweep-row-${sw.id}`, 'data-status': sw.status, 'data-name': sw.name},
+        h('td', {}, h('a', {href: `#/sweeps/${encodeURIComponent(sw.name)}`, id: `sweep-link-${sw.id}`, text: sw.name}),
+          h('div', {class: 'id', text: sw.id})),
+        h('td', {}, statusBadge(sw.status)),
+        h('td', {class: 'col-searcher', text: searcherText(sw)}),
+        h('td', {class: 'col-metric', text: metricText(sw.spec)}),
+        h('td', {class: 'col-trials num', 'data-value': n === null ? '' : String(n),
+          text: n === null ? '—' : total ? `${fmtInt(n)} of ${fmtInt(total)}` : fmtInt(n)}),
+        h('td', {class: 'col-best num', 'data-value': best ? String(best.value) : '', text: best ? fmtNum(best.value) : '—'}),
+        h('td', {class: 'col-steps', text: stepsText(sw)}),
+        h('td', {class: 'col-created', text: fmtTime(sw.created)}));
+    }
+
+    async function refresh() {
+      const reply = await api('/sweeps');
+      const full = await Promise.all(reply.sweeps.map((sw) => detail(sw).catch(() => sw)));
+      if (!ctx.alive) return;
+      const seen = new Set(full.map((sw) => sw.id));
+      for (const id of sweepDetails.keys()) if (!seen.has(id)) sweepDetails.delete(id);
+      set(body, full.map(row));
+      empty.hidden = full.length > 0;
+      $('sweeps-total').textContent = `${full.length} total`;
+    }
+    ctx.poll(2000, refresh, 'sweeps');
+  }
+
+  /* One sweep: its facts, the best trial (fine-tune, export), the rung ladder, the steps spent, the trials
+   * table and a scatter of the metric against each searched key; refreshed every 2 s while anything in it
+   * can change. */
+  function viewSweep(ctx, main, ref) {
+    const el = {};
+    const mk = (name, tag, props, ...kids) => (el[name] = h(tag, props, ...kids));
+    append(main,
+      h('p', {class: 'crumbs'}, h('a', {href: '#/sweeps', text: 'Sweeps'}), ' / ', h('span', {class: 'id', text: ref})),
+      h('div', {class: 'title-row'},
+        mk('name', 'h2', {id: 'sweep-name', text: ref}),
+        mk('status', 'span', {id: 'sweep-status'}),
+        mk('cancel', 'button', {type: 'button', id: 'sweep-cancel', class: 'danger', text: 'Cancel', hidden: true,
+          onclick: () => act('cancel')}),
+        mk('resume', 'button', {type: 'button', id: 'sweep-resume', text: 'Resume', hidden: true,
+          onclick: () => act('resume')}),
+        mk('del', 'button', {type: 'button', id: 'sweep-delete', text: 'Delete', hidden: true, onclick: () => remove()})),
+      mk('facts', 'dl', {id: 'sweep-facts', class: 'facts'}),
+      h('h3', {text: 'Best trial'}),
+      mk('best', 'div', {id: 'sweep-best', class: 'muted', text: 'no result yet'}),
+      h('div', {class: 'two-col'},
+        h('section', {},
+          h('h3', {text: 'Rungs'}),
+          mk('steps', 'p', {id: 'sweep-steps'}),
+          h('div', {class: 'table-wrap'}, mk('rungs', 'table', {id: 'sweep-rungs', class: 'grid'}))),
+        h('section', {},
+          h('h3', {text: 'Spec'}),
+          mk('spec', 'pre', {id: 'sweep-spec', class: 'json'}))),
+      h('h3', {text: 'Trials'}),
+      h('div', {class: 'table-wrap'}, mk('trials', 'table', {id: 'sweep-trials', class: 'grid'})),
+      mk('chartsTitle', 'h3', {text: 'Metric by hyperparameter'}),
+      mk('charts', 'div', {id: 'sweep-charts', class: 'charts'}));
+
+    let sweep = null, lastText = '', lastFetch = 0, ckptKey = null;
+    const charts = {}; /* searched key -> Chart */
+    const sort = {key: 'trial', dir: 1};
+    ctx.cleanups.push(() => { for (const c of Object.values(charts)) c.destroy(); });
+    const settled = () => sweep && sweep.status !== 'running' &&
+      (sweep.trials || []).every((t) => TERMINAL.includes(t.run && t.run.status));
+
+    async function act(what) {
+      el.cancel.disabled = el.resume.disabled = true;
+      try {
+        const reply = await api(`/sweeps/${encodeURIComponent(sweep.id)}/${what}`, {method: 'POST'});
+        clearError('action');
+        if (ctx.alive) show(reply);
+      } catch (e) {
+        showError(e);
+      } finally {
+        el.cancel.disabled = el.resume.disabled = false;
+      }
+      await load(true).catch(() => {});
+    }
+
+    async function remove() {
+      if (!window.confirm(`Delete sweep ${sweep.name}? Its runs stay.`)) return;
+      try {
+        await api(`/sweeps/${encodeURIComponent(sweep.id)}`, {method: 'DELETE'});
+        clearError('action');
+        location.hash = '#/sweeps';
+      } catch (e) {
+        showError(e);
+      }
+    }
+
+    function showFacts(sw) {
+      const fact = (k, v) => h('div', {}, h('dt', {text: k}), h('dd', {}, v));
+      const space = (sw.spec && sw.spec.space) || {};
+      set(el.facts,
+        fact('id', h('code', {text: sw.id})),
+        fact('searcher', h('span', {id: 'sweep-searcher', text: searcherText(sw)})),
+        fact('metric', h('span', {id: 'sweep-metric', text: metricText(sw.spec)})),
+        fact('trials', h('span', {id: 'sweep-trials-count', text: `${fmtInt((sw.trials || []).length)} of ${fmtInt(trialsTotal(sw))}`})),
+        Object.entries(space).map(([k, p]) => fact(k, h('span', {class: 'sweep-space', text: spaceText(p)}))),
+        fact('dataset', datasetOf(sw.config) || '—'),
+        fact('created', fmtTime(sw.created)),
+        fact('finished', fmtTime(sw.finished)));
+    }
+
+    function showBest(sw) {
+      const b = sw.best, res = lastResult(b);
+      if (!b || !res) {
+        el.best.className = 'muted';
+        set(el.best, 'no result yet');
+        ckptKey = null;
+        return;
+      }
+      el.best.className = 'best-trial';
+      const steps = (sw.rung_steps || [])[res.rung];
+      const ckpt = h('span', {id: 'sweep-best-checkpoint-wrap', class: 'muted', text: 'checkpoint: none yet'});
+      set(el.best,
+        h('p', {id: 'sweep-best-text', 'data-trial': String(b.trial)}, h('span', {class: 'best-mark', 'aria-hidden': 'true', text: '★ '}),
+          `trial ${b.trial} · `, h('a', {href: `#/runs/${b.run.id}`, id: 'sweep-best-run', text: b.run.name || b.run.id}),
+          ` · ${sw.spec.metric} ${fmtNum(res.value)} after ${fmtInt(steps)} steps · `,
+          Object.entries(b.values || {}).map(([k, v], i) => [i ? ', ' : '', h('code', {text: k}), ' = ', valueText(v)])),
+        h('div', {class: 'actions-row'},
+          h('button', {type: 'button', id: 'sweep-best-finetune', text: 'Fine-tune',
+            title: 'open the submit form on this trial\'s config, initialised from its latest checkpoint',
+            onclick: async () => {
+              try {
+                fineTune(await api(`/runs/${encodeURIComponent(b.run.id)}`));
+              } catch (e) {
+                showError(e);
+              }
+            }}),
+          h('span', {id: 'sweep-best-export'}, ckpt)));
+      /* its checkpoints: asked again when the best trial or its run's step changes */
+      const key = `${b.run.id}:${b.run.step}:${b.run.status}`;
+      const before = ckptKey;
+      ckptKey = key;
+      if (before === key && el.bestCkpt) {
+        set(ckpt, ...el.bestCkpt);
+        ckpt.className = '';
+        return;
+      }
+      el.bestCkpt = null;
+      api(`/runs/${encodeURIComponent(b.run.id)}/checkpoints`).then((reply) => {
+        if (!ctx.alive || ckptKey !== key || !reply || reply.latest === null || reply.latest === undefined) return;
+        el.bestCkpt = checkpointLinks(b.run.id, reply, 'sweep-best-checkpoint');
+        const wrap = $('sweep-best-checkpoint-wrap');
+        if (wrap) {
+          set(wrap, ...el.bestCkpt);
+          wrap.className = '';
+        }
+      }).catch(() => {});
+    }
+
+    function showRungs(sw) {
+      const ladder = rungLadder(sw), n = Math.max(1, (sw.trials || []).length);
+      set(el.rungs, h('thead', {}, h('tr', {}, ['rung', 'steps', 'reached', 'finished', ''].map((t) => h('th', {scope: 'col', text: t})))),
+        h('tbody', {}, ladder.map((r) => {
+          const bar = h('div', {class: 'hbar'});
+          bar.style.width = (r.reached ? 100 * r.finished / r.reached : 0).toFixed(1) + '%';
+          const reached = h('div', {class: 'hbar hbar-reached'}, bar);
+          reached.style.width = (100 * r.reached / n).toFixed(1) + '%';
+          return h('tr', {id: `sweep-rung-${r.rung}`},
+            h('td', {text: String(r.rung)}), h('td', {class: 'num col-steps', text: fmtInt(r.steps)}),
+            h('td', {class: 'num col-reached', text: fmtInt(r.reached)}),
+            h('td', {class: 'num col-finished', text: fmtInt(r.finished)}),
+            h('td', {class: 'bar-cell', title: `${r.finished} of ${r.reached} finished`}, reached));
+        })));
+      el.steps.textContent = stepsText(sw);
+    }
+
+    function showTrials(sw) {
+      const keys = Object.keys((sw.spec && sw.spec.space) || {});
+      const rungs = sw.rung_steps || [];
+      const bestTrial = sw.best ? sw.best.trial : null;
+      const cols = [['trial', 'trial', (t) => t.trial],
+        ...keys.map((k, i) => [`value-${i}`, k, (t) => (t.values || {})[k]]),
+        ['rung', 'rung', (t) => t.rung],
+        ...rungs.map((steps, r) => [`result-${r}`, `${sw.spec.metric} @ ${fmtInt(steps)}`,
+          (t) => (isNum((t.results || [])[r]) ? t.results[r] : null)]),
+        ['run', 'run', (t) => t.run && t.run.name],
+        ['status', 'status', (t) => t.run && t.run.status]];
+      const value = (cols.find((c) => c[0] === sort.key) || cols[0])[2];
+      const trials = (sw.trials || []).slice().sort((a, b) => sort.dir * compareValues(value(a), value(b)) || a.trial - b.trial);
+      const thead = h('thead', {}, h('tr', {}, cols.map(([k, label]) => sortHeader(label, k, sort, () => showTrials(sweep),
+        `sweep-sort-${k}`))));
+      set(el.trials, thead, h('tbody', {}, trials.map((t) => {
+        const best = t.trial === bestTrial;
+        const run = t.run || {};
+        return h('tr', {id: `sweep-trial-${t.trial}`, 'data-trial': String(t.trial), class: best ? 'best' : null},
+        h('td', {class: 'col-trial num'}, String(t.trial),
+          best ? h('span', {class: 'best-mark', title: 'the best trial', text: ' ★ best'}) : null),
+        keys.map((k) => {
+          const v = (t.values || {})[k];
+          return h('td', {class: 'col-value', 'data-key': k, 'data-value': JSON.stringify(v === undefined ? null : v),
+            title: String(v), text: valueText(v)});
+        }),
+        h('td', {class: 'col-rung num', 'data-value': String(t.rung), text: String(t.rung)}),
+        rungs.map((_, r) => {
+          const v = (t.results || [])[r];
+          return h('td', {class: 'col-result num', 'data-rung': String(r), 'data-value': isNum(v) ? String(v) : '',
+            text: r < (t.results || []).length ? fmtNum(v) : ''});
+        }),
+        h('td', {class: 'col-run'}, run.id ? h('a', {href: `#/runs/${run.id}`, id: `sweep-run-link-${t.trial}`,
+          text: run.name || run.id}) : '—'),
+        h('td', {class: 'col-status'}, statusBadge(run.status),
+          h('span', {class: 'muted small-text', text: ` ${fmtInt(run.step)} / ${fmtInt(run.steps)}`})));
+      })));
+      markSorted(thead, sort);
+    }
+
+    /* One scatter per searched key: x the trial's value (a log axis for a log_uniform range; a choice by its
+     * position, its values as the ticks), y the trial's latest result, one colour per rung; the best trial a star. */
+    function showCharts(sw) {
+      if (!hasChart) {
+        if (!el.charts.firstChild) {
+          el.charts.appendChild(h('p', {class: 'muted', text: 'Chart.js is not available: the results are in the trials table.'}));
+        }
+        return;
+      }
+      const space = (sw.spec && sw.spec.space) || {};
+      const rungs = sw.rung_steps || [];
+      const bestTrial = sw.best ? sw.best.trial : null;
+      Object.entries(space).forEach(([key, p], i) => {
+        const choices = Array.isArray(p) ? p : p && p.type === 'choice' ? p.values || [] : null;
+        const byIndex = !!choices;
+        let chart = charts[key];
+        if (!chart) {
+          const log = !!(p && p.type === 'log_uniform');
+          const canvas = h('canvas', {id: `sweep-chart-${i}`, 'aria-label': `${sw.spec.metric} against ${key}`, role: 'img'});
+          el.charts.appendChild(h('figure', {class: 'chart'},
+            h('figcaption', {}, `${sw.spec.metric} against `, h('code', {text: key}), log ? ' (log axis)' : ''),
+            h('div', {class: 'chart-box'}, canvas)));
+          chart = charts[key] = new window.Chart(canvas, {
+            type: 'scatter',
+            data: {datasets: rungs.map((steps, r) => ({
+              label: `rung ${r} (${fmtInt(steps)} steps)`, data: [],
+              borderColor: COLORS[r % COLORS.length], backgroundColor: COLORS[r % COLORS.length],
+              pointRadius: (c) => (c.raw && c.raw.best ? 8 : 4), pointStyle: (c) => (c.raw && c.raw.best ? 'star' : 'circle'),
+              borderWidth: (c) => (c.raw && c.raw.best ? 2 : 1)
+            }))},
+            options: {
+              animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
+              scales: {
+                x: {type: log ? 'logarithmic' : 'linear', title: {display: true, text: key},
+                  /* the axis spans the searched range (a choice: its positions) */
+                  min: byIndex ? -0.5 : p && isNum(p.min) ? p.min : undefined,
+                  max: byIndex ? choices.length - 0.5 : p && isNum(p.max) ? p.max : undefined,
+                  afterBuildTicks: byIndex ? (axis) => { axis.ticks = choices.map((_, v) => ({value: v})); } : undefined,
+                  ticks: byIndex ? {autoSkip: false, callback: (v) => (Number.isInteger(v) && choices[v] !== undefined
+                    ? valueText(choices[v]) : '')} : {maxTicksLimit: 8}},
+                y: {type: 'linear', title: {display: true, text: sw.spec.metric}, ticks: {maxTicksLimit: 6}}
+              },
+              plugins: {legend: {display: rungs.length > 1},
+                tooltip: {callbacks: {label: (c) => `trial ${c.raw.trial}: ${key} = ${valueText(c.raw.value)}, ` +
+                  `${sw.spec.metric} ${fmtNum(c.raw.y)}`}}}
+            }
+          });
+        }
+        const sets = rungs.map(() => []);
+        for (const t of sw.trials || []) {
+          const res = lastResult(t), v = (t.values || {})[key];
+          if (!res || v === undefined) continue;
+          const x = byIndex ? choices.findIndex((c) => JSON.stringify(c) === JSON.stringify(v)) : v;
+          if (!isNum(x) || x < 0 && byIndex || res.rung >= sets.length) continue;
+          sets[res.rung].push({x, y: res.value, trial: t.trial, value: v, best: t.trial === bestTrial});
+        }
+        sets.forEach((pts, r) => { chart.data.datasets[r].data = pts; });
+        chart.update('none');
+      });
+      window.towerCharts = charts;
+    }
+
+    function show(sw) {
+      sweep = sw;
+      el.name.textContent = sw.name;
+      set(el.status, statusBadge(sw.status));
+      el.cancel.hidden = sw.status !== 'running';
+      el.resume.hidden = sw.status !== 'cancelled';
+      el.del.hidden = sw.status === 'running';
+      showFacts(sw);
+      showBest(sw);
+      showRungs(sw);
+      showTrials(sw);
+      showCharts(sw);
+      if (!el.spec.textContent) el.spec.textContent = pretty(Object.assign({}, sw.spec, {config: sw.config}));
+    }
+
+    /* GET /sweeps/{ref}, shown when it changed; a sweep with nothing left to change is asked every 10 s. */
+    async function load(force) {
+      if (!force && settled() && Date.now() - lastFetch < 10000) return;
+      const text = JSON.stringify(await api(`/sweeps/${encodeURIComponent(ref)}`));
+      lastFetch = Date.now();
+      if (!ctx.alive || text === lastText) return;
+      lastText = text;
+      show(JSON.parse(text));
+    }
+
+    (async () => {
+      try {
+        await load(true);
+      } catch (e) {
+        if (!ctx.alive) return;
+        showError(e, 'sweep');
+        el.name.textContent = e.status === 404 ? `No sweep ${ref}` : ref;
+        return;
+      }
+      if (ctx.alive) ctx.poll(2000, () => load(false), 'sweep');
+    })();
   }
 
   /* ============================== datasets ============================== */
