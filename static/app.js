@@ -1522,7 +1522,7 @@
       const cols = [['trial', 'trial', (t) => t.trial],
         ...keys.map((k, i) => [`value-${i}`, k, (t) => (t.values || {})[k]]),
         ['rung', 'rung', (t) => t.rung],
-        ...rungs.map((steps, r) => [`result-${r}`, `${sw.spec.metric} @ ${fmtInt(steps)}`,
+        ...rungs.map((steps, r) => [`result-${r}`, `@ ${fmtInt(steps)} steps`,
           (t) => (isNum((t.results || [])[r]) ? t.results[r] : null)]),
         ['run', 'run', (t) => t.run && t.run.name],
         ['status', 'status', (t) => t.run && t.run.status]];
