@@ -556,3 +556,23 @@ void tw_events_destroy(tw_events_writer *w)
     free(w->path);
     free(w);
 }
+
+tw_status tw_events_write_file(const char *logdir, tw_status (*fill)(tw_events_writer *w, void *ctx, tw_error *err),
+                               void *ctx, tw_error *err)
+{
+    tw_events_options o;
+    tw_events_options_default(&o);
+    o.flush_secs = 0;
+    o.fsync = 1;
+    tw_events_writer *w;
+    TW_TRY(tw_events_create(logdir, &o, &w, err));
+    tw_status st = fill(w, ctx, err);
+    tw_error close_err;
+    tw_status c = tw_events_close(w, &close_err);
+    if (st == TW_OK && c != TW_OK) {
+        *err = close_err;
+        st = c;
+    }
+    tw_events_destroy(w);
+    return st;
+}

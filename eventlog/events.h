@@ -46,6 +46,12 @@ typedef struct tw_events_writer tw_events_writer;
 tw_status tw_events_create(const char *logdir, const tw_events_options *opts,
                            tw_events_writer **out, tw_error *err);
 
+/* A small event file of its own in logdir, written whole: created as tw_events_create does (fsync at close),
+ * fill(w, ctx, err) appends its records, then it is closed and destroyed. For a writer that is not the run's
+ * (the server, at a state only it knows). Errors: tw_events_create's, fill's, the close's. */
+tw_status tw_events_write_file(const char *logdir, tw_status (*fill)(tw_events_writer *w, void *ctx, tw_error *err),
+                               void *ctx, tw_error *err);
+
 /* Path of the event file (borrowed; valid until tw_events_destroy). */
 const char *tw_events_path(const tw_events_writer *w);
 

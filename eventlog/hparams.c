@@ -120,24 +120,22 @@ tw_status tw_hparams_add_session_end(tw_events_writer *w, tw_hparams_status stat
     return add(w, END_TAG, &d, err);
 }
 
+typedef struct {
+    const tw_hparams_session *s;
+    tw_hparams_status status;
+    double end_secs;
+} whole_session;
+
+static tw_status add_whole_session(tw_events_writer *w, void *ctx, tw_error *err)
+{
+    const whole_session *ws = ctx;
+    TW_TRY(tw_hparams_add_session_start(w, ws->s, err));
+    return tw_hparams_add_session_end(w, ws->status, ws->end_secs, err);
+}
+
 tw_status tw_hparams_append_session(const char *logdir, const tw_hparams_session *s, tw_hparams_status status,
                                     double end_secs, tw_error *err)
 {
-    tw_events_options o;
-    tw_events_options_default(&o);
-    o.flush_secs = 0;
-    o.fsync = 1;
-    tw_events_writer *w;
-    TW_TRY(tw_events_create(logdir, &o, &w, err));
-    tw_status st = tw_hparams_add_session_start(w, s, err);
-    if (st == TW_OK)
-        st = tw_hparams_add_session_end(w, status, end_secs, err);
-    tw_error close_err;
-    tw_status c = tw_events_close(w, &close_err);
-    if (st == TW_OK && c != TW_OK) {
-        *err = close_err;
-        st = c;
-    }
-    tw_events_destroy(w);
-    return st;
+    whole_session ws = {s, status, end_secs};
+    return tw_events_write_file(logdir, add_whole_session, &ws, err);
 }

@@ -74,24 +74,16 @@ static tw_status write_session(const char *dir, const json_t *values, int ok, co
     return st;
 }
 
-/* One scalar point in a new event file of dir, flushed with fsync. */
-static tw_status write_point(const char *dir, const char *tag, int64_t step, double value, tw_error *err)
+typedef struct {
+    const char *tag;
+    int64_t step;
+    double value;
+} point;
+
+static tw_status add_point(tw_events_writer *w, void *ctx, tw_error *err)
 {
-    tw_events_options o;
-    tw_events_options_default(&o);
-    o.flush_secs = 0;
-    o.fsync = 1;
-    tw_events_writer *w;
-    TW_TRY(tw_events_create(dir, &o, &w, err));
-    tw_status st = tw_events_add_scalar(w, tag, step, (float)value, err);
-    tw_error close_err;
-    tw_status c = tw_events_close(w, &close_err);
-    if (st == TW_OK && c != TW_OK) {
-        *err = close_err;
-        st = c;
-    }
-    tw_events_destroy(w);
-    return st;
+    const point *p = ctx;
+    return tw_events_add_scalar(w, p->tag, p->step, (float)p->value, err);
 }
 
 tw_status tw_sweep_board_result(tw_server *S, const json_t *sweep, const char *trial_name, const json_t *values,
@@ -104,7 +96,8 @@ tw_status tw_sweep_board_result(tw_server *S, const json_t *sweep, const char *t
     if (isnan(metric))
         return TW_OK;
     const char *tag = json_string_value(json_object_get(json_object_get(sweep, "spec"), "metric"));
-    return write_point(dir, tag, step, metric, err);
+    point p = {tag, step, metric};
+    return tw_events_write_file(dir, add_point, &p, err);
 }
 
 int tw_sweep_board_dir(tw_server *S, const json_t *sweep, char *buf) { return sweep_path(S, sweep, NULL, buf); }
