@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +23,7 @@
 #include "atomic_file.h"
 #include "progress.h"
 #include "compare.h"
+#include "dir_archive.h"
 #include "rest.h"
 #include "sweep_view.h"
 #include "table.h"
@@ -35,6 +37,7 @@ typedef struct {
     const char *server, *dataset, *name, *step, *output, *label_column, *steps;
     const char *format, *weights; /* download: an export instead of the safetensors file */
     const char *validation_split, *split_seed, *class_names; /* upload */
+    const char *image_size, *channels, *resize;              /* upload of an image folder */
     const char *config;                                      /* sweep create --config */
     int follow, no_wait, json;
     int npos, ntest;
@@ -64,6 +67,7 @@ static const struct {
     {'x', "--format", NULL, 1},       {'W', "--weights", NULL, 1},  {'t', "--test", NULL, 1},
     {'v', "--validation-split", NULL, 1}, {'e', "--split-seed", NULL, 1}, {'c', "--class-names", NULL, 1},
     {'N', "--no-wait", NULL, 0},     {'C', "--config", NULL, 1},   {'j', "--json", NULL, 0},
+    {'z', "--image-size", NULL, 1},  {'k', "--channels", NULL, 1}, {'r', "--resize", NULL, 1},
 };
 
 static const char EXIT_HELP[] =
@@ -105,6 +109,9 @@ static void set_option(args *a, char letter, const char *value)
     case 'W': a->weights = value; break;
     case 'C': a->config = value; break;
     case 'j': a->json = 1; break;
+    case 'z': a->image_size = value; break;
+    case 'k': a->channels = value; break;
+    case 'r': a->resize = value; break;
     }
 }
 
@@ -645,6 +652,9 @@ static const char *upload_field(const char *path, int npy_seen, int labelled, in
         return test ? "test_csv" : "csv";
     if (strstr(base, ".tfrecord"))
         return test ? "test_tfrecord" : "tfrecord";
+    if (!test && (ends_with(base, ".tar") || ends_with(base, ".tar.gz") || ends_with(base, ".tgz") ||
+                  ends_with(base, ".zip")))
+        return "archive";
     return NULL;
 }
 
@@ -658,11 +668,12 @@ static int add_parts(const command *cmd, const char *const *files, int n, int te
     for (int i = 0; i < n; i++) {
         const char *field = upload_field(files[i], npy, labelled, test);
         if (!field)
-            return usage_error(cmd, "not an IDX, .npy, .csv or .tfrecord file:", files[i]);
+            return usage_error(cmd, "not an IDX, .npy, .csv, .tfrecord or archive (.tar, .tar.gz, .zip) file, nor a "
+                               "folder:", files[i]);
         if (*count == MAX_POS)
             return usage_error(cmd, "too many files", NULL);
         npy += ends_with(files[i], ".npy");
-        parts[(*count)++] = (tw_rest_part){field, files[i]};
+        parts[(*count)++] = (tw_rest_part){.field = field, .path = files[i]};
     }
     return 0;
 }
@@ -742,22 +753,48 @@ static int upload_path_of(const command *cmd, const args *a, char *path, size_t 
     if (file_names && *n == MAX_POS)
         return usage_error(cmd, "too many files", NULL);
     if (file_names)
-        parts[(*n)++] = (tw_rest_part){"classes", a->class_names};
+        parts[(*n)++] = (tw_rest_part){.field = "classes", .path = a->class_names};
     snprintf(path, size, "/api/v1/datasets?");
     if (add_query(path, size, "name", a->pos[0]) || add_query(path, size, "label_column", a->label_column) ||
         add_query(path, size, "validation_split", a->validation_split) ||
         add_query(path, size, "split_seed", a->split_seed) ||
-        add_query(path, size, "class_names", file_names ? NULL : a->class_names))
+        add_query(path, size, "class_names", file_names ? NULL : a->class_names) ||
+        add_query(path, size, "image_size", a->image_size) || add_query(path, size, "channels", a->channels) ||
+        add_query(path, size, "resize", a->resize))
         return usage_error(cmd, "the options are too long", NULL);
     return 0;
 }
 
-static int cmd_upload(const tw_rest *c, const command *cmd, const args *a)
+static size_t read_folder(char *buf, size_t size, void *ar) { return tw_dir_archive_read(ar, buf, size); }
+
+/* The upload of one folder: a tar of it made as it is sent (dir_archive.h), as the part "archive". Returns 0,
+ * or the exit status after reporting. */
+static int folder_part(const command *cmd, const char *dir, tw_dir_archive **ar, tw_rest_part *part)
+{
+    tw_error err;
+    if (tw_dir_archive_open(dir, ar, &err) != TW_OK)
+        return failed(cmd, &err);
+    if (tw_dir_archive_skipped(*ar))
+        fprintf(stderr, "tower %s: %s: %zu entries that are not regular files (links, ...) left out\n", cmd->name,
+                dir, tw_dir_archive_skipped(*ar));
+    *part = (tw_rest_part){"archive", "folder.tar", read_folder, *ar};
+    return 0;
+}
+
+static int is_folder(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* The upload; *ar: the folder's archive when one is sent (the caller closes it). */
+static int upload_with(const tw_rest *c, const command *cmd, const args *a, tw_dir_archive **ar)
 {
     tw_rest_part parts[MAX_POS];
     int n = 0;
     char path[4096];
-    int bad = add_parts(cmd, a->pos + 1, a->npos - 1, 0, parts, &n);
+    int folder = a->npos == 2 && is_folder(a->pos[1]);
+    int bad = folder ? folder_part(cmd, a->pos[1], ar, &parts[n++]) : add_parts(cmd, a->pos + 1, a->npos - 1, 0, parts, &n);
     if (!bad)
         bad = add_parts(cmd, a->test, a->ntest, 1, parts, &n);
     if (!bad)
@@ -770,7 +807,7 @@ static int cmd_upload(const tw_rest *c, const command *cmd, const args *a)
     int rc = EXIT_OK;
     json_t *d = NULL;
     if (tw_rest_upload(c, path, parts, n, &reply, &err) != TW_OK)
-        rc = failed(cmd, &err);
+        rc = failed(cmd, *ar && tw_dir_archive_error(*ar)->status != TW_OK ? tw_dir_archive_error(*ar) : &err);
     else if (!tw_rest_ok(&reply))
         rc = refused(cmd, &reply);
     else if (!(d = tw_rest_json(&reply, path, &err)))
@@ -782,6 +819,14 @@ static int cmd_upload(const tw_rest *c, const command *cmd, const args *a)
     else if (d && id)
         rc = wait_dataset(c, cmd, id);
     json_decref(d);
+    return rc;
+}
+
+static int cmd_upload(const tw_rest *c, const command *cmd, const args *a)
+{
+    tw_dir_archive *ar = NULL;
+    int rc = upload_with(c, cmd, a, &ar);
+    tw_dir_archive_close(ar);
     return rc;
 }
 
@@ -1102,19 +1147,25 @@ static const command COMMANDS[] = {
      "  -o, --output F  where to write it (default RUN-latest.safetensors, RUN-S.tar, RUN-S-ema.onnx, ...)\n",
      "soxW", 1, 1, cmd_download},
     {"upload", "NAME FILE... [--test FILE]... [--label-column C] [--validation-split F [--split-seed S]]\n"
-     "            [--class-names FILE|LIST] [--no-wait]",
+     "            [--class-names FILE|LIST] [--image-size HxW [--channels 1|3] [--resize crop|pad]] [--no-wait]",
      "Uploads a dataset named NAME, waits for its conversion and prints it (exit 1, with the reason, when\n"
      "it fails). The files say what they are: IDX pairs (*idx3-ubyte[.gz] images, *idx1-ubyte[.gz] labels;\n"
      "names starting with t10k or holding \"test\" are the test split), two .npy files (features, then\n"
-     "labels, or the one named *label*), a .csv, or .tfrecord files (one holding \"test\" is the test split).\n\n"
+     "labels, or the one named *label*), a .csv, or .tfrecord files (one holding \"test\" is the test split).\n"
+     "An image folder: a FOLDER whose folders are the classes, each holding PNG and JPEG files (sent as a tar\n"
+     "made as it is sent), or such a folder packed as a .tar, .tar.gz or .zip file.\n\n"
      "  --test FILE           a file of the test split (as many as its kind needs: a CSV, two .npy, ...)\n"
      "  --label-column C      the CSV's label column (default: label)\n"
      "  --validation-split F  hold out the fraction F (0 < F <= 0.5) of the examples as the test split\n"
      "  --split-seed S        the seed of that holdout (default 0)\n"
      "  --class-names X       the class names: a file (one a line, or a JSON array) or a comma list\n"
+     "  --image-size HxW      an image folder's stored size (one number: a square)\n"
+     "  --channels 1|3        an image folder's channels: grey or colour (default 3)\n"
+     "  --resize crop|pad     crop: the shorter side to the size, the middle kept (default); pad: the longer\n"
+     "                        side to the size, centred on black\n"
      "  --no-wait             return once the upload is accepted (the dataset is still converting)\n"
      "  --wait                wait for the conversion (the default)\n",
-     "lwtvecN", 2, MAX_POS, cmd_upload},
+     "lwtvecNzkr", 2, MAX_POS, cmd_upload},
     {"compare", "RUN RUN...", "Shows the runs side by side: the config keys that differ between them and\n"
      "their final metrics.\n", "", 2, MAX_POS, cmd_compare},
     {"sweep create", "SPEC.json [--name N] [--config RUN.json] [--dataset NAME] [--follow]",

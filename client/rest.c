@@ -144,10 +144,20 @@ tw_status tw_rest_call(const tw_rest *c, const char *method, const char *path, c
     return st;
 }
 
+/* curl's read callback over a part's reader. */
+static size_t read_part(char *buf, size_t size, size_t nitems, void *arg)
+{
+    const tw_rest_part *p = arg;
+    size_t n = p->read(buf, size * nitems, p->ctx);
+    return n == (size_t)-1 ? CURL_READFUNC_ABORT : n;
+}
+
 tw_status tw_rest_upload(const tw_rest *c, const char *path, const tw_rest_part *parts, int n,
                          tw_rest_reply *reply, tw_error *err)
 {
     for (int i = 0; i < n; i++) { /* curl opens them only while sending: name a missing file now */
+        if (parts[i].read)
+            continue;
         FILE *f = fopen(parts[i].path, "rb");
         if (!f)
             return tw_error_errno(err, parts[i].path, "cannot read the file");
@@ -158,7 +168,9 @@ tw_status tw_rest_upload(const tw_rest *c, const char *path, const tw_rest_part 
     for (int i = 0; mime && i < n; i++) {
         curl_mimepart *part = curl_mime_addpart(mime);
         curl_mime_name(part, parts[i].field);
-        if (curl_mime_filedata(part, parts[i].path) != CURLE_OK) {
+        if (parts[i].read ? curl_mime_data_cb(part, -1, read_part, NULL, NULL, (void *)&parts[i]) != CURLE_OK ||
+                                curl_mime_filename(part, parts[i].path) != CURLE_OK
+                          : curl_mime_filedata(part, parts[i].path) != CURLE_OK) {
             curl_mime_free(mime);
             curl_easy_cleanup(h);
             return tw_error_set(err, TW_ERR_IO, parts[i].path, -1, "cannot attach the file");

@@ -29,10 +29,18 @@ typedef struct {
     size_t len;
 } tw_rest_reply;
 
-/* One part of a multipart upload: a form field named `field` holding the file `path` (borrowed). */
+/* Bytes made as an upload sends them: up to size into buf; returns the count, 0 at the end, (size_t)-1 to
+ * abort the upload. */
+typedef size_t (*tw_rest_read_fn)(char *buf, size_t size, void *ctx);
+
+/* One part of a multipart upload: a form field named `field` holding the file `path` (borrowed), or, when
+ * read is set, the bytes read makes (of unknown length: the body is sent chunked), named `path` to the
+ * server. */
 typedef struct {
     const char *field;
     const char *path;
+    tw_rest_read_fn read;
+    void *ctx;
 } tw_rest_part;
 
 /* Called with each line of an event stream (without its newline; borrowed). Returns 0 to go on, 1 to

@@ -101,6 +101,10 @@ static const struct {
     {"validation_split", "{\"type\": \"number\", \"exclusiveMinimum\": 0, \"maximum\": 0.5}"},
     {"split_seed", "{\"type\": \"integer\", \"minimum\": 0, \"maximum\": 9223372036854775807, \"default\": 0}"},
     {"class_names", "{\"type\": \"string\", \"minLength\": 1, \"maxLength\": 1024}"},
+    {"image_size", "{\"type\": \"string\", \"pattern\": \"^[0-9]{1,5}(x[0-9]{1,5})?$\", \"description\": \"an image"
+                   " folder's stored size: HxW, or one side for a square\"}"},
+    {"channels", "{\"type\": \"integer\", \"enum\": [1, 3], \"default\": 3}"},
+    {"resize", "{\"type\": \"string\", \"enum\": [\"crop\", \"pad\"], \"default\": \"crop\"}"},
     {"status", "{\"$ref\": \"#/components/schemas/RunState\"}"},
     {"checkpoint", "{\"type\": \"string\", \"pattern\": \"^(latest|[0-9]{1,18})$\", \"default\": \"latest\"}"},
     {"weights", "{\"type\": \"string\", \"enum\": [\"raw\", \"ema\"]}"},

@@ -209,3 +209,43 @@ def test_bad_archives_are_refused_naming_the_entry(serve, tmp_path):
         assert code == 400 and words in d["error"]["message"], (values, d)
     code, d = upload(server, "nosize", {"archive": tmp_path / "ok.tar.gz"})
     assert code == 400 and "image_size" in d["error"]["message"], d
+
+
+def test_tower_upload_of_a_folder_streams_it_as_an_archive(serve, tower_bin, tmp_path):
+    """`tower upload NAME DIR/` sends the folder as a tar made as it is sent: the dataset equals the one the same
+    files make as a .tar.gz (example for example, labels, class names, skipped files); a link inside is left out
+    and said so; an empty folder and a folder of no images are refused by name."""
+    from test_client import client
+    server = serve()
+    files, items = folder_files(n=5)
+    root = tmp_path / "photos"
+    for path, data in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_bytes(data)
+    (root / "bag" / "elsewhere.png").symlink_to(tmp_path / "outside.png")
+    (tmp_path / "outside.png").write_bytes(files["boot/img000.png"])
+    r = client(tower_bin, server, "upload", "from-folder", f"{root}/", "--image-size", "24", "--channels", "1",
+               "--validation-split", "0.2", "--split-seed", "3")
+    assert r.returncode == 0, r.stderr
+    assert "from-folder ready: archive, 12 train + 3 test examples; classes bag, boot, shirt" in r.stdout, r.stdout
+    assert "1 entries that are not regular files" in r.stderr, r.stderr
+    (tmp_path / "same.tar.gz").write_bytes(tar_bytes(files))
+    code, d = upload(server, "from-tar", {"archive": tmp_path / "same.tar.gz"},
+                     {"image_size": "24", "channels": "1", "validation_split": "0.2", "split_seed": "3"})
+    assert code == 202, d
+    assert wait_dataset(server, d["id"])["status"] == "ready"
+    sets = {}
+    for name in ("from-folder", "from-tar"):
+        ds = requests.get(server.api(f"/datasets/{name}"), timeout=30).json()
+        folder = server.data / "datasets" / ds["id"]
+        sets[name] = ([(px.tobytes(), label) for px, label, _ in records(folder / "train.tfrecord")],
+                      [(px.tobytes(), label) for px, label, _ in records(folder / "test.tfrecord")],
+                      json.loads((folder / "meta.json").read_text())["skipped_files"], ds["class_names"])
+    assert sets["from-folder"] == sets["from-tar"]
+    (tmp_path / "empty").mkdir()
+    r = client(tower_bin, server, "upload", "nothing", tmp_path / "empty", "--image-size", "24")
+    assert r.returncode == 1 and "no files in the folder" in r.stderr, r.stderr
+    (tmp_path / "notes" / "a").mkdir(parents=True)
+    (tmp_path / "notes" / "a" / "x.txt").write_text("not an image")
+    r = client(tower_bin, server, "upload", "notes", tmp_path / "notes", "--image-size", "24")
+    assert r.returncode == 1 and "a/x.txt" in r.stderr, r.stderr
