@@ -89,23 +89,24 @@ static int choice(const tw_opt *o, const char *s, int *v)
     return -1;
 }
 
-/* Parses s by o's kind into field; -1 when it is malformed. */
+/* Parses s by o's kind into field; -1 when it is malformed (field may then hold anything). */
 static int parse_value(const tw_opt *o, const char *s, void *field)
 {
-    uint64_t n;
-    double d;
+    uint64_t n = 0;
+    double d = 0;
+    int bad = 0;
     switch (o->kind) {
-    case TW_OPT_FLAG: *(int *)field = 1; return 0;
-    case TW_OPT_CLEAR: *(int *)field = 0; return 0;
-    case TW_OPT_STRING: *(const char **)field = s; return *s ? 0 : -1;
-    case TW_OPT_INT: return whole(o, s, &n) ? -1 : (*(int *)field = (int)n, 0);
-    case TW_OPT_U64: return whole(o, s, field);
-    case TW_OPT_DOUBLE: return decimal(o, s, 0, field);
-    case TW_OPT_BYTES: return decimal(o, s, 1, &d) ? -1 : (*(uint64_t *)field = (uint64_t)d, 0);
-    case TW_OPT_CHOICE: return choice(o, s, field);
-    case TW_OPT_CUSTOM: return o->parse(s, field);
+    case TW_OPT_FLAG: *(int *)field = 1; break;
+    case TW_OPT_CLEAR: *(int *)field = 0; break;
+    case TW_OPT_STRING: *(const char **)field = s; bad = !*s; break;
+    case TW_OPT_INT: bad = whole(o, s, &n); *(int *)field = (int)n; break; /* max <= INT_MAX */
+    case TW_OPT_U64: bad = whole(o, s, field); break;
+    case TW_OPT_DOUBLE: bad = decimal(o, s, 0, field); break;
+    case TW_OPT_BYTES: bad = decimal(o, s, 1, &d); *(uint64_t *)field = bad ? 0 : (uint64_t)d; break;
+    case TW_OPT_CHOICE: bad = choice(o, s, field); break;
+    case TW_OPT_CUSTOM: bad = o->parse(s, field); break;
     }
-    return -1;
+    return bad ? -1 : 0;
 }
 
 /* The size of one value of o's kind: the step between a list's entries. */
@@ -196,9 +197,9 @@ static int unknown(const tw_options *spec, const char *arg, size_t len)
         memcpy(typed, arg + 2, len - 2);
         typed[len - 2] = 0;
     }
-    const char *close = typed[0] ? tw_suggest(typed, names, n) : NULL;
-    return tw_options_error(spec, "unknown option '%s'%s%s%s", arg, close ? " (did you mean --" : "",
-                            close ? close : "", close ? "?)" : "");
+    const char *hint = typed[0] ? tw_suggest(typed, names, n) : NULL;
+    return tw_options_error(spec, "unknown option '%s'%s%s%s", arg, hint ? " (did you mean --" : "",
+                            hint ? hint : "", hint ? "?)" : "");
 }
 
 /* Takes the option argv[*i] (and its value, argv[*i + 1] unless given as --name=value); given: the rows
