@@ -98,7 +98,7 @@ static int parse_value(const tw_opt *o, const char *s, void *field)
     switch (o->kind) {
     case TW_OPT_FLAG: *(int *)field = 1; break;
     case TW_OPT_CLEAR: *(int *)field = 0; break;
-    case TW_OPT_STRING: *(const char **)field = s; bad = !*s; break;
+    case TW_OPT_STRING: *(const char **)field = s; bad = (double)strlen(s) < o->min; break;
     case TW_OPT_INT: bad = whole(o, s, &n); *(int *)field = (int)n; break; /* max <= INT_MAX */
     case TW_OPT_U64: bad = whole(o, s, field); break;
     case TW_OPT_DOUBLE: bad = decimal(o, s, 0, field); break;

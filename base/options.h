@@ -23,7 +23,7 @@
 typedef enum {
     TW_OPT_FLAG,   /* no value: the int is set to 1 */
     TW_OPT_CLEAR,  /* no value: the int is set to 0 (--no-demo) */
-    TW_OPT_STRING, /* const char *: the value itself, borrowed from argv; never empty */
+    TW_OPT_STRING, /* const char *: the value itself, borrowed from argv; min 1: it may not be empty */
     TW_OPT_INT,    /* int (an unsigned takes it as well: the range starts at 0 or more): decimal digits, in
                     * [min, max] */
     TW_OPT_U64,    /* uint64_t: decimal digits, in [min, max] */
@@ -43,7 +43,7 @@ typedef struct {
     size_t offset;       /* where the value goes: offsetof the field in the caller's struct */
     const char *arg;     /* the value's name on the help page ("N", "FILE"); NULL for the two flags */
     const char *help;    /* its help; '\n' starts a continuation line */
-    double min, max;     /* INT, U64, DOUBLE, BYTES: the range; max INFINITY: none above */
+    double min, max;     /* INT, U64, DOUBLE, BYTES: the range (max INFINITY: none above); STRING: min */
     const char *const *names;                     /* CHOICE: the values, NULL-terminated */
     int (*parse)(const char *value, void *field); /* CUSTOM */
     const char *wants;   /* CUSTOM: what a value must be, for the message ("none, gzip or zlib") */

@@ -34,7 +34,8 @@ static int compression_of(const char *value, void *field)
 }
 
 #define PATH_OPTION(option, field, placeholder, text) \
-    .name = option, .kind = TW_OPT_STRING, .offset = offsetof(cli, o.field), .arg = placeholder, .help = text
+    .name = option, .kind = TW_OPT_STRING, .offset = offsetof(cli, o.field), .arg = placeholder, .min = 1, \
+    .help = text
 
 static const tw_opt OPTIONS[] = {
     {PATH_OPTION("images", images, "FILE", "images: ubyte idx3 (N, rows, cols) or idx4 (+ channels)"),
@@ -62,7 +63,7 @@ static const tw_opt OPTIONS[] = {
      .min = 0, .max = 1, .help = "exactly round(F*N) examples, seeded, stratified by integer label"},
     {.name = "seed", .kind = TW_OPT_U64, .offset = offsetof(cli, o.seed), .arg = "N", .min = 0, .max = INFINITY,
      .needs = "test-fraction", .help = "seed of the --test-fraction sampling (0)"},
-    {.name = "class-names", .kind = TW_OPT_STRING, .offset = offsetof(cli, class_names), .arg = "FILE",
+    {.name = "class-names", .kind = TW_OPT_STRING, .offset = offsetof(cli, class_names), .arg = "FILE", .min = 1,
      .help = "names of classes 0..K-1: one a line, a comma list or a JSON array"},
     {.name = "compression", .kind = TW_OPT_CUSTOM, .offset = offsetof(cli, o.compression), .arg = "KIND",
      .parse = compression_of, .wants = "none, gzip or zlib",

@@ -33,7 +33,7 @@ static int level_of(const char *value, void *field)
 
 static const tw_opt OPTS[] = {
     {.name = "output", .letter = 'o', .kind = TW_OPT_STRING, .offset = offsetof(fields, out), .arg = "FILE",
-     .help = "where it goes", .required = 1},
+     .help = "where it goes", .required = 1, .min = 1},
     {.name = "json", .kind = TW_OPT_FLAG, .offset = offsetof(fields, json), .help = "JSON\ninstead of text"},
     {.name = "no-color", .kind = TW_OPT_CLEAR, .offset = offsetof(fields, color), .help = "plain",
      .section = "looks"},
