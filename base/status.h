@@ -2,7 +2,7 @@
  *
  * Owns: the tw_status codes, tw_error (message + file + offset/line), helpers to fill it, and the
  * TW_CHECK_* macro family that wraps foreign calls (zlib, protobuf-c, libc I/O) so that a failure records
- * the statement, file and line. Does not own: exiting (only server/main.c exits) or logging. */
+ * the statement, file and line. Does not own: exiting (only cli/main.c exits) or logging. */
 #ifndef TW_STATUS_H
 #define TW_STATUS_H
 

@@ -1,15 +1,16 @@
 /* client_main.c — the `tower` client commands: their options, what each asks the server and what it
  * prints.
  *
- * Owns: the option parsing of the client commands (--server everywhere; unknown or missing options are
- * usage errors, exit 2), their --help pages and exit statuses, the runs table, `submit --dataset` (a
+ * Owns: the option table of each client command (--server in every one; base/options.h parses them and
+ * prints their --help pages), their exit statuses, the runs table, `submit --dataset` (a
  * config's file paths replaced by a registered dataset), following a run over its event stream, the
  * upload's form fields by file kind, the compare view, and `tower sweep`'s subcommands (following a sweep by
  * polling it). Does not own: HTTP (rest.h), the progress line (base/progress.h, the trainer's too), the
- * sweep views (sweep_view.h), the routes (server/API.md), nor exiting (server/main.c). */
+ * sweep views (sweep_view.h), a folder sent as a tar (dir_archive.h), the routes (server/API.md), nor exiting
+ * (cli/main.c). */
 #include "client_main.h"
 
-#include <errno.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +22,10 @@
 #include <jansson.h>
 
 #include "atomic_file.h"
-#include "progress.h"
 #include "compare.h"
 #include "dir_archive.h"
+#include "options.h"
+#include "progress.h"
 #include "rest.h"
 #include "sweep_view.h"
 #include "table.h"
@@ -31,129 +33,33 @@
 enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
 
 #define MAX_POS 64
+#define NO_STEP UINT64_MAX /* download without --step: the latest checkpoint */
+
+/* --format and --weights of download, by the options' indexes. */
+static const char *const FORMATS[] = {"tf", "onnx", NULL};
+static const char *const WEIGHTS[] = {"raw", "ema", NULL};
+enum { FORMAT_TF, FORMAT_ONNX };
 
 /* The parsed command line of one client command. */
 typedef struct {
-    const char *server, *dataset, *name, *step, *output, *label_column, *steps;
-    const char *format, *weights; /* download: an export instead of the safetensors file */
+    const char *server, *dataset, *name, *output, *label_column;
+    uint64_t step, steps;     /* download --step (NO_STEP: none), resume --steps (0: none) */
+    int format, weights;      /* download: an export instead of the safetensors file (-1: none given) */
     const char *validation_split, *split_seed, *class_names; /* upload */
     const char *image_size, *channels, *resize;              /* upload of an image folder */
     const char *config;                                      /* sweep create --config */
     int follow, no_wait, json;
     int npos, ntest;
-    const char *pos[MAX_POS];
+    const char *const *pos;   /* the arguments, in argv */
     const char *test[MAX_POS]; /* upload --test FILE, each */
 } args;
 
 typedef struct command command;
 struct command {
     const char *name;
-    const char *synopsis; /* after "tower NAME " */
-    const char *help;     /* what it does and its own options */
-    const char *options;  /* the options it takes: letters of OPTIONS below */
-    int min_pos, max_pos;
+    tw_options spec; /* its options, arguments and help page */
     int (*run)(const tw_rest *c, const command *cmd, const args *a);
 };
-
-/* Every option of the client commands: letter (in command.options), spellings, takes a value. */
-static const struct {
-    char letter;
-    const char *lng, *shrt;
-    int value;
-} OPTIONS[] = {
-    {'d', "--dataset", NULL, 1}, {'n', "--name", NULL, 1},    {'F', "--follow", NULL, 0},
-    {'f', "--follow", "-f", 0},  {'s', "--step", NULL, 1},    {'o', "--output", "-o", 1},
-    {'l', "--label-column", NULL, 1}, {'w', "--wait", NULL, 0}, {'S', "--steps", NULL, 1},
-    {'x', "--format", NULL, 1},       {'W', "--weights", NULL, 1},  {'t', "--test", NULL, 1},
-    {'v', "--validation-split", NULL, 1}, {'e', "--split-seed", NULL, 1}, {'c', "--class-names", NULL, 1},
-    {'N', "--no-wait", NULL, 0},     {'C', "--config", NULL, 1},   {'j', "--json", NULL, 0},
-    {'z', "--image-size", NULL, 1},  {'k', "--channels", NULL, 1}, {'r', "--resize", NULL, 1},
-};
-
-static const char EXIT_HELP[] =
-    "\n  --server URL   the tower serve to talk to (default $TOWER_URL, else " TW_REST_DEFAULT_URL ");\n"
-    "                 $TOWER_TOKEN is sent as 'Authorization: Bearer TOKEN'\n"
-    "\nexit status: 0 done; 1 the server refused (its error message is printed), could not be reached,\n"
-    "or a followed run or sweep did not succeed; 2 a usage error.\n";
-
-static void usage(const command *cmd, FILE *out)
-{
-    fprintf(out, "usage: tower %s %s [--server URL]\n\n%s%s", cmd->name, cmd->synopsis, cmd->help,
-            EXIT_HELP);
-}
-
-static int usage_error(const command *cmd, const char *what, const char *arg)
-{
-    fprintf(stderr, "tower %s: %s%s%s\n(see 'tower %s --help')\n", cmd->name, what, arg ? " " : "",
-            arg ? arg : "", cmd->name);
-    return EXIT_USAGE;
-}
-
-/* Stores the value of option letter into a. */
-static void set_option(args *a, char letter, const char *value)
-{
-    switch (letter) {
-    case 'd': a->dataset = value; break;
-    case 'n': a->name = value; break;
-    case 'F': case 'f': a->follow = 1; break;
-    case 's': a->step = value; break;
-    case 'o': a->output = value; break;
-    case 'l': a->label_column = value; break;
-    case 'w': a->no_wait = 0; break; /* --wait: the default, kept for scripts that say it */
-    case 'N': a->no_wait = 1; break;
-    case 'v': a->validation_split = value; break;
-    case 'e': a->split_seed = value; break;
-    case 'c': a->class_names = value; break;
-    case 'S': a->steps = value; break;
-    case 'x': a->format = value; break;
-    case 'W': a->weights = value; break;
-    case 'C': a->config = value; break;
-    case 'j': a->json = 1; break;
-    case 'z': a->image_size = value; break;
-    case 'k': a->channels = value; break;
-    case 'r': a->resize = value; break;
-    }
-}
-
-/* Returns 0, -1 for --help, or EXIT_USAGE (reported). */
-static int parse_args(const command *cmd, int argc, char **argv, args *a)
-{
-    memset(a, 0, sizeof *a);
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!strcmp(arg, "--help") || !strcmp(arg, "-h"))
-            return -1;
-        if (!strcmp(arg, "--server")) {
-            if (++i == argc)
-                return usage_error(cmd, "--server needs a URL", NULL);
-            a->server = argv[i];
-            continue;
-        }
-        if (arg[0] != '-' || !strcmp(arg, "-")) {
-            if (a->npos == MAX_POS)
-                return usage_error(cmd, "too many arguments", NULL);
-            a->pos[a->npos++] = arg;
-            continue;
-        }
-        size_t k = 0, n = sizeof OPTIONS / sizeof OPTIONS[0];
-        while (k < n && !(strchr(cmd->options, OPTIONS[k].letter) &&
-                          (!strcmp(arg, OPTIONS[k].lng) || (OPTIONS[k].shrt && !strcmp(arg, OPTIONS[k].shrt)))))
-            k++;
-        if (k == n)
-            return usage_error(cmd, "unknown option", arg);
-        if (OPTIONS[k].value && ++i == argc)
-            return usage_error(cmd, "a value is missing after", arg);
-        if (OPTIONS[k].letter == 't' && a->ntest == MAX_POS)
-            return usage_error(cmd, "too many --test files", NULL);
-        if (OPTIONS[k].letter == 't')
-            a->test[a->ntest++] = argv[i];
-        else
-            set_option(a, OPTIONS[k].letter, OPTIONS[k].value ? argv[i] : NULL);
-    }
-    if (a->npos < cmd->min_pos || a->npos > cmd->max_pos)
-        return usage_error(cmd, a->npos < cmd->min_pos ? "missing arguments" : "too many arguments", NULL);
-    return 0;
-}
 
 /* ================================ talking to the server ================================ */
 
@@ -357,7 +263,7 @@ static int follow_run(const tw_rest *c, const command *cmd, const char *id)
 {
     char path[512];
     if (run_path(path, sizeof path, id, "/events"))
-        return usage_error(cmd, "run id too long:", id);
+        return tw_options_error(&cmd->spec, "run id too long: %s", id);
     follower f = {.terminal = isatty(fileno(stdout)), .shown = -1};
     tw_rest_reply reply;
     tw_error err;
@@ -430,7 +336,7 @@ static int cmd_submit(const tw_rest *c, const command *cmd, const args *a)
     if ((a->dataset && use_dataset(cfg, a->dataset)) ||
         (a->name && json_object_set_new(cfg, "name", json_string(a->name)))) {
         json_decref(cfg);
-        return usage_error(cmd, "cannot use --dataset or --name (out of memory or not UTF-8)", NULL);
+        return tw_options_error(&cmd->spec, "cannot use --dataset or --name (out of memory or not UTF-8)");
     }
     json_t *created = call(c, cmd, "POST", "/api/v1/runs", cfg, &rc);
     json_decref(cfg);
@@ -489,7 +395,7 @@ static int cmd_logs(const tw_rest *c, const command *cmd, const args *a)
     char events[512];
     if (run_path(l.path, sizeof l.path, a->pos[0], "/log?tail=100000") ||
         run_path(events, sizeof events, a->pos[0], "/events"))
-        return usage_error(cmd, "run id too long:", a->pos[0]);
+        return tw_options_error(&cmd->spec, "run id too long: %s", a->pos[0]);
     if (print_log(&l) || !a->follow)
         return l.rc;
     tw_rest_reply reply;
@@ -513,7 +419,7 @@ static int run_action(const tw_rest *c, const command *cmd, const char *id, cons
 {
     char path[512];
     if (run_path(path, sizeof path, id, action))
-        return usage_error(cmd, "run id too long:", id);
+        return tw_options_error(&cmd->spec, "run id too long: %s", id);
     int rc = EXIT_OK;
     json_t *run = call(c, cmd, "POST", path, body, &rc);
     if (!run)
@@ -532,11 +438,7 @@ static int cmd_cancel(const tw_rest *c, const command *cmd, const args *a)
 
 static int cmd_resume(const tw_rest *c, const command *cmd, const args *a)
 {
-    char *end;
-    long long steps = a->steps ? strtoll(a->steps, &end, 10) : 0;
-    if (a->steps && (*end || steps <= 0))
-        return usage_error(cmd, "--steps needs a positive integer, got", a->steps);
-    json_t *body = a->steps ? json_pack("{s:I}", "steps", (json_int_t)steps) : json_object();
+    json_t *body = a->steps ? json_pack("{s:I}", "steps", (json_int_t)a->steps) : json_object();
     int rc = run_action(c, cmd, a->pos[0], "/resume", body);
     json_decref(body);
     if (rc == EXIT_OK && a->follow)
@@ -551,26 +453,21 @@ static int cmd_resume(const tw_rest *c, const command *cmd, const args *a)
 static int download_target(const command *cmd, const args *a, char *path, size_t size, char *out_name,
                            size_t out_size)
 {
-    const char *id = a->pos[0], *at = a->step ? a->step : "latest";
-    char *end, suffix[160];
-    long long step = a->step ? strtoll(a->step, &end, 10) : 0;
-    if (a->step && (*end || step < 0))
-        return usage_error(cmd, "--step needs a step number, got", a->step);
-    if (a->format && strcmp(a->format, "tf") && strcmp(a->format, "onnx"))
-        return usage_error(cmd, "--format must be tf or onnx, got", a->format);
-    if (a->weights && (!a->format || strcmp(a->format, "onnx") || (strcmp(a->weights, "raw") && strcmp(a->weights, "ema"))))
-        return usage_error(cmd, "--weights is raw or ema, with --format onnx; got", a->weights);
-    if (a->format)
-        snprintf(suffix, sizeof suffix, "/export?format=%s&step=%s%s%s", a->format, at, a->weights ? "&weights=" : "",
-                 a->weights ? a->weights : "");
-    else if (a->step)
-        snprintf(suffix, sizeof suffix, "/checkpoints/%lld", step);
+    const char *id = a->pos[0], *weights = a->weights >= 0 ? WEIGHTS[a->weights] : NULL;
+    char at[32] = "latest", suffix[160];
+    if (weights && a->format != FORMAT_ONNX)
+        return tw_options_error(&cmd->spec, "--weights applies to --format onnx; got --weights %s", weights);
+    if (a->step != NO_STEP)
+        snprintf(at, sizeof at, "%llu", (unsigned long long)a->step);
+    if (a->format >= 0)
+        snprintf(suffix, sizeof suffix, "/export?format=%s&step=%s%s%s", FORMATS[a->format], at,
+                 weights ? "&weights=" : "", weights ? weights : "");
     else
-        snprintf(suffix, sizeof suffix, "/checkpoints/latest");
+        snprintf(suffix, sizeof suffix, "/checkpoints/%s", at);
     if (run_path(path, size, id, suffix))
-        return usage_error(cmd, "run id too long:", id);
-    snprintf(out_name, out_size, "%s-%s%s%s.%s", id, at, a->weights ? "-" : "", a->weights ? a->weights : "",
-             !a->format ? "safetensors" : !strcmp(a->format, "tf") ? "tar" : "onnx");
+        return tw_options_error(&cmd->spec, "run id too long: %s", id);
+    snprintf(out_name, out_size, "%s-%s%s%s.%s", id, at, weights ? "-" : "", weights ? weights : "",
+             a->format < 0 ? "safetensors" : a->format == FORMAT_TF ? "tar" : "onnx");
     return 0;
 }
 
@@ -668,10 +565,10 @@ static int add_parts(const command *cmd, const char *const *files, int n, int te
     for (int i = 0; i < n; i++) {
         const char *field = upload_field(files[i], npy, labelled, test);
         if (!field)
-            return usage_error(cmd, "not an IDX, .npy, .csv, .tfrecord or archive (.tar, .tar.gz, .zip) file, nor a "
-                               "folder:", files[i]);
+            return tw_options_error(&cmd->spec, "not an IDX, .npy, .csv, .tfrecord or archive (.tar, .tar.gz, .zip) "
+                                    "file, nor a folder: %s", files[i]);
         if (*count == MAX_POS)
-            return usage_error(cmd, "too many files", NULL);
+            return tw_options_error(&cmd->spec, "too many files");
         npy += ends_with(files[i], ".npy");
         parts[(*count)++] = (tw_rest_part){.field = field, .path = files[i]};
     }
@@ -751,7 +648,7 @@ static int upload_path_of(const command *cmd, const args *a, char *path, size_t 
 {
     int file_names = a->class_names && access(a->class_names, R_OK) == 0;
     if (file_names && *n == MAX_POS)
-        return usage_error(cmd, "too many files", NULL);
+        return tw_options_error(&cmd->spec, "too many files");
     if (file_names)
         parts[(*n)++] = (tw_rest_part){.field = "classes", .path = a->class_names};
     snprintf(path, size, "/api/v1/datasets?");
@@ -761,7 +658,7 @@ static int upload_path_of(const command *cmd, const args *a, char *path, size_t 
         add_query(path, size, "class_names", file_names ? NULL : a->class_names) ||
         add_query(path, size, "image_size", a->image_size) || add_query(path, size, "channels", a->channels) ||
         add_query(path, size, "resize", a->resize))
-        return usage_error(cmd, "the options are too long", NULL);
+        return tw_options_error(&cmd->spec, "the options are too long");
     return 0;
 }
 
@@ -839,7 +736,7 @@ static int cmd_compare(const tw_rest *c, const command *cmd, const args *a)
     for (; n < a->npos; n++) {
         char path[512];
         if (run_path(path, sizeof path, a->pos[n], "")) {
-            rc = usage_error(cmd, "run id too long:", a->pos[n]);
+            rc = tw_options_error(&cmd->spec, "run id too long: %s", a->pos[n]);
             break;
         }
         if (!(runs[n] = call(c, cmd, "GET", path, NULL, &rc)))
@@ -873,13 +770,13 @@ static int sweep_body(const command *cmd, const args *a, json_t **body)
     json_t *cfg = NULL;
     int rc = load_object(cmd, a->pos[0], body);
     if (!rc && a->config && !(rc = load_object(cmd, a->config, &cfg)) && json_object_set_new(*body, "config", cfg))
-        rc = usage_error(cmd, "cannot use --config (out of memory)", NULL);
+        rc = tw_options_error(&cmd->spec, "cannot use --config (out of memory)");
     json_t *base = json_object_get(*body, "config");
     if (!rc && a->dataset && (!json_is_object(base) || use_dataset(base, a->dataset)))
-        rc = usage_error(cmd, "--dataset needs a base config (the spec's \"config\" object, or --config RUN.json)",
-                         NULL);
+        rc = tw_options_error(&cmd->spec, "--dataset needs a base config (the spec's \"config\" object, or --config "
+                              "RUN.json)");
     if (!rc && a->name && json_object_set_new(*body, "name", json_string(a->name)))
-        rc = usage_error(cmd, "cannot use --name (not UTF-8):", a->name);
+        rc = tw_options_error(&cmd->spec, "cannot use --name (not UTF-8): %s", a->name);
     if (rc) {
         json_decref(*body);
         *body = NULL;
@@ -955,7 +852,7 @@ static int follow_sweep(const tw_rest *c, const command *cmd, const json_t *crea
     char path[512];
     const char *id = json_string_value(json_object_get(created, "id"));
     if (!id || item_path(path, sizeof path, "sweeps", id, ""))
-        return usage_error(cmd, "the server's reply names no sweep id", NULL);
+        return tw_options_error(&cmd->spec, "the server's reply names no sweep id");
     sweep_follower f = {.terminal = isatty(fileno(stdout)), .shown = json_object()};
     json_t *sweep = json_incref((json_t *)created);
     const char *status = NULL;
@@ -1013,7 +910,7 @@ static json_t *listed_sweep(const tw_rest *c, const command *cmd, const json_t *
     tw_error_clear(&err);
     json_t *sweep = NULL;
     if (!id || item_path(path, sizeof path, "sweeps", id, ""))
-        *rc = usage_error(cmd, "the server listed a sweep without a usable id", NULL);
+        *rc = tw_options_error(&cmd->spec, "the server listed a sweep without a usable id");
     else if (tw_rest_call(c, "GET", path, NULL, &reply, &err) != TW_OK)
         *rc = failed(cmd, &err);
     else if (reply.http != 404 && !tw_rest_ok(&reply))
@@ -1057,7 +954,7 @@ static int cmd_sweep_show(const tw_rest *c, const command *cmd, const args *a)
 {
     char path[512];
     if (item_path(path, sizeof path, "sweeps", a->pos[0], ""))
-        return usage_error(cmd, "sweep name too long:", a->pos[0]);
+        return tw_options_error(&cmd->spec, "sweep name too long: %s", a->pos[0]);
     tw_rest_reply reply = {0};
     int rc = call_reply(c, cmd, "GET", path, &reply);
     json_t *sweep = NULL;
@@ -1081,7 +978,7 @@ static int sweep_action(const tw_rest *c, const command *cmd, const char *ref, c
 {
     char path[512];
     if (item_path(path, sizeof path, "sweeps", ref, action))
-        return usage_error(cmd, "sweep name too long:", ref);
+        return tw_options_error(&cmd->spec, "sweep name too long: %s", ref);
     int rc = EXIT_OK;
     json_t *sweep = call(c, cmd, "POST", path, NULL, &rc);
     if (!sweep)
@@ -1108,7 +1005,7 @@ static int cmd_sweep_delete(const tw_rest *c, const command *cmd, const args *a)
 {
     char path[512];
     if (item_path(path, sizeof path, "sweeps", a->pos[0], ""))
-        return usage_error(cmd, "sweep name too long:", a->pos[0]);
+        return tw_options_error(&cmd->spec, "sweep name too long: %s", a->pos[0]);
     tw_rest_reply reply = {0};
     int rc = call_reply(c, cmd, "DELETE", path, &reply);
     tw_rest_reply_free(&reply);
@@ -1119,82 +1016,170 @@ static int cmd_sweep_delete(const tw_rest *c, const command *cmd, const args *a)
 
 /* ================================ the commands ================================ */
 
+#define SERVER_OPTION                                                                                        \
+    {.name = "server", .kind = TW_OPT_STRING, .offset = offsetof(args, server), .arg = "URL",                 \
+     .help = "the tower serve to talk to (default $TOWER_URL, else " TW_REST_DEFAULT_URL ");\n"               \
+             "$TOWER_TOKEN is sent as 'Authorization: Bearer TOKEN'"}
+#define FOLLOW_OPTION(text) {.name = "follow", .kind = TW_OPT_FLAG, .offset = offsetof(args, follow), .help = text}
+
+static const tw_opt SERVER_ONLY[] = {SERVER_OPTION, {0}};
+
+static const tw_opt SUBMIT[] = {
+    {.name = "dataset", .kind = TW_OPT_STRING, .offset = offsetof(args, dataset), .arg = "NAME",
+     .help = "train on the registered dataset NAME (id or name): replaces the config's\n"
+             "\"dataset\" file paths (train, test, shape), keeping its other keys (scale,\n"
+             "shuffle_buffer, ...) as overrides, so examples/*.json submit as they are"},
+    {.name = "name", .kind = TW_OPT_STRING, .offset = offsetof(args, name), .arg = "N", .help = "the run's name"},
+    FOLLOW_OPTION("then follow the run to its end: a live progress line on a terminal, else one\n"
+                  "JSON run object per change; exit 1 unless it succeeded"),
+    SERVER_OPTION,
+    {0},
+};
+
+static const tw_opt LOGS[] = {
+    {.name = "follow", .letter = 'f', .kind = TW_OPT_FLAG, .offset = offsetof(args, follow),
+     .help = "keep printing new lines until the run ends"},
+    SERVER_OPTION,
+    {0},
+};
+
+static const tw_opt RESUME[] = {
+    {.name = "steps", .kind = TW_OPT_U64, .offset = offsetof(args, steps), .arg = "N", .min = 1, .max = 1e18,
+     .help = "train to N steps in all (more than the config said)"},
+    FOLLOW_OPTION("then follow it to its end, as submit --follow"),
+    SERVER_OPTION,
+    {0},
+};
+
+static const tw_opt DOWNLOAD[] = {
+    {.name = "step", .kind = TW_OPT_U64, .offset = offsetof(args, step), .arg = "S", .min = 0, .max = 1e18,
+     .help = "the checkpoint of step S (default: the latest)"},
+    {.name = "format", .kind = TW_OPT_CHOICE, .offset = offsetof(args, format), .arg = "F", .names = FORMATS,
+     .help = "tf: a TensorFlow checkpoint, as a tar of NAME.index, NAME.data-00000-of-00001\n"
+             "and checkpoint; onnx: an ONNX inference graph (what 'tower export' writes)"},
+    {.name = "weights", .kind = TW_OPT_CHOICE, .offset = offsetof(args, weights), .arg = "W", .names = WEIGHTS,
+     .help = "onnx: ema (default, when the run kept an EMA) or raw weights"},
+    {.name = "output", .letter = 'o', .kind = TW_OPT_STRING, .offset = offsetof(args, output), .arg = "F",
+     .help = "where to write it (default RUN-latest.safetensors, RUN-S.tar, RUN-S-ema.onnx, ...)"},
+    SERVER_OPTION,
+    {0},
+};
+
+static const tw_opt UPLOAD[] = {
+    {.name = "test", .kind = TW_OPT_STRING, .offset = offsetof(args, test), .arg = "FILE", .repeat = MAX_POS,
+     .count = offsetof(args, ntest),
+     .help = "a file of the test split (as many as its kind needs: a CSV, two .npy, ...)"},
+    {.name = "label-column", .kind = TW_OPT_STRING, .offset = offsetof(args, label_column), .arg = "C",
+     .help = "the CSV's label column (default: label)"},
+    {.name = "validation-split", .kind = TW_OPT_STRING, .offset = offsetof(args, validation_split), .arg = "F",
+     .help = "hold out the fraction F (0 < F <= 0.5) of the examples as the test split"},
+    {.name = "split-seed", .kind = TW_OPT_STRING, .offset = offsetof(args, split_seed), .arg = "S",
+     .help = "the seed of that holdout (default 0)"},
+    {.name = "class-names", .kind = TW_OPT_STRING, .offset = offsetof(args, class_names), .arg = "X",
+     .help = "the class names: a file (one a line, or a JSON array) or a comma list"},
+    {.name = "image-size", .kind = TW_OPT_STRING, .offset = offsetof(args, image_size), .arg = "HxW",
+     .help = "an image folder's stored size (one number: a square)"},
+    {.name = "channels", .kind = TW_OPT_STRING, .offset = offsetof(args, channels), .arg = "1|3",
+     .help = "an image folder's channels: grey or colour (default 3)"},
+    {.name = "resize", .kind = TW_OPT_STRING, .offset = offsetof(args, resize), .arg = "crop|pad",
+     .help = "crop: the shorter side to the size, the middle kept (default); pad: the longer\n"
+             "side to the size, centred on black"},
+    {.name = "no-wait", .kind = TW_OPT_FLAG, .offset = offsetof(args, no_wait),
+     .help = "return once the upload is accepted (the dataset is still converting)"},
+    {.name = "wait", .kind = TW_OPT_CLEAR, .offset = offsetof(args, no_wait),
+     .help = "wait for the conversion (the default)"},
+    SERVER_OPTION,
+    {0},
+};
+
+static const tw_opt SWEEP_CREATE[] = {
+    {.name = "name", .kind = TW_OPT_STRING, .offset = offsetof(args, name), .arg = "N",
+     .help = "the sweep's name (instead of the spec's)"},
+    {.name = "config", .kind = TW_OPT_STRING, .offset = offsetof(args, config), .arg = "RUN.json",
+     .help = "the base run config, from a file as submit takes one (instead of the spec's)"},
+    {.name = "dataset", .kind = TW_OPT_STRING, .offset = offsetof(args, dataset), .arg = "NAME",
+     .help = "every trial trains on the registered dataset NAME, as submit --dataset"},
+    FOLLOW_OPTION("then follow the sweep to its end, looking every second: on a terminal a line\n"
+                  "for each trial as it starts, reaches a rung and ends, under a progress line,\n"
+                  "and last the best trial and its values; piped, one JSON trial object per\n"
+                  "change and last the sweep (without its trials; its \"best\" is the best\n"
+                  "trial); exit 1 unless the sweep succeeded with a best trial"),
+    SERVER_OPTION,
+    {0},
+};
+
+static const tw_opt SWEEP_SHOW[] = {
+    {.name = "json", .kind = TW_OPT_FLAG, .offset = offsetof(args, json),
+     .help = "print the server's JSON (GET /api/v1/sweeps/SWEEP) instead"},
+    SERVER_OPTION,
+    {0},
+};
+
+static const char EXIT_HELP[] =
+    "exit status: 0 done; 1 the server refused (its error message is printed), could not be reached,\n"
+    "or a followed run or sweep did not succeed; 2 a usage error.\n";
+
+/* A client command's spec: "tower NAME", its synopsis, what it does, its options and arguments. */
+#define SPEC(cmd, synopsis, text, table, operand_names, least, most)                                       \
+    {.command = "tower " cmd, .usage = synopsis, .about = text, .epilog = EXIT_HELP, .opts = table,          \
+     .operands = operand_names, .min_args = least, .max_args = most}
+
 static const command COMMANDS[] = {
-    {"runs", "", "Lists the server's runs, newest first: id, name, status (a queued run's with its place\n"
-     "in the queue: \"queued #2\"), step/steps, loss, eval accuracy\n"
-     "with the EMA weights (\"(raw)\" after it: the run has no EMA evaluation), dataset and created time.\n",
-     "", 0, 0, cmd_runs},
-    {"submit", "CONFIG.json [--dataset NAME] [--name N] [--follow]",
-     "Submits the run CONFIG.json describes and prints its id.\n\n"
-     "  --dataset NAME  train on the registered dataset NAME (id or name): replaces the config's\n"
-     "                  \"dataset\" file paths (train, test, shape), keeping its other keys (scale,\n"
-     "                  shuffle_buffer, ...) as overrides, so examples/*.json submit as they are\n"
-     "  --name N        the run's name\n"
-     "  --follow        then follow the run to its end: a live progress line on a terminal, else one\n"
-     "                  JSON run object per change; exit 1 unless it succeeded\n", "dnF", 1, 1, cmd_submit},
-    {"logs", "RUN [-f]", "Prints the run's log (the trainer's output).\n\n"
-     "  -f, --follow    keep printing new lines until the run ends\n", "f", 1, 1, cmd_logs},
-    {"cancel", "RUN", "Cancels a queued or running run.\n", "", 1, 1, cmd_cancel},
-    {"resume", "RUN [--steps N] [--follow]", "Resumes a cancelled or failed run from its latest checkpoint.\n\n"
-     "  --steps N       train to N steps in all (more than the config said)\n"
-     "  --follow        then follow it to its end, as submit --follow\n", "SF", 1, 1, cmd_resume},
-    {"download", "RUN [--step S] [--format tf|onnx [--weights raw|ema]] [-o FILE]",
-     "Downloads a checkpoint of the run (safetensors), or its export.\n\n"
-     "  --step S        the checkpoint of step S (default: the latest)\n"
-     "  --format F      tf: a TensorFlow checkpoint, as a tar of NAME.index, NAME.data-00000-of-00001\n"
-     "                  and checkpoint; onnx: an ONNX inference graph (what 'tower export' writes)\n"
-     "  --weights W     onnx: ema (default, when the run kept an EMA) or raw weights\n"
-     "  -o, --output F  where to write it (default RUN-latest.safetensors, RUN-S.tar, RUN-S-ema.onnx, ...)\n",
-     "soxW", 1, 1, cmd_download},
-    {"upload", "NAME FILE... [--test FILE]... [--label-column C] [--validation-split F [--split-seed S]]\n"
-     "            [--class-names FILE|LIST] [--image-size HxW [--channels 1|3] [--resize crop|pad]] [--no-wait]",
-     "Uploads a dataset named NAME, waits for its conversion and prints it (exit 1, with the reason, when\n"
-     "it fails). The files say what they are: IDX pairs (*idx3-ubyte[.gz] images, *idx1-ubyte[.gz] labels;\n"
-     "names starting with t10k or holding \"test\" are the test split), two .npy files (features, then\n"
-     "labels, or the one named *label*), a .csv, or .tfrecord files (one holding \"test\" is the test split).\n"
-     "An image folder: a FOLDER whose folders are the classes, each holding PNG and JPEG files (sent as a tar\n"
-     "made as it is sent), or such a folder packed as a .tar, .tar.gz or .zip file.\n\n"
-     "  --test FILE           a file of the test split (as many as its kind needs: a CSV, two .npy, ...)\n"
-     "  --label-column C      the CSV's label column (default: label)\n"
-     "  --validation-split F  hold out the fraction F (0 < F <= 0.5) of the examples as the test split\n"
-     "  --split-seed S        the seed of that holdout (default 0)\n"
-     "  --class-names X       the class names: a file (one a line, or a JSON array) or a comma list\n"
-     "  --image-size HxW      an image folder's stored size (one number: a square)\n"
-     "  --channels 1|3        an image folder's channels: grey or colour (default 3)\n"
-     "  --resize crop|pad     crop: the shorter side to the size, the middle kept (default); pad: the longer\n"
-     "                        side to the size, centred on black\n"
-     "  --no-wait             return once the upload is accepted (the dataset is still converting)\n"
-     "  --wait                wait for the conversion (the default)\n",
-     "lwtvecNzkr", 2, MAX_POS, cmd_upload},
-    {"compare", "RUN RUN...", "Shows the runs side by side: the config keys that differ between them and\n"
-     "their final metrics.\n", "", 2, MAX_POS, cmd_compare},
-    {"sweep create", "SPEC.json [--name N] [--config RUN.json] [--dataset NAME] [--follow]",
-     "Starts the hyperparameter sweep SPEC.json describes and prints its id, name, status, searcher, the\n"
-     "trials it plans and the steps of its rungs. SPEC.json is the body of POST /api/v1/sweeps:\n"
-     "{\"name\", \"config\": a run config as submit takes, \"space\": {dotted key: [values] or {\"type\":\n"
-     "\"uniform\" | \"log_uniform\" | \"int\", \"min\", \"max\", \"count\"}}, \"searcher\": {\"type\": \"grid\" |\n"
-     "\"random\" | \"asha\", \"seed\", \"max_trials\", \"max_steps\", \"reduction_factor\", \"rungs\",\n"
-     "\"max_concurrent\"}, \"metric\", \"maximize\"}. Each trial is a run named NAME-tN.\n\n"
-     "  --name N           the sweep's name (instead of the spec's)\n"
-     "  --config RUN.json  the base run config, from a file as submit takes one (instead of the spec's)\n"
-     "  --dataset NAME     every trial trains on the registered dataset NAME, as submit --dataset\n"
-     "  --follow           then follow the sweep to its end, looking every second: on a terminal a line\n"
-     "                     for each trial as it starts, reaches a rung and ends, under a progress line,\n"
-     "                     and last the best trial and its values; piped, one JSON trial object per\n"
-     "                     change and last the sweep (without its trials; its \"best\" is the best\n"
-     "                     trial); exit 1 unless the sweep succeeded with a best trial\n", "ndCF", 1, 1, cmd_sweep_create},
-    {"sweep list", "", "Lists the server's sweeps, newest first: id, name, status, searcher, metric, trials\n"
-     "started/planned and the best trial's result.\n", "", 0, 0, cmd_sweep_list},
-    {"sweep show", "SWEEP [--json]",
-     "Shows a sweep (id or name): its status, searcher and settings, metric and direction, rungs, the\n"
-     "steps trained against training every trial to the end, and the best trial; then its trials, one\n"
-     "column per searched key and one per rung (the metric at its steps), the best marked \"*\".\n\n"
-     "  --json             print the server's JSON (GET /api/v1/sweeps/SWEEP) instead\n", "j", 1, 1, cmd_sweep_show},
-    {"sweep cancel", "SWEEP", "Cancels a running sweep and its queued and running trials.\n", "", 1, 1,
+    {"runs", SPEC("runs", "[--server URL]",
+                  "Lists the server's runs, newest first: id, name, status (a queued run's with its place\n"
+                  "in the queue: \"queued #2\"), step/steps, loss, eval accuracy\n"
+                  "with the EMA weights (\"(raw)\" after it: the run has no EMA evaluation), dataset and created time.\n",
+                  SERVER_ONLY, NULL, 0, 0), cmd_runs},
+    {"submit", SPEC("submit", "CONFIG.json [--dataset NAME] [--name N] [--follow] [--server URL]",
+                    "Submits the run CONFIG.json describes and prints its id.\n", SUBMIT, "CONFIG.json", 1, 1),
+     cmd_submit},
+    {"logs", SPEC("logs", "RUN [-f] [--server URL]", "Prints the run's log (the trainer's output).\n", LOGS, "RUN",
+                  1, 1), cmd_logs},
+    {"cancel", SPEC("cancel", "RUN [--server URL]", "Cancels a queued or running run.\n", SERVER_ONLY, "RUN", 1, 1),
+     cmd_cancel},
+    {"resume", SPEC("resume", "RUN [--steps N] [--follow] [--server URL]",
+                    "Resumes a cancelled or failed run from its latest checkpoint.\n", RESUME, "RUN", 1, 1),
+     cmd_resume},
+    {"download", SPEC("download", "RUN [--step S] [--format tf|onnx [--weights raw|ema]] [-o FILE] [--server URL]",
+                      "Downloads a checkpoint of the run (safetensors), or its export.\n", DOWNLOAD, "RUN", 1, 1),
+     cmd_download},
+    {"upload", SPEC("upload", "NAME FILE... [--test FILE]... [--label-column C] [--validation-split F [--split-seed S]]\n"
+                    "            [--class-names FILE|LIST] [--image-size HxW [--channels 1|3] [--resize crop|pad]]\n"
+                    "            [--no-wait] [--server URL]",
+                    "Uploads a dataset named NAME, waits for its conversion and prints it (exit 1, with the reason, when\n"
+                    "it fails). The files say what they are: IDX pairs (*idx3-ubyte[.gz] images, *idx1-ubyte[.gz] labels;\n"
+                    "names starting with t10k or holding \"test\" are the test split), two .npy files (features, then\n"
+                    "labels, or the one named *label*), a .csv, or .tfrecord files (one holding \"test\" is the test split).\n"
+                    "An image folder: a FOLDER whose folders are the classes, each holding PNG and JPEG files (sent as a\n"
+                    "tar made as it is sent), or such a folder packed as a .tar, .tar.gz or .zip file.\n",
+                    UPLOAD, "NAME FILE...", 2, MAX_POS), cmd_upload},
+    {"compare", SPEC("compare", "RUN RUN... [--server URL]",
+                     "Shows the runs side by side: the config keys that differ between them and\n"
+                     "their final metrics.\n", SERVER_ONLY, "RUN RUN...", 2, MAX_POS), cmd_compare},
+    {"sweep create", SPEC("sweep create", "SPEC.json [--name N] [--config RUN.json] [--dataset NAME] [--follow] [--server URL]",
+                          "Starts the hyperparameter sweep SPEC.json describes and prints its id, name, status, searcher, the\n"
+                          "trials it plans and the steps of its rungs. SPEC.json is the body of POST /api/v1/sweeps:\n"
+                          "{\"name\", \"config\": a run config as submit takes, \"space\": {dotted key: [values] or {\"type\":\n"
+                          "\"uniform\" | \"log_uniform\" | \"int\", \"min\", \"max\", \"count\"}}, \"searcher\": {\"type\": \"grid\" |\n"
+                          "\"random\" | \"asha\", \"seed\", \"max_trials\", \"max_steps\", \"reduction_factor\", \"rungs\",\n"
+                          "\"max_concurrent\", \"sample\"}, \"metric\", \"maximize\"}. Each trial is a run named NAME-tN.\n",
+                          SWEEP_CREATE, "SPEC.json", 1, 1), cmd_sweep_create},
+    {"sweep list", SPEC("sweep list", "[--server URL]",
+                        "Lists the server's sweeps, newest first: id, name, status, searcher, metric, trials\n"
+                        "started/planned and the best trial's result.\n", SERVER_ONLY, NULL, 0, 0), cmd_sweep_list},
+    {"sweep show", SPEC("sweep show", "SWEEP [--json] [--server URL]",
+                        "Shows a sweep (id or name): its status, searcher and settings, metric and direction, rungs, the\n"
+                        "steps trained against training every trial to the end, and the best trial; then its trials, one\n"
+                        "column per searched key and one per rung (the metric at its steps), the best marked \"*\".\n",
+                        SWEEP_SHOW, "SWEEP", 1, 1), cmd_sweep_show},
+    {"sweep cancel", SPEC("sweep cancel", "SWEEP [--server URL]",
+                          "Cancels a running sweep and its queued and running trials.\n", SERVER_ONLY, "SWEEP", 1, 1),
      cmd_sweep_cancel},
-    {"sweep resume", "SWEEP", "Resumes a cancelled sweep: its cancelled trials continue from their checkpoints.\n",
-     "", 1, 1, cmd_sweep_resume},
-    {"sweep delete", "SWEEP", "Deletes a sweep that is not running (its trials' runs stay).\n", "", 1, 1,
+    {"sweep resume", SPEC("sweep resume", "SWEEP [--server URL]",
+                          "Resumes a cancelled sweep: its cancelled trials continue from their checkpoints.\n",
+                          SERVER_ONLY, "SWEEP", 1, 1), cmd_sweep_resume},
+    {"sweep delete", SPEC("sweep delete", "SWEEP [--server URL]",
+                          "Deletes a sweep that is not running (its trials' runs stay).\n", SERVER_ONLY, "SWEEP", 1, 1),
      cmd_sweep_delete},
 };
 
@@ -1207,24 +1192,22 @@ static void sweep_usage(FILE *out)
             "run config trained with the values of\na search space (grid, random or ASHA), each trial a run.\n\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (!strncmp(COMMANDS[i].name, "sweep ", 6))
-            fprintf(out, "  tower %s%s%s\n", COMMANDS[i].name, *COMMANDS[i].synopsis ? " " : "", COMMANDS[i].synopsis);
+            fprintf(out, "  tower %s %s\n", COMMANDS[i].name, COMMANDS[i].spec.usage);
     fprintf(out, "\n'tower sweep COMMAND --help' describes a command.\n");
 }
 
 static int run_command(const command *cmd, int argc, char **argv)
 {
-    args a;
-    int rc = parse_args(cmd, argc, argv, &a);
-    if (rc) {
-        if (rc < 0)
-            usage(cmd, stdout);
-        return rc < 0 ? EXIT_OK : rc;
-    }
+    args a = {.step = NO_STEP, .format = -1, .weights = -1};
+    int rc = tw_options_parse(&cmd->spec, &a, argc, argv, &a.npos);
+    if (rc != TW_OPT_GO)
+        return rc;
+    a.pos = (const char *const *)argv + 1;
     tw_rest c;
     tw_error err;
     tw_error_clear(&err);
     if (tw_rest_init(&c, a.server, &err) != TW_OK)
-        return usage_error(cmd, err.message, NULL);
+        return tw_options_error(&cmd->spec, "%s", err.message);
     return cmd->run(&c, cmd, &a);
 }
 

@@ -206,6 +206,9 @@ void tw_backend_destroy(tw_backend *b); /* NULL-safe */
 const char *tw_backend_name(const tw_backend *b);  /* "cpu", "cuda:0" */
 const char *tw_backend_kind(const tw_backend *b);  /* "cpu", "cuda" */
 
+/* The kinds a command line may ask for (--backend), NULL-terminated: "auto", "cpu", "cuda". */
+extern const char *const tw_backend_choices[];
+
 /* The kind `kind` stands for here: "auto" is "cuda" where the NVIDIA driver is loaded and a device
  * exists, else "cpu"; any other kind is returned as given. Loads the CUDA module only in the first case. */
 const char *tw_backend_resolve(const char *kind);

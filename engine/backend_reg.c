@@ -125,6 +125,8 @@ static int auto_devices(void)
     return driver ? cuda_devices() : 0;
 }
 
+const char *const tw_backend_choices[] = {"auto", "cpu", "cuda", NULL};
+
 const char *tw_backend_resolve(const char *kind)
 {
     return kind && strcmp(kind, "auto") == 0 ? (auto_devices() > 0 ? "cuda" : "cpu") : kind;

@@ -10,64 +10,83 @@
  * (train_step.c): the same step `tower train` runs. Exit status: 0 ok, 2 a usage or config error (the message
  * names the option or the key), else tw_child_exit_code's (1 for a backend that cannot run here, e.g. no
  * CUDA device). */
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "bench_main.h"
 #include "child.h"
 #include "config.h"
 #include "embedded.h"
+#include "options.h"
 #include "train_step.h"
 
-static const char USAGE[] =
-    "usage: tower bench [--config FILE ...] [--backend auto|cpu|cuda] [--towers N ...] [--steps N]\n"
-    "                   [--warmup N] [--graphs on|off|both] [--json]\n"
-    "\n"
-    "Times the training step of each config's model on each tower count, on synthetic data of the\n"
-    "config's shape (no dataset is read, nothing is written): step time (median and p90 over the timed\n"
-    "steps, between the backend's syncs), examples/s (towers x batch / median step), the gradient\n"
-    "all-reduce's time per step and its bus bandwidth (NCCL's: bytes / time x 2(n-1)/n). On the CPU\n"
-    "the towers of one process share their state and fuse the all-reduce with the update: the column\n"
-    "then times both (marked \"+update\"; JSON allreduce_with_update) and gives no bandwidth.\n"
-    "\n"
-    "  --config FILE      a run config (repeatable; default examples/seed_mlp.json and\n"
-    "                     examples/fashion_cnn.json as built into this binary)\n"
-    "  --backend B        auto (default: cuda when a GPU is present, else cpu), cpu or cuda\n"
-    "  --towers N         a tower count (repeatable; default 1 to the number of GPUs, or 1 and 2 on\n"
-    "                     the CPU, which runs at most one tower per core)\n"
-    "  --steps N          timed steps per measurement (default 100)\n"
-    "  --warmup N         untimed steps before them (default 10)\n"
-    "  --graphs G         CUDA Graphs: on, off or both (default: both on CUDA, each a row; the CPU\n"
-    "                     backend has none and always runs off)\n"
-    "  --json             one JSON object instead of the table\n"
-    "\n"
-    "The \"graphs\" column says whether the step ran as CUDA Graphs (the config's \"cuda_graphs\"; the\n"
-    "first step of each measurement always runs op by op, so give --warmup 1 or more).\n"
-    "Under `mpirun -np P` the P processes time one world's step (rank 0 reports; \"towers\" counts\n"
-    "every process's, \"processes\" says P).\n"
-    "Exit status: 0 ok, 2 usage or config error, 1 a backend that cannot run here (no CUDA device).\n";
-
 enum { MAX_LIST = 16, DEFAULT_STEPS = 100, DEFAULT_WARMUP = 10, MAX_STEPS = 1000000 };
+
+/* --graphs: the cuda_graphs values measured, by the option's index. */
+enum { GRAPHS_OFF, GRAPHS_ON, GRAPHS_BOTH };
+static const char *const GRAPHS[] = {"off", "on", "both", NULL};
 
 typedef struct {
     const char *configs[MAX_LIST];     /* file names, or the built-in configs' names */
     const tw_embedded *texts[MAX_LIST]; /* the built-in config of configs[i], or NULL: read the file */
     int n_configs;
-    const char *backend;
+    int backend;              /* index in tw_backend_choices */
     int towers[MAX_LIST];
     int n_towers;
     int steps, warmup;
+    int graphs_option;        /* GRAPHS_* */
     int graphs[2];            /* the cuda_graphs values to measure, in order */
     int n_graphs;
     int json;
     tw_world *world;          /* the processes timing the step together (world.h); rank 0 reports */
 } options;
+
+static const tw_opt OPTIONS[] = {
+    {.name = "config", .kind = TW_OPT_STRING, .offset = offsetof(options, configs), .arg = "FILE",
+     .repeat = MAX_LIST, .count = offsetof(options, n_configs),
+     .help = "a run config (repeatable; default examples/seed_mlp.json and\n"
+             "examples/fashion_cnn.json as built into this binary)"},
+    {.name = "backend", .kind = TW_OPT_CHOICE, .offset = offsetof(options, backend), .arg = "B",
+     .names = tw_backend_choices, .help = "auto (default: cuda when a GPU is present, else cpu), cpu or cuda"},
+    {.name = "towers", .kind = TW_OPT_INT, .offset = offsetof(options, towers), .arg = "N", .min = 1, .max = 64,
+     .repeat = MAX_LIST, .count = offsetof(options, n_towers),
+     .help = "a tower count (repeatable; default 1 to the number of GPUs, or 1 and 2 on\n"
+             "the CPU, which runs at most one tower per core)"},
+    {.name = "steps", .kind = TW_OPT_INT, .offset = offsetof(options, steps), .arg = "N", .min = 1,
+     .max = MAX_STEPS, .help = "timed steps per measurement (default 100)"},
+    {.name = "warmup", .kind = TW_OPT_INT, .offset = offsetof(options, warmup), .arg = "N", .min = 0,
+     .max = MAX_STEPS, .help = "untimed steps before them (default 10)"},
+    {.name = "graphs", .kind = TW_OPT_CHOICE, .offset = offsetof(options, graphs_option), .arg = "G",
+     .names = GRAPHS, .help = "CUDA Graphs: on, off or both (default: both on CUDA, each a row; the CPU\n"
+                              "backend has none and always runs off)"},
+    {.name = "json", .kind = TW_OPT_FLAG, .offset = offsetof(options, json),
+     .help = "one JSON object instead of the table"},
+    {0},
+};
+
+static const tw_options COMMAND = {
+    .command = "tower bench",
+    .usage = "[--config FILE ...] [--backend auto|cpu|cuda] [--towers N ...] [--steps N]\n"
+             "                   [--warmup N] [--graphs on|off|both] [--json]",
+    .about = "Times the training step of each config's model on each tower count, on synthetic data of the\n"
+             "config's shape (no dataset is read, nothing is written): step time (median and p90 over the timed\n"
+             "steps, between the backend's syncs), examples/s (towers x batch / median step), the gradient\n"
+             "all-reduce's time per step and its bus bandwidth (NCCL's: bytes / time x 2(n-1)/n). On the CPU\n"
+             "the towers of one process share their state and fuse the all-reduce with the update: the column\n"
+             "then times both (marked \"+update\"; JSON allreduce_with_update) and gives no bandwidth.\n",
+    .epilog = "The \"graphs\" column says whether the step ran as CUDA Graphs (the config's \"cuda_graphs\"; the\n"
+              "first step of each measurement always runs op by op, so give --warmup 1 or more).\n"
+              "Under `mpirun -np P` the P processes time one world's step (rank 0 reports; \"towers\" counts\n"
+              "every process's, \"processes\" says P).\n"
+              "Exit status: 0 ok, 2 usage or config error, 1 a backend that cannot run here (no CUDA device).\n",
+    .opts = OPTIONS,
+};
 
 /* One model on one tower count. */
 typedef struct {
@@ -79,92 +98,15 @@ typedef struct {
     tw_bench_info info;
 } row;
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Prints "tower bench: MESSAGE" and the usage on stderr; returns the usage exit status. */
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "tower bench: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n%s", USAGE);
-    va_end(ap);
-    return TW_EXIT_USAGE;
-}
-
-/* *v = arg as an integer in [lo, hi]; else the usage error naming opt. */
-static int parse_int(const char *opt, const char *arg, int lo, int hi, int *v)
-{
-    char *end;
-    long n = strtol(arg, &end, 10);
-    if (*arg == '\0' || *end || n < lo || n > hi)
-        return usage_error("%s needs a number from %d to %d, got '%s'", opt, lo, hi, arg);
-    *v = (int)n;
-    return 0;
-}
-
-/* 0 while a list of n entries has room for arg; else the usage error naming opt. */
-static int room(const char *opt, const char *arg, int n)
-{
-    if (n < MAX_LIST)
-        return 0;
-    return usage_error("%s is given more than %d times ('%s')", opt, MAX_LIST, arg);
-}
-
-static int parse_option(int c, options *o)
-{
-    int rc;
-    switch (c) {
-    case 'c':
-        if ((rc = room("--config", optarg, o->n_configs)) == 0)
-            o->configs[o->n_configs++] = optarg;
-        return rc;
-    case 't':
-        if ((rc = room("--towers", optarg, o->n_towers)) != 0)
-            return rc;
-        return parse_int("--towers", optarg, 1, 64, &o->towers[o->n_towers++]);
-    case 'b':
-        if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-            return usage_error("--backend must be auto, cpu or cuda, got '%s'", optarg);
-        o->backend = optarg;
-        return 0;
-    case 's': return parse_int("--steps", optarg, 1, MAX_STEPS, &o->steps);
-    case 'w': return parse_int("--warmup", optarg, 0, MAX_STEPS, &o->warmup);
-    case 'g':
-        if (!strcmp(optarg, "both") || !strcmp(optarg, "off") || !strcmp(optarg, "on")) {
-            o->n_graphs = !strcmp(optarg, "both") ? 2 : 1;
-            o->graphs[0] = !strcmp(optarg, "on");
-            o->graphs[1] = 1;
-            return 0;
-        }
-        return usage_error("--graphs must be on, off or both, got '%s'", optarg);
-    case 'j': o->json = 1; return 0;
-    case 'h': fputs(USAGE, stdout); return -1;
-    default: fputs(USAGE, stderr); return TW_EXIT_USAGE;
-    }
-}
-
-/* Returns 0 to go on, -1 after --help, else the exit status. */
+/* Parses the command line into *o (its defaults first); TW_OPT_GO to go on, else the exit status. */
 static int parse_args(int argc, char **argv, options *o)
 {
-    static const struct option longs[] = {
-        {"config", required_argument, 0, 'c'}, {"backend", required_argument, 0, 'b'},
-        {"towers", required_argument, 0, 't'}, {"steps", required_argument, 0, 's'},
-        {"warmup", required_argument, 0, 'w'}, {"json", no_argument, 0, 'j'},
-        {"graphs", required_argument, 0, 'g'}, {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    *o = (options){.backend = "auto", .steps = DEFAULT_STEPS, .warmup = DEFAULT_WARMUP,
-                   .graphs = {0, 1}, .n_graphs = 2};
-    optind = 1;
-    int c, rc;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1)
-        if ((rc = parse_option(c, o)) != 0)
-            return rc;
-    if (optind < argc)
-        return usage_error("unexpected argument '%s' (a config is given with --config FILE)",
-                           argv[optind]);
-    return 0;
+    *o = (options){.steps = DEFAULT_STEPS, .warmup = DEFAULT_WARMUP, .graphs_option = GRAPHS_BOTH};
+    int nargs, rc = tw_options_parse(&COMMAND, o, argc, argv, &nargs);
+    o->n_graphs = o->graphs_option == GRAPHS_BOTH ? 2 : 1;
+    o->graphs[0] = o->graphs_option == GRAPHS_ON;
+    o->graphs[1] = 1;
+    return rc;
 }
 
 /* ================================ configs and tower counts ================================ */
@@ -205,8 +147,8 @@ static int tower_counts(options *o, const char *kind, int max)
     }
     for (int i = 0; i < o->n_towers; i++)
         if (max > 0 && o->towers[i] > max)
-            return usage_error("--towers %d: the %s backend runs at most %d towers here (one per %s)",
-                               o->towers[i], kind, max, strcmp(kind, "cpu") ? "GPU" : "core");
+            return tw_options_error(&COMMAND, "--towers %d: the %s backend runs at most %d towers here (one per %s)",
+                                    o->towers[i], kind, max, strcmp(kind, "cpu") ? "GPU" : "core");
     return 0;
 }
 
@@ -374,11 +316,11 @@ int tw_bench_main(int argc, char **argv)
 {
     options o;
     int max, rc = parse_args(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    if (rc != TW_OPT_GO)
+        return rc;
     if (o.n_configs == 0)
         default_configs(&o);
-    const char *kind = resolve_kind(o.backend, &max);
+    const char *kind = resolve_kind(tw_backend_choices[o.backend], &max);
     tw_config *configs = NULL;
     if ((rc = tower_counts(&o, kind, max)) != 0 || (rc = load_configs(&o, &configs)) != 0)
         return rc;

@@ -1,4 +1,4 @@
-/* bench_main.h — `tower bench` (bench_main.c), dispatched by server/main.c.
+/* bench_main.h — `tower bench` (bench_main.c), dispatched by cli/main.c.
  *
  * Owns: the subcommand's entry point only. Does not own the timed step (trainer.h). */
 #ifndef TW_BENCH_MAIN_H

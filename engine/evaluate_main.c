@@ -14,7 +14,7 @@
  * memory, 1 otherwise. */
 #include "evaluate_main.h"
 
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,82 +26,48 @@
 #include "inference.h"
 #include "input.h"
 #include "model.h"
-
-static const char USAGE[] =
-    "usage: tower evaluate CHECKPOINT --data FILE [--weights raw|ema] [--out FILE]\n"
-    "                      [--image-feature NAME] [--label-feature NAME] [--batch N] [--data-root DIR]\n"
-    "\n"
-    "Evaluates the model a checkpoint holds (its config is in the checkpoint) on the examples of a\n"
-    "TFRecord file: accuracy, top-5, per-class precision/recall/F1 and the confusion matrix for a\n"
-    "classifier; MSE, MAE and R² for regression. Progress is JSON lines on stdout; the result (the\n"
-    "evaluation.json format) goes to --out, or to stdout at the end.\n"
-    "\n"
-    "  --data FILE          the examples (a dataset's train.tfrecord or test.tfrecord; required)\n"
-    "  --weights W          ema or raw: the parameters' moving averages or the parameters themselves\n"
-    "                       (default: ema when the run kept an EMA, else raw)\n"
-    "  --out FILE           where the result goes (written durably)\n"
-    "  --image-feature N    the input feature's name (default: the run's)\n"
-    "  --label-feature N    the label feature's name (default: the run's)\n"
-    "  --batch N            examples per forward pass, 1 to 65536 (default 256)\n"
-    "  --data-root DIR      no file under DIR is reached through a symlink\n"
-    "\n"
-    "Exit status: 0 done, 1 runtime failure, 2 usage error or a model that does not fit the file,\n"
-    "11 out of memory, 14 damaged checkpoint or data file, or a label outside the classes.\n";
+#include "options.h"
 
 typedef struct {
     const char *checkpoint, *data, *out, *image, *label, *data_root;
-    tw_weights weights;
+    int weights; /* tw_weights, or TW_WEIGHTS_DEFAULT */
     int batch;
 } options;
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "tower evaluate: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", USAGE);
-    return TW_EXIT_USAGE;
-}
+static const tw_opt OPTIONS[] = {
+    {.name = "data", .kind = TW_OPT_STRING, .offset = offsetof(options, data), .arg = "FILE", .required = 1,
+     .help = "the examples (a dataset's train.tfrecord or test.tfrecord; required)"},
+    {.name = "weights", .kind = TW_OPT_CHOICE, .offset = offsetof(options, weights), .arg = "W",
+     .names = tw_weights_names, .help = "ema or raw: the parameters' moving averages or the parameters themselves\n"
+                                        "(default: ema when the run kept an EMA, else raw)"},
+    {.name = "out", .kind = TW_OPT_STRING, .offset = offsetof(options, out), .arg = "FILE",
+     .help = "where the result goes (written durably)"},
+    {.name = "image-feature", .kind = TW_OPT_STRING, .offset = offsetof(options, image), .arg = "N",
+     .help = "the input feature's name (default: the run's)"},
+    {.name = "label-feature", .kind = TW_OPT_STRING, .offset = offsetof(options, label), .arg = "N",
+     .help = "the label feature's name (default: the run's)"},
+    {.name = "batch", .kind = TW_OPT_INT, .offset = offsetof(options, batch), .arg = "N", .min = 1, .max = 65536,
+     .help = "examples per forward pass, 1 to 65536 (default 256)"},
+    {.name = "data-root", .kind = TW_OPT_STRING, .offset = offsetof(options, data_root), .arg = "DIR",
+     .help = "no file under DIR is reached through a symlink"},
+    {0},
+};
 
-/* Returns 0 to go on, -1 after --help, else the exit status. */
-static int parse_args(int argc, char **argv, options *o)
-{
-    static const struct option longs[] = {
-        {"data", required_argument, 0, 'd'},          {"weights", required_argument, 0, 'w'},
-        {"out", required_argument, 0, 'o'},           {"image-feature", required_argument, 0, 'i'},
-        {"label-feature", required_argument, 0, 'l'}, {"batch", required_argument, 0, 'b'},
-        {"data-root", required_argument, 0, 'r'},     {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
-    *o = (options){.batch = 256, .weights = TW_WEIGHTS_DEFAULT};
-    optind = 1;
-    int c;
-    char *end;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        switch (c) {
-        case 'd': o->data = optarg; break;
-        case 'o': o->out = optarg; break;
-        case 'i': o->image = optarg; break;
-        case 'l': o->label = optarg; break;
-        case 'r': o->data_root = optarg; break;
-        case 'w':
-            if (tw_weights_parse(optarg, &o->weights) != 0)
-                return usage_error("--weights must be raw or ema, got '%s'", optarg);
-            break;
-        case 'b':
-            o->batch = (int)strtol(optarg, &end, 10);
-            if (*end || o->batch < 1 || o->batch > 65536)
-                return usage_error("--batch needs a number from 1 to 65536, got '%s'", optarg);
-            break;
-        case 'h': fputs(USAGE, stdout); return -1;
-        default: fputs(USAGE, stderr); return TW_EXIT_USAGE;
-        }
-    }
-    if (optind != argc - 1)
-        return usage_error("expected exactly one CHECKPOINT%s", "");
-    if (!o->data)
-        return usage_error("--data is required%s", "");
-    o->checkpoint = argv[optind];
-    return 0;
-}
+static const tw_options COMMAND = {
+    .command = "tower evaluate",
+    .usage = "CHECKPOINT --data FILE [--weights raw|ema] [--out FILE]\n"
+             "                      [--image-feature NAME] [--label-feature NAME] [--batch N] [--data-root DIR]",
+    .about = "Evaluates the model a checkpoint holds (its config is in the checkpoint) on the examples of a\n"
+             "TFRecord file: accuracy, top-5, per-class precision/recall/F1 and the confusion matrix for a\n"
+             "classifier; MSE, MAE and R² for regression. Progress is JSON lines on stdout; the result (the\n"
+             "evaluation.json format) goes to --out, or to stdout at the end.\n",
+    .epilog = "Exit status: 0 done, 1 runtime failure, 2 usage error or a model that does not fit the file,\n"
+              "11 out of memory, 14 damaged checkpoint or data file, or a label outside the classes.\n",
+    .opts = OPTIONS,
+    .operands = "CHECKPOINT",
+    .min_args = 1,
+    .max_args = 1,
+};
 
 /* The input over o->data as the trainer opens its test split, with the checkpoint's settings. */
 static tw_status open_data(const options *o, const tw_inference *inf, tw_input **in, tw_error *err)
@@ -213,10 +179,11 @@ static tw_status run(const options *o, tw_child_out *out, tw_error *err)
 
 int tw_evaluate_main(int argc, char **argv)
 {
-    options o;
-    int rc = parse_args(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    options o = {.batch = 256, .weights = TW_WEIGHTS_DEFAULT};
+    int nargs, rc = tw_options_parse(&COMMAND, &o, argc, argv, &nargs);
+    if (rc != TW_OPT_GO)
+        return rc;
+    o.checkpoint = argv[1];
     tw_child_out out;
     tw_child_init(&out, stdout);
     tw_error err;

@@ -1,4 +1,4 @@
-/* evaluate_main.h — `tower evaluate` (evaluate_main.c), dispatched by server/main.c and started by the
+/* evaluate_main.h — `tower evaluate` (evaluate_main.c), dispatched by cli/main.c and started by the
  * scheduler for an evaluation job (POST /api/v1/runs/{id}/evaluate).
  *
  * Owns: the subcommand's entry point only. Does not own the model read back (inference.h), the metrics

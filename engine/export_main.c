@@ -9,7 +9,7 @@
  * input file (engine/child.h's table). */
 #include "export_main.h"
 
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,97 +20,70 @@
 #include "child.h"
 #include "export.h"
 #include "npy.h"
+#include "options.h"
 
-static const char USAGE[] =
-    "usage: tower export CHECKPOINT --format tf|onnx -o OUT [--weights raw|ema] [--input raw|scaled]\n"
-    "                    [--verify X.npy --verify-out Y.npy]\n"
-    "\n"
-    "Writes a trained checkpoint (a ckpt-<step>.safetensors file, or a run's folder: its latest) for\n"
-    "other stacks.\n"
-    "\n"
-    "  --format tf      a TensorFlow checkpoint V2: OUT.index, OUT.data-00000-of-00001 and the\n"
-    "                   'checkpoint' file beside them (tf.train.load_checkpoint(OUT) reads it); TF1\n"
-    "                   names, the EMA as <var>/ExponentialMovingAverage, global_step\n"
-    "  --format onnx    an ONNX inference graph (opset 13) in the file OUT\n"
-    "  --weights W      onnx: ema or raw weights (default: ema when the run kept an EMA; a tf export\n"
-    "                   holds both)\n"
-    "  --input I        onnx: raw (default: the stored values, uint8 pixels as float; the graph\n"
-    "                   multiplies by dataset.scale) or scaled (values as the model sees them)\n"
-    "  --verify X.npy   also run Tower's own forward pass over X.npy (uint8 or float32, [N, shape...],\n"
-    "                   taken as the graph's input) and write its outputs to --verify-out Y.npy\n"
-    "\n"
-    "Exit status: 0 written, 1 runtime failure, 2 usage error, 14 damaged checkpoint or input.\n";
+/* --format, by the option's index. */
+enum { FORMAT_TF, FORMAT_ONNX };
+static const char *const FORMATS[] = {"tf", "onnx", NULL};
+static const char *const INPUTS[] = {[TW_ONNX_INPUT_RAW] = "raw", [TW_ONNX_INPUT_SCALED] = "scaled", NULL};
 
 typedef struct {
-    const char *checkpoint, *format, *out, *verify, *verify_out;
-    tw_weights weights;
-    int weights_given;
-    tw_onnx_input input;
+    const char *checkpoint, *out, *verify, *verify_out;
+    int format;  /* FORMAT_* */
+    int weights; /* tw_weights, or TW_WEIGHTS_DEFAULT */
+    int input;   /* tw_onnx_input, or -1: not given (raw) */
 } options;
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "tower export: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", USAGE);
-    return TW_EXIT_USAGE;
-}
+static const tw_opt OPTIONS[] = {
+    {.name = "format", .kind = TW_OPT_CHOICE, .offset = offsetof(options, format), .arg = "F", .names = FORMATS,
+     .required = 1,
+     .help = "tf: a TensorFlow checkpoint V2: OUT.index, OUT.data-00000-of-00001 and the\n"
+             "'checkpoint' file beside them (tf.train.load_checkpoint(OUT) reads it); TF1\n"
+             "names, the EMA as <var>/ExponentialMovingAverage, global_step\n"
+             "onnx: an ONNX inference graph (opset 13) in the file OUT"},
+    {.name = "output", .letter = 'o', .kind = TW_OPT_STRING, .offset = offsetof(options, out), .arg = "OUT",
+     .required = 1, .help = "where it goes (required)"},
+    {.name = "weights", .kind = TW_OPT_CHOICE, .offset = offsetof(options, weights), .arg = "W",
+     .names = tw_weights_names, .help = "onnx: ema or raw weights (default: ema when the run kept an EMA; a tf export\n"
+                                        "holds both)"},
+    {.name = "input", .kind = TW_OPT_CHOICE, .offset = offsetof(options, input), .arg = "I", .names = INPUTS,
+     .help = "onnx: raw (default: the stored values, uint8 pixels as float; the graph\n"
+             "multiplies by dataset.scale) or scaled (values as the model sees them)"},
+    {.name = "verify", .kind = TW_OPT_STRING, .offset = offsetof(options, verify), .arg = "X.npy",
+     .needs = "verify-out",
+     .help = "also run Tower's own forward pass over X.npy (uint8 or float32, [N, shape...],\n"
+             "taken as the graph's input) and write its outputs to --verify-out Y.npy"},
+    {.name = "verify-out", .kind = TW_OPT_STRING, .offset = offsetof(options, verify_out), .arg = "Y.npy",
+     .needs = "verify", .help = "where --verify writes"},
+    {0},
+};
 
-static int check_options(const options *o)
-{
-    if (!o->format)
-        return usage_error("--format is required (tf or onnx)%s", "");
-    if (!o->out)
-        return usage_error("-o is required%s", "");
-    int onnx = !strcmp(o->format, "onnx");
-    if (!onnx && (o->weights_given || o->input || o->verify))
-        return usage_error("--weights, --input and --verify apply to --format onnx (a tf export holds raw "
-                           "and EMA weights)%s", "");
-    if (!o->verify != !o->verify_out)
-        return usage_error("--verify and --verify-out go together%s", "");
-    return 0;
-}
+static const tw_options COMMAND = {
+    .command = "tower export",
+    .usage = "CHECKPOINT --format tf|onnx -o OUT [--weights raw|ema] [--input raw|scaled]\n"
+             "                    [--verify X.npy --verify-out Y.npy]",
+    .about = "Writes a trained checkpoint (a ckpt-<step>.safetensors file, or a run's folder: its latest) for\n"
+             "other stacks.\n",
+    .epilog = "Exit status: 0 written, 1 runtime failure, 2 usage error, 14 damaged checkpoint or input.\n",
+    .opts = OPTIONS,
+    .operands = "CHECKPOINT",
+    .min_args = 1,
+    .max_args = 1,
+};
 
-/* Returns 0 to go on, -1 after --help, else the exit status. */
+/* Parses the command line into *o; TW_OPT_GO to go on, else the exit status. */
 static int parse_args(int argc, char **argv, options *o)
 {
-    static const struct option longs[] = {
-        {"format", required_argument, 0, 'f'}, {"output", required_argument, 0, 'o'},
-        {"weights", required_argument, 0, 'w'}, {"input", required_argument, 0, 'i'},
-        {"verify", required_argument, 0, 'v'}, {"verify-out", required_argument, 0, 'V'},
-        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    memset(o, 0, sizeof *o);
-    o->weights = TW_WEIGHTS_DEFAULT;
-    optind = 1;
-    int c;
-    while ((c = getopt_long(argc, argv, "o:", longs, NULL)) != -1) {
-        switch (c) {
-        case 'f':
-            if (strcmp(optarg, "tf") && strcmp(optarg, "onnx"))
-                return usage_error("--format must be tf or onnx, got '%s'", optarg);
-            o->format = optarg;
-            break;
-        case 'o': o->out = optarg; break;
-        case 'w':
-            if (tw_weights_parse(optarg, &o->weights) != 0)
-                return usage_error("--weights must be raw or ema, got '%s'", optarg);
-            o->weights_given = 1;
-            break;
-        case 'i':
-            if (strcmp(optarg, "raw") && strcmp(optarg, "scaled"))
-                return usage_error("--input must be raw or scaled, got '%s'", optarg);
-            o->input = !strcmp(optarg, "scaled") ? TW_ONNX_INPUT_SCALED : TW_ONNX_INPUT_RAW;
-            break;
-        case 'v': o->verify = optarg; break;
-        case 'V': o->verify_out = optarg; break;
-        case 'h': fputs(USAGE, stdout); return -1;
-        default: fputs(USAGE, stderr); return TW_EXIT_USAGE;
-        }
-    }
-    if (optind != argc - 1)
-        return usage_error("expected exactly one CHECKPOINT%s", "");
-    o->checkpoint = argv[optind];
-    return check_options(o);
+    *o = (options){.weights = TW_WEIGHTS_DEFAULT, .input = -1};
+    int nargs, rc = tw_options_parse(&COMMAND, o, argc, argv, &nargs);
+    if (rc != TW_OPT_GO)
+        return rc;
+    o->checkpoint = argv[1];
+    if (o->format == FORMAT_TF && (o->weights != TW_WEIGHTS_DEFAULT || o->input >= 0 || o->verify))
+        return tw_options_error(&COMMAND, "--weights, --input and --verify apply to --format onnx (a tf export "
+                                          "holds raw and EMA weights)");
+    o->input = o->input >= 0 ? o->input : TW_ONNX_INPUT_RAW;
+    return TW_OPT_GO;
 }
 
 /* The checkpoint file arg names: itself, or a run folder's latest, into buf[size]. */
@@ -229,13 +202,13 @@ int tw_export_main(int argc, char **argv)
 {
     options o;
     int rc = parse_args(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    if (rc != TW_OPT_GO)
+        return rc;
     char path[TW_CKPT_MAX_PATH];
     tw_error err;
     tw_status s = resolve(o.checkpoint, path, sizeof path, &err);
     if (s == TW_OK)
-        s = !strcmp(o.format, "tf") ? export_tf(path, &o, &err) : export_onnx(path, &o, &err);
+        s = o.format == FORMAT_TF ? export_tf(path, &o, &err) : export_onnx(path, &o, &err);
     if (s == TW_OK)
         return 0;
     char msg[1200];

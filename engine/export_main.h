@@ -1,4 +1,4 @@
-/* export_main.h — `tower export` (export_main.c), dispatched by server/main.c.
+/* export_main.h — `tower export` (export_main.c), dispatched by cli/main.c.
  *
  * Owns: the subcommand's entry point only. Does not own the export formats (export.h) or the exit codes'
  * meaning (engine/child.h). */

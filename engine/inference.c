@@ -19,12 +19,16 @@ struct tw_inference {
     tw_weights w;
 };
 
+const char *const tw_weights_names[] = {[TW_WEIGHTS_RAW] = "raw", [TW_WEIGHTS_EMA] = "ema", NULL};
+
 int tw_weights_parse(const char *s, tw_weights *w)
 {
-    if (!s || (strcmp(s, "raw") && strcmp(s, "ema")))
-        return -1;
-    *w = strcmp(s, "ema") ? TW_WEIGHTS_RAW : TW_WEIGHTS_EMA;
-    return 0;
+    for (int i = 0; s && tw_weights_names[i]; i++)
+        if (!strcmp(s, tw_weights_names[i])) {
+            *w = (tw_weights)i;
+            return 0;
+        }
+    return -1;
 }
 
 tw_status tw_inference_load_params(const tw_checkpoint *ck, const tw_model *m, tw_weights w, float *dst,

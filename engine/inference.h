@@ -23,7 +23,10 @@
  * rule every command and route follows when the weights are not named (README, "Raw and EMA"). */
 typedef enum { TW_WEIGHTS_DEFAULT = -1, TW_WEIGHTS_RAW = 0, TW_WEIGHTS_EMA = 1 } tw_weights;
 
-/* "raw" or "ema" (as commands and routes spell the choice) into *w: 0, or -1 for anything else. */
+/* The weights' names by value, as commands and routes spell the choice, NULL-terminated: "raw", "ema". */
+extern const char *const tw_weights_names[];
+
+/* "raw" or "ema" into *w: 0, or -1 for anything else. */
 int tw_weights_parse(const char *s, tw_weights *w);
 
 

@@ -4,48 +4,51 @@
  * Owns: the command line, reading the input files (PNG, JPEG, .npy by their signatures; a .json file
  * holding an array of inputs or {"inputs": [...]}) and the report (one line per input, or the route's
  * JSON). The inputs' rules, the forward pass and the top-k are predict.h's, shared with the server. */
-#include <getopt.h>
 #include <jansson.h>
-#include <stdarg.h>
+#include <limits.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "child.h"
+#include "options.h"
 #include "predict.h"
 #include "predict_main.h"
 
-static const char USAGE[] =
-    "usage: tower predict CHECKPOINT INPUT... [--weights raw|ema] [--top-k K] [--json]\n"
-    "\n"
-    "Runs a trained model (a checkpoint file, ckpt-<step>.safetensors) on inputs and prints the top-K\n"
-    "classes with their probabilities (the softmax of the logits), or a regression model's outputs.\n"
-    "An INPUT is a PNG or JPEG image of the model's size (gray or RGB: converted to the model's channels;\n"
-    "pixels times the run's scale), a .npy array [N, ...] (uint8: scaled like pixels; float32/float64: as\n"
-    "they are) or a .json file holding an array of inputs (arrays of numbers taken as they are, or base64\n"
-    "PNG/JPEG/.npy strings), as POST /api/v1/runs/{id}/predict takes them.\n"
-    "\n"
-    "  --weights W   raw or ema (default: ema when the run kept an EMA, else raw)\n"
-    "  --top-k K     classes shown per input, 1 to 1000 (default 5)\n"
-    "  --json        the route's JSON reply instead of lines\n"
-    "\n"
-    "Exit status: 0 ok, 2 usage error or an input the model does not take, 14 a damaged checkpoint,\n"
-    "1 another failure (I/O).\n";
-
 static const long MAX_INPUT_FILE = 256L << 20;
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+typedef struct {
+    int weights; /* tw_weights, or TW_WEIGHTS_DEFAULT */
+    int top_k, json;
+} options;
 
-static int usage_error(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "tower predict: ");
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fprintf(stderr, "\n\n%s", USAGE);
-    return 2;
-}
+static const tw_opt OPTIONS[] = {
+    {.name = "weights", .kind = TW_OPT_CHOICE, .offset = offsetof(options, weights), .arg = "W",
+     .names = tw_weights_names, .help = "raw or ema (default: ema when the run kept an EMA, else raw)"},
+    {.name = "top-k", .kind = TW_OPT_INT, .offset = offsetof(options, top_k), .arg = "K", .min = 1,
+     .max = TW_PREDICT_MAX_TOP_K, .help = "classes shown per input, 1 to 1000 (default 5)"},
+    {.name = "json", .kind = TW_OPT_FLAG, .offset = offsetof(options, json),
+     .help = "the route's JSON reply instead of lines"},
+    {0},
+};
+
+static const tw_options COMMAND = {
+    .command = "tower predict",
+    .usage = "CHECKPOINT INPUT... [--weights raw|ema] [--top-k K] [--json]",
+    .about = "Runs a trained model (a checkpoint file, ckpt-<step>.safetensors) on inputs and prints the top-K\n"
+             "classes with their probabilities (the softmax of the logits), or a regression model's outputs.\n"
+             "An INPUT is a PNG or JPEG image of the model's size (gray or RGB: converted to the model's channels;\n"
+             "pixels times the run's scale), a .npy array [N, ...] (uint8: scaled like pixels; float32/float64: as\n"
+             "they are) or a .json file holding an array of inputs (arrays of numbers taken as they are, or base64\n"
+             "PNG/JPEG/.npy strings), as POST /api/v1/runs/{id}/predict takes them.\n",
+    .epilog = "Exit status: 0 ok, 2 usage error or an input the model does not take, 14 a damaged checkpoint,\n"
+              "1 another failure (I/O).\n",
+    .opts = OPTIONS,
+    .operands = "CHECKPOINT INPUT...",
+    .min_args = 2,
+    .max_args = INT_MAX,
+};
 
 /* Reads path (at most MAX_INPUT_FILE bytes) into a new buffer *data (caller frees). */
 static tw_status read_input(const char *path, char **data, size_t *n, tw_error *err)
@@ -110,59 +113,21 @@ static void print_lines(const json_t *predictions)
     }
 }
 
-typedef struct {
-    const char *checkpoint;
-    int weights; /* tw_weights, or TW_WEIGHTS_DEFAULT */
-    int top_k, json;
-} options;
-
-static int parse(int argc, char **argv, options *o)
-{
-    static const struct option LONG[] = {{"weights", required_argument, 0, 'w'}, {"top-k", required_argument, 0, 'k'},
-                                         {"json", no_argument, 0, 'j'}, {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-    *o = (options){.weights = TW_WEIGHTS_DEFAULT, .top_k = TW_PREDICT_DEFAULT_TOP_K};
-    optind = 1;
-    for (int c; (c = getopt_long(argc, argv, "", LONG, NULL)) != -1;) {
-        char *end;
-        tw_weights w;
-        if (c == 'w' && tw_weights_parse(optarg, &w) == 0) {
-            o->weights = (int)w;
-        } else if (c == 'w') {
-            return usage_error("--weights must be raw or ema, not '%s'", optarg);
-        } else if (c == 'k') {
-            long k = strtol(optarg, &end, 10);
-            if (*end || end == optarg || k < 1 || k > TW_PREDICT_MAX_TOP_K)
-                return usage_error("--top-k must be an integer from 1 to %d, not '%s'", TW_PREDICT_MAX_TOP_K, optarg);
-            o->top_k = (int)k;
-        } else if (c == 'j') {
-            o->json = 1;
-        } else if (c == 'h') {
-            fputs(USAGE, stdout);
-            return 0;
-        } else {
-            return usage_error("unknown option");
-        }
-    }
-    if (argc - optind < 2)
-        return usage_error("give a checkpoint and at least one input");
-    o->checkpoint = argv[optind++];
-    return -1;
-}
-
 int tw_predict_main(int argc, char **argv)
 {
-    options o;
-    int rc = parse(argc, argv, &o);
-    if (rc >= 0)
+    options o = {.weights = TW_WEIGHTS_DEFAULT, .top_k = TW_PREDICT_DEFAULT_TOP_K};
+    int nargs, rc = tw_options_parse(&COMMAND, &o, argc, argv, &nargs);
+    if (rc != TW_OPT_GO)
         return rc;
+    const char *checkpoint = argv[1];
     tw_error err = {0};
     tw_inference *inf = NULL;
     tw_predict_batch b = {0};
     json_t *predictions = NULL, *names = NULL;
-    tw_status s = tw_predict_open(o.checkpoint, o.weights, &inf, NULL, &err);
+    tw_status s = tw_predict_open(checkpoint, o.weights, &inf, NULL, &err);
     int input_error = 0;
     if (s == TW_OK && (s = tw_predict_batch_init(&b, inf, &err)) == TW_OK) {
-        for (int i = optind; s == TW_OK && i < argc; i++)
+        for (int i = 2; s == TW_OK && i <= nargs; i++)
             s = add_input(&b, argv[i], &err);
         input_error = s != TW_OK;
         names = tw_predict_class_names(tw_inference_config(inf));
@@ -171,7 +136,7 @@ int tw_predict_main(int argc, char **argv)
         s = tw_predict_run(inf, &b, o.top_k, names, &predictions, &err);
     if (s == TW_OK && o.json) {
         json_t *doc = json_pack("{s:{s:I, s:s}, s:s, s:s, s:O}", "checkpoint", "step", (json_int_t)tw_inference_step(inf),
-                                "file", o.checkpoint, "weights", tw_inference_weights(inf) == TW_WEIGHTS_EMA ? "ema" : "raw",
+                                "file", checkpoint, "weights", tw_inference_weights(inf) == TW_WEIGHTS_EMA ? "ema" : "raw",
                                 "task", tw_predict_task(inf), "predictions", predictions);
         json_dumpf(doc, stdout, JSON_INDENT(2));
         printf("\n");

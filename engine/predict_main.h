@@ -1,4 +1,4 @@
-/* predict_main.h — `tower predict` (predict_main.c), dispatched by server/main.c.
+/* predict_main.h — `tower predict` (predict_main.c), dispatched by cli/main.c.
  *
  * Owns: the subcommand's entry point only. Does not own the prediction (predict.h). */
 #ifndef TW_PREDICT_MAIN_H

@@ -12,138 +12,79 @@
 #include "train_main.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "child.h"
 #include "config.h"
 #include "datafs.h"
+#include "options.h"
 #include "trainer.h"
 
 
-static const char USAGE[] =
-    "usage: tower train CONFIG.json --logdir DIR [--resume] [--towers N] [--backend auto|cpu|cuda]\n"
-    "                   [--data-root DIR] [--memory-limit BYTES] [--input-memory BYTES]\n"
-    "                   [--stop-within S] [--monitor-url URL]\n"
-    "\n"
-    "Trains the model CONFIG.json describes. Event files go to DIR (tensorboard --logdir DIR shows\n"
-    "them), checkpoints to DIR/checkpoints. One JSON object per line on stdout reports progress\n"
-    "(on a terminal: a live progress line instead). Under `mpirun -np P` the P processes train one run,\n"
-    "rank 0 writing; SIGUSR1 (forwarded by mpirun) stops like SIGTERM.\n"
-    "\n"
-    "  --logdir DIR       where the run writes (required)\n"
-    "  --resume           continue from DIR/checkpoints/latest, bit-exactly, if there is one\n"
-    "  --towers N         replicas per step (overrides the config's \"towers\")\n"
-    "  --backend B        auto (default: cuda when a GPU is present, else cpu), cpu or cuda\n"
-    "  --memory-limit B   bytes each device may hold (default: the GPU's memory, or the host's RAM\n"
-    "                     capped by its cgroup limit); a config whose estimate is larger exits 2\n"
-    "  --input-memory B   bytes a dataset may take decoded in memory before it is streamed instead\n"
-    "                     (default 2 GiB; the config's input_memory_bytes wins)\n"
-    "  --stop-within S    seconds from SIGTERM/SIGINT to the end of the process (default 20): past\n"
-    "                     them it exits 15 without waiting for the checkpoint\n"
-    "  --data-root DIR    no file under DIR is reached through a symlink (tower serve passes its data\n"
-    "                     folder); a symlink met there is an error\n"
-    "  --monitor-url URL  the run's status page, linked from TensorBoard's HPARAMS tab (tower serve\n"
-    "                     passes it)\n"
-    "\n"
-    "Exit status: 0 completed or cancelled (SIGTERM/SIGINT checkpoints first), 1 other runtime\n"
-    "failure, 2 usage or config error, 10 NaN/Inf loss, 11 out of memory, 12 sticky device error,\n"
-    "13 storage full (ENOSPC/EDQUOT), 14 damaged dataset or checkpoint file, or a label outside the\n"
-    "classes, 15 not stopped within --stop-within seconds of SIGTERM/SIGINT.\n";
-
 typedef struct {
-    const char *config;
     const char *data_root; /* NULL: unconfined */
     tw_train_options train;
+    int backend;     /* index in tw_backend_choices */
     int towers;
     int stop_within; /* seconds from SIGTERM to the watchdog's exit */
 } options;
 
-/* A byte count from 1 to 1e18 into *v; -1 when arg is not one. */
-static int bytes_arg(const char *arg, uint64_t *v)
-{
-    char *end;
-    errno = 0;
-    double d = strtod(arg, &end);
-    if (*end || errno || !(d >= 1 && d <= 1e18))
-        return -1;
-    *v = (uint64_t)d;
-    return 0;
-}
+static const tw_opt OPTIONS[] = {
+    {.name = TW_TRAIN_OPT_LOGDIR, .kind = TW_OPT_STRING, .offset = offsetof(options, train.logdir), .arg = "DIR",
+     .help = "where the run writes (required)", .required = 1},
+    {.name = TW_TRAIN_OPT_RESUME, .kind = TW_OPT_FLAG, .offset = offsetof(options, train.resume),
+     .help = "continue from DIR/checkpoints/latest, bit-exactly, if there is one"},
+    {.name = "towers", .kind = TW_OPT_INT, .offset = offsetof(options, towers), .arg = "N", .min = 1, .max = 64,
+     .help = "replicas per step (overrides the config's \"towers\")"},
+    {.name = TW_TRAIN_OPT_BACKEND, .kind = TW_OPT_CHOICE, .offset = offsetof(options, backend), .arg = "B",
+     .names = tw_backend_choices, .help = "auto (default: cuda when a GPU is present, else cpu), cpu or cuda"},
+    {.name = "memory-limit", .kind = TW_OPT_BYTES, .offset = offsetof(options, train.memory_limit), .arg = "B",
+     .min = 1, .max = 1e18,
+     .help = "bytes each device may hold (default: the GPU's memory, or the host's RAM\n"
+             "capped by its cgroup limit); a config whose estimate is larger exits 2"},
+    {.name = TW_TRAIN_OPT_INPUT_MEMORY, .kind = TW_OPT_BYTES, .offset = offsetof(options, train.input_memory),
+     .arg = "B", .min = 1, .max = 1e18,
+     .help = "bytes a dataset may take decoded in memory before it is streamed instead\n"
+             "(default 2 GiB; the config's input_memory_bytes wins)"},
+    {.name = TW_TRAIN_OPT_STOP_WITHIN, .kind = TW_OPT_INT, .offset = offsetof(options, stop_within), .arg = "S",
+     .min = 1, .max = 3600,
+     .help = "seconds from SIGTERM/SIGINT to the end of the process (default 20): past\n"
+             "them it exits 15 without waiting for the checkpoint"},
+    {.name = TW_TRAIN_OPT_DATA_ROOT, .kind = TW_OPT_STRING, .offset = offsetof(options, data_root), .arg = "DIR",
+     .help = "no file under DIR is reached through a symlink (tower serve passes its data\n"
+             "folder); a symlink met there is an error"},
+    {.name = TW_TRAIN_OPT_MONITOR_URL, .kind = TW_OPT_STRING, .offset = offsetof(options, train.monitor_url),
+     .arg = "URL", .help = "the run's status page, linked from TensorBoard's HPARAMS tab (tower serve\n"
+                           "passes it)"},
+    {0},
+};
 
-static int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "tower train: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n%s", USAGE);
-    return TW_EXIT_USAGE;
-}
-
-/* Returns 0 to go on, -1 after --help, else the exit status. */
-static int parse_args(int argc, char **argv, options *o)
-{
-    static const struct option longs[] = {
-        {TW_TRAIN_OPT_LOGDIR, required_argument, 0, 'l'}, {TW_TRAIN_OPT_RESUME, no_argument, 0, 'r'},
-        {"towers", required_argument, 0, 't'}, {TW_TRAIN_OPT_BACKEND, required_argument, 0, 'b'},
-        {TW_TRAIN_OPT_DATA_ROOT, required_argument, 0, 'd'}, {"help", no_argument, 0, 'h'},
-        {"memory-limit", required_argument, 0, 'm'}, {TW_TRAIN_OPT_MONITOR_URL, required_argument, 0, 'u'},
-        {TW_TRAIN_OPT_INPUT_MEMORY, required_argument, 0, 'i'}, {TW_TRAIN_OPT_STOP_WITHIN, required_argument, 0, 's'},
-        {0, 0, 0, 0}};
-    memset(o, 0, sizeof *o);
-    o->stop_within = 20;
-    o->train.backend = "auto";
-    o->train.progress = stdout;
-    optind = 1;
-    int c;
-    char *end;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        switch (c) {
-        case 'l': o->train.logdir = optarg; break;
-        case 'r': o->train.resume = 1; break;
-        case 'd': o->data_root = optarg; break;
-        case 'u': o->train.monitor_url = optarg; break;
-        case 't':
-            o->towers = (int)strtol(optarg, &end, 10);
-            if (*end || o->towers < 1 || o->towers > 64)
-                return usage_error("--towers needs a number from 1 to 64, got '%s'", optarg);
-            break;
-        case 'b':
-            if (strcmp(optarg, "auto") && strcmp(optarg, "cpu") && strcmp(optarg, "cuda"))
-                return usage_error("--backend must be auto, cpu or cuda, got '%s'", optarg);
-            o->train.backend = optarg;
-            break;
-        case 'm':
-            if (bytes_arg(optarg, &o->train.memory_limit) != 0)
-                return usage_error("--memory-limit needs a number of bytes from 1 to 1e18, got '%s'",
-                                   optarg);
-            break;
-        case 'i':
-            if (bytes_arg(optarg, &o->train.input_memory) != 0)
-                return usage_error("--input-memory needs a number of bytes from 1 to 1e18, got '%s'",
-                                   optarg);
-            break;
-        case 's':
-            o->stop_within = (int)strtol(optarg, &end, 10);
-            if (*end || o->stop_within < 1 || o->stop_within > 3600)
-                return usage_error("--stop-within needs a number of seconds from 1 to 3600, got '%s'", optarg);
-            break;
-        case 'h': fputs(USAGE, stdout); return -1;
-        default: fputs(USAGE, stderr); return TW_EXIT_USAGE;
-        }
-    }
-    if (optind != argc - 1)
-        return usage_error("expected exactly one CONFIG.json%s", "");
-    if (!o->train.logdir)
-        return usage_error("--logdir is required%s", "");
-    o->config = argv[optind];
-    return 0;
-}
+static const tw_options COMMAND = {
+    .command = "tower train",
+    .usage = "CONFIG.json --logdir DIR [--resume] [--towers N] [--backend auto|cpu|cuda]\n"
+             "                   [--data-root DIR] [--memory-limit BYTES] [--input-memory BYTES]\n"
+             "                   [--stop-within S] [--monitor-url URL]",
+    .about = "Trains the model CONFIG.json describes. Event files go to DIR (tensorboard --logdir DIR shows\n"
+             "them), checkpoints to DIR/checkpoints. One JSON object per line on stdout reports progress\n"
+             "(on a terminal: a live progress line instead). Under `mpirun -np P` the P processes train one run,\n"
+             "rank 0 writing; SIGUSR1 (forwarded by mpirun) stops like SIGTERM.\n",
+    .epilog = "Exit status: 0 completed or cancelled (SIGTERM/SIGINT checkpoints first), 1 other runtime\n"
+              "failure, 2 usage or config error, 10 NaN/Inf loss, 11 out of memory, 12 sticky device error,\n"
+              "13 storage full (ENOSPC/EDQUOT), 14 damaged dataset or checkpoint file, or a label outside the\n"
+              "classes, 15 not stopped within --stop-within seconds of SIGTERM/SIGINT.\n",
+    .opts = OPTIONS,
+    .operands = "CONFIG.json",
+    .min_args = 1,
+    .max_args = 1,
+};
 
 static unsigned stop_within; /* seconds: the watchdog's bound (options.stop_within) */
 static pthread_t main_thread; /* the one that calls tw_train: the loop, tower 0's products */
@@ -274,10 +215,12 @@ static int fail(const tw_error *err, int code)
 
 int tw_train_main(int argc, char **argv)
 {
-    options o;
-    int rc = parse_args(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    options o = {.stop_within = 20, .train.progress = stdout};
+    int nargs, rc = tw_options_parse(&COMMAND, &o, argc, argv, &nargs);
+    if (rc != TW_OPT_GO)
+        return rc;
+    const char *config = argv[1];
+    o.train.backend = tw_backend_choices[o.backend];
     static tw_config c; /* large: keep it off the stack */
     tw_error err;
     tw_error_clear(&err);
@@ -295,7 +238,7 @@ int tw_train_main(int argc, char **argv)
     if (tw_world_rank(&world) != 0)
         o.train.progress = NULL; /* only rank 0 writes the lines (trainer.h) */
     if ((o.data_root && tw_fs_confine(o.data_root, &err) != TW_OK) ||
-        tw_config_load(o.config, &c, &err) != TW_OK ||
+        tw_config_load(config, &c, &err) != TW_OK ||
         (o.towers && tw_config_override_towers(&c, o.towers, &err) != TW_OK))
         return fail(&err, TW_EXIT_USAGE);
     /* Open MPI hands its ranks a pseudo-terminal for stdout: under a launcher the lines stay JSON (the

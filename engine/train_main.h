@@ -1,4 +1,4 @@
-/* train_main.h — `tower train` (train_main.c), dispatched by server/main.c and started by the scheduler.
+/* train_main.h — `tower train` (train_main.c), dispatched by cli/main.c and started by the scheduler.
  *
  * Owns: the subcommand's entry point only. Does not own the training (trainer.h) or the exit codes' meaning
  * (child.h's table). */

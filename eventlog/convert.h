@@ -231,7 +231,7 @@ tw_status tw_convert_meta_find(const char *train_path, json_t **meta, tw_error *
  * names classes (evaluation, prediction). */
 json_t *tw_convert_class_names_of(const char *data_path);
 
-/* `tower convert` (convert_main.c), dispatched by server/main.c: returns the exit status (0 ok, 1 failure,
+/* `tower convert` (convert_main.c), dispatched by cli/main.c: returns the exit status (0 ok, 1 failure,
  * 2 usage error), never exits. argv[0] is the subcommand's name. */
 int tw_convert_main(int argc, char **argv);
 

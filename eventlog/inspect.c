@@ -10,9 +10,10 @@
  * them. */
 #include "inspect.h"
 
-#include <getopt.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include "event.pb-c.h"
 #include "events_read.h"
 #include "example.h"
+#include "options.h"
 #include "safetensors.h"
 #include "tfrecord.h"
 
@@ -29,23 +31,43 @@ enum { MAX_SCHEMA = 256, MAX_SHOWN_BYTES = 65536 };
 typedef struct {
     const char *path;
     int json;
-    long limit;               /* records shown in full */
+    int limit;                /* records shown in full */
     tw_tfrecord_options opts;
 } options;
 
-static const char USAGE[] =
-    "usage: tower inspect FILE [--json] [--limit N] [--compression auto|none|gzip|zlib]\n"
-    "                          [--max-record-bytes N]\n"
-    "\n"
-    "Describes a TFRecord file of tf.train.Example (record count, feature schema, first records), a\n"
-    "TensorBoard event file (tags with their kinds and step ranges, graph, session log) or a\n"
-    "safetensors file (metadata; per tensor dtype, shape and, for F32, count, min, max, mean, sum and\n"
-    "the first values).\n"
-    "\n"
-    "  --json                 print one JSON object instead of text\n"
-    "  --limit N              records shown in full, or values shown per tensor (default 3)\n"
-    "  --compression C        auto (default: detected from the first bytes), none, gzip or zlib\n"
-    "  --max-record-bytes N   refuse records longer than N bytes (default 268435456)\n";
+/* --compression's values: the reader's (auto included). */
+static int compression_of(const char *value, void *field)
+{
+    tw_error err;
+    return tw_compression_parse(value, 1, field, &err) == TW_OK ? 0 : -1;
+}
+
+static const tw_opt OPTIONS[] = {
+    {.name = "json", .kind = TW_OPT_FLAG, .offset = offsetof(options, json),
+     .help = "print one JSON object instead of text"},
+    {.name = "limit", .kind = TW_OPT_INT, .offset = offsetof(options, limit), .arg = "N", .min = 0,
+     .max = INT_MAX, .help = "records shown in full, or values shown per tensor (default 3)"},
+    {.name = "compression", .kind = TW_OPT_CUSTOM, .offset = offsetof(options, opts.compression), .arg = "C",
+     .parse = compression_of, .wants = "auto, none, gzip or zlib",
+     .help = "auto (default: detected from the first bytes), none, gzip or zlib"},
+    {.name = "max-record-bytes", .kind = TW_OPT_BYTES, .offset = offsetof(options, opts.max_record_bytes),
+     .arg = "N", .min = 1, .max = 1e18, .help = "refuse records longer than N bytes (default 268435456)"},
+    {0},
+};
+
+static const tw_options COMMAND = {
+    .command = "tower inspect",
+    .usage = "FILE [--json] [--limit N] [--compression auto|none|gzip|zlib]\n"
+             "                          [--max-record-bytes N]",
+    .about = "Describes a TFRecord file of tf.train.Example (record count, feature schema, first records), a\n"
+             "TensorBoard event file (tags with their kinds and step ranges, graph, session log) or a\n"
+             "safetensors file (metadata; per tensor dtype, shape and, for F32, count, min, max, mean, sum and\n"
+             "the first values).\n",
+    .opts = OPTIONS,
+    .operands = "FILE",
+    .min_args = 1,
+    .max_args = 1,
+};
 
 /* Offset of the record just read, whose payload had len bytes. */
 static int64_t record_offset(const tw_tfrecord_reader *r, size_t len)
@@ -421,61 +443,14 @@ static void print_text(const json_t *out)
         printf("  session START at step %lld\n", (long long)json_integer_value(v));
 }
 
-/* Parses argv into *o. Returns 0 to go on, else the exit status (0 for --help, 2 for usage). */
-static int parse_args(int argc, char **argv, options *o)
-{
-    static const struct option longs[] = {
-        {"json", no_argument, 0, 'j'},          {"limit", required_argument, 0, 'l'},
-        {"compression", required_argument, 0, 'c'}, {"max-record-bytes", required_argument, 0, 'm'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-    memset(o, 0, sizeof *o);
-    o->limit = 3;
-    tw_tfrecord_options_default(&o->opts);
-    optind = 1;
-    int c;
-    char *end;
-    tw_error err;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        switch (c) {
-        case 'j': o->json = 1; break;
-        case 'l':
-            o->limit = strtol(optarg, &end, 10);
-            if (*end || o->limit < 0) {
-                fprintf(stderr, "tower inspect: --limit needs a number >= 0, got '%s'\n", optarg);
-                return 2;
-            }
-            break;
-        case 'c':
-            if (tw_compression_parse(optarg, 1, &o->opts.compression, &err) != TW_OK) {
-                fprintf(stderr, "tower inspect: --compression: %s\n", err.message);
-                return 2;
-            }
-            break;
-        case 'm':
-            o->opts.max_record_bytes = strtoull(optarg, &end, 10);
-            if (*end || !o->opts.max_record_bytes) {
-                fprintf(stderr, "tower inspect: --max-record-bytes needs a number > 0\n");
-                return 2;
-            }
-            break;
-        case 'h': fputs(USAGE, stdout); return -1;
-        default: fputs(USAGE, stderr); return 2;
-        }
-    }
-    if (optind != argc - 1) {
-        fprintf(stderr, "tower inspect: expected exactly one FILE\n%s", USAGE);
-        return 2;
-    }
-    o->path = argv[optind];
-    return 0;
-}
-
 int tw_inspect_main(int argc, char **argv)
 {
-    options o;
-    int rc = parse_args(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    options o = {.limit = 3};
+    tw_tfrecord_options_default(&o.opts);
+    int nargs, rc = tw_options_parse(&COMMAND, &o, argc, argv, &nargs);
+    if (rc != TW_OPT_GO)
+        return rc;
+    o.path = argv[1];
     json_t *out = json_pack("{s:s}", "file", o.path);
     tw_error err;
     tw_error_clear(&err);

@@ -1,4 +1,4 @@
-/* inspect.h — `tower inspect` (inspect.c), dispatched by server/main.c.
+/* inspect.h — `tower inspect` (inspect.c), dispatched by cli/main.c.
  *
  * Owns: the subcommand's entry point only. Does not own the formats it reads (tfrecord.h, example.h,
  * events_read.h, safetensors.h). */

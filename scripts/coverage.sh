@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Line and branch coverage of Tower's own C code, per folder: builds build-coverage/ with gcov instrumentation
 # (-DTW_COVERAGE=ON, no CUDA), runs the unit tests (and, with --integration, the integration suite against that
-# build), reads the counters with lcov and prints one row per source folder. Not part of CI's pass or fail: a
-# measure to read, not a gate.
+# build), reads the counters with lcov and prints one row per library's source folder (cli/, the binary's
+# command table and nothing else, has none). Not part of CI's pass or fail: a measure to read, not a gate.
 #
 #   scripts/coverage.sh [--integration] [BUILD_DIR]      (default build-coverage; needs lcov:
 #                                                         scripts/install-deps.sh --test)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "options.h"
 
 static const char GPU_DIR[] = "/proc/driver/nvidia/gpus";
 
@@ -64,11 +65,19 @@ int tw_devices_detect(tw_device *out, int max)
 
 /* ================================ tower devices ================================ */
 
-static const char DEVICES_USAGE[] =
-    "usage: tower devices [--json]\n"
-    "\n"
-    "Lists the GPUs this build can train on (index, name, memory, compute capability, driver and runtime\n"
-    "versions), or says why there are none; `tower train --backend auto` uses them, else the CPU.\n";
+static const tw_opt DEVICES_OPTIONS[] = {
+    {.name = "json", .kind = TW_OPT_FLAG, .offset = 0 /* the int tw_devices_main parses into */,
+     .help = "one JSON object instead of text"},
+    {0},
+};
+
+static const tw_options DEVICES_COMMAND = {
+    .command = "tower devices",
+    .usage = "[--json]",
+    .about = "Lists the GPUs this build can train on (index, name, memory, compute capability, driver and runtime\n"
+             "versions), or says why there are none; `tower train --backend auto` uses them, else the CPU.\n",
+    .opts = DEVICES_OPTIONS,
+};
 
 static json_t *gpu_json(int i, const tw_device_info *d)
 {
@@ -120,12 +129,9 @@ static void print_text(const json_t *d)
 
 int tw_devices_main(int argc, char **argv)
 {
-    int as_json = argc == 2 && !strcmp(argv[1], "--json");
-    if (argc > 1 && !as_json) {
-        int help = argc == 2 && !strcmp(argv[1], "--help");
-        fputs(DEVICES_USAGE, help ? stdout : stderr);
-        return help ? 0 : 2;
-    }
+    int as_json = 0, nargs, rc = tw_options_parse(&DEVICES_COMMAND, &as_json, argc, argv, &nargs);
+    if (rc != TW_OPT_GO)
+        return rc;
     json_t *d = describe();
     if (as_json) {
         json_dumpf(d, stdout, JSON_INDENT(2));

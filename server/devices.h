@@ -20,7 +20,7 @@ typedef struct {
 /* Fills out[max]; returns the count (>= 1: the CPU when there is no GPU). */
 int tw_devices_detect(tw_device *out, int max);
 
-/* `tower devices`, dispatched by server/main.c: returns the exit status; never exits. */
+/* `tower devices`, dispatched by cli/main.c: returns the exit status; never exits. */
 int tw_devices_main(int argc, char **argv);
 
 #endif

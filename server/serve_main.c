@@ -12,9 +12,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <poll.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +30,7 @@
 #include "http.h"
 #include "launch.h"
 #include "logtext.h"
+#include "options.h"
 #include "predict_cache.h"
 #include "scalars_cache.h"
 #include "runs.h"
@@ -41,64 +42,78 @@
 #define NFS_SUPER_MAGIC 0x6969
 #endif
 
-static const char USAGE[] =
-    "usage: tower serve [--listen HOST:PORT] [--data DIR] [--token TOKEN] [options]\n"
-    "\n"
-    "Runs the training service: the REST API (/api/v1), the status page (/), Prometheus metrics\n"
-    "(/metrics). State lives in DIR/tower.db; datasets in DIR/datasets, runs in DIR/runs\n"
-    "(tensorboard --logdir DIR/runs shows them).\n"
-    "\n"
-    "  --listen HOST:PORT        address to serve on (default 127.0.0.1:8080; port 0 = any free port)\n"
-    "  --data DIR                data folder (default tower-data)\n"
-    "  --token TOKEN             bearer token required by POST and DELETE (default $TOWER_TOKEN)\n"
-    "  --insecure                allow a non-loopback --listen without a token\n"
-    "  --no-demo                 do not register Fashion-MNIST and queue the seed MLP on a new folder\n"
-    "  --max-upload BYTES        cap on an upload body (default 8 GiB)\n"
-    "  --max-dataset BYTES       cap on the decompressed bytes of an uploaded file (default 16 GiB)\n"
-    "  --min-free BYTES          refuse new uploads and runs (507) below this much free disk (256 MiB)\n"
-    "  --conn-limit N            open connections (default 256)\n"
-    "  --per-ip-limit N          open connections per client address (default 64)\n"
-    "  --conn-timeout S          seconds of silence before a connection is closed (default 30)\n"
-    "  --header-timeout S        seconds for a request's headers to arrive (default 10); a body gets as\n"
-    "                            long, plus a second per --body-min-rate bytes received\n"
-    "  --body-min-rate BYTES     the slowest a request body may arrive on average (default 1000/s)\n"
-    "  --sse-limit N             open event streams per client address, below --per-ip-limit (default:\n"
-    "                            a quarter of it, 16)\n"
-    "  --origin URL              another origin whose pages may change things (e.g. a proxy's https://\n"
-    "                            address); the server's own origin always may, other origins never\n"
-    "  --tensorboard-url URL     a TensorBoard serving DIR/runs: each run links to it (http[s]://...)\n"
-    "  --heartbeat-timeout S     seconds without a progress line before a run is killed (default 300)\n"
-    "  --grace S                 seconds between SIGTERM and SIGKILL of a run (default 30)\n"
-    "  --backoff S               first retry delay, doubled per restart (default 10)\n"
-    "  --backoff-cap S           longest retry delay (default 300)\n"
-    "  --max-restarts N          retries of a run that does not say (default 3)\n"
-    "  --trainer PATH            program run for each run (default: this binary's `train`)\n"
-    "  --launcher 'TEMPLATE'     how a run of \"processes\" > 1 starts, split at spaces (no shell):\n"
-    "                            {processes}, {hosts} (inside [...], kept when the run names hosts),\n"
-    "                            {trainer}; Slurm: 'srun --ntasks={processes} {trainer}' (docs/scale-out.md).\n"
-    "                            Default: '" TW_LAUNCH_DEFAULT "'\n"
-    "  --memory-limit BYTES      memory a run's device has, for the 400 on a model too large for it\n"
-    "                            (default: the CPU's RAM capped by the cgroup limit)\n"
-    "  --input-memory BYTES      memory a run's dataset may take decoded before it is streamed instead,\n"
-    "                            unless its config sets input_memory_bytes (default 2 GiB)\n";
+#define OPT(field) .offset = offsetof(tw_serve_options, field)
 
-enum {
-    O_LISTEN = 256, O_DATA, O_TOKEN, O_INSECURE, O_NO_DEMO, O_MAX_UPLOAD, O_MAX_DATASET, O_MIN_FREE, O_CONN_LIMIT,
-    O_PER_IP, O_CONN_TIMEOUT, O_HEADER_TIMEOUT, O_BODY_MIN_RATE, O_SSE_LIMIT, O_ORIGIN, O_TB_URL, O_HEARTBEAT, O_GRACE, O_BACKOFF, O_BACKOFF_CAP, O_MAX_RESTARTS, O_TRAINER,
-    O_LAUNCHER, O_MEMORY_LIMIT, O_INPUT_MEMORY, O_HELP
+static const tw_opt OPTIONS[] = {
+    {.name = "listen", .kind = TW_OPT_STRING, OPT(listen), .arg = "HOST:PORT",
+     .help = "address to serve on (default 127.0.0.1:8080; port 0 = any free port)"},
+    {.name = "data", .kind = TW_OPT_STRING, OPT(data), .arg = "DIR", .help = "data folder (default tower-data)"},
+    {.name = "token", .kind = TW_OPT_STRING, OPT(token), .arg = "TOKEN",
+     .help = "bearer token required by POST and DELETE (default $TOWER_TOKEN)"},
+    {.name = "insecure", .kind = TW_OPT_FLAG, OPT(insecure),
+     .help = "allow a non-loopback --listen without a token"},
+    {.name = "no-demo", .kind = TW_OPT_CLEAR, OPT(demo),
+     .help = "do not register Fashion-MNIST and queue the seed MLP on a new folder"},
+    {.name = "max-upload", .kind = TW_OPT_BYTES, OPT(max_upload), .arg = "BYTES", .min = 1, .max = 1e15,
+     .help = "cap on an upload body (default 8 GiB)"},
+    {.name = "max-dataset", .kind = TW_OPT_BYTES, OPT(max_dataset), .arg = "BYTES", .min = 1, .max = 1e15,
+     .help = "cap on the decompressed bytes of an uploaded file (default 16 GiB)"},
+    {.name = "min-free", .kind = TW_OPT_BYTES, OPT(min_free), .arg = "BYTES", .min = 0, .max = 1e18,
+     .help = "refuse new uploads and runs (507) below this much free disk (256 MiB)"},
+    {.name = "conn-limit", .kind = TW_OPT_INT, OPT(conn_limit), .arg = "N", .min = 2, .max = 10000,
+     .help = "open connections (default 256)"},
+    {.name = "per-ip-limit", .kind = TW_OPT_INT, OPT(per_ip_limit), .arg = "N", .min = 1, .max = 10000,
+     .help = "open connections per client address (default 64)"},
+    {.name = "conn-timeout", .kind = TW_OPT_INT, OPT(conn_timeout), .arg = "S", .min = 1, .max = 86400,
+     .help = "seconds of silence before a connection is closed (default 30)"},
+    {.name = "header-timeout", .kind = TW_OPT_INT, OPT(header_timeout), .arg = "S", .min = 1, .max = 3600,
+     .help = "seconds for a request's headers to arrive (default 10); a body gets as\n"
+             "long, plus a second per --body-min-rate bytes received"},
+    {.name = "body-min-rate", .kind = TW_OPT_DOUBLE, OPT(body_min_rate), .arg = "BYTES", .min = 1, .max = 1e9,
+     .help = "the slowest a request body may arrive on average (default 1000/s)"},
+    {.name = "sse-limit", .kind = TW_OPT_INT, OPT(sse_limit), .arg = "N", .min = 1, .max = 10000,
+     .help = "open event streams per client address, below --per-ip-limit (default:\n"
+             "a quarter of it, 16)"},
+    {.name = "origin", .kind = TW_OPT_STRING, OPT(origin), .arg = "URL",
+     .help = "another origin whose pages may change things (e.g. a proxy's https://\n"
+             "address); the server's own origin always may, other origins never"},
+    {.name = "tensorboard-url", .kind = TW_OPT_STRING, OPT(tensorboard_url), .arg = "URL",
+     .help = "a TensorBoard serving DIR/runs: each run links to it (http[s]://...)"},
+    {.name = "heartbeat-timeout", .kind = TW_OPT_DOUBLE, OPT(heartbeat_timeout), .arg = "S", .min = 0.1,
+     .max = 1e6, .help = "seconds without a progress line before a run is killed (default 300)"},
+    {.name = "grace", .kind = TW_OPT_DOUBLE, OPT(grace), .arg = "S", .min = 0, .max = 3600,
+     .help = "seconds between SIGTERM and SIGKILL of a run (default 30)"},
+    {.name = "backoff", .kind = TW_OPT_DOUBLE, OPT(backoff_base), .arg = "S", .min = 0, .max = 86400,
+     .help = "first retry delay, doubled per restart (default 10)"},
+    {.name = "backoff-cap", .kind = TW_OPT_DOUBLE, OPT(backoff_cap), .arg = "S", .min = 0, .max = 86400,
+     .help = "longest retry delay (default 300)"},
+    {.name = "max-restarts", .kind = TW_OPT_INT, OPT(max_restarts), .arg = "N", .min = 0, .max = 100,
+     .help = "retries of a run that does not say (default 3)"},
+    {.name = "trainer", .kind = TW_OPT_STRING, OPT(trainer), .arg = "PATH",
+     .help = "program run for each run (default: this binary's `train`)"},
+    {.name = "launcher", .kind = TW_OPT_STRING, OPT(launcher), .arg = "'TEMPLATE'",
+     .help = "how a run of \"processes\" > 1 starts, split at spaces (no shell):\n"
+             "{processes}, {hosts} (inside [...], kept when the run names hosts),\n"
+             "{trainer}; Slurm: 'srun --ntasks={processes} {trainer}' (docs/scale-out.md).\n"
+             "Default: '" TW_LAUNCH_DEFAULT "'"},
+    {.name = "memory-limit", .kind = TW_OPT_BYTES, OPT(memory_limit), .arg = "BYTES", .min = 1, .max = 1e18,
+     .help = "memory a run's device has, for the 400 on a model too large for it\n"
+             "(default: the CPU's RAM capped by the cgroup limit)"},
+    {.name = "input-memory", .kind = TW_OPT_BYTES, OPT(input_memory), .arg = "BYTES", .min = 1, .max = 1e18,
+     .help = "memory a run's dataset may take decoded before it is streamed instead,\n"
+             "unless its config sets input_memory_bytes (default 2 GiB)"},
+    {0},
 };
 
-static int number(const char *opt, const char *v, double lo, double hi, double *out)
-{
-    char *end;
-    errno = 0;
-    *out = strtod(v, &end);
-    if (!*v || *end || errno || *out < lo || *out > hi) {
-        tw_log("tower serve: %s needs a number from %g to %g, got '%s'", opt, lo, hi, v);
-        return -1;
-    }
-    return 0;
-}
+static const tw_options COMMAND = {
+    .command = "tower serve",
+    .usage = "[--listen HOST:PORT] [--data DIR] [--token TOKEN] [options]",
+    .about = "Runs the training service: the REST API (/api/v1), the status page (/), Prometheus metrics\n"
+             "(/metrics). State lives in DIR/tower.db; datasets in DIR/datasets, runs in DIR/runs\n"
+             "(tensorboard --logdir DIR/runs shows them). BYTES take a K, M, G or T suffix (powers of 1024).\n",
+    .opts = OPTIONS,
+    .logv = tw_logv, /* a value is echoed with its control characters made visible */
+};
 
 /* 1 when s is an origin as browsers send it: a scheme, "://" and a host with an optional port. */
 static int valid_origin(const char *s)
@@ -107,93 +122,32 @@ static int valid_origin(const char *s)
     return host && *host && strlen(host) < 256 && !strpbrk(host, "/?#@ \t");
 }
 
-/* Returns 0 to go on, -1 after --help, else the exit status. */
-static int parse_args(int argc, char **argv, tw_serve_options *o)
+/* The options' values together: the token, the two URLs, the event streams' limit. */
+static int check_options(tw_serve_options *o)
 {
-    static const struct option longs[] = {
-        {"listen", required_argument, 0, O_LISTEN}, {"data", required_argument, 0, O_DATA},
-        {"token", required_argument, 0, O_TOKEN}, {"insecure", no_argument, 0, O_INSECURE},
-        {"no-demo", no_argument, 0, O_NO_DEMO}, {"max-upload", required_argument, 0, O_MAX_UPLOAD},
-        {"max-dataset", required_argument, 0, O_MAX_DATASET}, {"min-free", required_argument, 0, O_MIN_FREE},
-        {"conn-limit", required_argument, 0, O_CONN_LIMIT}, {"per-ip-limit", required_argument, 0, O_PER_IP},
-        {"conn-timeout", required_argument, 0, O_CONN_TIMEOUT},
-        {"header-timeout", required_argument, 0, O_HEADER_TIMEOUT}, {"sse-limit", required_argument, 0, O_SSE_LIMIT},
-        {"body-min-rate", required_argument, 0, O_BODY_MIN_RATE},
-        {"origin", required_argument, 0, O_ORIGIN}, {"tensorboard-url", required_argument, 0, O_TB_URL},
-        {"heartbeat-timeout", required_argument, 0, O_HEARTBEAT}, {"grace", required_argument, 0, O_GRACE},
-        {"backoff", required_argument, 0, O_BACKOFF}, {"backoff-cap", required_argument, 0, O_BACKOFF_CAP},
-        {"max-restarts", required_argument, 0, O_MAX_RESTARTS}, {"trainer", required_argument, 0, O_TRAINER},
-        {"launcher", required_argument, 0, O_LAUNCHER},
-        {"memory-limit", required_argument, 0, O_MEMORY_LIMIT}, {"input-memory", required_argument, 0, O_INPUT_MEMORY},
-        {"help", no_argument, 0, O_HELP}, {0, 0, 0, 0}};
-    tw_serve_options_default(o);
-    o->token = getenv("TOWER_TOKEN");
-    optind = 1;
-    int c;
-    double v = 0;
-    while ((c = getopt_long(argc, argv, "", longs, NULL)) != -1) {
-        const char *name = "";
-        for (const struct option *l = longs; l->name; l++)
-            if (l->val == c)
-                name = l->name;
-        int bad = 0;
-        switch (c) {
-        case O_LISTEN: o->listen = optarg; break;
-        case O_DATA: o->data = optarg; break;
-        case O_TOKEN: o->token = optarg; break;
-        case O_INSECURE: o->insecure = 1; break;
-        case O_NO_DEMO: o->demo = 0; break;
-        case O_TRAINER: o->trainer = optarg; break;
-        case O_LAUNCHER: o->launcher = optarg; break;
-        case O_MAX_UPLOAD: bad = number(name, optarg, 1, 1e15, &v); o->max_upload = (uint64_t)v; break;
-        case O_MAX_DATASET: bad = number(name, optarg, 1, 1e15, &v); o->max_dataset = (uint64_t)v; break;
-        case O_MIN_FREE: bad = number(name, optarg, 0, 1e18, &v); o->min_free = (uint64_t)v; break;
-        case O_CONN_LIMIT: bad = number(name, optarg, 2, 10000, &v); o->conn_limit = (unsigned)v; break;
-        case O_PER_IP: bad = number(name, optarg, 1, 10000, &v); o->per_ip_limit = (unsigned)v; break;
-        case O_CONN_TIMEOUT: bad = number(name, optarg, 1, 86400, &v); o->conn_timeout = (unsigned)v; break;
-        case O_HEADER_TIMEOUT: bad = number(name, optarg, 1, 3600, &v); o->header_timeout = (unsigned)v; break;
-        case O_BODY_MIN_RATE: bad = number(name, optarg, 1, 1e9, &v); o->body_min_rate = v; break;
-        case O_SSE_LIMIT: bad = number(name, optarg, 1, 10000, &v); o->sse_limit = (unsigned)v; break;
-        case O_ORIGIN: o->origin = optarg; break;
-        case O_TB_URL: o->tensorboard_url = optarg; break;
-        case O_HEARTBEAT: bad = number(name, optarg, 0.1, 1e6, &o->heartbeat_timeout); break;
-        case O_GRACE: bad = number(name, optarg, 0, 3600, &o->grace); break;
-        case O_BACKOFF: bad = number(name, optarg, 0, 86400, &o->backoff_base); break;
-        case O_BACKOFF_CAP: bad = number(name, optarg, 0, 86400, &o->backoff_cap); break;
-        case O_MAX_RESTARTS: bad = number(name, optarg, 0, 100, &v); o->max_restarts = (int)v; break;
-        case O_MEMORY_LIMIT: bad = number(name, optarg, 1, 1e18, &v); o->memory_limit = (uint64_t)v; break;
-        case O_INPUT_MEMORY: bad = number(name, optarg, 1, 1e18, &v); o->input_memory = (uint64_t)v; break;
-        case O_HELP: fputs(USAGE, stdout); return -1;
-        default: fputs(USAGE, stderr); return 2;
-        }
-        if (bad)
-            return 2;
-    }
-    if (optind != argc) {
-        tw_log("tower serve: unexpected argument '%s'", argv[optind]);
-        fputs(USAGE, stderr);
-        return 2;
-    }
-    if (o->token && !*o->token) {
-        fprintf(stderr, "tower serve: the token is empty\n");
-        return 2;
-    }
-    if (o->origin && !valid_origin(o->origin)) {
-        tw_log("tower serve: --origin needs http://HOST[:PORT] or https://HOST[:PORT], got '%s'", o->origin);
-        return 2;
-    }
-    if (o->tensorboard_url && strncmp(o->tensorboard_url, "http://", 7) && strncmp(o->tensorboard_url, "https://", 8)) {
-        tw_log("tower serve: --tensorboard-url needs an http:// or https:// URL, got '%s'", o->tensorboard_url);
-        return 2;
-    }
+    if (o->token && !*o->token)
+        return tw_options_error(&COMMAND, "the token is empty");
+    if (o->origin && !valid_origin(o->origin))
+        return tw_options_error(&COMMAND, "--origin needs http://HOST[:PORT] or https://HOST[:PORT], got '%s'",
+                                o->origin);
+    if (o->tensorboard_url && strncmp(o->tensorboard_url, "http://", 7) && strncmp(o->tensorboard_url, "https://", 8))
+        return tw_options_error(&COMMAND, "--tensorboard-url needs an http:// or https:// URL, got '%s'",
+                                o->tensorboard_url);
     if (!o->sse_limit) /* not given: a quarter of the per-address limit */
         o->sse_limit = o->per_ip_limit >= 8 ? o->per_ip_limit / 4 : 1;
-    else if (o->sse_limit >= o->per_ip_limit) {
-        fprintf(stderr, "tower serve: --sse-limit (%u) must be below --per-ip-limit (%u), so that event streams "
-                "leave room for other requests\n", o->sse_limit, o->per_ip_limit);
-        return 2;
-    }
-    return 0;
+    else if (o->sse_limit >= o->per_ip_limit)
+        return tw_options_error(&COMMAND, "--sse-limit (%u) must be below --per-ip-limit (%u), so that event "
+                                "streams leave room for other requests", o->sse_limit, o->per_ip_limit);
+    return TW_OPT_GO;
+}
+
+/* Parses the command line into *o (the defaults first); TW_OPT_GO to go on, else the exit status. */
+static int parse_args(int argc, char **argv, tw_serve_options *o)
+{
+    tw_serve_options_default(o);
+    o->token = getenv("TOWER_TOKEN");
+    int nargs, rc = tw_options_parse(&COMMAND, o, argc, argv, &nargs);
+    return rc == TW_OPT_GO ? check_options(o) : rc;
 }
 
 /* ================================ the data folder ================================ */
@@ -342,8 +296,8 @@ int tw_serve_main(int argc, char **argv)
 {
     static tw_server S; /* one per process: the threads hold pointers into it */
     int rc = parse_args(argc, argv, &S.opt);
-    if (rc)
-        return rc < 0 ? 0 : rc;
+    if (rc != TW_OPT_GO)
+        return rc;
     S.started = tw_now_wall();
     pthread_mutex_init(&S.change_mu, NULL);
     tw_cond_init_mono(&S.change_cv);

@@ -1,4 +1,4 @@
-/* serve_main.h — `tower serve` (serve_main.c), dispatched by server/main.c.
+/* serve_main.h — `tower serve` (serve_main.c), dispatched by cli/main.c.
  *
  * Owns: the subcommand's entry point only. Does not own the server's state (server.h). */
 #ifndef TW_SERVE_MAIN_H

@@ -7,8 +7,8 @@ import sys
 
 from conftest import BUILD, ROOT
 
-SOURCES = ("base", "eventlog", "world", "engine", "kernels", "client", "server", "static", "tests", "scripts", "docker", "cmake",
-           "docs", "examples")
+SOURCES = ("base", "eventlog", "world", "engine", "kernels", "client", "server", "cli", "static", "tests", "scripts", "docker",
+           "cmake", "docs", "examples")
 
 
 def test_no_circle_between_source_files():
@@ -19,7 +19,7 @@ def test_no_circle_between_source_files():
     files = int(re.search(r"(\d+) files", r.stdout).group(1))
     assert files >= 40, r.stdout  # the build's objects were found, not an empty graph
     folders = dict((k, int(v)) for k, v in re.findall(r"([\w/]+) (\d+)", r.stdout.split("files by folder:")[1]))
-    wanted = {"base", "eventlog", "world", "kernels/cpu", "engine", "client", "server"}
+    wanted = {"base", "eventlog", "world", "kernels/cpu", "engine", "client", "server", "cli"}
     if list((BUILD / "kernels" / "cuda").glob("CMakeFiles/tower-cuda.dir/*.o")):  # a build with the CUDA module
         wanted.add("kernels/cuda")
     assert wanted <= set(folders), r.stdout  # every library the build makes is in the graph
@@ -91,13 +91,14 @@ def untested_alone(modules, unit_dir):
 def table_gaps(doc, modules, unit_dir, test_names):
     """(modules missing from the table of doc, tests the table names that do not exist)."""
     section = doc.split("## What tests each module", 1)[1]
-    listed = set(re.findall(r"`((?:base|eventlog|world|engine|server|client|kernels/cpu|kernels/cuda)/[\w.]+\.(?:c|cu))`", section))
+    listed = set(re.findall(r"`((?:base|eventlog|world|engine|server|client|cli|kernels/cpu|kernels/cuda)/[\w.]+\.(?:c|cu))`",
+                            section))
     named = set(re.findall(r"`(unit_\w+|test_\w+\.py)`", section))
     return [m for m in untested_alone(modules, unit_dir) if m not in listed], sorted(named - test_names)
 
 
 def test_every_module_without_a_unit_test_is_in_the_coverage_table(tmp_path):
-    modules = [str(p.relative_to(ROOT)) for folder in ("base", "eventlog", "world", "engine", "server", "client",
+    modules = [str(p.relative_to(ROOT)) for folder in ("base", "eventlog", "world", "engine", "server", "client", "cli",
                                                             "kernels/cpu", "kernels/cuda")
                for ext in ("*.c", "*.cu") for p in (ROOT / folder).glob(ext)]
     tests = {f"unit_{p.stem[5:]}" for p in (ROOT / "tests" / "unit").glob("test_*.c")} | \

@@ -3,7 +3,7 @@
 
 An arrow A -> B means: a function or global defined in B (a .c or .cu of any library or program the build
 makes: base/, eventlog/, world/, kernels/cpu/, engine/, the CUDA module of kernels/cuda/ when it is
-built, client/, server/) is named in A. The arrows come from the compiler, not from reading text: `nm` lists, for every
+built, client/, server/, and the `tower` binary's cli/) is named in A. The arrows come from the compiler, not from reading text: `nm` lists, for every
 object file of the build, the global symbols it defines and the ones it leaves undefined, so an inline
 function in a header or a static one is not an arrow, and a call through a function pointer from a table is
 (the table names the function). Generated protobuf-c code is left out (it is a library's output).
