@@ -33,6 +33,33 @@ static int compression_of(const char *value, void *field)
     return tw_compression_parse(value, 0, field, &err) == TW_OK ? 0 : -1;
 }
 
+/* --image-size: "HxW", or one number for a square, each side 1 to 4096, into image_height, image_width. */
+static int image_size_of(const char *value, void *field)
+{
+    int *hw = field, n = 0;
+    unsigned h, w;
+    char x;
+    if (sscanf(value, "%u%n", &h, &n) == 1 && !value[n])
+        w = h;
+    else if (sscanf(value, "%u%c%u%n", &h, &x, &w, &n) != 3 || x != 'x' || value[n])
+        return -1;
+    if (h < 1 || w < 1 || h > 4096 || w > 4096)
+        return -1;
+    hw[0] = (int)h;
+    hw[1] = (int)w;
+    return 0;
+}
+
+static int channels_of(const char *value, void *field)
+{
+    if (strcmp(value, "1") && strcmp(value, "3"))
+        return -1;
+    *(int *)field = value[0] - '0';
+    return 0;
+}
+
+static const char *const FITS[] = {[TW_CONVERT_FIT_CROP] = "crop", [TW_CONVERT_FIT_PAD] = "pad", NULL};
+
 #define PATH_OPTION(option, field, placeholder, text) \
     .name = option, .kind = TW_OPT_STRING, .offset = offsetof(cli, o.field), .arg = placeholder, .min = 1, \
     .help = text
@@ -56,6 +83,19 @@ static const tw_opt OPTIONS[] = {
     {PATH_OPTION("tfrecord", tfrecord, "FILE", "every record is checked, then copied as it is"),
      .section = "TFRecord source (tf.train.Example records; plain, GZIP or ZLIB, detected)"},
     {PATH_OPTION("test-tfrecord", test_tfrecord, "FILE", "a second file, same features: all of it goes to --test-output")},
+    {PATH_OPTION("image-archive", image_archive, "FILE",
+                 "a .tar, .tar.gz or .zip of one folder of PNG/JPEG files per class (the class\n"
+                 "names: the folders', sorted)"),
+     .section = "Image folder (an archive; hidden files and files outside a class folder skipped)"},
+    {.name = "image-size", .kind = TW_OPT_CUSTOM, .offset = offsetof(cli, o.image_height), .arg = "HxW",
+     .parse = image_size_of, .wants = "HxW or one side, each 1 to 4096", .needs = "image-archive",
+     .help = "the stored size of every image (required with --image-archive)"},
+    {.name = "channels", .kind = TW_OPT_CUSTOM, .offset = offsetof(cli, o.image_channels), .arg = "1|3",
+     .parse = channels_of, .wants = "1 or 3", .needs = "image-archive", .help = "grey or colour (3)"},
+    {.name = "resize", .kind = TW_OPT_CHOICE, .offset = offsetof(cli, o.image_fit), .arg = "crop|pad",
+     .names = FITS, .needs = "image-archive",
+     .help = "crop: the shorter side to the size, the middle kept (crop); pad: the longer side to\n"
+             "it, centred on black"},
     {PATH_OPTION("output", output, "OUT", "the TFRecord file to write (the train split)"), .letter = 'o',
      .section = "output"},
     {PATH_OPTION("test-output", test_output, "OUT", "the test split (with --test-fraction or a test file)")},
@@ -85,7 +125,8 @@ static const tw_opt OPTIONS[] = {
 static const tw_options COMMAND = {
     .command = "tower convert",
     .usage = "(--images FILE --labels FILE | --csv FILE --label-column NAME |\n"
-             "                      --npy-features FILE --npy-labels FILE | --tfrecord FILE)\n"
+             "                      --npy-features FILE --npy-labels FILE | --tfrecord FILE |\n"
+             "                      --image-archive FILE --image-size HxW)\n"
              "                      -o OUT [options]",
     .about = "Converts a dataset into a TFRecord file of tf.train.Example records, optionally splits\n"
              "off a test set, and writes a JSON description of the result. Inputs may be gzip\n"
@@ -96,6 +137,7 @@ static const tw_options COMMAND = {
               "  NumPy    image_raw (bytes, little-endian), shape (int64 list), dtype (bytes), label\n"
               "  TFRecord the input's own, the same names and kinds in every record; an error names\n"
               "           the record (\"record N:\", from 0) and its byte offset (decompressed)\n"
+              "  archive  image_raw (bytes, HxWxC), label (the class folder's index), height, width, depth\n"
               "\nexit status: 0 done, 1 conversion failed, 2 usage error.\n",
     .opts = OPTIONS,
     .wording = TW_OPT_SAY_BAD_VALUE,

@@ -249,3 +249,33 @@ def test_tower_upload_of_a_folder_streams_it_as_an_archive(serve, tower_bin, tmp
     (tmp_path / "notes" / "a" / "x.txt").write_text("not an image")
     r = client(tower_bin, server, "upload", "notes", tmp_path / "notes", "--image-size", "24")
     assert r.returncode == 1 and "a/x.txt" in r.stderr, r.stderr
+
+
+def test_tower_convert_of_an_archive_equals_the_servers(serve, tower_bin, tmp_path):
+    """`tower convert --image-archive` writes the examples the upload of the same archive stores; its image
+    options are usage errors when malformed or given without an archive."""
+    import subprocess
+    server = serve()
+    files, _ = folder_files(n=4)
+    (tmp_path / "a.tar.gz").write_bytes(tar_bytes(files))
+    r = subprocess.run([str(tower_bin), "convert", "--image-archive", tmp_path / "a.tar.gz", "--image-size", "12x16",
+                        "--channels", "3", "--resize", "pad", "-o", tmp_path / "cli.tfrecord"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    code, d = upload(server, "srv", {"archive": tmp_path / "a.tar.gz"},
+                     {"image_size": "12x16", "channels": "3", "resize": "pad"})
+    assert code == 202, d
+    d = wait_dataset(server, d["id"])
+    srv = records(server.data / "datasets" / d["id"] / "train.tfrecord")
+    cli = records(tmp_path / "cli.tfrecord")
+    assert [(px.tobytes(), label, dims) for px, label, dims in cli] == \
+        [(px.tobytes(), label, dims) for px, label, dims in srv] and cli[0][2] == (12, 16, 3)
+    meta = json.loads((tmp_path / "cli.meta.json").read_text())
+    assert meta["class_names"] == CLASSES and meta["resize"] == "pad"
+    for args, says in ((["--image-size", "12"], "--image-size needs --image-archive"),
+                       (["--image-archive", tmp_path / "a.tar.gz", "--image-size", "0x3"], "--image-size: bad value"),
+                       (["--image-archive", tmp_path / "a.tar.gz", "--image-size", "8", "--channels", "2"],
+                        "--channels: bad value '2'")):
+        r = subprocess.run([str(tower_bin), "convert", *map(str, args), "-o", tmp_path / "x.tfrecord"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
