@@ -29,7 +29,7 @@ typedef struct {
 } command;
 
 static const command COMMANDS[] = {
-    {"convert", tw_convert_main, 0, 0, "convert IDX, CSV, NumPy or TFRecord data into TFRecord files of tf.train.Example"},
+    {"convert", tw_convert_main, 0, 0, "convert IDX, CSV, NumPy, TFRecord or image-folder data into TFRecord files of tf.train.Example"},
     {"inspect", tw_inspect_main, 0, 0, "describe a TFRecord or tfevents file (records, schema, tags)"},
     {"train", tw_train_main, 1, 0, "train a model from a JSON run config; events and checkpoints in --logdir"},
     {"evaluate", tw_evaluate_main, 1, 0, "evaluate a checkpoint on a TFRecord file: accuracy, per-class, confusion; MSE/MAE/R²"},
