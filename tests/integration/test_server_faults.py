@@ -20,7 +20,11 @@ FAST = ("--backoff", "0.2", "--backoff-cap", "1", "--grace", "1")
 
 
 def fake_server(serve, tool, fake, *args, data=None):
-    server = serve("--trainer", tool("tw_faketrain"), *FAST, *args, env={"TW_FAKE": fake}, data=data)
+    """A server on the fake trainer with FAST's options, each but those args give again (an option is given
+    once)."""
+    given = set(args[::2])
+    fast = [x for k, v in zip(FAST[::2], FAST[1::2]) if k not in given for x in (k, v)]
+    server = serve("--trainer", tool("tw_faketrain"), *fast, *args, env={"TW_FAKE": fake}, data=data)
     return server
 
 
