@@ -222,7 +222,8 @@ static int take_option(const tw_options *spec, void *base, int argc, char **argv
     return store(spec, o, base, is_flag(o) ? "" : eq ? eq + 1 : argv[++*i]);
 }
 
-/* The checks after the last argument: required options, the options others need, the arguments' count. */
+/* The checks after the last argument: required options (a choice's message lists its values), the options
+ * others need, the arguments' count. */
 static int check_given(const tw_options *spec, uint64_t given, int nargs)
 {
     if (nargs < spec->min_args)
@@ -230,6 +231,11 @@ static int check_given(const tw_options *spec, uint64_t given, int nargs)
     for (const tw_opt *o = spec->opts; o->name; o++) {
         int has = (given >> (o - spec->opts)) & 1;
         const tw_opt *needed = o->needs ? find(spec, o->needs, strlen(o->needs), 0) : NULL;
+        if (o->required && !has && o->kind == TW_OPT_CHOICE) {
+            char w[256];
+            wants(o, w, sizeof w);
+            return tw_options_error(spec, "--%s is required (%s)", o->name, w);
+        }
         if (o->required && !has)
             return tw_options_error(spec, "--%s is required", o->name);
         if (has && needed && !((given >> (needed - spec->opts)) & 1))

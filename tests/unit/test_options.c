@@ -185,6 +185,26 @@ static void test_the_other_wording(void **state)
                         "tower thing: give 2\n(see 'tower thing --help')\n");
 }
 
+/* A required choice that is missing: the message lists what it may be. */
+static void test_a_required_choice_names_its_values(void **state)
+{
+    (void)state;
+    static const tw_opt REQUIRED[] = {
+        {.name = "backend", .kind = TW_OPT_CHOICE, .offset = offsetof(fields, backend), .arg = "B",
+         .help = "where", .names = BACKENDS, .required = 1},
+        {0},
+    };
+    tw_options spec = SPEC;
+    spec.opts = REQUIRED;
+    fields f;
+    int n;
+    assert_int_equal(parse_with(&spec, &f, &n, (char *[]){"a", NULL}), TW_OPT_USAGE);
+    assert_string_equal(logged, "tower thing: --backend is required (auto, cpu or cuda)\n"
+                                "(see 'tower thing --help')\n");
+    assert_int_equal(parse_with(&spec, &f, &n, (char *[]){"a", "--backend=cpu", NULL}), TW_OPT_GO);
+    assert_int_equal(f.backend, 1);
+}
+
 static void test_the_help_page_comes_from_the_table(void **state)
 {
     (void)state;
@@ -229,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_a_list_collects_its_values),
         cmocka_unit_test(test_usage_errors_name_what_is_wrong),
         cmocka_unit_test(test_the_other_wording),
+        cmocka_unit_test(test_a_required_choice_names_its_values),
         cmocka_unit_test(test_the_help_page_comes_from_the_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
