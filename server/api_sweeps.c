@@ -96,8 +96,7 @@ static tw_status submit(tw_server *S, const json_t *body, char *id, tw_api_code 
     if (!json_is_object(base))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "config: the base run config, an object as POST /runs takes");
     tw_sweep_spec s;
-    json_int_t steps = json_integer_value(json_object_get(base, "steps"));
-    tw_status st = tw_sweep_spec_decode(body, steps > 0 ? steps : 1000, &s, err);
+    tw_status st = tw_sweep_spec_decode(body, base, &s, err);
     if (st == TW_OK)
         st = check_trials(S, base, &s, code, err);
     tw_sweep_spec_clear(&s);
@@ -142,8 +141,7 @@ static json_t *present(tw_server *S, const json_t *sweep, tw_error *err)
 {
     tw_sweep_spec s;
     json_t *trials = NULL, *out = NULL;
-    json_int_t base_steps = json_integer_value(json_object_get(json_object_get(sweep, "config"), "steps"));
-    if (tw_sweep_spec_decode(json_object_get(sweep, "spec"), base_steps > 0 ? base_steps : 1000, &s, err) != TW_OK ||
+    if (tw_sweep_spec_of(sweep, &s, err) != TW_OK ||
         tw_store_trials(S->store, json_string_value(json_object_get(sweep, "id")), &trials, err) != TW_OK) {
         tw_sweep_spec_clear(&s);
         return NULL;

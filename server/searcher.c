@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "elementwise.h"
 
 static tw_status bad(tw_error *err, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -186,7 +187,18 @@ static tw_status searcher_of(const json_t *sr, int64_t base_steps, tw_sweep_spec
     return TW_OK;
 }
 
-tw_status tw_sweep_spec_decode(const json_t *doc, int64_t base_steps, tw_sweep_spec *s, tw_error *err)
+/* The base run config's steps, or the engine's default (config.h owns every default). */
+static int64_t steps_of(const json_t *base)
+{
+    const json_t *v = json_object_get(base, "steps");
+    if (json_is_integer(v) && json_integer_value(v) > 0)
+        return json_integer_value(v);
+    static __thread tw_config c; /* large: off the stack */
+    tw_config_defaults(&c);
+    return c.steps;
+}
+
+tw_status tw_sweep_spec_decode(const json_t *doc, const json_t *base, tw_sweep_spec *s, tw_error *err)
 {
     memset(s, 0, sizeof *s);
     TW_TRY(space_of(json_object_get(doc, "space"), s, err));
@@ -198,7 +210,7 @@ tw_status tw_sweep_spec_decode(const json_t *doc, int64_t base_steps, tw_sweep_s
     if (max && !json_is_boolean(max))
         return bad(err, "maximize", "must be true or false");
     s->maximize = max ? json_is_true(max) : strstr(metric, "accuracy") != NULL || strstr(metric, "r2") != NULL;
-    return searcher_of(json_object_get(doc, "searcher"), base_steps, s, err);
+    return searcher_of(json_object_get(doc, "searcher"), steps_of(base), s, err);
 }
 
 void tw_sweep_spec_clear(tw_sweep_spec *s)

@@ -56,9 +56,9 @@ typedef struct {
 } tw_sweep_spec;
 
 /* Decodes the spec's "space", "searcher", "metric" and "maximize" from doc (borrowed); max_steps defaults
- * to base_steps (the base config's). Errors: TW_ERR_INVALID naming the key. Free with tw_sweep_spec_clear,
- * also after an error. */
-tw_status tw_sweep_spec_decode(const json_t *doc, int64_t base_steps, tw_sweep_spec *s, tw_error *err);
+ * to the steps of base (the base run config, borrowed; the engine's default when it has none). Errors:
+ * TW_ERR_INVALID naming the key. Free with tw_sweep_spec_clear, also after an error. */
+tw_status tw_sweep_spec_decode(const json_t *doc, const json_t *base, tw_sweep_spec *s, tw_error *err);
 void tw_sweep_spec_clear(tw_sweep_spec *s);
 
 /* The trials the sweep runs at most (grid: every point). */

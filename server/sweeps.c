@@ -28,10 +28,9 @@
 /* ================================ trials from rows ================================ */
 
 /* The spec of a sweep row (decoded again from its stored JSON; the base config gives the default steps). */
-static tw_status spec_of(const json_t *sweep, tw_sweep_spec *s, tw_error *err)
+tw_status tw_sweep_spec_of(const json_t *sweep, tw_sweep_spec *s, tw_error *err)
 {
-    json_int_t steps = json_integer_value(json_object_get(json_object_get(sweep, "config"), "steps"));
-    return tw_sweep_spec_decode(json_object_get(sweep, "spec"), steps > 0 ? steps : 1000, s, err);
+    return tw_sweep_spec_decode(json_object_get(sweep, "spec"), json_object_get(sweep, "config"), s, err);
 }
 
 /* Trial row t as the searcher sees it. A trial whose run trains, is queued or waits for its resume is
@@ -175,7 +174,7 @@ static tw_status drive_one(tw_server *S, const json_t *sweep, double now, tw_err
     tw_sweep_spec s;
     json_t *trials = NULL;
     static __thread tw_sweep_trial tr[TW_SWEEP_MAX_TRIALS];
-    tw_status st = spec_of(sweep, &s, err);
+    tw_status st = tw_sweep_spec_of(sweep, &s, err);
     if (st == TW_OK)
         st = tw_store_trials(S->store, json_string_value(json_object_get(sweep, "id")), &trials, err);
     int n = st == TW_OK ? (int)json_array_size(trials) : 0, running = 0;

@@ -5,6 +5,7 @@
 #define TW_SWEEPS_H
 
 #include "http.h"
+#include "searcher.h"
 
 /* One round of every running sweep: each trial's result recorded when it finishes a rung, owed resumes issued,
  * then the searcher's decisions (start a trial, promote one) while fewer than its max_concurrent trials
@@ -12,6 +13,10 @@
  * server's drive_sweeps hook); failures are logged and the next round tries again. now: seconds since the
  * epoch. */
 void tw_sweeps_drive(tw_server *S, double now);
+
+/* The spec of a sweep row of the store (borrowed), its base config giving the default steps: as
+ * tw_sweep_spec_decode. */
+tw_status tw_sweep_spec_of(const json_t *sweep, tw_sweep_spec *s, tw_error *err);
 
 /* The driver's lock, held by each round and by the routes that change a sweep's state (cancel, resume,
  * delete), so a cancelled sweep never starts a trial from a round that read it running. */

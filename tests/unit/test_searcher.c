@@ -26,7 +26,7 @@ static json_t *parse(const char *text)
 static tw_status decode(const char *text, tw_sweep_spec *s, tw_error *err)
 {
     json_t *doc = parse(text);
-    tw_status st = tw_sweep_spec_decode(doc, 1000, s, err);
+    tw_status st = tw_sweep_spec_decode(doc, NULL, s, err); /* the engine's default steps: 1000 */
     json_decref(doc);
     return st;
 }
