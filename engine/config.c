@@ -800,33 +800,21 @@ static tw_status decode_steps(const field *f, const json_t *v, const char *path,
     return TW_OK;
 }
 
-/* Numbers, each as decode_float takes one. */
-static tw_status decode_floats(const field *f, const json_t *v, const char *path, char *base, tw_error *err)
+/* A list of min-1 items, item i decoded by `one` as a field of its own at f->offset + i * stride (numbers as
+ * decode_float takes one, names as decode_string); their count stored at f->aux. */
+static tw_status decode_items(const field *f, const json_t *v, const char *path, char *base, const char *what,
+                              size_t stride,
+                              tw_status (*one)(const field *, const json_t *, const char *, char *, tw_error *),
+                              tw_error *err)
 {
     size_t n = 0;
-    TW_TRY(list_size(f, v, path, 1, "numbers", &n, err));
+    TW_TRY(list_size(f, v, path, 1, what, &n, err));
     for (size_t i = 0; i < n; i++) {
         char item[KEY_PATH];
-        field one = *f;
-        one.offset = f->offset + i * sizeof(float);
+        field at = *f;
+        at.offset = f->offset + i * stride;
         join_index(item, path, i);
-        TW_TRY(decode_float(&one, json_array_get(v, i), item, base, err));
-    }
-    store_int(base, f->aux, (int)n);
-    return TW_OK;
-}
-
-/* Strings, each as decode_string takes one. */
-static tw_status decode_names(const field *f, const json_t *v, const char *path, char *base, tw_error *err)
-{
-    size_t n = 0;
-    TW_TRY(list_size(f, v, path, 1, "names", &n, err));
-    for (size_t i = 0; i < n; i++) {
-        char item[KEY_PATH];
-        field one = *f;
-        one.offset = f->offset + i * TW_NAME_BYTES;
-        join_index(item, path, i);
-        TW_TRY(decode_string(&one, json_array_get(v, i), item, base, err));
+        TW_TRY(one(&at, json_array_get(v, i), item, base, err));
     }
     store_int(base, f->aux, (int)n);
     return TW_OK;
@@ -883,8 +871,8 @@ static tw_status decode_value(const field *f, json_t *v, const char *path, char 
     case K_OBJECT: return decode_object(f->sub, v, path, base + f->offset, d);
     case K_LAYERS: return decode_layers(f, v, path, base, d);
     case K_STEPS: return decode_steps(f, v, path, base, d->err);
-    case K_FLOATS: return decode_floats(f, v, path, base, d->err);
-    case K_NAMES: return decode_names(f, v, path, base, d->err);
+    case K_FLOATS: return decode_items(f, v, path, base, "numbers", sizeof(float), decode_float, d->err);
+    case K_NAMES: return decode_items(f, v, path, base, "names", TW_NAME_BYTES, decode_string, d->err);
     }
     return fail(d->err, path, "internal: unknown field kind");
 }
