@@ -74,16 +74,24 @@ static inline TW_HD void tw_cuda_input_at(const tw_window *w, size_t i, size_t *
     *b = p / (size_t)w->in_d;
 }
 
+/* Input i's coordinates (batch b, position id, ih, iw, channel ci) and, per axis, the outputs whose windows
+ * cover it: [d0, d1] x [h0, h1] x [w0, w1] (the gathers of col2im and the pools' backward). */
+static inline TW_HD void tw_cuda_covered(const tw_window *w, size_t i, size_t *b, size_t *ci, int *id, int *ih,
+                                         int *iw, int *d0, int *d1, int *h0, int *h1, int *w0, int *w1)
+{
+    tw_cuda_input_at(w, i, b, id, ih, iw, ci);
+    tw_cuda_covering(*id, w->pad_d, w->k_d, w->s_d, w->out_d, d0, d1);
+    tw_cuda_covering(*ih, w->pad_h, w->k_h, w->s_h, w->out_h, h0, h1);
+    tw_cuda_covering(*iw, w->pad_w, w->k_w, w->s_w, w->out_w, w0, w1);
+}
+
 /* dx[i] of col2im: the sum of the cols values im2col copied from input i, added in ascending output
  * row (the order in which the CPU's scatter adds them, starting from 0), so bit-identical to it. */
 static inline TW_HD float tw_cuda_col2im_at(const tw_window *w, const float *cols, size_t i)
 {
     size_t c = (size_t)w->in_c, taps = (size_t)w->k_d * w->k_h * w->k_w, b, ci;
     int id, ih, iw, d0, d1, h0, h1, w0, w1;
-    tw_cuda_input_at(w, i, &b, &id, &ih, &iw, &ci);
-    tw_cuda_covering(id, w->pad_d, w->k_d, w->s_d, w->out_d, &d0, &d1);
-    tw_cuda_covering(ih, w->pad_h, w->k_h, w->s_h, w->out_h, &h0, &h1);
-    tw_cuda_covering(iw, w->pad_w, w->k_w, w->s_w, w->out_w, &w0, &w1);
+    tw_cuda_covered(w, i, &b, &ci, &id, &ih, &iw, &d0, &d1, &h0, &h1, &w0, &w1);
     float s = 0.0f;
     for (int od = d0; od <= d1; od++) {
         int kd = id + w->pad_d - od * w->s_d;
@@ -143,10 +151,7 @@ static inline TW_HD float tw_cuda_maxpool_grad_at(const tw_window *w, const floa
 {
     size_t c = (size_t)w->in_c, b, ci;
     int id, ih, iw, d0, d1, h0, h1, w0, w1;
-    tw_cuda_input_at(w, i, &b, &id, &ih, &iw, &ci);
-    tw_cuda_covering(id, w->pad_d, w->k_d, w->s_d, w->out_d, &d0, &d1);
-    tw_cuda_covering(ih, w->pad_h, w->k_h, w->s_h, w->out_h, &h0, &h1);
-    tw_cuda_covering(iw, w->pad_w, w->k_w, w->s_w, w->out_w, &w0, &w1);
+    tw_cuda_covered(w, i, &b, &ci, &id, &ih, &iw, &d0, &d1, &h0, &h1, &w0, &w1);
     float s = 0.0f;
     for (int od = d0; od <= d1; od++)
         for (int oh = h0; oh <= h1; oh++)
@@ -198,10 +203,7 @@ static inline TW_HD float tw_cuda_avgpool_grad_at(const tw_window *w, const floa
 {
     size_t c = (size_t)w->in_c, b, ci;
     int id, ih, iw, d0, d1, h0, h1, w0, w1;
-    tw_cuda_input_at(w, i, &b, &id, &ih, &iw, &ci);
-    tw_cuda_covering(id, w->pad_d, w->k_d, w->s_d, w->out_d, &d0, &d1);
-    tw_cuda_covering(ih, w->pad_h, w->k_h, w->s_h, w->out_h, &h0, &h1);
-    tw_cuda_covering(iw, w->pad_w, w->k_w, w->s_w, w->out_w, &w0, &w1);
+    tw_cuda_covered(w, i, &b, &ci, &id, &ih, &iw, &d0, &d1, &h0, &h1, &w0, &w1);
     float s = 0.0f;
     for (int od = d0; od <= d1; od++)
         for (int oh = h0; oh <= h1; oh++)
