@@ -47,6 +47,7 @@ typedef struct {
     int format, weights;      /* download: an export instead of the safetensors file (-1: none given) */
     const char *validation_split, *split_seed, *class_names; /* upload */
     const char *image_size, *channels, *resize;              /* upload of an image folder */
+    const char *test_first, *test_last, *shape;              /* upload: positional split, a TFRecord's shape */
     const char *config;                                      /* sweep create --config */
     int follow, no_wait, json;
     int npos, ntest;
@@ -589,7 +590,7 @@ static int add_query(char *buf, size_t size, const char *key, const char *value)
 }
 
 /* What a ready dataset is, on one line: "ID NAME ready: csv, 240 train + 60 test examples, features
- * f1, f2, classes a, b". */
+ * f1, f2, classes a, b"; a TFRecord's also "; each 28x28x1 (the rule that gave the shape)". */
 static void print_dataset(const json_t *d)
 {
     printf("%s %s %s", json_string_value(json_object_get(d, "id")), json_string_value(json_object_get(d, "name")),
@@ -600,11 +601,16 @@ static void print_dataset(const json_t *d)
     if (json_is_integer(test))
         printf(" + %lld test", (long long)json_integer_value(test));
     printf(" examples%s", json_is_integer(test) ? "" : " (no test split: runs on it are never evaluated)");
+    const char *rule = json_string_value(json_object_get(d, "shape_rule"));
+    size_t i;
+    json_t *v;
+    json_array_foreach(rule ? json_object_get(d, "shape") : NULL, i, v)
+        printf("%s%lld", i ? "x" : "; each ", (long long)json_integer_value(v));
+    if (rule)
+        printf(" (%s)", rule);
     static const char *const LISTS[][2] = {{"feature_names", "features"}, {"class_names", "classes"}};
     for (size_t l = 0; l < 2; l++) {
         const json_t *list = json_object_get(d, LISTS[l][0]);
-        size_t i;
-        json_t *v;
         json_array_foreach(list, i, v) printf("%s%s", i ? ", " : l ? "; classes " : "; features ",
                                               json_string_value(v));
     }
@@ -654,7 +660,8 @@ static int upload_path_of(const command *cmd, const args *a, char *path, size_t 
     snprintf(path, size, "/api/v1/datasets?");
     if (add_query(path, size, "name", a->pos[0]) || add_query(path, size, "label_column", a->label_column) ||
         add_query(path, size, "validation_split", a->validation_split) ||
-        add_query(path, size, "split_seed", a->split_seed) ||
+        add_query(path, size, "split_seed", a->split_seed) || add_query(path, size, "test_first", a->test_first) ||
+        add_query(path, size, "test_last", a->test_last) || add_query(path, size, "shape", a->shape) ||
         add_query(path, size, "class_names", file_names ? NULL : a->class_names) ||
         add_query(path, size, "image_size", a->image_size) || add_query(path, size, "channels", a->channels) ||
         add_query(path, size, "resize", a->resize))
@@ -1075,8 +1082,14 @@ static const tw_opt UPLOAD[] = {
      .help = "hold out the fraction F (0 < F <= 0.5) of the examples as the test split"},
     {.name = "split-seed", .kind = TW_OPT_STRING, .offset = offsetof(args, split_seed), .arg = "S",
      .help = "the seed of that holdout (default 0)"},
+    {.name = "test-first", .kind = TW_OPT_STRING, .offset = offsetof(args, test_first), .arg = "N",
+     .help = "hold out the first N examples, in the file's order, as the test split"},
+    {.name = "test-last", .kind = TW_OPT_STRING, .offset = offsetof(args, test_last), .arg = "N",
+     .help = "hold out the last N examples, in the file's order, as the test split"},
     {.name = "class-names", .kind = TW_OPT_STRING, .offset = offsetof(args, class_names), .arg = "X",
      .help = "the class names: a file (one a line, or a JSON array) or a comma list"},
+    {.name = "shape", .kind = TW_OPT_STRING, .offset = offsetof(args, shape), .arg = "DIMS",
+     .help = "a TFRecord's per-example shape, e.g. 28x28x1 (default: inferred, the rule named)"},
     {.name = "image-size", .kind = TW_OPT_STRING, .offset = offsetof(args, image_size), .arg = "HxW",
      .help = "an image folder's stored size (one number: a square)"},
     {.name = "channels", .kind = TW_OPT_STRING, .offset = offsetof(args, channels), .arg = "1|3",
@@ -1144,7 +1157,8 @@ static const command COMMANDS[] = {
                       "Downloads a checkpoint of the run (safetensors), or its export.\n", DOWNLOAD, "RUN", 1, 1),
      cmd_download},
     {"upload", SPEC("upload", "NAME FILE... [--test FILE]... [--label-column C] [--validation-split F [--split-seed S]]\n"
-                    "            [--class-names FILE|LIST] [--image-size HxW [--channels 1|3] [--resize crop|pad]]\n"
+                    "            [--test-first N | --test-last N] [--shape DIMS] [--class-names FILE|LIST]\n"
+                    "            [--image-size HxW [--channels 1|3] [--resize crop|pad]]\n"
                     "            [--no-wait] [--server URL]",
                     "Uploads a dataset named NAME, waits for its conversion and prints it (exit 1, with the reason, when\n"
                     "it fails). The files say what they are: IDX pairs (*idx3-ubyte[.gz] images, *idx1-ubyte[.gz] labels;\n"

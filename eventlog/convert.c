@@ -86,6 +86,47 @@ static tw_status check_archive(const tw_convert_options *o, tw_error *err)
     return TW_OK;
 }
 
+tw_status tw_convert_shape_parse(const char *text, tw_convert_options *o, tw_error *err)
+{
+    const char *p = text;
+    o->shape_rank = 0;
+    while (*p && o->shape_rank < TW_CONVERT_MAX_RANK) {
+        char *end;
+        long long v = *p >= '0' && *p <= '9' ? strtoll(p, &end, 10) : -1;
+        if (v < 1 || v > TW_CONVERT_MAX_DIM || (*end && *end != 'x' && *end != ',') || (*end && !end[1]))
+            break;
+        o->shape[o->shape_rank++] = v;
+        p = *end ? end + 1 : end;
+    }
+    if (o->shape_rank && !*p)
+        return TW_OK;
+    o->shape_rank = 0;
+    return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "'%.40s' is not a shape: 1 to %d dimensions joined by x or "
+                        "commas (28x28x1), each 1 to %d", text, TW_CONVERT_MAX_RANK, TW_CONVERT_MAX_DIM);
+}
+
+/* --shape: only for a TFRecord source; 1 to TW_CONVERT_MAX_RANK dimensions, each and their product at most
+ * TW_CONVERT_MAX_DIM. */
+static tw_status check_shape(const tw_convert_options *o, int tfr, tw_error *err)
+{
+    if (o->shape_rank && !tfr)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--shape is for a TFRecord source (--tfrecord): the "
+                            "other sources know their examples' shape");
+    if (o->shape_rank > TW_CONVERT_MAX_RANK)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--shape has %zu dimensions; at most %d",
+                            o->shape_rank, TW_CONVERT_MAX_RANK);
+    uint64_t values = 1;
+    for (size_t i = 0; i < o->shape_rank; i++) {
+        if (o->shape[i] < 1 || o->shape[i] > TW_CONVERT_MAX_DIM)
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--shape: dimension %zu is %lld; each must be 1 to %d",
+                                i + 1, (long long)o->shape[i], TW_CONVERT_MAX_DIM);
+        if ((values *= (uint64_t)o->shape[i]) > TW_CONVERT_MAX_DIM)
+            return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--shape: more than %d values an example",
+                                TW_CONVERT_MAX_DIM);
+    }
+    return TW_OK;
+}
+
 static tw_status check_source(const tw_convert_options *o, tw_convert_source *source,
                               tw_error *err)
 {
@@ -97,6 +138,7 @@ static tw_status check_source(const tw_convert_options *o, tw_convert_source *so
                             "--npy-features/--npy-labels, --tfrecord or --image-archive");
     if (arc)
         TW_TRY(check_archive(o, err));
+    TW_TRY(check_shape(o, tfr, err));
     TW_TRY(need_both(o->images, "--images", o->labels, "--labels", err));
     TW_TRY(need_both(o->csv, "--csv", o->label_column, "--label-column", err));
     TW_TRY(need_both(o->npy_features, "--npy-features", o->npy_labels, "--npy-labels", err));
@@ -134,19 +176,25 @@ static tw_status check_split(const tw_convert_options *o, tw_convert_source sour
                                 strchr(TEST_FILES[i].flags, '/') ? "" : "s", TEST_FILES[i].source);
         pair = TEST_FILES[i].flags;
     }
-    int fraction = o->test_fraction >= 0;
-    if (pair && fraction)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--test-fraction and %s exclude each other", pair);
-    if (fraction && !(o->test_fraction <= 1))
+    const char *held = o->test_fraction >= 0 ? "--test-fraction"
+                       : o->test_first          ? "--test-first"
+                       : o->test_last           ? "--test-last"
+                                                : NULL;
+    int asked = (o->test_fraction >= 0) + (o->test_first > 0) + (o->test_last > 0);
+    if (asked > 1)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                            "--test-fraction, --test-first and --test-last exclude each other: give one");
+    if (pair && held)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s and %s exclude each other", held, pair);
+    if (o->test_fraction >= 0 && !(o->test_fraction <= 1))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--test-fraction must be in [0, 1]");
-    if ((pair || fraction) && !o->test_output)
+    if ((pair || held) && !o->test_output)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "--test-output is needed with %s",
+                            held ? held : pair);
+    if (o->test_output && !pair && !held)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "--test-output is needed with --test-fraction or a test file (--test-images, "
-                            "--test-csv, --test-npy-features or --test-tfrecord)");
-    if (o->test_output && !pair && !fraction)
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                            "--test-output needs --test-fraction or a test file (--test-images, --test-csv, "
-                            "--test-npy-features or --test-tfrecord)");
+                            "--test-output needs a split: --test-fraction, --test-first, --test-last or a test "
+                            "file (--test-images, --test-csv, --test-npy-features or --test-tfrecord)");
     return TW_OK;
 }
 
@@ -302,8 +350,11 @@ typedef struct {
     uint64_t *state;           /* splitmix64, shared by the samplers of one split */
 } sampler;
 
-/* A fraction split: one sampler over every example, or (stratified) one per class. */
+/* A split of one source: the examples [lo, hi) in input order (positional), or a fraction: one sampler
+ * over every example, or (stratified) one per class. */
 typedef struct {
+    int positional;            /* --test-first / --test-last */
+    uint64_t lo, hi, index;    /* positional: the test examples' indices, the next example's */
     uint64_t state;            /* the splitmix64 stream, from the seed */
     sampler all;               /* unstratified */
     label_stats classes;       /* stratified: the classes (keys ascending) and their counts N_c */
@@ -377,6 +428,11 @@ static tw_status allot(split_plan *p, double f, uint64_t total, tw_error *err)
 /* Picks the destination of the next example (label l): 1 for the test split. */
 static tw_status plan_pick(split_plan *p, const tw_label_value *l, int *test, tw_error *err)
 {
+    if (p->positional) {
+        *test = p->index >= p->lo && p->index < p->hi;
+        p->index++;
+        return TW_OK;
+    }
     if (!p->per) {
         *test = sampler_pick(&p->all);
         return TW_OK;
@@ -408,6 +464,7 @@ typedef struct {
     int stratified;        /* the fraction split was stratified by class */
     char meta_path[PATH_BYTES];
     tw_atomic_file *meta;
+    char shape[192], shape_rule[192]; /* tw_convert_result's, from the meta */
 } conversion;
 
 /* Writes every example of src into `to`, or, with a plan, the sampled ones into c->test. */
@@ -473,13 +530,28 @@ static tw_status plan_fraction(conversion *c, split_plan *p, tw_error *err)
     return allot(p, o->test_fraction, want, err);
 }
 
+/* Plans --test-first N (the examples [0, N)) or --test-last N ([count - N, count)). */
+static tw_status plan_position(conversion *c, split_plan *p, tw_error *err)
+{
+    const tw_convert_options *o = c->o;
+    uint64_t n = c->train_src->count, want = o->test_first ? o->test_first : o->test_last;
+    if (want > n)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "a test split of the %s %llu examples: the source holds "
+                            "only %llu", o->test_first ? "first" : "last", (unsigned long long)want,
+                            (unsigned long long)n);
+    p->positional = 1;
+    p->lo = o->test_first ? 0 : n - want;
+    p->hi = o->test_first ? want : n;
+    return TW_OK;
+}
+
 static tw_status write_all(conversion *c, tw_error *err)
 {
     const tw_convert_options *o = c->o;
-    if (o->test_fraction >= 0) {
+    if (o->test_fraction >= 0 || o->test_first || o->test_last) {
         split_plan plan;
         memset(&plan, 0, sizeof plan);
-        tw_status s = plan_fraction(c, &plan, err);
+        tw_status s = o->test_fraction >= 0 ? plan_fraction(c, &plan, err) : plan_position(c, &plan, err);
         if (s == TW_OK)
             s = write_source(c, c->train_src, &c->train, &plan, err);
         plan_cleanup(&plan);
@@ -523,6 +595,9 @@ static tw_status split_json(json_t *splits, const char *name, const split *sp, c
 static json_t *test_split_json(const conversion *c)
 {
     const tw_convert_options *o = c->o;
+    if (o->test_first || o->test_last)
+        return json_pack("{s:s, s:I}", "method", o->test_first ? "first" : "last", "count",
+                         (json_int_t)(o->test_first ? o->test_first : o->test_last));
     if (o->test_fraction < 0)
         return json_pack("{s:s}", "method", c->test_src ? "file" : "none");
     char seed[24];
@@ -575,6 +650,22 @@ static tw_status build_meta(const conversion *c, json_t *meta, tw_error *err)
     return c->has_test ? split_json(splits, "test", &c->test, c->train_src, err) : TW_OK;
 }
 
+/* The meta's shape ("28x28x1") and "shape_rule" into c->shape, c->shape_rule when it has a rule. */
+static void shape_text(conversion *c, const json_t *meta)
+{
+    const char *rule = json_string_value(json_object_get(meta, "shape_rule"));
+    const json_t *shape = json_object_get(meta, "shape");
+    size_t at = 0, i;
+    json_t *d;
+    if (!rule)
+        return;
+    snprintf(c->shape_rule, sizeof c->shape_rule, "%s", rule);
+    json_array_foreach(shape, i, d)
+        if (at < sizeof c->shape)
+            at += (size_t)snprintf(c->shape + at, sizeof c->shape - at, "%s%lld", i ? "x" : "",
+                                   (long long)json_integer_value(d));
+}
+
 /* Writes the meta JSON to its temporary file (committed with the outputs). */
 static tw_status write_meta(conversion *c, tw_error *err)
 {
@@ -582,6 +673,8 @@ static tw_status write_meta(conversion *c, tw_error *err)
     if (!meta)
         return nomem(err);
     tw_status s = build_meta(c, meta, err);
+    if (s == TW_OK)
+        shape_text(c, meta);
     char *text = s == TW_OK ? json_dumps(meta, JSON_INDENT(2)) : NULL;
     json_decref(meta);
     if (s == TW_OK && !text)
@@ -663,6 +756,8 @@ tw_status tw_convert(const tw_convert_options *o, tw_convert_result *res, tw_err
         res->test_count = c.test.count;
         res->has_test = c.has_test;
         snprintf(res->meta_path, sizeof res->meta_path, "%s", c.meta_path);
+        memcpy(res->shape, c.shape, sizeof res->shape);
+        memcpy(res->shape_rule, c.shape_rule, sizeof res->shape_rule);
     }
     split_cleanup(&c.train);
     split_cleanup(&c.test);

@@ -2,7 +2,8 @@
  * tf.train.Example, with an optional test split and a JSON description (meta) of the result.
  *
  * Owns: which features each source becomes (below), the train/test split (a second file of the source's
- * kind — IDX pair, CSV, NumPy pair or TFRecord — or an exact seeded fraction by selection sampling —
+ * kind — IDX pair, CSV, NumPy pair or TFRecord —, the first or the last N examples in input order, or an
+ * exact seeded fraction by selection sampling —
  * Knuth's Algorithm S: streaming, no buffering, exactly round(F·N) test examples, halves rounded away
  * from zero; with integer labels it is stratified: see "Fraction splits" below), the label statistics,
  * the class names (parsed and checked in convert_classes.c), the meta JSON, and the
@@ -27,6 +28,15 @@
  *        one-value int64 or float feature "label", every record must have one finite label value; it
  *        gives the label histogram or statistics (without one, the splits have neither). With a
  *        fraction split the file is read twice (count, then write).
+ *
+ * TFRecord shapes: the per-example shape the meta reports (and a run on the dataset takes) is --shape when
+ * given (every record's image_raw must then hold product(shape) bytes or 4 * product(shape) bytes, else
+ * the record is refused), else, when every record agrees, the first of: one-value int64 features height,
+ * width (and depth, else 1) -> [h, w, d]; an int64 list "shape"; the length n of a float list "features"
+ * -> [n]; a one-value int64 feature "size" (the tf.train.Example layout TensorFlow's MNIST tutorials
+ * write: size, label, image_raw) or else the byte length of a one-item bytes image_raw, as n values:
+ * n = s*s -> [s, s, 1], n = 3*s*s -> [s, s, 3], otherwise [n]. The meta's "shape_rule" says which rule
+ * gave the shape, in words.
  *
  * Non-finite features: by default a NaN or ±Inf float feature is TW_ERR_INVALID naming where it is:
  * a CSV cell (nan, inf, infinity in any case, signed) by file, line, data row and column; a float32 NumPy
@@ -58,6 +68,8 @@
 #include "status.h"
 #include "tfrecord.h"
 
+enum { TW_CONVERT_MAX_RANK = 8, TW_CONVERT_MAX_DIM = 1 << 24 }; /* a --shape's rank and each dimension */
+
 typedef enum {
     TW_CONVERT_IDX = 0,
     TW_CONVERT_CSV = 1,
@@ -82,6 +94,8 @@ typedef struct {
     const char *test_npy_features, *test_npy_labels; /* optional second pair, same per-example shape
                                                          and dtype: all of it goes to the test split */
     const char *tfrecord, *test_tfrecord;  /* TFRecord of tf.train.Example; optional test file */
+    int64_t shape[TW_CONVERT_MAX_RANK];    /* a TFRecord's per-example shape as given (--shape), else */
+    size_t shape_rank;                     /* 0: inferred (see "TFRecord shapes" below) */
     const char *image_archive;             /* .tar, .tar.gz or .zip: one top-level folder of images per class */
     int image_height, image_width;         /* the stored size of an archive's images (required with one) */
     int image_channels;                    /* 1 (gray) or 3 (RGB); default 3 */
@@ -91,6 +105,8 @@ typedef struct {
     const char *meta;                      /* meta JSON path; NULL: see tw_convert_meta_path */
     tw_compression compression;            /* of both TFRecord outputs; default NONE */
     double test_fraction;                  /* in [0, 1]; < 0 (default) = no fraction split */
+    uint64_t test_first, test_last;        /* hold out the first / the last N examples in input order as
+                                              the test split (0: not asked; at most one of them) */
     uint64_t seed;                         /* selection-sampling seed; default 0 */
     uint64_t max_bytes;                    /* budget on content bytes per input file; default 16 GiB */
     uint64_t max_record_bytes;             /* cap on one TFRecord input record; default 64 MiB */
@@ -113,10 +129,17 @@ typedef struct {
     uint64_t test_count;    /* examples in test_output (0 without a split) */
     int has_test;           /* 1 when test_output was written */
     char meta_path[4096];   /* where the meta JSON went */
+    char shape[192];        /* a TFRecord source's per-example shape ("28x28x1") and the meta's */
+    char shape_rule[192];   /* "shape_rule"; both "" for the other sources or an unknown shape */
 } tw_convert_result;
 
 /* All defaults, in one place. */
 void tw_convert_options_default(tw_convert_options *o);
+
+/* Parses a shape, "28x28x1" or "28,28,1" (1 to TW_CONVERT_MAX_RANK dimensions, each 1 to
+ * TW_CONVERT_MAX_DIM), into o->shape and o->shape_rank. Errors: TW_ERR_INVALID naming the text and the form;
+ * o->shape_rank is then 0. */
+tw_status tw_convert_shape_parse(const char *text, tw_convert_options *o, tw_error *err);
 
 /* Checks that the options name exactly one complete source, the outputs a split needs, a fraction in
  * [0, 1], a non-zero budget and record cap, and no output path equal to another output or an input
@@ -137,16 +160,15 @@ const char *tw_convert_source_name(tw_convert_source s);
  *
  * Meta JSON: {"format_version": 1, "source", "features": {name: kind}, "shape" ([h, w, d] for idx, the
  * feature count for csv, the per-example shape for npy), "dtype", "compression", ("label_column" for
- * csv), "test_split": {"method": "none" | "file" | "fraction"; for "fraction" also "fraction" (F),
- * "seed" (an integer; a decimal string past 2^63 - 1) and "stratified" (bool)}, ("class_names":
+ * csv), "test_split": {"method": "none" | "file" | "fraction" | "first" | "last"; for "fraction" also
+ * "fraction" (F), "seed" (an integer; a decimal string past 2^63 - 1) and "stratified" (bool); for
+ * "first" and "last" also "count" (N)}, ("shape_rule" for tfrecord), ("class_names":
  * [name of class 0, ...] when given), "splits": {"train": {"path", "count", ...}, "test": {...}}} where
  * each split has
  * "label_histogram" {"<label>": count} for integer labels (up to 65536 distinct values) and otherwise
  * "label_stats" {"min", "max", "mean"}.
- * For tfrecord, "features" are the first record's in its order, and "shape" is inferred, if every
- * record agrees, from one-value int64 features height, width (and depth, else 1) -> [h, w, d], else
- * an int64 list "shape", else the length n of a float list "features" -> [n]; otherwise null.
- * "dtype" is "uint8" when a one-item bytes feature "image_raw" holds product(shape) bytes, "float32"
+ * For tfrecord, "features" are the first record's in its order, and "shape" is as "TFRecord shapes"
+ * above says; otherwise null. "dtype" is "uint8" when a one-item bytes feature "image_raw" holds product(shape) bytes, "float32"
  * when it holds 4 * product(shape) bytes or when a float list "image_raw" or "features" holds
  * product(shape) values; otherwise null (also when shape is null).
  *

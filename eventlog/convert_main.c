@@ -58,6 +58,13 @@ static int channels_of(const char *value, void *field)
     return 0;
 }
 
+/* --shape: "28x28x1" or "28,28,1", into the options' shape (tw_convert_shape_parse). */
+static int shape_of(const char *value, void *field)
+{
+    tw_error err;
+    return tw_convert_shape_parse(value, field, &err) == TW_OK ? 0 : -1;
+}
+
 static const char *const FITS[] = {[TW_CONVERT_FIT_CROP] = "crop", [TW_CONVERT_FIT_PAD] = "pad", NULL};
 
 #define PATH_OPTION(option, field, placeholder, text) \
@@ -83,6 +90,10 @@ static const tw_opt OPTIONS[] = {
     {PATH_OPTION("tfrecord", tfrecord, "FILE", "every record is checked, then copied as it is"),
      .section = "TFRecord source (tf.train.Example records; plain, GZIP or ZLIB, detected)"},
     {PATH_OPTION("test-tfrecord", test_tfrecord, "FILE", "a second file, same features: all of it goes to --test-output")},
+    {.name = "shape", .kind = TW_OPT_CUSTOM, .offset = offsetof(cli, o), .arg = "DIMS", .parse = shape_of,
+     .wants = "dimensions joined by x or commas, e.g. 28x28x1", .needs = "tfrecord",
+     .help = "each example's shape, e.g. 28x28x1 (default: from height/width/depth, shape,\n"
+             "features, or size / image_raw's length: s*s -> [s,s,1], 3*s*s -> [s,s,3], else [n])"},
     {PATH_OPTION("image-archive", image_archive, "FILE",
                  "a .tar, .tar.gz or .zip of one folder of PNG/JPEG files per class (the class\n"
                  "names: the folders', sorted)"),
@@ -98,9 +109,14 @@ static const tw_opt OPTIONS[] = {
              "it, centred on black"},
     {PATH_OPTION("output", output, "OUT", "the TFRecord file to write (the train split)"), .letter = 'o',
      .section = "output"},
-    {PATH_OPTION("test-output", test_output, "OUT", "the test split (with --test-fraction or a test file)")},
+    {PATH_OPTION("test-output", test_output, "OUT", "the test split (with --test-fraction, --test-first,\n"
+                                                   "--test-last or a test file)")},
     {.name = "test-fraction", .kind = TW_OPT_DOUBLE, .offset = offsetof(cli, o.test_fraction), .arg = "F",
      .min = 0, .max = 1, .help = "exactly round(F*N) examples, seeded, stratified by integer label"},
+    {.name = "test-first", .kind = TW_OPT_U64, .offset = offsetof(cli, o.test_first), .arg = "N", .min = 1,
+     .max = 1e18, .help = "the first N examples, in input order, are the test split"},
+    {.name = "test-last", .kind = TW_OPT_U64, .offset = offsetof(cli, o.test_last), .arg = "N", .min = 1,
+     .max = 1e18, .help = "the last N examples, in input order, are the test split"},
     {.name = "seed", .kind = TW_OPT_U64, .offset = offsetof(cli, o.seed), .arg = "N", .min = 0, .max = INFINITY,
      .needs = "test-fraction", .help = "seed of the --test-fraction sampling (0)"},
     {.name = "class-names", .kind = TW_OPT_STRING, .offset = offsetof(cli, class_names), .arg = "FILE", .min = 1,
@@ -190,6 +206,8 @@ static int report_json(const cli *c, const tw_convert_result *r)
     json_t *j = json_pack("{s:s, s:s, s:{s:s, s:I}, s:s}", "source", tw_convert_source_name(r->source),
                           "compression", tw_compression_name(o->compression), "train", "path",
                           o->output, "count", (json_int_t)r->train_count, "meta", r->meta_path);
+    if (j && r->shape_rule[0])
+        json_object_set_new(j, "shape_rule", json_string(r->shape_rule));
     if (j && r->has_test)
         json_object_set_new(j, "test", json_pack("{s:s, s:I}", "path", o->test_output, "count",
                                                  (json_int_t)r->test_count));
@@ -214,6 +232,8 @@ static int report(const cli *c, const tw_convert_result *r)
         printf(" and %llu to %s", (unsigned long long)r->test_count, o->test_output);
     printf(" (%s, compression %s); meta: %s\n", tw_convert_source_name(r->source),
            tw_compression_name(o->compression), r->meta_path);
+    if (r->shape_rule[0])
+        printf("tower convert: each example is %s, from %s\n", r->shape, r->shape_rule);
     return 0;
 }
 

@@ -463,12 +463,12 @@ static tw_status npy_same_shape(const tw_convert_src *train, tw_convert_src *tes
  * have exactly, each once, with the same kinds. It also gives the label kind and the layout (shape and
  * dtype) the meta reports, which holds only if every record agrees. */
 
-enum { MAX_RANK = 8 };
+enum { MAX_RANK = TW_CONVERT_MAX_RANK };
 
 /* The features the layout and the labels are read from, by name and kind. */
 typedef enum {
     ROLE_OTHER, ROLE_LABEL, ROLE_HEIGHT, ROLE_WIDTH, ROLE_DEPTH, ROLE_SHAPE, ROLE_FEATURES,
-    ROLE_IMAGE, N_ROLES
+    ROLE_IMAGE, ROLE_SIZE, N_ROLES
 } feature_role;
 
 static feature_role role_of(const char *name, tw_feature_kind kind)
@@ -482,7 +482,7 @@ static feature_role role_of(const char *name, tw_feature_kind kind)
         {"height", TW_FEATURE_INT64, ROLE_HEIGHT},   {"width", TW_FEATURE_INT64, ROLE_WIDTH},
         {"depth", TW_FEATURE_INT64, ROLE_DEPTH},     {"shape", TW_FEATURE_INT64, ROLE_SHAPE},
         {"features", TW_FEATURE_FLOAT, ROLE_FEATURES}, {"image_raw", TW_FEATURE_BYTES, ROLE_IMAGE},
-        {"image_raw", TW_FEATURE_FLOAT, ROLE_IMAGE},
+        {"image_raw", TW_FEATURE_FLOAT, ROLE_IMAGE}, {"size", TW_FEATURE_INT64, ROLE_SIZE},
     };
     for (size_t i = 0; i < sizeof roles / sizeof roles[0]; i++)
         if (roles[i].kind == kind && !strcmp(roles[i].name, name))
@@ -496,30 +496,85 @@ typedef struct {
     size_t rank;
     int64_t dims[MAX_RANK];
     const char *dtype;     /* "uint8", "float32" or NULL */
+    char rule[128];        /* which rule gave the shape, in words (the meta's "shape_rule") */
 } layout;
 
 static int one_int64(const tw_feature *f) { return f->kind == TW_FEATURE_INT64 && f->count == 1; }
 
-/* got[role]: the record's feature of each role (kind TW_FEATURE_NONE where it has none). */
-static void layout_of(const tw_feature got[N_ROLES], layout *l)
+/* n values as a shape: a square of one or of three channels, else a vector (see "TFRecord shapes" in
+ * convert.h); `from` says where n came from. */
+static int64_t isqrt(int64_t n)
+{
+    int64_t s = (int64_t)sqrt((double)n);
+    while (s * s > n)
+        s--;
+    while ((s + 1) * (s + 1) <= n)
+        s++;
+    return s;
+}
+
+static void layout_of_count(layout *l, int64_t n, const char *from)
+{
+    int64_t c = 1, s = n > 0 && n <= (INT64_C(1) << 60) ? isqrt(n) : 0;
+    if (s && s * s != n && n % 3 == 0) {
+        c = 3;
+        s = isqrt(n / 3);
+    }
+    if (s && s * s * c == n) {
+        *l = (layout){.rank = 3, .dims = {s, s, c}};
+        snprintf(l->rule, sizeof l->rule, "%s: %lld = %s%lld x %lld, a square image of %s", from, (long long)n,
+                 c == 3 ? "3 x " : "", (long long)s, (long long)s, c == 3 ? "three channels" : "one channel");
+        return;
+    }
+    *l = (layout){.rank = 1, .dims = {n}};
+    snprintf(l->rule, sizeof l->rule, "%s: %lld is no square image, so a vector of %lld values", from,
+             (long long)n, (long long)n);
+}
+
+/* The shape rules before the size rule: height/width(/depth), an int64 list shape, a float list
+ * features. Returns 0 when none applies. */
+static int layout_of_features(const tw_feature got[N_ROLES], layout *l)
 {
     const tw_feature *h = &got[ROLE_HEIGHT], *w = &got[ROLE_WIDTH], *d = &got[ROLE_DEPTH];
-    const tw_feature *shape = &got[ROLE_SHAPE], *fl = &got[ROLE_FEATURES], *im = &got[ROLE_IMAGE];
-    memset(l, 0, sizeof *l);
+    const tw_feature *shape = &got[ROLE_SHAPE], *fl = &got[ROLE_FEATURES];
     if (one_int64(h) && one_int64(w) && (d->kind == TW_FEATURE_NONE || one_int64(d))) {
-        l->rank = 3;
-        l->dims[0] = h->int64s[0];
-        l->dims[1] = w->int64s[0];
-        l->dims[2] = d->kind == TW_FEATURE_NONE ? 1 : d->int64s[0];
+        *l = (layout){.rank = 3, .dims = {h->int64s[0], w->int64s[0], d->kind == TW_FEATURE_NONE ? 1 : d->int64s[0]}};
+        snprintf(l->rule, sizeof l->rule, "the features height, width%s", d->kind == TW_FEATURE_NONE
+                                                                              ? " (depth 1)" : " and depth");
     } else if (shape->kind == TW_FEATURE_INT64 && shape->count <= MAX_RANK) {
-        l->rank = shape->count;
+        *l = (layout){.rank = shape->count};
         if (l->rank)
             memcpy(l->dims, shape->int64s, l->rank * sizeof *l->dims);
+        snprintf(l->rule, sizeof l->rule, "the int64 list feature shape");
     } else if (fl->kind == TW_FEATURE_FLOAT) {
-        l->rank = 1;
-        l->dims[0] = (int64_t)fl->count;
+        *l = (layout){.rank = 1, .dims = {(int64_t)fl->count}};
+        snprintf(l->rule, sizeof l->rule, "the length of the float list feature features");
     } else {
-        return;
+        return 0;
+    }
+    return 1;
+}
+
+/* got[role]: the record's feature of each role (kind TW_FEATURE_NONE where it has none); given: the
+ * shape as given (--shape), or NULL to infer it. */
+static void layout_of(const tw_feature got[N_ROLES], const tw_convert_options *given, layout *l)
+{
+    const tw_feature *im = &got[ROLE_IMAGE], *size = &got[ROLE_SIZE];
+    size_t len = 0;
+    if (im->kind == TW_FEATURE_BYTES && im->count == 1)
+        tw_feature_bytes_at(im, 0, &len);
+    memset(l, 0, sizeof *l);
+    if (given && given->shape_rank) {
+        l->rank = given->shape_rank;
+        memcpy(l->dims, given->shape, l->rank * sizeof *l->dims);
+        snprintf(l->rule, sizeof l->rule, "given");
+    } else if (!layout_of_features(got, l)) {
+        if (one_int64(size))
+            layout_of_count(l, size->int64s[0], "the feature size");
+        else if (im->kind == TW_FEATURE_BYTES && im->count == 1 && len > 0 && len <= INT64_MAX)
+            layout_of_count(l, (int64_t)len, "image_raw's length in bytes");
+        else
+            return;
     }
     uint64_t n = 1; /* product of the dims; 4 * n cannot overflow */
     for (size_t i = 0; i < l->rank; i++) {
@@ -528,9 +583,7 @@ static void layout_of(const tw_feature got[N_ROLES], layout *l)
         n *= (uint64_t)l->dims[i];
     }
     l->known = 1;
-    size_t len = 0;
-    if (im->kind == TW_FEATURE_BYTES && im->count == 1)
-        tw_feature_bytes_at(im, 0, &len);
+    const tw_feature *fl = &got[ROLE_FEATURES];
     if (im->kind == TW_FEATURE_BYTES && im->count == 1 && len == n)
         l->dtype = "uint8";
     else if ((im->kind == TW_FEATURE_BYTES && im->count == 1 && len == 4 * n) ||
@@ -672,6 +725,7 @@ typedef struct {
     uint64_t index;              /* records read in this pass */
     int counted;                 /* base.count comes from a counting pass */
     int allow_nonfinite;         /* float lists may hold NaN / Inf */
+    const tw_convert_options *given; /* borrowed: the shape given (--shape), if any */
 } tfr_source;
 
 /* Makes *err (status s) about record `index` at byte `at` of path: "record N: " + its message. */
@@ -687,6 +741,32 @@ static tw_status at_record(tw_status s, tw_error *err, const char *path, uint64_
     err->errno_value = errno_value;
     err->record = (int64_t)index;
     return s;
+}
+
+/* The error for a record whose image_raw does not hold the --shape given (l: its layout). */
+static tw_status shape_refused(const layout *l, const tw_feature *im, tw_error *err)
+{
+    char dims[MAX_RANK * 21] = "";
+    uint64_t n = 1;
+    for (size_t i = 0, at = 0; i < l->rank; i++) {
+        at += (size_t)snprintf(dims + at, sizeof dims - at, "%s%lld", i ? "x" : "", (long long)l->dims[i]);
+        n *= (uint64_t)l->dims[i];
+    }
+    size_t len = 0;
+    if (im->kind == TW_FEATURE_BYTES && im->count == 1)
+        tw_feature_bytes_at(im, 0, &len);
+    char got[96];
+    if (im->kind == TW_FEATURE_NONE)
+        snprintf(got, sizeof got, "it has no image_raw");
+    else if (im->kind == TW_FEATURE_BYTES && im->count == 1)
+        snprintf(got, sizeof got, "its image_raw holds %zu bytes", len);
+    else
+        snprintf(got, sizeof got, "its image_raw is a list of %zu %s", im->count,
+                 im->kind == TW_FEATURE_BYTES ? "byte strings" : "floats");
+    return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
+                        "the shape given, %s, is %llu values: image_raw must hold %llu bytes (uint8) or %llu (float32), "
+                        "but %s", dims, (unsigned long long)n, (unsigned long long)n, (unsigned long long)(4 * n),
+                        got);
 }
 
 /* Parses and checks the record just read; fills *label. */
@@ -709,7 +789,9 @@ static tw_status tfr_check(tfr_source *x, const uint8_t *data, size_t len, tw_la
     tw_feature got[N_ROLES];
     TW_TRY(schema_match(sc, x->ex ? x->ex : sc->first, got, err));
     layout l;
-    layout_of(got, &l);
+    layout_of(got, x->given, &l);
+    if (x->given->shape_rank && !l.dtype)
+        return shape_refused(&l, &got[ROLE_IMAGE], err);
     if (sc->stamp == 1) {
         sc->first_layout = l;
         sc->same_layout = 1;
@@ -796,6 +878,8 @@ static tw_status tfr_describe(const tw_convert_src *s, json_t *meta, tw_error *e
     for (size_t i = 0; known && i < l->rank; i++)
         TW_CHECK_FOREIGN(json_array_append_new(shape, json_integer((json_int_t)l->dims[i])) == 0, err,
                          TW_ERR_NOMEM, "jansson");
+    if (known)
+        TW_TRY(tw_convert_put(meta, "shape_rule", json_string(l->rule), err));
     return tw_convert_put(meta, "dtype", known && l->dtype ? json_string(l->dtype) : json_null(), err);
 }
 
@@ -830,6 +914,7 @@ static tw_status tfr_open(const char *path, const tw_convert_options *o, schema 
     *out = &x->base;
     x->path = path;
     x->allow_nonfinite = o->allow_nonfinite;
+    x->given = o;
     x->sch = shared ? shared : &x->own;
     tw_tfrecord_options_default(&x->ropts);
     x->ropts.compression = TW_COMPRESSION_AUTO;
@@ -887,8 +972,8 @@ static tw_status open_source(const tw_convert_options *o, tw_convert_source kind
         return csv_open(o->csv, o->label_column, o->max_bytes, o->allow_nonfinite, out, err);
     case TW_CONVERT_NPY:
         return npy_open(o->npy_features, o->npy_labels, o->max_bytes, o->allow_nonfinite, out, err);
-    case TW_CONVERT_TFRECORD: /* the fraction split needs the count up front */
-        return tfr_open(o->tfrecord, o, NULL, o->test_fraction >= 0, out, err);
+    case TW_CONVERT_TFRECORD: /* a fraction or positional split needs the count up front */
+        return tfr_open(o->tfrecord, o, NULL, o->test_fraction >= 0 || o->test_first || o->test_last, out, err);
     case TW_CONVERT_ARCHIVE: return tw_convert_archive_open(o, out, err);
     }
     return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1, "unknown source %d", (int)kind);

@@ -48,13 +48,14 @@ static int refuse(tw_req *r, tw_api_code code, const char *msg)
     return -1;
 }
 
-/* The upload's options given in the query (label_column, validation_split, split_seed, class_names, and an
- * image folder's image_size, channels, resize), for a form and a raw body alike: each is received as the form field of its name, so the same option given
+/* The upload's options given in the query (label_column, validation_split, split_seed, test_first,
+ * test_last, class_names, an image folder's image_size, channels, resize, and a TFRecord's shape), for a
+ * form and a raw body alike: each is received as the form field of its name, so the same option given
  * again as a form field is refused ("given twice"). */
 static tw_status query_options(tw_req *r, receiving *u)
 {
-    static const char *const values[] = {"label_column", "validation_split", "split_seed", "class_names",
-                                         "image_size", "channels", "resize"};
+    static const char *const values[] = {"label_column", "validation_split", "split_seed", "test_first", "test_last",
+                                         "class_names", "image_size", "channels", "resize", "shape"};
     for (size_t i = 0; i < sizeof values / sizeof values[0]; i++) {
         const char *v = tw_req_query(r, values[i]);
         if (!v)

@@ -3,7 +3,8 @@
  * Form fields: files images, labels, test_images, test_labels (IDX), features + labels, test_features +
  * test_labels (NumPy), csv, test_csv, tfrecord, test_tfrecord, class names (the field class_names or the
  * file classes, at most TW_CONVERT_MAX_CLASS_TEXT bytes); values label_column, test_fraction,
- * validation_split, split_seed. Each file field is written to upload/<field> (the field name comes from
+ * validation_split, split_seed, test_first, test_last, an archive's image_size, channels, resize, a
+ * TFRecord's shape. Each file field is written to upload/<field> (the field name comes from
  * the fixed table below, never from the request). Everything that can be checked before the conversion
  * (the set of files, the split options, the class names' text) is checked when the upload is accepted;
  * the class names' count against the labels is the converter's check. */
@@ -32,18 +33,20 @@
 enum { F_IMAGES, F_LABELS, F_TEST_IMAGES, F_TEST_LABELS, F_FEATURES, F_CSV, F_TFRECORD, F_TEST_TFRECORD,
        F_TEST_FEATURES, F_TEST_CSV, F_ARCHIVE, N_DATA, F_CLASSES = N_DATA, F_CLASS_NAMES, N_FILES,
        F_LABEL_COLUMN = N_FILES, F_TEST_FRACTION, F_VALIDATION_SPLIT, F_SPLIT_SEED, F_IMAGE_SIZE, F_CHANNELS,
-       F_RESIZE, N_FIELDS };
+       F_RESIZE, F_SHAPE, F_TEST_FIRST, F_TEST_LAST, N_FIELDS };
 
 #define BIT(f) (1u << (f))
 
 static const char *const FIELDS[N_FIELDS] = {"images", "labels", "test_images", "test_labels", "features",
                                              "csv", "tfrecord", "test_tfrecord", "test_features", "test_csv",
                                              "archive", "classes", "class_names", "label_column", "test_fraction",
-                                             "validation_split", "split_seed", "image_size", "channels", "resize"};
+                                             "validation_split", "split_seed", "image_size", "channels", "resize",
+                                             "shape", "test_first", "test_last"};
 
 static const char KNOWN_FIELDS[] = "images, labels, test_images, test_labels, features, test_features, csv, "
                                    "test_csv, tfrecord, test_tfrecord, archive, classes, class_names, label_column, "
-                                   "test_fraction, validation_split, split_seed, image_size, channels, resize";
+                                   "test_fraction, validation_split, split_seed, image_size, channels, resize, shape, "
+                                   "test_first, test_last";
 
 static const char FASHION[] = "/usr/share/datasets/fashion-mnist";
 
@@ -259,19 +262,18 @@ static tw_status image_options(const upload *u, tw_convert_options *o, tw_error 
     return TW_OK;
 }
 
-/* The conversion parameters that must survive a restart: upload/params.json. */
+/* The conversion parameters that must survive a restart: upload/params.json: {"fields": the bits of the
+ * fields received, each value field by its name, "filenames": {file field: the client's file name}}. */
 static tw_status save_params(const upload *u, tw_error *err)
 {
     json_t *names = json_object();
     for (int f = 0; f < N_FILES; f++)
         if (u->filenames[f][0])
             json_object_set_new(names, FIELDS[f], json_string(u->filenames[f]));
-    json_t *p = json_pack("{s:i, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:o}", "fields", (int)u->have, "label_column",
-                          u->values[F_LABEL_COLUMN], "test_fraction", u->values[F_TEST_FRACTION],
-                          "validation_split", u->values[F_VALIDATION_SPLIT], "split_seed",
-                          u->values[F_SPLIT_SEED], "image_size", u->values[F_IMAGE_SIZE], "channels",
-                          u->values[F_CHANNELS], "resize", u->values[F_RESIZE], "filenames", names);
-    char *text = json_dumps(p, JSON_COMPACT), path[PATH_MAX];
+    json_t *p = json_pack("{s:i, s:o}", "fields", (int)u->have, "filenames", names);
+    for (int f = N_FILES; p && f < N_FIELDS; f++)
+        json_object_set_new(p, FIELDS[f], json_string(u->values[f]));
+    char *text = p ? json_dumps(p, JSON_COMPACT) : NULL, path[PATH_MAX];
     json_decref(p);
     tw_status s = tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path) != 0
                       ? tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long")
@@ -291,30 +293,24 @@ static json_t *load_json(const char *path, size_t flags, json_error_t *je)
     return j;
 }
 
-/* Reads u's parameters back (u->S and u->id set) for a conversion after a restart. */
+/* Reads u's parameters back (u->S and u->id set) for a conversion after a restart (a value absent from
+ * the file, one an older server did not know, is empty). */
 static tw_status load_params(upload *u, tw_error *err)
 {
     char path[PATH_MAX];
     tw_dataset_path(u->S, u->id, TW_DATASET_PARAMS, path, sizeof path);
     json_error_t je;
-    json_t *p = load_json(path, JSON_REJECT_DUPLICATES, &je);
-    const char *lc = NULL, *tf = NULL, *vs = "", *seed = "", *size = "", *ch = "", *fit = "";
-    json_t *names = NULL;
+    json_t *p = load_json(path, JSON_REJECT_DUPLICATES, &je), *names = NULL;
     int fields = 0;
-    if (!p || json_unpack(p, "{s:i, s:s, s:s, s?:s, s?:s, s?:s, s?:s, s?:s, s?:o}", "fields", &fields, "label_column",
-                          &lc, "test_fraction", &tf, "validation_split", &vs, "split_seed", &seed, "image_size", &size,
-                          "channels", &ch, "resize", &fit, "filenames", &names)) {
+    if (!p || json_unpack(p, "{s:i, s?:o}", "fields", &fields, "filenames", &names)) {
         json_decref(p);
         return tw_error_set(err, TW_ERR_CORRUPT, path, -1, "unreadable upload parameters");
     }
     u->have = (unsigned)fields;
-    snprintf(u->values[F_LABEL_COLUMN], sizeof u->values[0], "%s", lc);
-    snprintf(u->values[F_TEST_FRACTION], sizeof u->values[0], "%s", tf);
-    snprintf(u->values[F_VALIDATION_SPLIT], sizeof u->values[0], "%s", vs);
-    snprintf(u->values[F_SPLIT_SEED], sizeof u->values[0], "%s", seed);
-    snprintf(u->values[F_IMAGE_SIZE], sizeof u->values[0], "%s", size);
-    snprintf(u->values[F_CHANNELS], sizeof u->values[0], "%s", ch);
-    snprintf(u->values[F_RESIZE], sizeof u->values[0], "%s", fit);
+    for (int f = N_FILES; f < N_FIELDS; f++) {
+        const char *v = json_string_value(json_object_get(p, FIELDS[f]));
+        snprintf(u->values[f], sizeof u->values[0], "%s", v ? v : "");
+    }
     for (int f = 0; f < N_FILES; f++) {
         const char *name = json_string_value(json_object_get(names, FIELDS[f]));
         snprintf(u->filenames[f], sizeof u->filenames[0], "%s", name ? name : "");
@@ -324,34 +320,67 @@ static tw_status load_params(upload *u, tw_error *err)
     return TW_OK;
 }
 
-/* The fraction split the values ask for: test_fraction in [0, 1] or validation_split in (0, 0.5], and
- * split_seed (default 0, at most 2^63 - 1), into o. Errors name the field. */
+/* The integer in field f (decimal digits, min to 2^63 - 1) into *v; `what` ends the error. */
+static tw_status integer_value(const upload *u, int f, unsigned long long min, const char *what, uint64_t *v,
+                               tw_error *err)
+{
+    unsigned long long n = 0;
+    const char *c = u->values[f];
+    for (; *c >= '0' && *c <= '9' && n <= (unsigned long long)(INT64_MAX - (*c - '0')) / 10; c++)
+        n = n * 10 + (unsigned long long)(*c - '0');
+    if (*c || n < min)
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s must be an integer from %llu to 9223372036854775807%s",
+                            FIELDS[f], min, what);
+    *v = n;
+    return TW_OK;
+}
+
+/* The split the values ask for: test_fraction in [0, 1], validation_split in (0, 0.5] (with split_seed,
+ * default 0), test_first or test_last (a count), at most one of them and none with a test file, into o.
+ * Errors name the field. */
 static tw_status split_options(const upload *u, tw_convert_options *o, tw_error *err)
 {
+    static const int SPLITS[] = {F_TEST_FRACTION, F_VALIDATION_SPLIT, F_TEST_FIRST, F_TEST_LAST};
     const char *tf = u->values[F_TEST_FRACTION], *vs = u->values[F_VALIDATION_SPLIT];
-    const char *seed = u->values[F_SPLIT_SEED];
+    const char *given[2] = {NULL, NULL};
+    for (size_t i = 0, n = 0; i < sizeof SPLITS / sizeof SPLITS[0]; i++)
+        if (u->values[SPLITS[i]][0] && n < 2)
+            given[n++] = FIELDS[SPLITS[i]];
+    if (given[1])
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s and %s exclude each other: give one split", given[0],
+                            given[1]);
     char *end;
-    if (tf[0] && vs[0])
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "test_fraction and validation_split exclude each other");
     if (tf[0] && (o->test_fraction = strtod(tf, &end), *end || !(o->test_fraction >= 0 && o->test_fraction <= 1)))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "test_fraction must be a number from 0 to 1");
     if (vs[0] && (o->test_fraction = strtod(vs, &end), *end || !(o->test_fraction > 0 && o->test_fraction <= 0.5)))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
                             "validation_split must be a number in (0, 0.5]: the fraction held out for testing");
-    unsigned long long v = 0;
-    for (const char *c = seed; *c; c++) {
-        if (*c < '0' || *c > '9' || v > (unsigned long long)(INT64_MAX - (*c - '0')) / 10)
-            return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
-                                "split_seed must be an integer from 0 to 9223372036854775807");
-        v = v * 10 + (unsigned long long)(*c - '0');
-    }
-    o->seed = v;
+    TW_TRY(integer_value(u, F_SPLIT_SEED, 0, "", &o->seed, err));
+    if (u->values[F_TEST_FIRST][0])
+        TW_TRY(integer_value(u, F_TEST_FIRST, 1, ": the number of examples held out for testing", &o->test_first, err));
+    if (u->values[F_TEST_LAST][0])
+        TW_TRY(integer_value(u, F_TEST_LAST, 1, ": the number of examples held out for testing", &o->test_last, err));
     unsigned test_files = BIT(F_TEST_IMAGES) | BIT(F_TEST_FEATURES) | BIT(F_TEST_CSV) | BIT(F_TEST_TFRECORD);
-    if ((tf[0] || vs[0]) && (u->have & test_files))
+    if (given[0] && (u->have & test_files))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1,
                             "%s and a test file (test_images, test_features, test_csv, test_tfrecord) exclude each other",
-                            tf[0] ? "test_fraction" : "validation_split");
+                            given[0]);
     return TW_OK;
+}
+
+/* A TFRecord's per-example shape (the shape field, e.g. 28x28x1) into o. Errors name the field. */
+static tw_status shape_option(const upload *u, tw_convert_options *o, tw_error *err)
+{
+    if (!u->values[F_SHAPE][0])
+        return TW_OK;
+    if (!(u->have & BIT(F_TFRECORD)))
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "shape is for a TFRecord upload (the tfrecord field): the "
+                            "other sources know their examples' shape");
+    if (tw_convert_shape_parse(u->values[F_SHAPE], o, err) == TW_OK)
+        return TW_OK;
+    char msg[sizeof err->message];
+    snprintf(msg, sizeof msg, "%s", err->message);
+    return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "shape: %.400s", msg);
 }
 
 /* The upload's class names (the class_names field or the classes file), parsed into *names (new; NULL
@@ -382,6 +411,7 @@ static tw_status check_upload(const upload *u, tw_error *err)
     tw_convert_options_default(&o);
     TW_TRY(split_options(u, &o, err));
     TW_TRY(image_options(u, &o, err));
+    TW_TRY(shape_option(u, &o, err));
     json_t *names;
     TW_TRY(class_names(u, &names, err));
     json_decref(names);
@@ -413,7 +443,9 @@ static tw_status convert_dir(tw_server *S, const upload *u, char **meta, tw_erro
         o.label_column = u->values[F_LABEL_COLUMN];
     TW_TRY(split_options(u, &o, err));
     TW_TRY(image_options(u, &o, err));
-    if (!o.test_images && !o.test_tfrecord && !o.test_csv && !o.test_npy_features && o.test_fraction < 0)
+    TW_TRY(shape_option(u, &o, err));
+    if (!o.test_images && !o.test_tfrecord && !o.test_csv && !o.test_npy_features && o.test_fraction < 0 &&
+        !o.test_first && !o.test_last)
         o.test_output = NULL;
     if (o.csv && !o.label_column)
         o.label_column = "label";
@@ -660,6 +692,8 @@ json_t *tw_dataset_present(const json_t *row)
         tw_convert_meta_split(meta, "train", "count"), "test_examples", tw_convert_meta_split(meta, "test", "count"),
         "shape", tw_convert_meta_shape(meta), "dtype", json_object_get(meta, "dtype"), "features",
         json_object_get(meta, "features"));
+    json_t *rule = json_object_get(meta, "shape_rule");
+    json_object_set_new(d, "shape_rule", json_is_string(rule) ? json_incref(rule) : json_null());
     json_object_set_new(d, "class_names", json_incref((json_t *)tw_convert_meta_class_names(meta)));
     json_t *columns = json_object_get(meta, "feature_names");
     json_object_set_new(d, "feature_names", json_is_array(columns) ? json_incref(columns) : json_null());

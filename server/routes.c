@@ -14,7 +14,7 @@ const tw_route TW_ROUTES[] = {
     {"GET", "/api/v1/openapi.json", tw_api_openapi, 0, NULL, 200, "This document", "OpenAPI 3.0", NULL},
     {"GET", "/api/v1/datasets", tw_api_datasets_list, 0, NULL, 200, "List datasets, newest first", "{datasets: [dataset], total}", NULL},
     {"POST", "/api/v1/datasets", tw_api_dataset_upload, TW_ROUTE_UPLOAD, &TW_API_DATASET_UPLOAD, 202,
-     "Upload a dataset (multipart form, or a raw CSV or TFRecord body); ?name=N", "dataset (202 converting, 201 ready)", "!name label_column validation_split split_seed class_names image_size channels resize"},
+     "Upload a dataset (multipart form, or a raw CSV or TFRecord body); ?name=N", "dataset (202 converting, 201 ready)", "!name label_column validation_split split_seed test_first test_last class_names image_size channels resize shape"},
     {"GET", "/api/v1/datasets/{id}", tw_api_dataset_get, 0, NULL, 200, "Show a dataset", "dataset", NULL},
     {"DELETE", "/api/v1/datasets/{id}", tw_api_dataset_delete, 0, NULL, 204, "Delete a dataset no queued or running run uses", "204", NULL},
     {"GET", "/api/v1/datasets/{id}/samples", tw_api_dataset_samples, 0, NULL, 200, "A few decoded examples; ?n=16", "{shape, samples: [{label, pixels | features}]}", "n"},
