@@ -233,7 +233,7 @@ static int report(const cli *c, const tw_convert_result *r)
     printf(" (%s, compression %s); meta: %s\n", tw_convert_source_name(r->source),
            tw_compression_name(o->compression), r->meta_path);
     if (r->shape_rule[0])
-        printf("tower convert: each example is %s, from %s\n", r->shape, r->shape_rule);
+        printf("tower convert: each example is %s (%s)\n", r->shape, r->shape_rule);
     return 0;
 }
 

@@ -1411,6 +1411,143 @@ static void expect_no_run_dataset(const char *meta_text, const char *want)
     json_decref(meta);
 }
 
+/* --test-first / --test-last N: the test split is exactly the first / last N examples, in order, and the
+ * training split the rest, in order; N past the source's count is refused. */
+static void test_positional_split(void **state)
+{
+    (void)state;
+    for (int last = 0; last < 2; last++) {
+        fresh_dir(last ? "split_last" : "split_first");
+        write_idx_pair("s", 40, 40, 2, 2, 0, 0);
+        tw_convert_options o;
+        options_idx(&o, "s");
+        o.test_output = path("test.tfrecord");
+        *(last ? &o.test_last : &o.test_first) = 15;
+        tw_convert_result res;
+        tw_error err;
+        assert_int_equal(tw_convert(&o, &res, &err), TW_OK);
+        records tr, te;
+        read_records(o.output, &tr);
+        read_records(o.test_output, &te);
+        assert_int_equal(te.n, 15);
+        assert_int_equal(tr.n, 25);
+        for (size_t i = 0; i < te.n; i++)
+            assert_int_equal(image_id(te.ex[i]), (last ? 25 : 0) + i);
+        for (size_t i = 0; i < tr.n; i++)
+            assert_int_equal(image_id(tr.ex[i]), (last ? 0 : 15) + i);
+        free_records(&tr);
+        free_records(&te);
+        json_t *m = load_json(res.meta_path), *split = json_object_get(m, "test_split");
+        assert_string_equal(json_string_value(json_object_get(split, "method")), last ? "last" : "first");
+        assert_int_equal(json_integer_value(json_object_get(split, "count")), 15);
+        json_decref(m);
+        *(last ? &o.test_last : &o.test_first) = 41;
+        expect_failure(&o, TW_ERR_INVALID, last ? "the last 41 examples: the source holds only 40"
+                                                : "the first 41 examples: the source holds only 40", 5);
+    }
+    tw_convert_options o;
+    options_idx(&o, "s");
+    o.test_output = path("test.tfrecord");
+    o.test_last = 3;
+    o.test_fraction = 0.5;
+    expect_invalid(&o, "--test-fraction, --test-first and --test-last exclude each other");
+    o.test_fraction = -1;
+    o.test_output = NULL;
+    expect_invalid(&o, "--test-output is needed with --test-last");
+}
+
+/* The seed converter's layout: size, label, image_raw (n bytes). */
+static void make_sized(tw_example_builder *b, uint32_t i, void *scratch, int64_t n)
+{
+    tw_error err;
+    uint8_t *px = scratch;
+    int64_t v[2] = {n, i % 10};
+    for (int64_t k = 0; k < n; k++)
+        px[k] = (uint8_t)(i + k);
+    assert_int_equal(tw_example_add_int64s(b, "size", &v[0], 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "label", &v[1], 1, &err), TW_OK);
+    assert_int_equal(tw_example_add_bytes1(b, "image_raw", px, (size_t)n, &err), TW_OK);
+}
+
+static void make_sized_16(tw_example_builder *b, uint32_t i, void *s) { make_sized(b, i, s, 16); }
+static void make_sized_75(tw_example_builder *b, uint32_t i, void *s) { make_sized(b, i, s, 75); }
+static void make_sized_10(tw_example_builder *b, uint32_t i, void *s) { make_sized(b, i, s, 10); }
+
+/* image_raw of 36 bytes and no other layout feature. */
+static void make_bare_36(tw_example_builder *b, uint32_t i, void *scratch)
+{
+    tw_error err;
+    int64_t label = i % 3;
+    memset(scratch, (int)i, 36);
+    assert_int_equal(tw_example_add_bytes1(b, "image_raw", scratch, 36, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "label", &label, 1, &err), TW_OK);
+}
+
+/* Converts name and checks the meta's shape [a, b, c] (c 0: [a]) and that shape_rule contains rule. */
+static void expect_shape(const char *name, const tw_convert_options *given, int64_t a, int64_t b, int64_t c,
+                         const char *rule)
+{
+    tw_convert_options o;
+    if (given)
+        o = *given;
+    else
+        options_tfr(&o, name);
+    tw_convert_result res;
+    tw_error err;
+    assert_int_equal(tw_convert(&o, &res, &err), TW_OK);
+    json_t *m = load_json(res.meta_path), *shape = json_object_get(m, "shape");
+    int64_t want[3] = {a, b, c};
+    assert_int_equal(json_array_size(shape), c ? 3 : 1);
+    for (size_t i = 0; i < json_array_size(shape); i++)
+        assert_int_equal(json_integer_value(json_array_get(shape, i)), want[i]);
+    assert_string_equal(json_string_value(json_object_get(m, "dtype")), "uint8");
+    const char *got = json_string_value(json_object_get(m, "shape_rule"));
+    if (!got || !strstr(got, rule))
+        fail_msg("shape_rule '%s' lacks '%s'", got ? got : "(none)", rule);
+    assert_string_equal(res.shape_rule, got);
+    json_decref(m);
+}
+
+static void test_tfrecord_shape_rules(void **state)
+{
+    (void)state;
+    fresh_dir("tfr_shape_rules");
+    write_made("sq.tfrecord", 4, make_sized_16);
+    write_made("rgb.tfrecord", 4, make_sized_75);
+    write_made("vec.tfrecord", 4, make_sized_10);
+    write_made("bare.tfrecord", 4, make_bare_36);
+    expect_shape("sq.tfrecord", NULL, 4, 4, 1, "the feature size: 16 = 4 x 4, a square image of one channel");
+    expect_shape("rgb.tfrecord", NULL, 5, 5, 3, "the feature size: 75 = 3 x 5 x 5, a square image of three channels");
+    expect_shape("vec.tfrecord", NULL, 10, 0, 0, "the feature size: 10 is no square image, so a vector of 10 values");
+    expect_shape("bare.tfrecord", NULL, 6, 6, 1, "image_raw's length in bytes: 36 = 6 x 6");
+    tw_convert_options o;
+    options_tfr(&o, "sq.tfrecord");
+    tw_error err;
+    assert_int_equal(tw_convert_shape_parse("2x8x1", &o, &err), TW_OK);
+    expect_shape(NULL, &o, 2, 8, 1, "given");
+    assert_int_equal(tw_convert_shape_parse("16", &o, &err), TW_OK);
+    expect_shape(NULL, &o, 16, 0, 0, "given");
+    /* a shape the records do not hold is refused, naming the record and what it holds */
+    int before = count_files();
+    assert_int_equal(tw_convert_shape_parse("4,4,2", &o, &err), TW_OK);
+    expect_record_error(&o, TW_ERR_INVALID, o.tfrecord, 0, 0,
+                        "the shape given, 4x4x2, is 32 values: image_raw must hold 32 bytes (uint8) or 128 "
+                        "(float32), but its image_raw holds 16 bytes", before);
+    /* malformed shapes, and a shape for a source that knows its own */
+    static const char *const BAD[] = {"", "x", "28x", "28xx1", "0x4", "4x-1", "1x2x3x4x5x6x7x8x9", "16777217", "a"};
+    for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+        assert_int_equal(tw_convert_shape_parse(BAD[i], &o, &err), TW_ERR_INVALID);
+        assert_int_equal(o.shape_rank, 0);
+        assert_non_null(strstr(err.message, "is not a shape: 1 to 8 dimensions joined by x or commas"));
+    }
+    options_idx(&o, "s");
+    assert_int_equal(tw_convert_shape_parse("4x4", &o, &err), TW_OK);
+    expect_invalid(&o, "--shape is for a TFRecord source (--tfrecord)");
+    options_tfr(&o, "sq.tfrecord");
+    assert_int_equal(tw_convert_shape_parse("4096x4096x2", &o, &err), TW_OK);
+    expect_invalid(&o, "--shape: more than 16777216 values an example");
+}
+
 static void test_meta_run_dataset(void **state)
 {
     (void)state;
@@ -1489,6 +1626,8 @@ int main(void)
         cmocka_unit_test(test_tfrecord_not_examples),
         cmocka_unit_test(test_tfrecord_options),
         cmocka_unit_test(test_meta_run_dataset),
+        cmocka_unit_test(test_positional_split),
+        cmocka_unit_test(test_tfrecord_shape_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
