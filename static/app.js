@@ -1733,7 +1733,8 @@
       h('dl', {class: 'facts', id: 'dataset-facts'},
         fact('id', h('code', {text: d.id})),
         fact('examples', `${fmtInt(d.train_examples)} train · ${fmtInt(d.test_examples)} test`),
-        fact('shape', Array.isArray(d.shape) ? `${d.shape.join(' × ')} ${d.dtype || ''}` : '—'),
+        fact('shape', h('span', {id: 'dataset-shape', text: Array.isArray(d.shape) ? `${d.shape.join(' × ')} ${d.dtype || ''}` +
+          (d.shape_rule ? ` (${d.shape_rule})` : '') : '—'})),
         fact('features', features),
         fact('source', d.source || '—'),
         fact('test split', h('span', {id: 'dataset-split', text: splitText(d.test_split)})),
@@ -1767,6 +1768,7 @@
   function splitText(split) {
     if (!split || split.method === 'none') return 'none: runs on this dataset are never evaluated';
     if (split.method === 'file') return 'a test file';
+    if (split.method === 'first' || split.method === 'last') return `the ${split.method} ${fmtInt(split.count)} examples`;
     return `${fmtPct(split.fraction)} held out, seed ${split.seed}${split.stratified ? ', stratified by class' : ''}`;
   }
 
@@ -1852,19 +1854,22 @@
 
   /* ============================== upload ============================== */
 
-  /* Without a test file: a held-out fraction; and the class names (server/API.md, Uploads). */
+  /* Without a test file: a held-out fraction or the last N examples; and the class names (server/API.md,
+   * Uploads). */
   const SPLIT_FIELDS = [['validation_split', 'validation split', '0.1 (no test file: hold out this fraction)'],
     ['split_seed', 'split seed', '0'], ['class_names', 'class names', 'cat, dog, bird (label 0, 1, 2, ...)']];
+  const LAST_FIELD = ['test_last', 'test: the last N', '5000 (no test file: hold out the last N examples)'];
 
   const UPLOAD_KINDS = {
     idx: {title: 'IDX (MNIST style, .gz or raw)', files: [['images', 'images', true], ['labels', 'labels', true],
-      ['test_images', 'test images', false], ['test_labels', 'test labels', false]], text: [SPLIT_FIELDS[2]]},
+      ['test_images', 'test images', false], ['test_labels', 'test labels', false]], text: [LAST_FIELD, SPLIT_FIELDS[2]]},
     npy: {title: 'NumPy .npy', files: [['features', 'features', true], ['labels', 'labels', true],
-      ['test_features', 'test features', false], ['test_labels', 'test labels', false]], text: SPLIT_FIELDS},
+      ['test_features', 'test features', false], ['test_labels', 'test labels', false]], text: [LAST_FIELD, ...SPLIT_FIELDS]},
     csv: {title: 'CSV with a label column', files: [['csv', 'CSV file', true], ['test_csv', 'test CSV file', false]],
-      text: [['label_column', 'label column', 'label'], ...SPLIT_FIELDS]},
+      text: [['label_column', 'label column', 'label'], LAST_FIELD, ...SPLIT_FIELDS]},
     tfrecord: {title: 'TFRecord (tf.train.Example)', files: [['tfrecord', 'train TFRecord', true],
-      ['test_tfrecord', 'test TFRecord', false]]}
+      ['test_tfrecord', 'test TFRecord', false]],
+      text: [['shape', 'shape', '28x28x1 (default: from the records)'], LAST_FIELD, ...SPLIT_FIELDS]}
   };
 
   function viewUpload(ctx, main) {

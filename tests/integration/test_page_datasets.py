@@ -58,3 +58,36 @@ def test_run_page_warns_without_a_test_split(serve, browser, tmp_path):  # noqa:
     wait(browser, lambda b: b.find_elements(By.ID, "run-warnings"), message="the run's warning")
     assert "has no test split: this run is never evaluated" in text_of(browser, "run-warnings")
     assert severe(browser) == []
+
+
+def test_upload_page_takes_a_seed_tfrecord_with_its_last_examples_held_out(serve, browser, tmp_path):  # noqa: F811
+    """The seed converter's records (size, label, image_raw: no height or width) uploaded through the page's
+    form with "test: the last N": the dataset view says which examples were held out and how the shape was
+    found."""
+    tf = pytest.importorskip("tensorflow")
+    path = tmp_path / "output.tfrecord"
+    rng = np.random.default_rng(2)
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for i in range(200):
+            feature = {"size": tf.train.Feature(int64_list=tf.train.Int64List(value=[784])),
+                       "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[i % 10])),
+                       "image_raw": tf.train.Feature(bytes_list=tf.train.BytesList(
+                           value=[rng.integers(0, 256, 784, dtype=np.uint8).tobytes()]))}
+            w.write(tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString())
+    server = serve()
+    browser.get(f"{server.url}/#/upload")
+    wait(browser, lambda b: b.find_elements(By.ID, "upload-form"), message="the upload form")
+    browser.find_element(By.ID, "upload-name").send_keys("seed")
+    browser.find_element(By.CSS_SELECTOR, "#upload-kind option[value=tfrecord]").click()
+    browser.find_element(By.ID, "upload-tfrecord-tfrecord").send_keys(str(path))
+    browser.find_element(By.ID, "upload-tfrecord-test-last").send_keys("50")
+    browser.find_element(By.ID, "upload-submit").click()
+    wait(browser, lambda b: "#/datasets/" in b.current_url, message="the uploaded dataset's page")
+    dataset_id = browser.current_url.rsplit("/", 1)[1]
+    assert wait_dataset(server, dataset_id)["status"] == "ready"
+    browser.refresh()
+    wait(browser, lambda b: "examples" in text_of(b, "dataset-split"), message="the split fact")
+    assert text_of(browser, "dataset-split") == "the last 50 examples"
+    assert text_of(browser, "dataset-shape") == ("28 × 28 × 1 uint8 (the feature size: 784 = 28 x 28, a square "
+                                                 "image of one channel)")
+    assert severe(browser) == []
