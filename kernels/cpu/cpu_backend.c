@@ -707,90 +707,126 @@ static tw_status cpu_avgpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw
     return TW_OK;
 }
 
-/* The batch's mean and 1 / sqrt(biased variance + epsilon) per channel into stats[2C], each channel summed
- * in double in row order (two passes over the rows: the means, then the squared deviations; rows outer so
- * the reads are sequential); with moving (TRAIN_UPDATE), the moving mean and variance follow the batch's.
- * sums[2C]: scratch. */
-static void bn_batch_stats(const tw_bn *p, const float *x, float *stats, float *moving, double *sums)
+/* Batch normalization cut over the instance's threads by channels: part t takes the channels
+ * [lo, hi) of every row. A channel's sums run in row order whatever the cut, so the results never depend
+ * on it (bit-exact resume on another thread count). */
+typedef struct {
+    const tw_bn *p;
+    const float *x, *dy, *gamma, *beta;
+    float *y, *dx, *stats, *moving, *dgamma, *dbeta; /* moving: NULL unless TRAIN_UPDATE */
+    double *sums;                                    /* [2C] scratch */
+    int parts;
+} bn_job;
+
+enum { SPLIT_BN = 1 << 14 }; /* values: smaller batch normalizations run whole on the caller */
+
+static void bn_span(const bn_job *j, int t, size_t *lo, size_t *hi)
 {
-    size_t R = (size_t)p->rows, C = (size_t)p->channels;
-    double *s = sums, *q = sums + C;
-    for (size_t c = 0; c < 2 * C; c++)
-        sums[c] = 0.0;
+    *lo = tw_tower_pool_cut((size_t)j->p->channels, j->parts, t);
+    *hi = tw_tower_pool_cut((size_t)j->p->channels, j->parts, t + 1);
+}
+
+/* The batch's mean and 1 / sqrt(biased variance + epsilon) of channels [lo, hi) into stats, each summed
+ * in double in row order (two passes over the rows: the means, then the squared deviations; rows outer so
+ * the reads are sequential); with moving (TRAIN_UPDATE), the moving mean and variance follow the batch's. */
+static void bn_batch_stats(const bn_job *j, size_t lo, size_t hi)
+{
+    size_t R = (size_t)j->p->rows, C = (size_t)j->p->channels;
+    double *s = j->sums, *q = j->sums + C;
+    const float *x = j->x;
+    for (size_t c = lo; c < hi; c++)
+        s[c] = q[c] = 0.0;
     for (size_t r = 0; r < R; r++)
-        for (size_t c = 0; c < C; c++)
+        for (size_t c = lo; c < hi; c++)
             s[c] += x[r * C + c];
-    for (size_t c = 0; c < C; c++)
+    for (size_t c = lo; c < hi; c++)
         s[c] /= (double)R;
     for (size_t r = 0; r < R; r++)
-        for (size_t c = 0; c < C; c++) {
+        for (size_t c = lo; c < hi; c++) {
             double d = x[r * C + c] - s[c];
             q[c] += d * d;
         }
-    for (size_t c = 0; c < C; c++) {
-        stats[c] = (float)s[c];
-        stats[C + c] = (float)(1.0 / sqrt(q[c] / (double)R + (double)p->epsilon));
-        if (moving) {
-            moving[c] = tw_bn_moving(moving[c], (float)s[c], p->momentum);
-            moving[C + c] = tw_bn_moving(moving[C + c], (float)(q[c] / (double)R), p->momentum);
+    for (size_t c = lo; c < hi; c++) {
+        j->stats[c] = (float)s[c];
+        j->stats[C + c] = (float)(1.0 / sqrt(q[c] / (double)R + (double)j->p->epsilon));
+        if (j->moving) {
+            j->moving[c] = tw_bn_moving(j->moving[c], (float)s[c], j->p->momentum);
+            j->moving[C + c] = tw_bn_moving(j->moving[C + c], (float)(q[c] / (double)R), j->p->momentum);
         }
     }
+}
+
+static void bn_fwd_part(void *arg, int t)
+{
+    const bn_job *j = arg;
+    size_t lo, hi, R = (size_t)j->p->rows, C = (size_t)j->p->channels;
+    bn_span(j, t, &lo, &hi);
+    const float *ps = j->stats;
+    if (j->p->mode == TW_BN_INFER)
+        for (size_t c = lo; c < hi; c++) {
+            j->stats[c] = j->moving[c];
+            j->stats[C + c] = 1.0f / sqrtf(j->moving[C + c] + j->p->epsilon);
+        }
+    else
+        bn_batch_stats(j, lo, hi);
+    for (size_t r = 0; r < R; r++)
+        for (size_t c = lo; c < hi; c++)
+            j->y[r * C + c] = tw_bn_norm(j->x[r * C + c], ps[c], ps[C + c], j->gamma[c], j->beta[c]);
+}
+
+/* How many parts a batch normalization of p is cut into on ctx's threads. */
+static int bn_parts(void *ctx, const tw_bn *p)
+{
+    return (size_t)p->rows * (size_t)p->channels < SPLIT_BN ? 1 : tw_tower_pool_jobs(pool_of(ctx));
 }
 
 static tw_status cpu_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x, tw_tensor gamma, tw_tensor beta,
                             tw_tensor stats, tw_tensor moving, tw_error *err)
 {
-    (void)ctx;
-    size_t R = (size_t)p->rows, C = (size_t)p->channels;
-    const float *px = f32(x), *pg = f32(gamma), *pb = f32(beta);
-    float *py = f32(y), *ps = f32(stats), *pm = f32(moving);
-    if (p->mode == TW_BN_INFER) {
-        for (size_t c = 0; c < C; c++) {
-            ps[c] = pm[c];
-            ps[C + c] = 1.0f / sqrtf(pm[C + c] + p->epsilon);
-        }
-    } else {
-        double *sums = malloc(2 * C * sizeof *sums);
-        if (!sums)
-            return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-        bn_batch_stats(p, px, ps, p->mode == TW_BN_TRAIN_UPDATE ? pm : NULL, sums);
-        free(sums);
-    }
-    for (size_t r = 0; r < R; r++)
-        for (size_t c = 0; c < C; c++)
-            py[r * C + c] = tw_bn_norm(px[r * C + c], ps[c], ps[C + c], pg[c], pb[c]);
+    bn_job j = {.p = p, .x = f32(x), .gamma = f32(gamma), .beta = f32(beta), .y = f32(y), .stats = f32(stats),
+                .moving = p->mode == TW_BN_TRAIN ? NULL : f32(moving), .parts = bn_parts(ctx, p)};
+    if (p->mode != TW_BN_INFER && !(j.sums = malloc(2 * (size_t)p->channels * sizeof *j.sums)))
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    tw_tower_pool_run(pool_of(ctx), j.parts, bn_fwd_part, &j);
+    free(j.sums);
     return TW_OK;
 }
 
 /* dbeta = sum dy, dgamma = sum dy xhat per channel (double, row order; rows outer); dx = gamma inv / R (R dy -
  * dbeta - xhat dgamma). */
-static tw_status cpu_bn_bwd(void *ctx, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,
-                            tw_tensor x, tw_tensor gamma, tw_tensor stats, tw_error *err)
+static void bn_bwd_part(void *arg, int t)
 {
-    (void)ctx;
-    size_t R = (size_t)p->rows, C = (size_t)p->channels;
-    const float *px = f32(x), *pdy = f32(dy), *pg = f32(gamma), *ps = f32(stats);
-    float *pdg = f32(dgamma), *pdb = f32(dbeta);
-    double *sb = calloc(2 * C, sizeof *sb), *sg = sb + C;
-    if (!sb)
-        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    const bn_job *j = arg;
+    size_t lo, hi, R = (size_t)j->p->rows, C = (size_t)j->p->channels;
+    bn_span(j, t, &lo, &hi);
+    const float *px = j->x, *pdy = j->dy, *ps = j->stats;
+    double *sb = j->sums, *sg = j->sums + C;
+    for (size_t c = lo; c < hi; c++)
+        sb[c] = sg[c] = 0.0;
     for (size_t r = 0; r < R; r++)
-        for (size_t c = 0; c < C; c++) {
+        for (size_t c = lo; c < hi; c++) {
             sb[c] += pdy[r * C + c];
             sg[c] += (double)pdy[r * C + c] * ((px[r * C + c] - ps[c]) * ps[C + c]);
         }
-    for (size_t c = 0; c < C; c++) {
-        pdb[c] = (float)sb[c];
-        pdg[c] = (float)sg[c];
+    for (size_t c = lo; c < hi; c++) {
+        j->dbeta[c] = (float)sb[c];
+        j->dgamma[c] = (float)sg[c];
     }
-    free(sb);
-    if (!dx.buf)
-        return TW_OK;
-    float *pdx = f32(dx);
-    for (size_t r = 0; r < R; r++)
-        for (size_t c = 0; c < C; c++)
-            pdx[r * C + c] = tw_bn_grad(pdy[r * C + c], px[r * C + c], ps[c], ps[C + c], pg[c], pdb[c], pdg[c],
-                                        (float)R);
+    for (size_t r = 0; j->dx && r < R; r++)
+        for (size_t c = lo; c < hi; c++)
+            j->dx[r * C + c] = tw_bn_grad(pdy[r * C + c], px[r * C + c], ps[c], ps[C + c], j->gamma[c], j->dbeta[c],
+                                          j->dgamma[c], (float)R);
+}
+
+static tw_status cpu_bn_bwd(void *ctx, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,
+                            tw_tensor x, tw_tensor gamma, tw_tensor stats, tw_error *err)
+{
+    bn_job j = {.p = p, .x = f32(x), .dy = f32(dy), .gamma = f32(gamma), .dx = dx.buf ? f32(dx) : NULL,
+                .stats = f32(stats), .dgamma = f32(dgamma), .dbeta = f32(dbeta), .parts = bn_parts(ctx, p)};
+    if (!(j.sums = malloc(2 * (size_t)p->channels * sizeof *j.sums)))
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+    tw_tower_pool_run(pool_of(ctx), j.parts, bn_bwd_part, &j);
+    free(j.sums);
     return TW_OK;
 }
 
