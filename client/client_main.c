@@ -35,9 +35,11 @@ enum { EXIT_OK = 0, EXIT_FAILED = 1, EXIT_USAGE = 2 };
 #define MAX_POS 64
 #define NO_STEP UINT64_MAX /* download without --step: the latest checkpoint */
 
-/* --format and --weights of download, by the options' indexes. */
+/* --format, --weights and --names of download, by the options' indexes (the names: the server's built-in
+ * name maps, engine/export_names.h). */
 static const char *const FORMATS[] = {"tf", "onnx", NULL};
 static const char *const WEIGHTS[] = {"raw", "ema", NULL};
+static const char *const NAME_MAPS[] = {"tower", "seed", NULL};
 enum { FORMAT_TF, FORMAT_ONNX };
 
 /* The parsed command line of one client command. */
@@ -45,6 +47,7 @@ typedef struct {
     const char *server, *dataset, *name, *output, *label_column;
     uint64_t step, steps;     /* download --step (NO_STEP: none), resume --steps (0: none) */
     int format, weights;      /* download: an export instead of the safetensors file (-1: none given) */
+    int names;                /* download --names: NAME_MAPS index (-1: none given) */
     const char *validation_split, *split_seed, *class_names; /* upload */
     const char *image_size, *channels, *resize;              /* upload of an image folder */
     const char *test_first, *test_last, *shape;              /* upload: positional split, a TFRecord's shape */
@@ -455,14 +458,17 @@ static int download_target(const command *cmd, const args *a, char *path, size_t
                            size_t out_size)
 {
     const char *id = a->pos[0], *weights = a->weights >= 0 ? WEIGHTS[a->weights] : NULL;
+    const char *names = a->names >= 0 ? NAME_MAPS[a->names] : NULL;
     char at[32] = "latest", suffix[160];
     if (weights && a->format != FORMAT_ONNX)
         return tw_options_error(&cmd->spec, "--weights applies to --format onnx; got --weights %s", weights);
+    if (names && a->format != FORMAT_TF)
+        return tw_options_error(&cmd->spec, "--names applies to --format tf; got --names %s", names);
     if (a->step != NO_STEP)
         snprintf(at, sizeof at, "%llu", (unsigned long long)a->step);
     if (a->format >= 0)
-        snprintf(suffix, sizeof suffix, "/export?format=%s&step=%s%s%s", FORMATS[a->format], at,
-                 weights ? "&weights=" : "", weights ? weights : "");
+        snprintf(suffix, sizeof suffix, "/export?format=%s&step=%s%s%s%s%s", FORMATS[a->format], at,
+                 weights ? "&weights=" : "", weights ? weights : "", names ? "&names=" : "", names ? names : "");
     else
         snprintf(suffix, sizeof suffix, "/checkpoints/%s", at);
     if (run_path(path, size, id, suffix))
@@ -1066,6 +1072,9 @@ static const tw_opt DOWNLOAD[] = {
              "and checkpoint; onnx: an ONNX inference graph (what 'tower export' writes)"},
     {.name = "weights", .kind = TW_OPT_CHOICE, .offset = offsetof(args, weights), .arg = "W", .names = WEIGHTS,
      .help = "onnx: ema (default, when the run kept an EMA) or raw weights"},
+    {.name = "names", .kind = TW_OPT_CHOICE, .offset = offsetof(args, names), .arg = "MAP", .names = NAME_MAPS,
+     .help = "tf: the variables' names: tower (default: layer1/weights, an int64 global_step)\n"
+             "or seed (the seed program's graph: layer1/w, layer1/bias, an int32 Variable)"},
     {.name = "output", .letter = 'o', .kind = TW_OPT_STRING, .offset = offsetof(args, output), .arg = "F",
      .help = "where to write it (default RUN-latest.safetensors, RUN-S.tar, RUN-S-ema.onnx, ...)"},
     SERVER_OPTION,
@@ -1153,7 +1162,8 @@ static const command COMMANDS[] = {
     {"resume", SPEC("resume", "RUN [--steps N] [--follow] [--server URL]",
                     "Resumes a cancelled or failed run from its latest checkpoint.\n", RESUME, "RUN", 1, 1),
      cmd_resume},
-    {"download", SPEC("download", "RUN [--step S] [--format tf|onnx [--weights raw|ema]] [-o FILE] [--server URL]",
+    {"download", SPEC("download", "RUN [--step S] [--format tf [--names tower|seed] | --format onnx\n"
+                      "                      [--weights raw|ema]] [-o FILE] [--server URL]",
                       "Downloads a checkpoint of the run (safetensors), or its export.\n", DOWNLOAD, "RUN", 1, 1),
      cmd_download},
     {"upload", SPEC("upload", "NAME FILE... [--test FILE]... [--label-column C] [--validation-split F [--split-seed S]]\n"
@@ -1212,7 +1222,7 @@ static void sweep_usage(FILE *out)
 
 static int run_command(const command *cmd, int argc, char **argv)
 {
-    args a = {.step = NO_STEP, .format = -1, .weights = -1};
+    args a = {.step = NO_STEP, .format = -1, .weights = -1, .names = -1};
     int rc = tw_options_parse(&cmd->spec, &a, argc, argv, &a.npos);
     if (rc != TW_OPT_GO)
         return rc;

@@ -22,9 +22,14 @@ int tw_ckpt_arena_count(tw_optimizer_kind o)
 
 int tw_ckpt_holds(const tw_param *p, tw_ckpt_arena a) { return a == TW_CKPT_PARAMS || !p->is_state; }
 
+void tw_ckpt_name_as(const char *var, tw_optimizer_kind o, tw_ckpt_arena a, char *out)
+{
+    snprintf(out, TW_CKPT_TENSOR_NAME_BYTES, "%s%s", var, suffix(o, a));
+}
+
 void tw_ckpt_name(const tw_param *p, tw_optimizer_kind o, tw_ckpt_arena a, char *out)
 {
-    snprintf(out, TW_CKPT_TENSOR_NAME_BYTES, "%s%s", p->name, suffix(o, a));
+    tw_ckpt_name_as(p->name, o, a, out);
 }
 
 void tw_ckpt_weights_name(const tw_param *p, int ema, char *out)

@@ -28,6 +28,10 @@ enum { TW_CKPT_TENSOR_NAME_BYTES = TW_PARAM_NAME_BYTES + 32 };
 /* The name of p's values in arena a of a checkpoint of optimizer o, into out[TW_CKPT_TENSOR_NAME_BYTES]. */
 void tw_ckpt_name(const tw_param *p, tw_optimizer_kind o, tw_ckpt_arena a, char *out);
 
+/* The same for a variable named var (at most TW_PARAM_NAME_BYTES - 1 characters; another name than Tower's,
+ * as a TF export's name map gives it). */
+void tw_ckpt_name_as(const char *var, tw_optimizer_kind o, tw_ckpt_arena a, char *out);
+
 /* The name to read a model's weights from: raw, or the EMA shadow where the checkpoint keeps one (state:
  * raw either way, as TensorFlow's variables_to_restore maps it). */
 void tw_ckpt_weights_name(const tw_param *p, int ema, char *out);

@@ -5,7 +5,9 @@
  *   - TensorFlow (export_tf.c): every variable under its TF1 name ("layer1/weights" [in, units],
  *     "layer1/biases", conv weights [kd?, kh, kw, in, filters]) with the raw values, its EMA shadow as
  *     "<name>/ExponentialMovingAverage" when the run kept an EMA (ema_decay > 0), and "global_step" (int64,
- *     the checkpoint's step); the bundle format itself is eventlog/tf_bundle.h;
+ *     the checkpoint's step); a name map (export_names.h) renames them for a graph that declares other
+ *     names (the seed program's "layer1/w", "layer1/bias", an int32 "Variable"); the bundle format itself
+ *     is eventlog/tf_bundle.h;
  *   - ONNX (export_onnx.c): the inference graph of the model with raw or EMA weights (dropout is the
  *     identity), input "input" float32 [N, dataset.shape...] and outputs "logits" and "probabilities"
  *     (a Softmax appended) for a classifier, "predictions" for a regression model.
@@ -17,14 +19,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "export_names.h"
 #include "inference.h"
 #include "status.h"
 #include "tf_bundle.h"
 
-/* The TF bundle of the checkpoint at path; *step receives its step (may be NULL). Caller frees *out.
- * Errors: those of tw_inference_open; TW_ERR_CORRUPT when ema_decay > 0 and an EMA shadow is missing;
+/* The TF bundle of the checkpoint at path, its variables and step named by names (borrowed; NULL: Tower's
+ * own, the built-in map "tower"); *step receives its step (may be NULL). Caller frees *out. Errors: those of
+ * tw_inference_open; TW_ERR_CORRUPT when ema_decay > 0 and an EMA shadow is missing; TW_ERR_INVALID when
+ * the map does not fit the model (tw_export_names_map) or its step is int32 and the step past INT32_MAX;
  * TW_ERR_NOMEM. */
-tw_status tw_export_tf(const char *path, tw_bundle_bytes *out, int64_t *step, tw_error *err);
+tw_status tw_export_tf(const char *path, const tw_export_names *names, tw_bundle_bytes *out, int64_t *step,
+                       tw_error *err);
 
 /* The name a TF export of step takes by default: "model.ckpt-<step>" (TensorFlow's Saver's spelling), into
  * buf[size]. */
@@ -32,9 +38,9 @@ void tw_export_tf_name(int64_t step, char *buf, size_t size);
 
 /* The TF export as one ustar archive of three files: NAME.index, NAME.data-00000-of-00001 and checkpoint
  * (the same bytes tw_bundle_write writes for the prefix NAME), NAME = tw_export_tf_name(step). mtime: the
- * members' time. Caller frees *bytes. Errors: those of tw_export_tf, TW_ERR_NOMEM. */
-tw_status tw_export_tf_archive(const char *path, uint64_t mtime, uint8_t **bytes, size_t *len, int64_t *step,
-                               tw_error *err);
+ * members' time; names as tw_export_tf's. Caller frees *bytes. Errors: those of tw_export_tf, TW_ERR_NOMEM. */
+tw_status tw_export_tf_archive(const char *path, const tw_export_names *names, uint64_t mtime, uint8_t **bytes,
+                               size_t *len, int64_t *step, tw_error *err);
 
 /* How the ONNX graph's input is taken. */
 typedef enum {

@@ -1,7 +1,9 @@
-/* export_main.c — `tower export CHECKPOINT --format tf|onnx -o OUT [--weights raw|ema] [--input raw|scaled]
- * [--verify X.npy --verify-out Y.npy]`: the command line around export.h.
+/* export_main.c — `tower export CHECKPOINT --format tf|onnx -o OUT [--names tower|seed|FILE.json]
+ * [--weights raw|ema] [--input raw|scaled] [--verify X.npy --verify-out Y.npy]`: the command line around
+ * export.h.
  *
  * CHECKPOINT is a checkpoint file (ckpt-<step>.safetensors) or a run's folder (its latest checkpoint).
+ * --names (tf only) is a built-in name map or a map file (export_names.h).
  * --verify runs Tower's own forward pass (inference.h, the CPU engine the trainer evaluates with) over the
  * examples of X.npy (uint8 or float32, [N, dataset.shape...], taken as the exported graph takes its input)
  * and writes the outputs (logits or predictions, float32 [N, outputs]) to Y.npy: what the ONNX graph must
@@ -29,6 +31,7 @@ static const char *const INPUTS[] = {[TW_ONNX_INPUT_RAW] = "raw", [TW_ONNX_INPUT
 
 typedef struct {
     const char *checkpoint, *out, *verify, *verify_out;
+    const char *names; /* tf: a built-in name map or a map file, NULL: Tower's names */
     int format;  /* FORMAT_* */
     int weights; /* tw_weights, or TW_WEIGHTS_DEFAULT */
     int input;   /* tw_onnx_input, or -1: not given (raw) */
@@ -39,10 +42,15 @@ static const tw_opt OPTIONS[] = {
      .required = 1,
      .help = "tf: a TensorFlow checkpoint V2: OUT.index, OUT.data-00000-of-00001 and the\n"
              "'checkpoint' file beside them (tf.train.load_checkpoint(OUT) reads it); TF1\n"
-             "names, the EMA as <var>/ExponentialMovingAverage, global_step\n"
+             "names (--names), the EMA as <var>/ExponentialMovingAverage, the step\n"
              "onnx: an ONNX inference graph (opset 13) in the file OUT"},
     {.name = "output", .letter = 'o', .kind = TW_OPT_STRING, .offset = offsetof(options, out), .arg = "OUT",
      .required = 1, .help = "where it goes (required)"},
+    {.name = "names", .kind = TW_OPT_STRING, .offset = offsetof(options, names), .arg = "MAP",
+     .help = "tf: the variables' names: tower (default: layer1/weights, layer1/biases,\n"
+             "an int64 global_step), seed (the seed program's graph: layer1/w, layer1/bias,\n"
+             "the step as an int32 'Variable'), or a JSON map file {\"leaves\": {...},\n"
+             "\"variables\": {...}, \"global_step\": {\"name\": N, \"dtype\": \"int32\"|\"int64\"}}"},
     {.name = "weights", .kind = TW_OPT_CHOICE, .offset = offsetof(options, weights), .arg = "W",
      .names = tw_weights_names, .help = "onnx: ema or raw weights (default: ema when the run kept an EMA; a tf export\n"
                                         "holds both)"},
@@ -60,8 +68,8 @@ static const tw_opt OPTIONS[] = {
 
 static const tw_options COMMAND = {
     .command = "tower export",
-    .usage = "CHECKPOINT --format tf|onnx -o OUT [--weights raw|ema] [--input raw|scaled]\n"
-             "                    [--verify X.npy --verify-out Y.npy]",
+    .usage = "CHECKPOINT --format tf|onnx -o OUT [--names tower|seed|FILE.json]\n"
+             "                    [--weights raw|ema] [--input raw|scaled] [--verify X.npy --verify-out Y.npy]",
     .about = "Writes a trained checkpoint (a ckpt-<step>.safetensors file, or a run's folder: its latest) for\n"
              "other stacks.\n",
     .epilog = "Exit status: 0 written, 1 runtime failure, 2 usage error, 14 damaged checkpoint or input.\n",
@@ -82,6 +90,9 @@ static int parse_args(int argc, char **argv, options *o)
     if (o->format == FORMAT_TF && (o->weights != TW_WEIGHTS_DEFAULT || o->input >= 0 || o->verify))
         return tw_options_error(&COMMAND, "--weights, --input and --verify apply to --format onnx (a tf export "
                                           "holds raw and EMA weights)");
+    if (o->format == FORMAT_ONNX && o->names)
+        return tw_options_error(&COMMAND, "--names applies to --format tf (an ONNX graph's inputs and outputs "
+                                          "have fixed names)");
     o->input = o->input >= 0 ? o->input : TW_ONNX_INPUT_RAW;
     return TW_OPT_GO;
 }
@@ -191,10 +202,15 @@ static tw_status export_onnx(const char *path, const options *o, tw_error *err)
 
 static tw_status export_tf(const char *path, const options *o, tw_error *err)
 {
+    tw_export_names *names = NULL;
+    if (o->names)
+        TW_TRY(tw_export_names_open(o->names, &names, err));
     tw_bundle_bytes b;
-    TW_TRY(tw_export_tf(path, &b, NULL, err));
-    tw_status s = tw_bundle_write(o->out, &b, err);
+    tw_status s = tw_export_tf(path, names, &b, NULL, err);
+    if (s == TW_OK)
+        s = tw_bundle_write(o->out, &b, err);
     tw_bundle_bytes_free(&b);
+    tw_export_names_destroy(names);
     return s;
 }
 

@@ -134,6 +134,7 @@ static size_t dtype_size(tw_bundle_dtype d)
 {
     switch (d) {
     case TW_BUNDLE_FLOAT: return 4;
+    case TW_BUNDLE_INT32: return 4;
     case TW_BUNDLE_INT64: return 8;
     }
     return 0;
@@ -150,7 +151,7 @@ static tw_status check_tensor(const tw_bundle_tensor *t, size_t *bytes, tw_error
     if (!t->name || !*t->name)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "a bundle tensor has no name");
     if (!dtype_size(t->dtype))
-        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "tensor '%s': dtype %d is not float32 or int64",
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "tensor '%s': dtype %d is not float32, int32 or int64",
                             t->name, (int)t->dtype);
     if (t->rank < 0 || t->rank > TW_BUNDLE_MAX_RANK)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "tensor '%s': rank %d is outside [0, %d]", t->name,

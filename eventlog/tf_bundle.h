@@ -8,7 +8,7 @@
  * the 48-byte footer with the table magic), whose values are BundleHeaderProto (key "") and one
  * BundleEntryProto per tensor (dtype, shape, offset, size, masked CRC32C of the bytes) — and the text of the
  * `checkpoint` state file. Does not own what the tensors are or how they are named (the engine's exporter,
- * engine/export.h). POD dtypes only (float32, int64): Tower writes no strings.
+ * engine/export.h). POD dtypes only (float32, int32, int64): Tower writes no strings.
  *
  * Host byte order must be little-endian (as safetensors.h). Stateless and thread-safe. */
 #ifndef TW_TF_BUNDLE_H
@@ -22,7 +22,7 @@
 enum { TW_BUNDLE_MAX_RANK = 8 };
 
 /* TensorFlow's DataType numbers (types.proto) of the dtypes a bundle here holds. */
-typedef enum { TW_BUNDLE_FLOAT = 1, TW_BUNDLE_INT64 = 9 } tw_bundle_dtype;
+typedef enum { TW_BUNDLE_FLOAT = 1, TW_BUNDLE_INT32 = 3, TW_BUNDLE_INT64 = 9 } tw_bundle_dtype;
 
 /* One tensor to store: name and data borrowed for the call. */
 typedef struct {

@@ -1,4 +1,5 @@
-/* api_export.c — GET /api/v1/runs/{id}/export?format=tf|onnx&step=S&weights=raw|ema. See api_export.h.
+/* api_export.c — GET /api/v1/runs/{id}/export?format=tf|onnx&step=S&weights=raw|ema&names=tower|seed. See
+ * api_export.h.
  *
  * The checkpoint is one the engine's listing of the run's folder holds: step S, or the one `latest` names
  * (step absent or "latest"). The reply is built in memory (a Tower model is at most a few hundred MiB) and
@@ -8,7 +9,9 @@
  * the values as the run's dataset stores them: uint8 ones scaled in the graph, float ones (a CSV) as they are,
  * as the trainer feeds them. `weights` chooses the ONNX graph's weights; a tf archive holds both, so there it
  * is checked and has no effect (the OpenAPI document cannot say that one parameter applies only with a value
- * of another). */
+ * of another). `names` names the tf export's variables by one of the built-in name maps
+ * (engine/export_names.h; a map file is `tower export`'s alone: the server reads no file a client names); it
+ * is checked with onnx too and has no effect there, as `weights` with tf. */
 #define _GNU_SOURCE
 #include "api_export.h"
 
@@ -28,10 +31,27 @@
 
 typedef struct {
     int onnx;
+    const char *names; /* tf: a built-in name map's name (borrowed from the query), NULL: Tower's names */
     tw_weights weights;
     long long step; /* -1: the latest; past 2^63 - 1: LLONG_MAX, which no checkpoint has */
     tw_onnx_input input; /* onnx: the graph's input, by the run's dataset (onnx_input) */
 } request;
+
+/* `names`: a built-in map's name; replies 400 naming it and returns -1 otherwise. */
+static int parse_names(tw_req *r, request *q)
+{
+    q->names = tw_req_query(r, "names");
+    if (!q->names)
+        return 0;
+    size_t i = 0;
+    while (tw_export_names_builtin[i] && strcmp(tw_export_names_builtin[i], q->names))
+        i++;
+    if (!tw_export_names_builtin[i]) {
+        tw_reply_error(r, TW_API_INVALID_ARGUMENT, "names: must be 'tower' or 'seed' (a built-in name map)");
+        return -1;
+    }
+    return 0;
+}
 
 /* The query, checked; replies 400 naming the bad parameter and returns -1. */
 static int parse_query(tw_req *r, request *q)
@@ -48,6 +68,8 @@ static int parse_query(tw_req *r, request *q)
         tw_reply_error(r, TW_API_INVALID_ARGUMENT, "weights: must be 'raw' or 'ema'");
         return -1;
     }
+    if (parse_names(r, q) != 0)
+        return -1;
     q->step = -1;
     if (step && strcmp(step, "latest")) {
         char *end;
@@ -85,7 +107,13 @@ static tw_status build(const char *path, const request *q, uint8_t **bytes, size
 {
     int64_t step;
     if (!q->onnx) {
-        TW_TRY(tw_export_tf_archive(path, 0, bytes, len, &step, err)); /* dated 0: the same bytes each time */
+        tw_export_names *names = NULL;
+        if (q->names)
+            TW_TRY(tw_export_names_of_builtin(q->names, &names, err));
+        tw_status s = tw_export_tf_archive(path, names, 0, bytes, len, &step, err); /* dated 0: the same bytes */
+        tw_export_names_destroy(names);
+        if (s != TW_OK)
+            return s;
         char prefix[64];
         tw_export_tf_name(step, prefix, sizeof prefix);
         snprintf(name, size, "%s.tar", prefix);

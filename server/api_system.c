@@ -110,6 +110,9 @@ static const struct {
     {"weights", "{\"type\": \"string\", \"enum\": [\"raw\", \"ema\"]}"},
     {"top_k", "{\"type\": \"integer\", \"minimum\": 1, \"maximum\": 1000, \"default\": 5}"},
     {"format", "{\"type\": \"string\", \"enum\": [\"tf\", \"onnx\"]}"},
+    {"names", "{\"type\": \"string\", \"enum\": [\"tower\", \"seed\"], \"default\": \"tower\", \"description\":"
+              " \"a tf export's variable names: tower (layer1/weights, an int64 global_step) or seed (the seed"
+              " program's graph: layer1/w, layer1/bias, an int32 Variable)\"}"},
     {"fields", "{\"type\": \"string\", \"maxLength\": 1024, \"pattern\": \"^(all|[*]|(" TW_RUN_FIELDS ")(,(" TW_RUN_FIELDS
                "))*)$\", \"description\": \"the run fields each listed run shows (id always); all or *: every field;"
                " absent, every field but config and class_names (on the run's own route)\"}"},

@@ -44,8 +44,8 @@ const tw_route TW_ROUTES[] = {
      "?checkpoint=STEP|latest&weights=raw|ema&top_k=5", "{run, checkpoint, weights, task, model_cached, predictions}",
      "checkpoint weights top_k"},
     {"GET", "/api/v1/runs/{id}/export", tw_api_run_export, 0, NULL, 200,
-     "Download a checkpoint as a TensorFlow checkpoint (a tar of NAME.index, NAME.data-00000-of-00001 and checkpoint) or an ONNX graph; ?format=tf|onnx&step=S (default: the latest)&weights=raw|ema (onnx)",
-     "application/octet-stream (tf: a tar archive; onnx: the ModelProto)", "!format step weights"},
+     "Download a checkpoint as a TensorFlow checkpoint (a tar of NAME.index, NAME.data-00000-of-00001 and checkpoint) or an ONNX graph; ?format=tf|onnx&step=S (default: the latest)&weights=raw|ema (onnx)&names=tower|seed (tf: the variables' names; seed: the seed program's graph's)",
+     "application/octet-stream (tf: a tar archive; onnx: the ModelProto)", "!format step weights names"},
     {"GET", "/api/v1/sweeps", tw_api_sweeps_list, 0, NULL, 200, "List sweeps, newest first", "{sweeps: [sweep row]}", NULL},
     {"POST", "/api/v1/sweeps", tw_api_sweeps_create, JSON, NULL, 201,
      "Start a sweep: {\"name\", \"config\": a run config, \"space\": {dotted key: values or range}, \"searcher\": "

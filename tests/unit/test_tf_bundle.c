@@ -115,17 +115,18 @@ static size_t read_table(const tw_bundle_bytes *b, entry *out, size_t max)
 
 /* ---- tests ---- */
 
-enum { N = 40 };
+enum { N = 40, T = N + 2 }; /* N float tensors, an int64 and an int32 scalar */
 
 typedef struct {
     char names[N][64];
     float values[N][6];
     int64_t step;
-    tw_bundle_tensor t[N + 1];
+    int32_t step32;
+    tw_bundle_tensor t[T];
 } fixture;
 
-/* N float tensors sharing prefixes (so keys are prefix-compressed across several restart points) and an
- * int64 scalar. */
+/* N float tensors sharing prefixes (so keys are prefix-compressed across several restart points), an int64
+ * scalar and an int32 one (the step as a TF1 graph's tf.Variable(0) declares it). */
 static void make(fixture *f)
 {
     for (int i = 0; i < N; i++) {
@@ -138,11 +139,13 @@ static void make(fixture *f)
     }
     f->step = 1234567890123ll;
     f->t[N] = (tw_bundle_tensor){.name = "global_step", .dtype = TW_BUNDLE_INT64, .rank = 0, .data = &f->step};
+    f->step32 = 2147483647;
+    f->t[N + 1] = (tw_bundle_tensor){.name = "Variable", .dtype = TW_BUNDLE_INT32, .rank = 0, .data = &f->step32};
 }
 
 static const tw_bundle_tensor *find(const fixture *f, const char *name)
 {
-    for (int i = 0; i <= N; i++)
+    for (int i = 0; i < T; i++)
         if (!strcmp(f->t[i].name, name))
             return &f->t[i];
     return NULL;
@@ -155,9 +158,9 @@ static void test_round_trip(void **state)
     make(&f);
     tw_bundle_bytes b;
     tw_error err;
-    assert_int_equal(tw_bundle_build(f.t, N + 1, &b, &err), TW_OK);
-    static entry e[N + 2];
-    assert_int_equal(read_table(&b, e, N + 2), N + 2);
+    assert_int_equal(tw_bundle_build(f.t, T, &b, &err), TW_OK);
+    static entry e[T + 1];
+    assert_int_equal(read_table(&b, e, T + 1), T + 1);
     Twpb__BundleHeaderProto *h = twpb__bundle_header_proto__unpack(NULL, e[0].value_len, e[0].value);
     assert_non_null(h);
     assert_int_equal(h->num_shards, 1);
@@ -166,7 +169,7 @@ static void test_round_trip(void **state)
     assert_int_equal(h->version->producer, 1);
     twpb__bundle_header_proto__free_unpacked(h, NULL);
     size_t covered = 0;
-    for (size_t i = 1; i < N + 2; i++) {
+    for (size_t i = 1; i < T + 1; i++) {
         const tw_bundle_tensor *t = find(&f, e[i].key);
         assert_non_null(t);
         Twpb__BundleEntryProto *be = twpb__bundle_entry_proto__unpack(NULL, e[i].value_len, e[i].value);
@@ -197,12 +200,12 @@ static void test_order_does_not_matter(void **state)
     static fixture f, g;
     make(&f);
     make(&g);
-    for (int i = 0; i <= N; i++) /* reversed */
-        g.t[i] = f.t[N - i];
+    for (int i = 0; i < T; i++) /* reversed */
+        g.t[i] = f.t[T - 1 - i];
     tw_bundle_bytes a, b;
     tw_error err;
-    assert_int_equal(tw_bundle_build(f.t, N + 1, &a, &err), TW_OK);
-    assert_int_equal(tw_bundle_build(g.t, N + 1, &b, &err), TW_OK);
+    assert_int_equal(tw_bundle_build(f.t, T, &a, &err), TW_OK);
+    assert_int_equal(tw_bundle_build(g.t, T, &b, &err), TW_OK);
     assert_int_equal(a.index_len, b.index_len);
     assert_memory_equal(a.index, b.index, a.index_len);
     assert_int_equal(a.data_len, b.data_len);
@@ -298,7 +301,7 @@ static void test_write_files(void **state)
     make(&f);
     tw_bundle_bytes b;
     tw_error err;
-    assert_int_equal(tw_bundle_build(f.t, N + 1, &b, &err), TW_OK);
+    assert_int_equal(tw_bundle_build(f.t, T, &b, &err), TW_OK);
     assert_int_equal(tw_bundle_write(prefix, &b, &err), TW_OK);
     snprintf(path, sizeof path, "%s.index", prefix);
     assert_file_is(path, b.index, b.index_len);
