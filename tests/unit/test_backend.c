@@ -1464,6 +1464,33 @@ static void test_allreduce_avg(void **state)
 
 /* ---- an instance's own threads ---- */
 
+/* A batch normalization past the size it is cut at (512 rows of 40 channels: parts of 16, 16 and 8 on three
+ * threads), training with the update then backward, on b3 and on the one-thread instance B: the same bits. */
+static void instance_threads_bn(tw_backend *b3)
+{
+    enum { R = 512, C = 40, N = R * C, OUT = 2 * N + 6 * C }; /* y, dx, stats, moving, dgamma, dbeta */
+    float *x = floats(N), *dy = floats(N), gb[2 * C], *out[2] = {floats(OUT), floats(OUT)};
+    fill(x, N, -2, 3);
+    fill(dy, N, -1, 1);
+    fill(gb, 2 * C, 0.5f, 1.5f);
+    tw_bn p = {.rows = R, .channels = C, .momentum = 0.9f, .epsilon = 1e-3f, .mode = TW_BN_TRAIN_UPDATE};
+    for (int i = 0; i < 2; i++) {
+        tw_backend *be = i ? b3 : B;
+        tw_buffer *bx = dev_from(x, N), *bdy = dev_from(dy, N), *bgb = dev_from(gb, 2 * C), *bo = dev_new(OUT);
+        tw_tensor o = view(bo), y = o, dx = tw_tensor_at(o, N), st = tw_tensor_at(o, 2 * N);
+        tw_tensor mv = tw_tensor_at(o, 2 * N + 2 * C), dg = tw_tensor_at(o, 2 * N + 4 * C);
+        OK(tw_backend_zero(be, o, OUT * sizeof(float), &E));
+        OK(tw_bn_fwd(be, &p, y, view(bx), view(bgb), tw_tensor_at(view(bgb), C), st, mv, &E));
+        OK(tw_bn_bwd(be, &p, dx, dg, tw_tensor_at(dg, C), view(bdy), view(bx), view(bgb), st, &E));
+        dev_read(out[i], bo, OUT);
+        tw_buffer *bufs[] = {bx, bdy, bgb, bo};
+        for (size_t k = 0; k < 4; k++)
+            tw_backend_free(be, bufs[k]);
+    }
+    assert_memory_equal(out[0], out[1], OUT * sizeof(float));
+    free(x), free(dy), free(out[0]), free(out[1]);
+}
+
 /* An instance created with a share of three threads (tw_cpu_gemm_threads, as tw_backend_plan sets it for
  * one tower on three cores) cuts a mid-sized product over its threads, by columns or by rows (the longer
  * side), every transpose and a beta that reads c: near the reference in double, and the same bits on a
@@ -1526,6 +1553,7 @@ static void test_instance_threads(void **state)
                 assert_memory_equal(got, want, 4 * UN * sizeof(float));
         }
     free(w), free(g), free(want), free(got);
+    instance_threads_bn(b3);
     tw_backend_destroy(b3);
     tw_cpu_gemm_threads(1);
 }
