@@ -11,27 +11,47 @@
  *
  * Two passes over the archive: the first reads only the headers (and the first bytes of each file, to
  * refuse a file that is no image before anything is written), the second decodes. The class counts a
- * stratified split needs come from the first (next_label). */
+ * stratified split needs come from the first (next_label). The second reads a batch of entries in archive
+ * order (the archive is a stream), decodes and resizes them on every core (base/tower_pool.h: libpng,
+ * libjpeg and the resizer keep no shared state), then hands them out in order; a batch is bounded in
+ * entries and bytes, so memory stays bounded whatever the archive, and the first bad entry is the one
+ * named, as without batches. */
 #include "convert_source.h"
 
 #include <archive.h>
 #include <archive_entry.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "image.h"
 #include "stb_image_resize.h"
+#include "tower_pool.h"
 
 enum {
     MAX_ENTRY_BYTES = 64 << 20, /* one file of the archive */
     SNIFF_BYTES = 16,
     MAX_CLASSES = TW_CONVERT_MAX_CLASS_NAMES,
+    BATCH_ENTRIES = 256,        /* the most entries of a batch */
+    BATCH_BYTES = 32 << 20,     /* a batch stops taking entries past this many of their bytes, and its
+                                   stored pixels fit in this many */
+    MAX_THREADS = 8,
 };
 
 typedef struct {
     char *path; /* as the archive names it */
     int label;
 } entry;
+
+/* One entry of the batch: its bytes (at off in the batch's data), its stored pixels, and how reading or
+ * decoding it ended. */
+typedef struct {
+    const entry *en;
+    size_t off, len;
+    uint8_t *pixels; /* [height * width * channels], the batch's */
+    tw_status status;
+    tw_error err;
+} slot;
 
 typedef struct {
     tw_convert_src base;
@@ -46,9 +66,14 @@ typedef struct {
     uint64_t skipped;               /* hidden files, and files outside a class folder */
     char **folders;                 /* [n_folders] top-level folders the archive lists: each must hold images */
     size_t n_folders;
-    uint8_t *data;                  /* [data_cap] the current file's bytes */
+    uint8_t *data;                  /* [data_cap] the batch's files' bytes, one after another */
     size_t data_cap;
-    uint8_t *resized, *pixels;      /* [height * width * 3] and [height * width * channels] */
+    slot slots[BATCH_ENTRIES];      /* the batch: [batch_n], handed out up to batch_at */
+    size_t batch_cap, batch_n, batch_at;
+    uint8_t *pixels;                /* [batch_cap * height * width * channels]: the slots' */
+    uint8_t *resized;               /* [threads * height * width * 3]: each thread's resize scratch */
+    tw_tower_pool *pool;
+    int threads;
     int64_t dims[3];
 } archive_source;
 
@@ -255,26 +280,26 @@ static tw_status list_entries(archive_source *x, tw_error *err)
     return folders_hold_images(x, err);
 }
 
-/* The current entry's bytes into x->data; *len. */
-static tw_status read_data(archive_source *x, const char *path, size_t *len, tw_error *err)
+/* The current entry's bytes into x->data from off; *len. */
+static tw_status read_data(archive_source *x, const char *path, size_t off, size_t *len, tw_error *err)
 {
     *len = 0;
     for (;;) {
-        if (*len == x->data_cap) {
+        if (off + *len == x->data_cap) {
             size_t cap = x->data_cap ? 2 * x->data_cap : 1 << 16;
-            uint8_t *grown = cap <= MAX_ENTRY_BYTES ? realloc(x->data, cap) : NULL;
+            uint8_t *grown = realloc(x->data, cap);
             if (!grown)
-                return cap > MAX_ENTRY_BYTES ? entry_error(x, TW_ERR_TOO_LARGE, path, "larger than 64 MiB", err)
-                                             : nomem(err);
+                return nomem(err);
             x->data = grown;
             x->data_cap = cap;
         }
-        la_ssize_t got = archive_read_data(x->a, x->data + *len, x->data_cap - *len);
+        la_ssize_t got = archive_read_data(x->a, x->data + off + *len, x->data_cap - off - *len);
         if (got < 0)
             return entry_error(x, TW_ERR_CORRUPT, path, archive_error_string(x->a), err);
         if (got == 0)
             return TW_OK;
-        *len += (size_t)got;
+        if ((*len += (size_t)got) > MAX_ENTRY_BYTES)
+            return entry_error(x, TW_ERR_TOO_LARGE, path, "larger than 64 MiB", err);
         if ((x->read_bytes += (uint64_t)got) > x->max_bytes)
             return tw_error_set(err, TW_ERR_TOO_LARGE, x->file, -1, "the archive unpacks to more than %llu bytes "
                                 "(at '%.200s')", (unsigned long long)x->max_bytes, path);
@@ -295,10 +320,11 @@ static tw_status seek_entry(archive_source *x, const char *want, tw_error *err)
                         "writing pass (at '%.200s')", want);
 }
 
-/* img resized to height x width by the source's fit into x->resized (img's channels): crop scales the
- * shorter side to the target and cuts the middle; pad scales the longer side to it and centres the image
- * on zeros. An image of the stored size is copied as it is. */
-static tw_status fit_image(archive_source *x, const tw_image *img, const char *path, tw_error *err)
+/* img resized to height x width by the source's fit into resized[height * width * img's channels]: crop
+ * scales the shorter side to the target and cuts the middle; pad scales the longer side to it and centres
+ * the image on zeros. An image of the stored size is copied as it is. */
+static tw_status fit_image(const archive_source *x, const tw_image *img, const char *path, uint8_t *resized,
+                           tw_error *err)
 {
     int H = x->height, W = x->width, c = img->channels;
     double sy = (double)H / img->height, sx = (double)W / img->width;
@@ -318,49 +344,83 @@ static tw_status fit_image(archive_source *x, const tw_image *img, const char *p
         free(tmp);
         return entry_error(x, TW_ERR_INTERNAL, path, "the resize failed", err);
     }
-    memset(x->resized, 0, (size_t)H * W * c);
+    memset(resized, 0, (size_t)H * W * c);
     int oy = (rh - H) / 2, ox = (rw - W) / 2; /* crop: where the middle starts; pad: negative, the margin */
     for (int i = 0; i < H; i++)
         for (int j = 0; j < W; j++) {
             int si = i + oy, sj = j + ox;
             if (si >= 0 && si < rh && sj >= 0 && sj < rw)
-                memcpy(x->resized + ((size_t)i * W + j) * c, tmp + ((size_t)si * rw + sj) * c, (size_t)c);
+                memcpy(resized + ((size_t)i * W + j) * c, tmp + ((size_t)si * rw + sj) * c, (size_t)c);
         }
     if (tmp != img->pixels)
         free(tmp);
     return TW_OK;
 }
 
-/* Entry x->at decoded, fitted and given the stored channels into x->pixels. */
-static tw_status decode_entry(archive_source *x, const char *path, tw_error *err)
+/* Slot k's bytes decoded, fitted and given the stored channels into its pixels (resized: the thread's
+ * scratch); the outcome in its status and err. */
+static void decode_slot(const archive_source *x, slot *k, uint8_t *resized)
 {
-    size_t len;
-    TW_TRY(seek_entry(x, path, err));
-    TW_TRY(read_data(x, path, &len, err));
+    const char *path = k->en->path;
     tw_image img;
     tw_error e;
-    if (tw_image_decode(x->data, len, path, &img, &e) != TW_OK)
-        return entry_error(x, e.status, path, e.message, err);
-    tw_status s = fit_image(x, &img, path, err);
-    tw_image fitted = {.width = x->width, .height = x->height, .channels = img.channels, .pixels = x->resized};
-    if (s == TW_OK)
-        s = tw_image_fit(&fitted, x->height, x->width, x->channels, x->pixels, path, err);
+    if (tw_image_decode(x->data + k->off, k->len, path, &img, &e) != TW_OK) {
+        k->status = entry_error(x, e.status, path, e.message, &k->err);
+        return;
+    }
+    k->status = fit_image(x, &img, path, resized, &k->err);
+    tw_image fitted = {.width = x->width, .height = x->height, .channels = img.channels, .pixels = resized};
+    if (k->status == TW_OK)
+        k->status = tw_image_fit(&fitted, x->height, x->width, x->channels, k->pixels, path, &k->err);
     tw_image_free(&img);
-    return s;
+}
+
+/* Thread t decodes the batch's slots t, t + threads, ... */
+static void decode_part(void *arg, int t)
+{
+    archive_source *x = arg;
+    uint8_t *resized = x->resized + (size_t)t * (size_t)x->height * (size_t)x->width * 3;
+    for (size_t k = (size_t)t; k < x->batch_n; k += (size_t)x->threads)
+        if (x->slots[k].status == TW_OK)
+            decode_slot(x, &x->slots[k], resized);
+}
+
+/* Reads the next batch's entries in archive order (up to batch_cap, or past BATCH_BYTES of their bytes; an
+ * entry that cannot be read ends the batch, its error kept in its slot), then decodes them on the pool. */
+static void fill_batch(archive_source *x)
+{
+    size_t off = 0, px = (size_t)x->height * (size_t)x->width * (size_t)x->channels;
+    x->batch_n = x->batch_at = 0;
+    while (x->batch_n < x->batch_cap && x->at < x->n && off <= BATCH_BYTES) {
+        slot *k = &x->slots[x->batch_n++];
+        *k = (slot){.en = &x->entries[x->at++], .off = off, .pixels = x->pixels + (x->batch_n - 1) * px};
+        k->status = seek_entry(x, k->en->path, &k->err);
+        if (k->status == TW_OK)
+            k->status = read_data(x, k->en->path, off, &k->len, &k->err);
+        if (k->status != TW_OK)
+            break;
+        off += k->len;
+    }
+    tw_tower_pool_run(x->pool, x->batch_n < (size_t)x->threads ? (int)x->batch_n : x->threads, decode_part, x);
 }
 
 static tw_status archive_next(tw_convert_src *s, tw_example_builder *b, tw_label_value *label, tw_error *err)
 {
     archive_source *x = (archive_source *)s;
-    if (x->at == x->n)
+    if (x->batch_at == x->batch_n && x->at == x->n)
         return TW_END;
-    const entry *en = &x->entries[x->at++];
-    TW_TRY(decode_entry(x, en->path, err));
-    label->i = en->label;
-    label->f = en->label;
-    s->label_i = en->label;
+    if (x->batch_at == x->batch_n)
+        fill_batch(x);
+    const slot *k = &x->slots[x->batch_at++];
+    if (k->status != TW_OK) {
+        *err = k->err;
+        return k->status;
+    }
+    label->i = k->en->label;
+    label->f = k->en->label;
+    s->label_i = k->en->label;
     const int64_t h = x->height, w = x->width, d = x->channels;
-    TW_TRY(tw_example_add_bytes1(b, "image_raw", x->pixels, (size_t)(h * w * d), err));
+    TW_TRY(tw_example_add_bytes1(b, "image_raw", k->pixels, (size_t)(h * w * d), err));
     TW_TRY(tw_example_add_int64s(b, "label", &s->label_i, 1, err));
     TW_TRY(tw_example_add_int64s(b, "height", &x->dims[0], 1, err));
     TW_TRY(tw_example_add_int64s(b, "width", &x->dims[1], 1, err));
@@ -414,7 +474,23 @@ static void archive_close(tw_convert_src *s)
     free(x->data);
     free(x->resized);
     free(x->pixels);
+    tw_tower_pool_destroy(x->pool);
     free(x);
+}
+
+/* The batch's room (its pixels, each thread's scratch) and the pool of one thread per core (at most
+ * MAX_THREADS). */
+static tw_status batch_create(archive_source *x, tw_error *err)
+{
+    size_t px = (size_t)x->height * (size_t)x->width;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    x->threads = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
+    x->batch_cap = BATCH_BYTES / (px * (size_t)x->channels);
+    x->batch_cap = x->batch_cap < 1 ? 1 : x->batch_cap > BATCH_ENTRIES ? BATCH_ENTRIES : x->batch_cap;
+    if (!(x->resized = malloc(px * 3 * (size_t)x->threads)) ||
+        !(x->pixels = malloc(px * (size_t)x->channels * x->batch_cap)))
+        return nomem(err);
+    return tw_tower_pool_create(x->threads, &x->pool, err);
 }
 
 tw_status tw_convert_archive_open(const tw_convert_options *o, tw_convert_src **out, tw_error *err)
@@ -435,9 +511,7 @@ tw_status tw_convert_archive_open(const tw_convert_options *o, tw_convert_src **
     x->dims[0] = x->height;
     x->dims[1] = x->width;
     x->dims[2] = x->channels;
-    size_t px = (size_t)x->height * (size_t)x->width;
-    if (!(x->resized = malloc(px * 3)) || !(x->pixels = malloc(px * (size_t)x->channels)))
-        return nomem(err);
+    TW_TRY(batch_create(x, err));
     TW_TRY(list_entries(x, err));
     return open_archive(x, &x->a, err);
 }
