@@ -707,70 +707,74 @@ static tw_status cpu_avgpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw
     return TW_OK;
 }
 
-/* Batch normalization cut over the instance's threads by channels: part t takes the channels
- * [lo, hi) of every row. A channel's sums run in row order whatever the cut, so the results never depend
- * on it (bit-exact resume on another thread count). */
+/* Batch normalization over the instance's threads. The rows are grouped in fixed blocks of BN_BLOCK; a
+ * channel's sums are each block's sum (in row order) added in block order, so the results never depend on
+ * how many threads there are (bit-exact resume on another thread count). Thread t takes the blocks, or
+ * for the elementwise passes the rows, of part t of an even cut. */
+enum { BN_BLOCK = 64, SPLIT_BN = 1 << 14 }; /* rows a block; values: smaller batch normalizations run whole on the caller */
+
 typedef struct {
     const tw_bn *p;
     const float *x, *dy, *gamma, *beta;
-    float *y, *dx, *stats, *moving, *dgamma, *dbeta; /* moving: NULL unless TRAIN_UPDATE */
-    double *sums;                                    /* [2C] scratch */
+    float *y, *dx, *stats, *dgamma, *dbeta;
+    double *part;   /* [2 * blocks * C]: each block's two sums per channel */
     int parts;
+    int deviations; /* bn_sums_part's second pass: stats holds the means */
 } bn_job;
 
-enum { SPLIT_BN = 1 << 14 }; /* values: smaller batch normalizations run whole on the caller */
+static size_t bn_blocks(const tw_bn *p) { return ((size_t)p->rows + BN_BLOCK - 1) / BN_BLOCK; }
 
-static void bn_span(const bn_job *j, int t, size_t *lo, size_t *hi)
+/* Part t of [0, n) cut into j->parts even pieces. */
+static void bn_cut(const bn_job *j, size_t n, int t, size_t *lo, size_t *hi)
 {
-    *lo = tw_tower_pool_cut((size_t)j->p->channels, j->parts, t);
-    *hi = tw_tower_pool_cut((size_t)j->p->channels, j->parts, t + 1);
+    *lo = n * (size_t)t / (size_t)j->parts;
+    *hi = n * (size_t)(t + 1) / (size_t)j->parts;
 }
 
-/* The batch's mean and 1 / sqrt(biased variance + epsilon) of channels [lo, hi) into stats, each summed
- * in double in row order (two passes over the rows: the means, then the squared deviations; rows outer so
- * the reads are sequential); with moving (TRAIN_UPDATE), the moving mean and variance follow the batch's. */
-static void bn_batch_stats(const bn_job *j, size_t lo, size_t hi)
+/* Each of part t's blocks: part[b] = sum x, or (deviations: stats holds the means) part[blocks + b] = sum
+ * (x - mean)^2. */
+static void bn_sums_part(void *arg, int t)
 {
-    size_t R = (size_t)j->p->rows, C = (size_t)j->p->channels;
-    double *s = j->sums, *q = j->sums + C;
-    const float *x = j->x;
-    for (size_t c = lo; c < hi; c++)
-        s[c] = q[c] = 0.0;
-    for (size_t r = 0; r < R; r++)
-        for (size_t c = lo; c < hi; c++)
-            s[c] += x[r * C + c];
-    for (size_t c = lo; c < hi; c++)
-        s[c] /= (double)R;
-    for (size_t r = 0; r < R; r++)
-        for (size_t c = lo; c < hi; c++) {
-            double d = x[r * C + c] - s[c];
-            q[c] += d * d;
-        }
-    for (size_t c = lo; c < hi; c++) {
-        j->stats[c] = (float)s[c];
-        j->stats[C + c] = (float)(1.0 / sqrt(q[c] / (double)R + (double)j->p->epsilon));
-        if (j->moving) {
-            j->moving[c] = tw_bn_moving(j->moving[c], (float)s[c], j->p->momentum);
-            j->moving[C + c] = tw_bn_moving(j->moving[C + c], (float)(q[c] / (double)R), j->p->momentum);
+    const bn_job *j = arg;
+    size_t R = (size_t)j->p->rows, C = (size_t)j->p->channels, nb = bn_blocks(j->p), lo, hi;
+    bn_cut(j, nb, t, &lo, &hi);
+    for (size_t b = lo; b < hi; b++) {
+        double *s = j->part + b * C, *q = j->part + (nb + b) * C;
+        size_t r1 = (b + 1) * BN_BLOCK < R ? (b + 1) * BN_BLOCK : R;
+        for (size_t c = 0; c < C; c++)
+            s[c] = q[c] = 0.0;
+        for (size_t r = b * BN_BLOCK; r < r1; r++) {
+            const float *x = j->x + r * C;
+            if (j->deviations)
+                for (size_t c = 0; c < C; c++)
+                    q[c] += ((double)x[c] - j->stats[c]) * ((double)x[c] - j->stats[c]);
+            else
+                for (size_t c = 0; c < C; c++)
+                    s[c] += x[c];
         }
     }
 }
 
-static void bn_fwd_part(void *arg, int t)
+/* sum[c] = the blocks' sums of set k (0 or 1) added in block order. */
+static void bn_combine(const bn_job *j, int k, double *sum)
+{
+    size_t C = (size_t)j->p->channels, nb = bn_blocks(j->p);
+    for (size_t c = 0; c < C; c++)
+        sum[c] = 0.0;
+    for (size_t b = 0; b < nb; b++)
+        for (size_t c = 0; c < C; c++)
+            sum[c] += j->part[((size_t)k * nb + b) * C + c];
+}
+
+/* y = gamma (x - mean) inv + beta over part t's rows. */
+static void bn_norm_part(void *arg, int t)
 {
     const bn_job *j = arg;
-    size_t lo, hi, R = (size_t)j->p->rows, C = (size_t)j->p->channels;
-    bn_span(j, t, &lo, &hi);
+    size_t C = (size_t)j->p->channels, lo, hi;
     const float *ps = j->stats;
-    if (j->p->mode == TW_BN_INFER)
-        for (size_t c = lo; c < hi; c++) {
-            j->stats[c] = j->moving[c];
-            j->stats[C + c] = 1.0f / sqrtf(j->moving[C + c] + j->p->epsilon);
-        }
-    else
-        bn_batch_stats(j, lo, hi);
-    for (size_t r = 0; r < R; r++)
-        for (size_t c = lo; c < hi; c++)
+    bn_cut(j, (size_t)j->p->rows, t, &lo, &hi);
+    for (size_t r = lo; r < hi; r++)
+        for (size_t c = 0; c < C; c++)
             j->y[r * C + c] = tw_bn_norm(j->x[r * C + c], ps[c], ps[C + c], j->gamma[c], j->beta[c]);
 }
 
@@ -780,53 +784,106 @@ static int bn_parts(void *ctx, const tw_bn *p)
     return (size_t)p->rows * (size_t)p->channels < SPLIT_BN ? 1 : tw_tower_pool_jobs(pool_of(ctx));
 }
 
+/* The batch's mean and 1 / sqrt(biased variance + epsilon) per channel into stats (two passes: the means,
+ * then the squared deviations); with moving (TRAIN_UPDATE), the moving mean and variance follow the
+ * batch's. sum[C]: scratch. */
+static void bn_batch_stats(void *ctx, bn_job *j, float *moving, double *sum)
+{
+    size_t R = (size_t)j->p->rows, C = (size_t)j->p->channels;
+    tw_tower_pool_run(pool_of(ctx), j->parts, bn_sums_part, j);
+    bn_combine(j, 0, sum);
+    for (size_t c = 0; c < C; c++)
+        j->stats[c] = (float)(sum[c] / (double)R);
+    j->deviations = 1;
+    tw_tower_pool_run(pool_of(ctx), j->parts, bn_sums_part, j);
+    bn_combine(j, 1, sum);
+    for (size_t c = 0; c < C; c++) {
+        j->stats[C + c] = (float)(1.0 / sqrt(sum[c] / (double)R + (double)j->p->epsilon));
+        if (moving) {
+            moving[c] = tw_bn_moving(moving[c], j->stats[c], j->p->momentum);
+            moving[C + c] = tw_bn_moving(moving[C + c], (float)(sum[c] / (double)R), j->p->momentum);
+        }
+    }
+}
+
 static tw_status cpu_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x, tw_tensor gamma, tw_tensor beta,
                             tw_tensor stats, tw_tensor moving, tw_error *err)
 {
+    size_t C = (size_t)p->channels;
     bn_job j = {.p = p, .x = f32(x), .gamma = f32(gamma), .beta = f32(beta), .y = f32(y), .stats = f32(stats),
-                .moving = p->mode == TW_BN_TRAIN ? NULL : f32(moving), .parts = bn_parts(ctx, p)};
-    if (p->mode != TW_BN_INFER && !(j.sums = malloc(2 * (size_t)p->channels * sizeof *j.sums)))
-        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-    tw_tower_pool_run(pool_of(ctx), j.parts, bn_fwd_part, &j);
-    free(j.sums);
+                .parts = bn_parts(ctx, p)};
+    float *pm = f32(moving);
+    if (p->mode == TW_BN_INFER) {
+        for (size_t c = 0; c < C; c++) {
+            j.stats[c] = pm[c];
+            j.stats[C + c] = 1.0f / sqrtf(pm[C + c] + p->epsilon);
+        }
+    } else {
+        double *sum = malloc((2 * bn_blocks(p) + 1) * C * sizeof *sum);
+        if (!sum)
+            return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
+        j.part = sum + C;
+        bn_batch_stats(ctx, &j, p->mode == TW_BN_TRAIN_UPDATE ? pm : NULL, sum);
+        free(sum);
+    }
+    tw_tower_pool_run(pool_of(ctx), j.parts, bn_norm_part, &j);
     return TW_OK;
 }
 
-/* dbeta = sum dy, dgamma = sum dy xhat per channel (double, row order; rows outer); dx = gamma inv / R (R dy -
- * dbeta - xhat dgamma). */
-static void bn_bwd_part(void *arg, int t)
+/* Each of part t's blocks: part[b] = sum dy, part[blocks + b] = sum dy xhat. */
+static void bn_grad_sums_part(void *arg, int t)
 {
     const bn_job *j = arg;
-    size_t lo, hi, R = (size_t)j->p->rows, C = (size_t)j->p->channels;
-    bn_span(j, t, &lo, &hi);
-    const float *px = j->x, *pdy = j->dy, *ps = j->stats;
-    double *sb = j->sums, *sg = j->sums + C;
-    for (size_t c = lo; c < hi; c++)
-        sb[c] = sg[c] = 0.0;
-    for (size_t r = 0; r < R; r++)
-        for (size_t c = lo; c < hi; c++) {
-            sb[c] += pdy[r * C + c];
-            sg[c] += (double)pdy[r * C + c] * ((px[r * C + c] - ps[c]) * ps[C + c]);
-        }
-    for (size_t c = lo; c < hi; c++) {
-        j->dbeta[c] = (float)sb[c];
-        j->dgamma[c] = (float)sg[c];
+    size_t R = (size_t)j->p->rows, C = (size_t)j->p->channels, nb = bn_blocks(j->p), lo, hi;
+    const float *ps = j->stats;
+    bn_cut(j, nb, t, &lo, &hi);
+    for (size_t b = lo; b < hi; b++) {
+        double *sb = j->part + b * C, *sg = j->part + (nb + b) * C;
+        size_t r1 = (b + 1) * BN_BLOCK < R ? (b + 1) * BN_BLOCK : R;
+        for (size_t c = 0; c < C; c++)
+            sb[c] = sg[c] = 0.0;
+        for (size_t r = b * BN_BLOCK; r < r1; r++)
+            for (size_t c = 0; c < C; c++) {
+                sb[c] += j->dy[r * C + c];
+                sg[c] += (double)j->dy[r * C + c] * ((j->x[r * C + c] - ps[c]) * ps[C + c]);
+            }
     }
-    for (size_t r = 0; j->dx && r < R; r++)
-        for (size_t c = lo; c < hi; c++)
-            j->dx[r * C + c] = tw_bn_grad(pdy[r * C + c], px[r * C + c], ps[c], ps[C + c], j->gamma[c], j->dbeta[c],
-                                          j->dgamma[c], (float)R);
 }
 
+/* dx = gamma inv / R (R dy - dbeta - xhat dgamma) over part t's rows. */
+static void bn_dx_part(void *arg, int t)
+{
+    const bn_job *j = arg;
+    size_t R = (size_t)j->p->rows, C = (size_t)j->p->channels, lo, hi;
+    const float *ps = j->stats;
+    bn_cut(j, R, t, &lo, &hi);
+    for (size_t r = lo; r < hi; r++)
+        for (size_t c = 0; c < C; c++)
+            j->dx[r * C + c] = tw_bn_grad(j->dy[r * C + c], j->x[r * C + c], ps[c], ps[C + c], j->gamma[c],
+                                          j->dbeta[c], j->dgamma[c], (float)R);
+}
+
+/* dbeta = sum dy, dgamma = sum dy xhat per channel (blocks as above), then dx. */
 static tw_status cpu_bn_bwd(void *ctx, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,
                             tw_tensor x, tw_tensor gamma, tw_tensor stats, tw_error *err)
 {
+    size_t C = (size_t)p->channels;
     bn_job j = {.p = p, .x = f32(x), .dy = f32(dy), .gamma = f32(gamma), .dx = dx.buf ? f32(dx) : NULL,
                 .stats = f32(stats), .dgamma = f32(dgamma), .dbeta = f32(dbeta), .parts = bn_parts(ctx, p)};
-    if (!(j.sums = malloc(2 * (size_t)p->channels * sizeof *j.sums)))
+    double *sum = malloc((2 * bn_blocks(p) + 1) * C * sizeof *sum);
+    if (!sum)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-    tw_tower_pool_run(pool_of(ctx), j.parts, bn_bwd_part, &j);
-    free(j.sums);
+    j.part = sum + C;
+    tw_tower_pool_run(pool_of(ctx), j.parts, bn_grad_sums_part, &j);
+    bn_combine(&j, 0, sum);
+    for (size_t c = 0; c < C; c++)
+        j.dbeta[c] = (float)sum[c];
+    bn_combine(&j, 1, sum);
+    for (size_t c = 0; c < C; c++)
+        j.dgamma[c] = (float)sum[c];
+    free(sum);
+    if (j.dx)
+        tw_tower_pool_run(pool_of(ctx), j.parts, bn_dx_part, &j);
     return TW_OK;
 }
 

@@ -1464,7 +1464,7 @@ static void test_allreduce_avg(void **state)
 
 /* ---- an instance's own threads ---- */
 
-/* A batch normalization past the size it is cut at (512 rows of 40 channels: parts of 16, 16 and 8 on three
+/* A batch normalization past the size it is cut at (512 rows of 40 channels: 8 blocks of rows over three
  * threads), training with the update then backward, on b3 and on the one-thread instance B: the same bits. */
 static void instance_threads_bn(tw_backend *b3)
 {
