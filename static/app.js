@@ -754,7 +754,8 @@
   }
 
   /* The latest checkpoint of run `id` (reply: GET /runs/{id}/checkpoints, with a latest) to download, and its
-   * exports (GET /runs/{id}/export, docs/formats.md §7.3, §7.4) as a TF checkpoint or ONNX; the download link
+   * exports (GET /runs/{id}/export, docs/formats.md §7.3, §7.4) as a TF checkpoint (Tower's names, or the
+   * seed program's: names=seed) or ONNX; the download link
    * gets the id linkId. The run page's "Checkpoint" and a sweep's best trial. */
   function checkpointLinks(id, reply, linkId) {
     const step = reply.latest;
@@ -765,6 +766,7 @@
       download: `${id}-step${step}.safetensors`, text: `Download step ${fmtInt(step)}`}),
     latest ? ` (${fmtBytes(latest.bytes)}, ${(reply.checkpoints || []).length} kept)` : '',
     ' · export: ', exportLink('tf', 'TensorFlow', `model.ckpt-${step}.tar`), ' · ',
+    exportLink('tf&names=seed', 'TensorFlow (the seed\'s names)', `model.ckpt-${step}-seed.tar`), ' · ',
     exportLink('onnx&weights=ema', 'ONNX (EMA)', `model-${step}-ema.onnx`), ' · ',
     exportLink('onnx&weights=raw', 'ONNX (raw)', `model-${step}-raw.onnx`)];
   }

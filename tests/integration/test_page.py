@@ -214,9 +214,11 @@ def test_upload_submit_and_live_charts(serve, browser):
     ckpt = requests.get(href, timeout=30)
     assert ckpt.status_code == 200 and len(ckpt.content) > 8
     exports = {a.text: a.get_attribute("href") for a in d.find_elements(By.CSS_SELECTOR, "a.run-export")}
-    assert set(exports) == {"TensorFlow", "ONNX (EMA)", "ONNX (raw)"}, exports  # test_export.py checks the bytes
+    assert set(exports) == {"TensorFlow", "TensorFlow (the seed's names)", "ONNX (EMA)", "ONNX (raw)"}, exports  # test_export.py checks the bytes
     tar = requests.get(exports["TensorFlow"], timeout=60)
     assert tar.status_code == 200 and tar.content[257:262] == b"ustar", tar.text[:200]
+    seed = requests.get(exports["TensorFlow (the seed's names)"], timeout=60)  # test_export_seed.py restores it
+    assert seed.status_code == 200 and seed.content[257:262] == b"ustar" and seed.content != tar.content
 
     # The runs table lists it with its dataset, devices and progress.
     navigate(d, "nav-runs", "runs-table")

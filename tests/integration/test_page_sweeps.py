@@ -182,7 +182,7 @@ def test_sweep_list_and_page_show_the_api(fake_server, browser):
     wait(d, lambda d: d.find_elements(By.CSS_SELECTOR, "#sweep-best a.run-export"), message="the best's exports")
     exports = {a.text: a.get_attribute("href") for a in d.find_elements(By.CSS_SELECTOR, "#sweep-best a.run-export")}
     download = d.find_element(By.ID, "sweep-best-checkpoint").get_attribute("href")
-    assert set(exports) == {"TensorFlow", "ONNX (EMA)", "ONNX (raw)"}, exports
+    assert set(exports) == {"TensorFlow", "TensorFlow (the seed's names)", "ONNX (EMA)", "ONNX (raw)"}, exports
 
     # Fine-tune: the submit form opens on the best trial's config, initialised from its run.
     d.find_element(By.ID, "sweep-best-finetune").click()
