@@ -6,6 +6,7 @@ import pytest
 import requests
 
 pytest.importorskip("selenium.webdriver")
+from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 
 from test_page import browser, pytestmark, severe, wait  # noqa: E402,F401  (fixtures and the skip mark)
@@ -55,8 +56,13 @@ def test_run_page_warns_without_a_test_split(serve, browser, tmp_path):  # noqa:
     r = requests.post(server.api("/runs"), json=cfg, timeout=30)
     assert r.status_code == 201, r.text
     browser.get(f"{server.url}/#/runs/{r.json()['id']}")
-    wait(browser, lambda b: b.find_elements(By.ID, "run-warnings"), message="the run's warning")
-    assert "has no test split: this run is never evaluated" in text_of(browser, "run-warnings")
+
+    def warned(b):  # the run page redraws as the run moves on: a warning read mid-redraw is read again
+        try:
+            return "has no test split: this run is never evaluated" in text_of(b, "run-warnings")
+        except (NoSuchElementException, StaleElementReferenceException):
+            return False
+    wait(browser, warned, message="the run's warning")
     assert severe(browser) == []
 
 

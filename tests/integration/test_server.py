@@ -231,8 +231,9 @@ def test_openapi_matches_the_route_table(serve):
             assert query == queries[(method.upper(), path)], (method, path)
             assert op["summary"]
     assert queries[("POST", "/api/v1/datasets")] == {"name": True, "label_column": False, "validation_split": False,
-                                                    "split_seed": False, "class_names": False, "image_size": False,
-                                                    "channels": False, "resize": False}
+                                                    "split_seed": False, "test_first": False, "test_last": False,
+                                                    "class_names": False, "image_size": False, "channels": False,
+                                                    "resize": False, "shape": False}
 
 
 def test_unknown_route_and_method(serve):

@@ -1456,12 +1456,15 @@ static void test_positional_split(void **state)
     expect_invalid(&o, "--test-output is needed with --test-last");
 }
 
-/* The seed converter's layout: size, label, image_raw (n bytes). */
+/* The seed converter's layout: size, label, image_raw (n bytes); the values live in scratch (the builder
+ * borrows them until the record is serialized). */
 static void make_sized(tw_example_builder *b, uint32_t i, void *scratch, int64_t n)
 {
     tw_error err;
-    uint8_t *px = scratch;
-    int64_t v[2] = {n, i % 10};
+    int64_t *v = scratch;
+    uint8_t *px = (uint8_t *)(v + 2);
+    v[0] = n;
+    v[1] = i % 10;
     for (int64_t k = 0; k < n; k++)
         px[k] = (uint8_t)(i + k);
     assert_int_equal(tw_example_add_int64s(b, "size", &v[0], 1, &err), TW_OK);
@@ -1477,10 +1480,11 @@ static void make_sized_10(tw_example_builder *b, uint32_t i, void *s) { make_siz
 static void make_bare_36(tw_example_builder *b, uint32_t i, void *scratch)
 {
     tw_error err;
-    int64_t label = i % 3;
-    memset(scratch, (int)i, 36);
-    assert_int_equal(tw_example_add_bytes1(b, "image_raw", scratch, 36, &err), TW_OK);
-    assert_int_equal(tw_example_add_int64s(b, "label", &label, 1, &err), TW_OK);
+    int64_t *label = scratch;
+    *label = i % 3;
+    memset(label + 1, (int)i, 36);
+    assert_int_equal(tw_example_add_bytes1(b, "image_raw", label + 1, 36, &err), TW_OK);
+    assert_int_equal(tw_example_add_int64s(b, "label", label, 1, &err), TW_OK);
 }
 
 /* Converts name and checks the meta's shape [a, b, c] (c 0: [a]) and that shape_rule contains rule. */
