@@ -1,7 +1,8 @@
 /* convert_archive.c — the converter's image-folder source: a .tar, .tar.gz or .zip archive (read with
  * libarchive, which also tells the formats and filters apart by content) whose top-level folders are the
  * classes and whose PNG and JPEG files under them are the examples, each decoded (image.c), resized to the
- * stored size with stb_image_resize (Debian's libstb) and given the stored channel count.
+ * stored size with FFmpeg's libswscale (bicubic, Catmull-Rom's kernel as Pillow's BICUBIC; one context per
+ * thread, kept from image to image) and given the stored channel count.
  *
  * Owns: which entries are examples, the class of each (its top-level folder; the classes sorted by name,
  * class 0 the first, as Keras' image_dataset_from_directory orders them), the refusals (each naming the
@@ -24,8 +25,12 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <libavutil/log.h>
+#include <libavutil/pixfmt.h>
+#include <libswscale/swscale.h>
+#include <pthread.h>
+
 #include "image.h"
-#include "stb_image_resize.h"
 #include "tower_pool.h"
 
 enum {
@@ -73,6 +78,7 @@ typedef struct {
     uint8_t *pixels;                /* [batch_cap * height * width * channels]: the slots' */
     uint8_t *resized;               /* [threads * height * width * 3]: each thread's resize scratch */
     tw_tower_pool *pool;
+    struct SwsContext *sws[MAX_THREADS]; /* each thread's scaler, made for the last size it scaled */
     int threads;
     int64_t dims[3];
 } archive_source;
@@ -320,10 +326,43 @@ static tw_status seek_entry(archive_source *x, const char *want, tw_error *err)
                         "writing pass (at '%.200s')", want);
 }
 
-/* img resized to height x width by the source's fit into resized[height * width * img's channels]: crop
- * scales the shorter side to the target and cuts the middle; pad scales the longer side to it and centres
- * the image on zeros. An image of the stored size is copied as it is. */
-static tw_status fit_image(const archive_source *x, const tw_image *img, const char *path, uint8_t *resized,
+/* FFmpeg's messages (a warning about an unaligned row is a speed note) are kept off stderr. */
+static void quiet_ffmpeg(void) { av_log_set_level(AV_LOG_ERROR); }
+
+/* The c-channel image src (w x h) scaled to dst (dw x dh) with *sws: each channel as a grey plane,
+ * bicubic with B = 0, C = 0.5 (Catmull-Rom, Pillow's BICUBIC), widened when shrinking, bit-exact (the same
+ * bytes on every CPU). Returns 0, or -1 when no scaler can be made (or out of memory). */
+static int scale(struct SwsContext **sws, const uint8_t *src, int w, int h, int c, uint8_t *dst, int dw, int dh)
+{
+    static const double CATMULL_ROM[2] = {0.0, 0.5};
+    *sws = sws_getCachedContext(*sws, w, h, AV_PIX_FMT_GRAY8, dw, dh, AV_PIX_FMT_GRAY8,
+                                SWS_BICUBIC | SWS_ACCURATE_RND | SWS_BITEXACT, NULL, NULL, CATMULL_ROM);
+    size_t n = (size_t)w * h, dn = (size_t)dw * dh;
+    uint8_t *plane = c == 1 ? NULL : malloc(n + dn);
+    if (!*sws || (c > 1 && !plane)) {
+        free(plane);
+        return -1;
+    }
+    for (int k = 0; k < c; k++) {
+        const uint8_t *in = src;
+        uint8_t *out = c == 1 ? dst : plane + n;
+        for (size_t i = 0; c > 1 && i < n; i++)
+            plane[i] = src[i * c + (size_t)k];
+        if (c > 1)
+            in = plane;
+        sws_scale(*sws, (const uint8_t *const[4]){in}, (const int[4]){w}, 0, h, (uint8_t *const[4]){out},
+                  (const int[4]){dw});
+        for (size_t i = 0; c > 1 && i < dn; i++)
+            dst[i * c + (size_t)k] = out[i];
+    }
+    free(plane);
+    return 0;
+}
+
+/* img resized to height x width by the source's fit into resized[height * width * img's channels] with
+ * thread t's scaler: crop scales the shorter side to the target and cuts the middle; pad scales the longer
+ * side to it and centres the image on zeros. An image of the stored size is copied as it is. */
+static tw_status fit_image(archive_source *x, int t, const tw_image *img, const char *path, uint8_t *resized,
                            tw_error *err)
 {
     int H = x->height, W = x->width, c = img->channels;
@@ -339,8 +378,7 @@ static tw_status fit_image(const archive_source *x, const tw_image *img, const c
     uint8_t *tmp = rh == img->height && rw == img->width ? img->pixels : malloc((size_t)rh * rw * c);
     if (!tmp)
         return nomem(err);
-    if (tmp != img->pixels &&
-        !stbir_resize_uint8(img->pixels, img->width, img->height, 0, tmp, rw, rh, 0, c)) {
+    if (tmp != img->pixels && scale(&x->sws[t], img->pixels, img->width, img->height, c, tmp, rw, rh) != 0) {
         free(tmp);
         return entry_error(x, TW_ERR_INTERNAL, path, "the resize failed", err);
     }
@@ -359,7 +397,7 @@ static tw_status fit_image(const archive_source *x, const tw_image *img, const c
 
 /* Slot k's bytes decoded, fitted and given the stored channels into its pixels (resized: the thread's
  * scratch); the outcome in its status and err. */
-static void decode_slot(const archive_source *x, slot *k, uint8_t *resized)
+static void decode_slot(archive_source *x, int t, slot *k, uint8_t *resized)
 {
     const char *path = k->en->path;
     tw_image img;
@@ -368,7 +406,7 @@ static void decode_slot(const archive_source *x, slot *k, uint8_t *resized)
         k->status = entry_error(x, e.status, path, e.message, &k->err);
         return;
     }
-    k->status = fit_image(x, &img, path, resized, &k->err);
+    k->status = fit_image(x, t, &img, path, resized, &k->err);
     tw_image fitted = {.width = x->width, .height = x->height, .channels = img.channels, .pixels = resized};
     if (k->status == TW_OK)
         k->status = tw_image_fit(&fitted, x->height, x->width, x->channels, k->pixels, path, &k->err);
@@ -382,7 +420,7 @@ static void decode_part(void *arg, int t)
     uint8_t *resized = x->resized + (size_t)t * (size_t)x->height * (size_t)x->width * 3;
     for (size_t k = (size_t)t; k < x->batch_n; k += (size_t)x->threads)
         if (x->slots[k].status == TW_OK)
-            decode_slot(x, &x->slots[k], resized);
+            decode_slot(x, t, &x->slots[k], resized);
 }
 
 /* Reads the next batch's entries in archive order (up to batch_cap, or past BATCH_BYTES of their bytes; an
@@ -475,6 +513,8 @@ static void archive_close(tw_convert_src *s)
     free(x->resized);
     free(x->pixels);
     tw_tower_pool_destroy(x->pool);
+    for (int t = 0; t < MAX_THREADS; t++)
+        sws_freeContext(x->sws[t]);
     free(x);
 }
 
@@ -482,6 +522,8 @@ static void archive_close(tw_convert_src *s)
  * MAX_THREADS). */
 static tw_status batch_create(archive_source *x, tw_error *err)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, quiet_ffmpeg);
     size_t px = (size_t)x->height * (size_t)x->width;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     x->threads = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;

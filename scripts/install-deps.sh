@@ -36,7 +36,7 @@ fi
 apt_build=(build-essential cmake pkg-config ca-certificates
   zlib1g-dev libisal-dev libprotobuf-c-dev protobuf-c-compiler libjansson-dev libmicrohttpd-dev
   libopenblas-dev libsqlite3-dev libcurl4-openssl-dev libjs-chart.js dataset-fashion-mnist
-  libpng-dev 'libjpeg62-turbo-dev|libjpeg-turbo8-dev' libdnnl-dev libarchive-dev libstb-dev
+  libpng-dev 'libjpeg62-turbo-dev|libjpeg-turbo8-dev' libdnnl-dev libarchive-dev libswscale-dev
   libopenmpi-dev openmpi-bin) # Open MPI: optional for the build (world/world.c), wanted for mpirun
 apt_test=(clang libclang-rt-dev libcmocka-dev python3 python3-venv python3-pip
   curl strace chromium chromium-driver wrk time docker-compose lcov)
@@ -45,7 +45,7 @@ apt_test=(clang libclang-rt-dev libcmocka-dev python3 python3-venv python3-pip
 apt_run=(zlib1g libisal2 libprotobuf-c1 libjansson4 'libmicrohttpd12t64|libmicrohttpd12'
   libopenblas0-pthread libsqlite3-0 'libcurl4t64|libcurl4' libjs-chart.js dataset-fashion-mnist curl
   'libpng16-16t64|libpng16-16' 'libjpeg62-turbo|libjpeg-turbo8' 'libdnnl2|libdnnl3'
-  'libarchive13t64|libarchive13' 'libstb0t64|libstb0'
+  'libarchive13t64|libarchive13' 'libswscale7|libswscale6'
   openmpi-bin) # mpirun and libmpi (world/world.c)
 
 if [ "$want_runtime" = 1 ]; then
