@@ -719,7 +719,7 @@ typedef struct {
     float *y, *dx, *stats, *dgamma, *dbeta;
     double *part;   /* [2 * blocks * C]: each block's two sums per channel */
     int parts;
-    int deviations; /* bn_sums_part's second pass: stats holds the means */
+    enum { BN_MEANS, BN_DEVIATIONS, BN_GRADS } pass; /* what bn_sums_part sums */
 } bn_job;
 
 static size_t bn_blocks(const tw_bn *p) { return ((size_t)p->rows + BN_BLOCK - 1) / BN_BLOCK; }
@@ -731,8 +731,30 @@ static void bn_cut(const bn_job *j, size_t n, int t, size_t *lo, size_t *hi)
     *hi = n * (size_t)(t + 1) / (size_t)j->parts;
 }
 
-/* Each of part t's blocks: part[b] = sum x, or (deviations: stats holds the means) part[blocks + b] = sum
- * (x - mean)^2. */
+/* Row r's terms added to its block's two sums s and q: the pass's (bn_job.pass). */
+static void bn_row_sums(const bn_job *j, size_t r, double *s, double *q)
+{
+    size_t C = (size_t)j->p->channels;
+    const float *x = j->x + r * C, *dy = j->pass == BN_GRADS ? j->dy + r * C : NULL, *ps = j->stats;
+    switch (j->pass) {
+    case BN_MEANS: /* s: x */
+        for (size_t c = 0; c < C; c++)
+            s[c] += x[c];
+        break;
+    case BN_DEVIATIONS: /* q: (x - mean)^2, stats holding the means */
+        for (size_t c = 0; c < C; c++)
+            q[c] += ((double)x[c] - ps[c]) * ((double)x[c] - ps[c]);
+        break;
+    case BN_GRADS: /* s: dy; q: dy xhat */
+        for (size_t c = 0; c < C; c++) {
+            s[c] += dy[c];
+            q[c] += (double)dy[c] * ((x[c] - ps[c]) * ps[C + c]);
+        }
+        break;
+    }
+}
+
+/* Each of part t's blocks: part[b] and part[blocks + b], the pass's two sums over the block's rows. */
 static void bn_sums_part(void *arg, int t)
 {
     const bn_job *j = arg;
@@ -743,15 +765,8 @@ static void bn_sums_part(void *arg, int t)
         size_t r1 = (b + 1) * BN_BLOCK < R ? (b + 1) * BN_BLOCK : R;
         for (size_t c = 0; c < C; c++)
             s[c] = q[c] = 0.0;
-        for (size_t r = b * BN_BLOCK; r < r1; r++) {
-            const float *x = j->x + r * C;
-            if (j->deviations)
-                for (size_t c = 0; c < C; c++)
-                    q[c] += ((double)x[c] - j->stats[c]) * ((double)x[c] - j->stats[c]);
-            else
-                for (size_t c = 0; c < C; c++)
-                    s[c] += x[c];
-        }
+        for (size_t r = b * BN_BLOCK; r < r1; r++)
+            bn_row_sums(j, r, s, q);
     }
 }
 
@@ -794,7 +809,7 @@ static void bn_batch_stats(void *ctx, bn_job *j, float *moving, double *sum)
     bn_combine(j, 0, sum);
     for (size_t c = 0; c < C; c++)
         j->stats[c] = (float)(sum[c] / (double)R);
-    j->deviations = 1;
+    j->pass = BN_DEVIATIONS;
     tw_tower_pool_run(pool_of(ctx), j->parts, bn_sums_part, j);
     bn_combine(j, 1, sum);
     for (size_t c = 0; c < C; c++) {
@@ -830,26 +845,6 @@ static tw_status cpu_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x,
     return TW_OK;
 }
 
-/* Each of part t's blocks: part[b] = sum dy, part[blocks + b] = sum dy xhat. */
-static void bn_grad_sums_part(void *arg, int t)
-{
-    const bn_job *j = arg;
-    size_t R = (size_t)j->p->rows, C = (size_t)j->p->channels, nb = bn_blocks(j->p), lo, hi;
-    const float *ps = j->stats;
-    bn_cut(j, nb, t, &lo, &hi);
-    for (size_t b = lo; b < hi; b++) {
-        double *sb = j->part + b * C, *sg = j->part + (nb + b) * C;
-        size_t r1 = (b + 1) * BN_BLOCK < R ? (b + 1) * BN_BLOCK : R;
-        for (size_t c = 0; c < C; c++)
-            sb[c] = sg[c] = 0.0;
-        for (size_t r = b * BN_BLOCK; r < r1; r++)
-            for (size_t c = 0; c < C; c++) {
-                sb[c] += j->dy[r * C + c];
-                sg[c] += (double)j->dy[r * C + c] * ((j->x[r * C + c] - ps[c]) * ps[C + c]);
-            }
-    }
-}
-
 /* dx = gamma inv / R (R dy - dbeta - xhat dgamma) over part t's rows. */
 static void bn_dx_part(void *arg, int t)
 {
@@ -874,7 +869,8 @@ static tw_status cpu_bn_bwd(void *ctx, const tw_bn *p, tw_tensor dx, tw_tensor d
     if (!sum)
         return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
     j.part = sum + C;
-    tw_tower_pool_run(pool_of(ctx), j.parts, bn_grad_sums_part, &j);
+    j.pass = BN_GRADS;
+    tw_tower_pool_run(pool_of(ctx), j.parts, bn_sums_part, &j);
     bn_combine(&j, 0, sum);
     for (size_t c = 0; c < C; c++)
         j.dbeta[c] = (float)sum[c];
