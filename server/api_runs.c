@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -622,7 +623,7 @@ static json_t *waiting_for(const json_t *row, const json_t *ds)
     return json_sprintf("dataset %s is converting", json_string_value(json_object_get(ds, "name")));
 }
 
-/* When the queued run `row` should start (new JSON, whole epoch seconds): as the running run whose end frees
+/* When the queued run `row` should start (new JSON, whole epoch seconds, rounded up): as the running run whose end frees
  * its device ends by its eta_s (the p-th shortest for queue_position p: each ends and frees one), not before
  * its back-off; null when not queued, waiting for its dataset (waiting), with more runs queued ahead than
  * running, or while a running run's ETA is not known. */
@@ -636,7 +637,7 @@ static json_t *expected_start(tw_server *S, const json_t *row, const json_t *wai
     json_t *at = json_null();
     if (json_is_number(eta) && json_is_number(json_array_get(etas, 0))) { /* unknown ETAs sort first */
         double t = tw_now_wall() + json_number_value(eta), after = json_number_value(json_object_get(row, "not_before"));
-        at = json_integer((json_int_t)((t > after ? t : after) + 0.5));
+        at = json_integer((json_int_t)ceil(t > after ? t : after)); /* up: never before now */
     }
     json_decref(etas);
     return at;
