@@ -1,6 +1,7 @@
 /* suggest.c — the edit distance and the closest name (see suggest.h). */
 #include "suggest.h"
 
+#include <stdio.h>
 #include <string.h>
 
 int tw_edit_distance(const char *a, const char *b)
@@ -39,4 +40,16 @@ const char *tw_suggest(const char *s, const char *const *names, size_t n)
         }
     }
     return best;
+}
+
+void tw_suggest_hint(const char *s, const char *const *names, size_t n, char *out, size_t size)
+{
+    const char *best = tw_suggest(s, names, n);
+    if (best) {
+        snprintf(out, size, "did you mean '%s'?", best);
+        return;
+    }
+    size_t at = (size_t)snprintf(out, size, "expected one of:");
+    for (size_t i = 0; i < n && at < size; i++)
+        at += (size_t)snprintf(out + at, size - at, "%s %s", i ? "," : "", names[i]);
 }

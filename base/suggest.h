@@ -14,4 +14,8 @@ int tw_edit_distance(const char *a, const char *b);
 /* The name of names[n] closest to s within the rule above (the first of equals), or NULL (borrowed). */
 const char *tw_suggest(const char *s, const char *const *names, size_t n);
 
+/* The hint for a name s that is none of names[n], into out[size]: "did you mean 'x'?" for a close one
+ * (tw_suggest), else "expected one of: a, b, c". */
+void tw_suggest_hint(const char *s, const char *const *names, size_t n, char *out, size_t size);
+
 #endif

@@ -473,15 +473,10 @@ static void choices_add(choices *c, const char *name)
 /* Writes "(did you mean 'x'?)" for a close candidate, else "(expected one of: a, b, c)". */
 static void suggest(const choices *c, const char *s, char *out, size_t size)
 {
-    const char *best = tw_suggest(s, c->name, (size_t)c->n);
-    if (best) {
-        snprintf(out, size, "(did you mean '%s'?)", best);
-        return;
-    }
-    size_t n = (size_t)snprintf(out, size, "(expected one of:");
-    for (int i = 0; i < c->n && n < size; i++)
-        n += (size_t)snprintf(out + n, size - n, "%s %s", i ? "," : "", c->name[i]);
-    if (n < size)
+    out[0] = '(';
+    tw_suggest_hint(s, c->name, (size_t)c->n, out + 1, size - 1);
+    size_t n = strlen(out);
+    if (n + 1 < size)
         snprintf(out + n, size - n, ")");
 }
 

@@ -39,25 +39,13 @@ static const char *const BUILTIN_JSON[] = {
 static const char *const TOP_KEYS[] = {"leaves", "variables", "global_step", NULL};
 static const char *const STEP_KEYS[] = {"name", "dtype", NULL};
 
-static size_t count_of(const char *const *names)
+/* tw_suggest_hint over the NULL-ended list names. */
+static void hint(const char *s, const char *const *names, char *out, size_t size)
 {
     size_t n = 0;
     while (names[n])
         n++;
-    return n;
-}
-
-/* Writes "did you mean 'x'?" for a close one of names, else "expected one of: a, b, c", into out. */
-static void hint(const char *s, const char *const *names, char *out, size_t size)
-{
-    const char *best = tw_suggest(s, names, count_of(names));
-    if (best) {
-        snprintf(out, size, "did you mean '%s'?", best);
-        return;
-    }
-    size_t n = (size_t)snprintf(out, size, "expected one of:");
-    for (size_t i = 0; names[i] && n < size; i++)
-        n += (size_t)snprintf(out + n, size - n, "%s %s", i ? "," : "", names[i]);
+    tw_suggest_hint(s, names, n, out, size);
 }
 
 /* ---- names TF accepts ---------------------------------------------------------------------------- */
