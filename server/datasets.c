@@ -368,6 +368,15 @@ static tw_status split_options(const upload *u, tw_convert_options *o, tw_error 
     return TW_OK;
 }
 
+/* err (a check of field f's value failed) as the upload's refusal: INVALID_ARGUMENT, its message after the
+ * field's name, no file (a path on the server is never shown). */
+static tw_status field_refused(int f, tw_error *err)
+{
+    char msg[sizeof err->message];
+    snprintf(msg, sizeof msg, "%s", err->message);
+    return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: %.450s", FIELDS[f], msg);
+}
+
 /* A TFRecord's per-example shape (the shape field, e.g. 28x28x1) into o. Errors name the field. */
 static tw_status shape_option(const upload *u, tw_convert_options *o, tw_error *err)
 {
@@ -376,11 +385,7 @@ static tw_status shape_option(const upload *u, tw_convert_options *o, tw_error *
     if (!(u->have & BIT(F_TFRECORD)))
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "shape is for a TFRecord upload (the tfrecord field): the "
                             "other sources know their examples' shape");
-    if (tw_convert_shape_parse(u->values[F_SHAPE], o, err) == TW_OK)
-        return TW_OK;
-    char msg[sizeof err->message];
-    snprintf(msg, sizeof msg, "%s", err->message);
-    return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "shape: %.400s", msg);
+    return tw_convert_shape_parse(u->values[F_SHAPE], o, err) == TW_OK ? TW_OK : field_refused(F_SHAPE, err);
 }
 
 /* The upload's class names (the class_names field or the classes file), parsed into *names (new; NULL
@@ -397,11 +402,7 @@ static tw_status class_names(const upload *u, json_t **names, tw_error *err)
     char path[PATH_MAX];
     if (upload_path(u, f, path, sizeof path) != 0)
         return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "the data folder's path is too long");
-    if (tw_convert_class_names_read(path, names, err) == TW_OK)
-        return TW_OK;
-    char msg[sizeof err->message];
-    snprintf(msg, sizeof msg, "%s", err->message);
-    return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: %.450s", FIELDS[f], msg);
+    return tw_convert_class_names_read(path, names, err) == TW_OK ? TW_OK : field_refused(f, err);
 }
 
 /* Checks what can be checked before the conversion: the split options and the class names' text. */
