@@ -501,8 +501,7 @@ typedef struct {
 
 static int one_int64(const tw_feature *f) { return f->kind == TW_FEATURE_INT64 && f->count == 1; }
 
-/* n values as a shape: a square of one or of three channels, else a vector (see "TFRecord shapes" in
- * convert.h); `from` says where n came from. */
+/* The largest s with s * s <= n (n >= 0). */
 static int64_t isqrt(int64_t n)
 {
     int64_t s = (int64_t)sqrt((double)n);
@@ -513,6 +512,8 @@ static int64_t isqrt(int64_t n)
     return s;
 }
 
+/* n values as a shape: a square of one or of three channels, else a vector (see "TFRecord shapes" in
+ * convert.h); `from` says where n came from. */
 static void layout_of_count(layout *l, int64_t n, const char *from)
 {
     int64_t c = 1, s = n > 0 && n <= (INT64_C(1) << 60) ? isqrt(n) : 0;
@@ -556,7 +557,7 @@ static int layout_of_features(const tw_feature got[N_ROLES], layout *l)
 }
 
 /* got[role]: the record's feature of each role (kind TW_FEATURE_NONE where it has none); given: the
- * shape as given (--shape), or NULL to infer it. */
+ * conversion's options, whose shape (--shape) is taken when it has one, else the shape is inferred. */
 static void layout_of(const tw_feature got[N_ROLES], const tw_convert_options *given, layout *l)
 {
     const tw_feature *im = &got[ROLE_IMAGE], *size = &got[ROLE_SIZE];
@@ -564,7 +565,7 @@ static void layout_of(const tw_feature got[N_ROLES], const tw_convert_options *g
     if (im->kind == TW_FEATURE_BYTES && im->count == 1)
         tw_feature_bytes_at(im, 0, &len);
     memset(l, 0, sizeof *l);
-    if (given && given->shape_rank) {
+    if (given->shape_rank) {
         l->rank = given->shape_rank;
         memcpy(l->dims, given->shape, l->rank * sizeof *l->dims);
         snprintf(l->rule, sizeof l->rule, "given");
