@@ -442,11 +442,30 @@ static void fill_batch(archive_source *x)
     tw_tower_pool_run(x->pool, x->batch_n < (size_t)x->threads ? (int)x->batch_n : x->threads, decode_part, x);
 }
 
+/* The batch's room (its pixels, each thread's scratch) and the pool of one thread per core (at most
+ * MAX_THREADS); batch_cap, set last, says it is made. */
+static tw_status batch_create(archive_source *x, tw_error *err)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, quiet_ffmpeg);
+    size_t px = (size_t)x->height * (size_t)x->width, cap = BATCH_BYTES / (px * (size_t)x->channels);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    x->threads = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
+    cap = cap < 1 ? 1 : cap > BATCH_ENTRIES ? BATCH_ENTRIES : cap;
+    if (!(x->resized = malloc(px * 3 * (size_t)x->threads)) || !(x->pixels = malloc(px * (size_t)x->channels * cap)))
+        return nomem(err);
+    TW_TRY(tw_tower_pool_create(x->threads, &x->pool, err));
+    x->batch_cap = cap;
+    return TW_OK;
+}
+
 static tw_status archive_next(tw_convert_src *s, tw_example_builder *b, tw_label_value *label, tw_error *err)
 {
     archive_source *x = (archive_source *)s;
     if (x->batch_at == x->batch_n && x->at == x->n)
         return TW_END;
+    if (!x->batch_cap) /* the first example: only the writing pass needs the batch (not a counting one) */
+        TW_TRY(batch_create(x, err));
     if (x->batch_at == x->batch_n)
         fill_batch(x);
     const slot *k = &x->slots[x->batch_at++];
@@ -518,23 +537,6 @@ static void archive_close(tw_convert_src *s)
     free(x);
 }
 
-/* The batch's room (its pixels, each thread's scratch) and the pool of one thread per core (at most
- * MAX_THREADS). */
-static tw_status batch_create(archive_source *x, tw_error *err)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, quiet_ffmpeg);
-    size_t px = (size_t)x->height * (size_t)x->width;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    x->threads = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
-    x->batch_cap = BATCH_BYTES / (px * (size_t)x->channels);
-    x->batch_cap = x->batch_cap < 1 ? 1 : x->batch_cap > BATCH_ENTRIES ? BATCH_ENTRIES : x->batch_cap;
-    if (!(x->resized = malloc(px * 3 * (size_t)x->threads)) ||
-        !(x->pixels = malloc(px * (size_t)x->channels * x->batch_cap)))
-        return nomem(err);
-    return tw_tower_pool_create(x->threads, &x->pool, err);
-}
-
 tw_status tw_convert_archive_open(const tw_convert_options *o, tw_convert_src **out, tw_error *err)
 {
     archive_source *x = calloc(1, sizeof *x);
@@ -553,7 +555,6 @@ tw_status tw_convert_archive_open(const tw_convert_options *o, tw_convert_src **
     x->dims[0] = x->height;
     x->dims[1] = x->width;
     x->dims[2] = x->channels;
-    TW_TRY(batch_create(x, err));
     TW_TRY(list_entries(x, err));
     return open_archive(x, &x->a, err);
 }
