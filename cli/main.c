@@ -23,13 +23,14 @@
 typedef struct {
     const char *name;
     int (*main)(int argc, char **argv);
-    int computes; /* trains, evaluates or predicts: the process is prepared for a backend first */
+    int computes; /* trains, evaluates, predicts or converts, on every core: the process is prepared first
+                     (backend.h; else the thread libraries every command loads spin a core as it starts) */
     int client;   /* talks to a server over the REST API (client/): listed under its own heading */
     const char *summary;
 } command;
 
 static const command COMMANDS[] = {
-    {"convert", tw_convert_main, 0, 0, "convert IDX, CSV, NumPy, TFRecord or image-folder data into TFRecord files of tf.train.Example"},
+    {"convert", tw_convert_main, 1, 0, "convert IDX, CSV, NumPy, TFRecord or image-folder data into TFRecord files of tf.train.Example"},
     {"inspect", tw_inspect_main, 0, 0, "describe a TFRecord or tfevents file (records, schema, tags)"},
     {"train", tw_train_main, 1, 0, "train a model from a JSON run config; events and checkpoints in --logdir"},
     {"evaluate", tw_evaluate_main, 1, 0, "evaluate a checkpoint on a TFRecord file: accuracy, per-class, confusion; MSE/MAE/R²"},

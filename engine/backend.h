@@ -479,8 +479,9 @@ tw_status tw_backend_world_join(tw_backend *const *towers, int n_towers, const v
                                 int nodes, tw_error *err);
 
 /* Prepares this process for computing with a backend, before anything else runs: called by main for the
- * commands that train, evaluate or predict (the CPU backend's thread libraries may re-execute the process
- * with the environment they need: cpu_conv.h). argv is main's. */
+ * commands that train, evaluate, predict or convert (the CPU backend's thread libraries may re-execute the
+ * process with the environment they need: cpu_conv.h; without it OpenBLAS's idle thread spins a core for
+ * its first 2^28 cycles even in a conversion, which calls no BLAS). argv is main's. */
 void tw_backend_process_init(char **argv);
 
 #endif

@@ -12,11 +12,14 @@
  *
  * Two passes over the archive: the first reads only the headers (and the first bytes of each file, to
  * refuse a file that is no image before anything is written), the second decodes. The class counts a
- * stratified split needs come from the first (next_label). The second reads a batch of entries in archive
- * order (the archive is a stream), decodes and resizes them on every core (base/tower_pool.h: libpng,
- * libjpeg and the resizer keep no shared state), then hands them out in order; a batch is bounded in
- * entries and bytes, so memory stays bounded whatever the archive, and the first bad entry is the one
- * named, as without batches. */
+ * stratified split needs come from the first (next_label). The second reads batches of entries in archive
+ * order (the archive is a stream), decodes and resizes each on every core (base/tower_pool.h: libpng,
+ * libjpeg and the resizer keep no shared state), then hands its examples out in order. Two batches take
+ * turns: while the pool decodes one, its first thread reads the next from the archive before it joins the
+ * decoding (the threads take the slots from a shared counter), and each thread also serializes the
+ * tf.train.Example of what it decoded, so the writer only frames and writes the records. A batch is bounded in entries and bytes, so
+ * memory stays bounded whatever the archive (two batches at most), and the first bad entry is the one
+ * named, as without batches: an entry that cannot be read ends its batch, and nothing after it is read. */
 #include "convert_source.h"
 
 #include <archive.h>
@@ -29,6 +32,7 @@
 #include <libavutil/pixfmt.h>
 #include <libswscale/swscale.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "image.h"
 #include "tower_pool.h"
@@ -39,7 +43,9 @@ enum {
     MAX_CLASSES = TW_CONVERT_MAX_CLASS_NAMES,
     BATCH_ENTRIES = 256,        /* the most entries of a batch */
     BATCH_BYTES = 32 << 20,     /* a batch stops taking entries past this many of their bytes, and its
-                                   stored pixels fit in this many */
+                                   records fit in this many */
+    RECORD_SLACK = 256,         /* an Example's bytes beyond its pixels: five features' names, framing and
+                                   int64 values (under 150) */
     MAX_THREADS = 8,
 };
 
@@ -48,15 +54,27 @@ typedef struct {
     int label;
 } entry;
 
-/* One entry of the batch: its bytes (at off in the batch's data), its stored pixels, and how reading or
- * decoding it ended. */
+/* One entry of the batch: its bytes (at off in the batch's data), its serialized Example, and how reading
+ * or decoding it ended. */
 typedef struct {
     const entry *en;
     size_t off, len;
-    uint8_t *pixels; /* [height * width * channels], the batch's */
+    int64_t label;
+    uint8_t *record; /* [record_cap], the batch's: the Example's record_len bytes */
+    size_t record_len;
     tw_status status;
     tw_error err;
 } slot;
+
+/* A batch: up to batch_cap entries read one after another, their bytes and their Examples. */
+typedef struct {
+    uint8_t *data;       /* [data_cap] the entries' bytes, one after another */
+    size_t data_cap;
+    uint8_t *records;    /* [batch_cap * record_cap]: the slots' */
+    slot slots[BATCH_ENTRIES];
+    size_t n;            /* slots read (the last one's status says whether it could be) */
+    atomic_size_t taken; /* slots a decoding thread has taken */
+} batch;
 
 typedef struct {
     tw_convert_src base;
@@ -71,12 +89,14 @@ typedef struct {
     uint64_t skipped;               /* hidden files, and files outside a class folder */
     char **folders;                 /* [n_folders] top-level folders the archive lists: each must hold images */
     size_t n_folders;
-    uint8_t *data;                  /* [data_cap] the batch's files' bytes, one after another */
-    size_t data_cap;
-    slot slots[BATCH_ENTRIES];      /* the batch: [batch_n], handed out up to batch_at */
-    size_t batch_cap, batch_n, batch_at;
-    uint8_t *pixels;                /* [batch_cap * height * width * channels]: the slots' */
+    batch batches[2];               /* batches[cur] is handed out up to batch_at; the other one is read ahead
+                                       (ahead) or free */
+    int cur, ahead;
+    int stopped;                    /* an entry could not be read: the writing pass reads no further */
+    size_t batch_cap, batch_at, record_cap;
     uint8_t *resized;               /* [threads * height * width * 3]: each thread's resize scratch */
+    uint8_t *stored;                /* [threads * height * width * channels]: each thread's stored pixels */
+    tw_example_builder *builders[MAX_THREADS]; /* each thread's */
     tw_tower_pool *pool;
     struct SwsContext *sws[MAX_THREADS]; /* each thread's scaler, made for the last size it scaled */
     int threads;
@@ -286,20 +306,20 @@ static tw_status list_entries(archive_source *x, tw_error *err)
     return folders_hold_images(x, err);
 }
 
-/* The current entry's bytes into x->data from off; *len. */
-static tw_status read_data(archive_source *x, const char *path, size_t off, size_t *len, tw_error *err)
+/* The current entry's bytes into b's data from off; *len. */
+static tw_status read_data(archive_source *x, batch *b, const char *path, size_t off, size_t *len, tw_error *err)
 {
     *len = 0;
     for (;;) {
-        if (off + *len == x->data_cap) {
-            size_t cap = x->data_cap ? 2 * x->data_cap : 1 << 16;
-            uint8_t *grown = realloc(x->data, cap);
+        if (off + *len == b->data_cap) {
+            size_t cap = b->data_cap ? 2 * b->data_cap : 1 << 16;
+            uint8_t *grown = realloc(b->data, cap);
             if (!grown)
                 return nomem(err);
-            x->data = grown;
-            x->data_cap = cap;
+            b->data = grown;
+            b->data_cap = cap;
         }
-        la_ssize_t got = archive_read_data(x->a, x->data + off + *len, x->data_cap - off - *len);
+        la_ssize_t got = archive_read_data(x->a, b->data + off + *len, b->data_cap - off - *len);
         if (got < 0)
             return entry_error(x, TW_ERR_CORRUPT, path, archive_error_string(x->a), err);
         if (got == 0)
@@ -359,10 +379,10 @@ static int scale(struct SwsContext **sws, const uint8_t *src, int w, int h, int 
     return 0;
 }
 
-/* img resized to height x width by the source's fit into resized[height * width * img's channels] with
- * thread t's scaler: crop scales the shorter side to the target and cuts the middle; pad scales the longer
- * side to it and centres the image on zeros. An image of the stored size is copied as it is. */
-static tw_status fit_image(archive_source *x, int t, const tw_image *img, const char *path, uint8_t *resized,
+/* img resized to height x width by the source's fit into out[height * width * img's channels] with thread
+ * t's scaler: crop scales the shorter side to the target and cuts the middle; pad scales the longer side to
+ * it and centres the image on zeros. An image of the stored size is copied as it is. */
+static tw_status fit_image(archive_source *x, int t, const tw_image *img, const char *path, uint8_t *out,
                            tw_error *err)
 {
     int H = x->height, W = x->width, c = img->channels;
@@ -375,113 +395,173 @@ static tw_status fit_image(archive_source *x, int t, const tw_image *img, const 
         rh = rh < H ? H : rh;
         rw = rw < W ? W : rw;
     }
-    uint8_t *tmp = rh == img->height && rw == img->width ? img->pixels : malloc((size_t)rh * rw * c);
+    int same = rh == img->height && rw == img->width, exact = rh == H && rw == W;
+    uint8_t *tmp = same ? img->pixels : exact ? out : malloc((size_t)rh * rw * c);
     if (!tmp)
         return nomem(err);
-    if (tmp != img->pixels && scale(&x->sws[t], img->pixels, img->width, img->height, c, tmp, rw, rh) != 0) {
-        free(tmp);
+    if (!same && scale(&x->sws[t], img->pixels, img->width, img->height, c, tmp, rw, rh) != 0) {
+        if (tmp != out)
+            free(tmp);
         return entry_error(x, TW_ERR_INTERNAL, path, "the resize failed", err);
     }
-    memset(resized, 0, (size_t)H * W * c);
+    if (tmp == out)
+        return TW_OK;
+    if (!exact)
+        memset(out, 0, (size_t)H * W * c);
     int oy = (rh - H) / 2, ox = (rw - W) / 2; /* crop: where the middle starts; pad: negative, the margin */
-    for (int i = 0; i < H; i++)
-        for (int j = 0; j < W; j++) {
-            int si = i + oy, sj = j + ox;
-            if (si >= 0 && si < rh && sj >= 0 && sj < rw)
-                memcpy(resized + ((size_t)i * W + j) * c, tmp + ((size_t)si * rw + sj) * c, (size_t)c);
-        }
+    int j0 = ox < 0 ? -ox : 0, j1 = rw - ox < W ? rw - ox : W; /* the columns of out the image covers */
+    for (int i = 0; i < H; i++) {
+        int si = i + oy;
+        if (si >= 0 && si < rh)
+            memcpy(out + ((size_t)i * W + j0) * c, tmp + ((size_t)si * rw + j0 + ox) * c, (size_t)(j1 - j0) * c);
+    }
     if (tmp != img->pixels)
         free(tmp);
     return TW_OK;
 }
 
-/* Slot k's bytes decoded, fitted and given the stored channels into its pixels (resized: the thread's
- * scratch); the outcome in its status and err. */
-static void decode_slot(archive_source *x, int t, slot *k, uint8_t *resized)
+/* Slot k's Example from thread t's stored pixels: image_raw, label, height, width, depth, serialized with
+ * the thread's builder into the slot's record. */
+static tw_status serialize_slot(archive_source *x, int t, slot *k, const uint8_t *stored, tw_error *err)
+{
+    tw_example_builder *b = x->builders[t];
+    tw_example_builder_reset(b);
+    TW_TRY(tw_example_add_bytes1(b, "image_raw", stored, (size_t)(x->height * x->width * x->channels), err));
+    TW_TRY(tw_example_add_int64s(b, "label", &k->label, 1, err));
+    TW_TRY(tw_example_add_int64s(b, "height", &x->dims[0], 1, err));
+    TW_TRY(tw_example_add_int64s(b, "width", &x->dims[1], 1, err));
+    TW_TRY(tw_example_add_int64s(b, "depth", &x->dims[2], 1, err));
+    const uint8_t *data;
+    TW_TRY(tw_example_serialize(b, &data, &k->record_len, err));
+    if (k->record_len > x->record_cap)
+        return entry_error(x, TW_ERR_INTERNAL, k->en->path, "its Example is larger than its room", err);
+    memcpy(k->record, data, k->record_len);
+    return TW_OK;
+}
+
+/* Slot k's bytes (in b's data) decoded, fitted and given the stored channels into stored (resized: for an
+ * image whose channels differ from the stored ones), then serialized; the outcome in its status and err.
+ * resized and stored: thread t's scratch. */
+static void decode_slot(archive_source *x, int t, const batch *b, slot *k, uint8_t *resized, uint8_t *stored)
 {
     const char *path = k->en->path;
     tw_image img;
     tw_error e;
-    if (tw_image_decode(x->data + k->off, k->len, path, &img, &e) != TW_OK) {
+    if (tw_image_decode(b->data + k->off, k->len, path, &img, &e) != TW_OK) {
         k->status = entry_error(x, e.status, path, e.message, &k->err);
         return;
     }
-    k->status = fit_image(x, t, &img, path, resized, &k->err);
+    int direct = img.channels == x->channels;
+    k->status = fit_image(x, t, &img, path, direct ? stored : resized, &k->err);
     tw_image fitted = {.width = x->width, .height = x->height, .channels = img.channels, .pixels = resized};
-    if (k->status == TW_OK)
-        k->status = tw_image_fit(&fitted, x->height, x->width, x->channels, k->pixels, path, &k->err);
+    if (k->status == TW_OK && !direct)
+        k->status = tw_image_fit(&fitted, x->height, x->width, x->channels, stored, path, &k->err);
     tw_image_free(&img);
+    if (k->status == TW_OK)
+        k->status = serialize_slot(x, t, k, stored, &k->err);
 }
 
-/* Thread t decodes the batch's slots t, t + threads, ... */
+/* Reads the next entries into b in archive order (up to batch_cap, or past BATCH_BYTES of their bytes); an
+ * entry that cannot be read ends the batch, its error kept in its slot, and stops the pass. */
+static void read_batch(archive_source *x, batch *b)
+{
+    size_t off = 0;
+    b->n = 0;
+    atomic_store(&b->taken, 0);
+    while (b->n < x->batch_cap && x->at < x->n && off <= BATCH_BYTES) {
+        slot *k = &b->slots[b->n];
+        *k = (slot){.en = &x->entries[x->at], .label = x->entries[x->at].label, .off = off,
+                    .record = b->records + b->n++ * x->record_cap};
+        x->at++;
+        k->status = seek_entry(x, k->en->path, &k->err);
+        if (k->status == TW_OK)
+            k->status = read_data(x, b, k->en->path, off, &k->len, &k->err);
+        if (k->status != TW_OK) {
+            x->stopped = 1;
+            return;
+        }
+        off += k->len;
+    }
+}
+
+/* Thread t of the pool: the first reads the next batch ahead (when there is one to read); then each takes
+ * slots of the current batch until none is left. */
 static void decode_part(void *arg, int t)
 {
     archive_source *x = arg;
-    uint8_t *resized = x->resized + (size_t)t * (size_t)x->height * (size_t)x->width * 3;
-    for (size_t k = (size_t)t; k < x->batch_n; k += (size_t)x->threads)
-        if (x->slots[k].status == TW_OK)
-            decode_slot(x, t, &x->slots[k], resized);
-}
-
-/* Reads the next batch's entries in archive order (up to batch_cap, or past BATCH_BYTES of their bytes; an
- * entry that cannot be read ends the batch, its error kept in its slot), then decodes them on the pool. */
-static void fill_batch(archive_source *x)
-{
-    size_t off = 0, px = (size_t)x->height * (size_t)x->width * (size_t)x->channels;
-    x->batch_n = x->batch_at = 0;
-    while (x->batch_n < x->batch_cap && x->at < x->n && off <= BATCH_BYTES) {
-        slot *k = &x->slots[x->batch_n++];
-        *k = (slot){.en = &x->entries[x->at++], .off = off, .pixels = x->pixels + (x->batch_n - 1) * px};
-        k->status = seek_entry(x, k->en->path, &k->err);
-        if (k->status == TW_OK)
-            k->status = read_data(x, k->en->path, off, &k->len, &k->err);
-        if (k->status != TW_OK)
-            break;
-        off += k->len;
+    batch *b = &x->batches[x->cur], *next = &x->batches[!x->cur];
+    if (t == 0 && !x->stopped && x->at < x->n) {
+        read_batch(x, next);
+        x->ahead = 1;
     }
-    tw_tower_pool_run(x->pool, x->batch_n < (size_t)x->threads ? (int)x->batch_n : x->threads, decode_part, x);
+    size_t px = (size_t)x->height * (size_t)x->width;
+    uint8_t *resized = x->resized + (size_t)t * px * 3, *stored = x->stored + (size_t)t * px * (size_t)x->channels;
+    for (size_t k; (k = atomic_fetch_add(&b->taken, 1)) < b->n;)
+        if (b->slots[k].status == TW_OK)
+            decode_slot(x, t, b, &b->slots[k], resized, stored);
 }
 
-/* The batch's room (its pixels, each thread's scratch) and the pool of one thread per core (at most
- * MAX_THREADS); batch_cap, set last, says it is made. */
+/* The batches' room (their records, each thread's scratch and builder) and the pool of one thread per core
+ * (at most MAX_THREADS); batch_cap, set last, says it is made. */
 static tw_status batch_create(archive_source *x, tw_error *err)
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, quiet_ffmpeg);
-    size_t px = (size_t)x->height * (size_t)x->width, cap = BATCH_BYTES / (px * (size_t)x->channels);
+    size_t px = (size_t)x->height * (size_t)x->width;
+    x->record_cap = px * (size_t)x->channels + RECORD_SLACK;
+    size_t cap = BATCH_BYTES / x->record_cap;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     x->threads = cores < 1 ? 1 : cores > MAX_THREADS ? MAX_THREADS : (int)cores;
     cap = cap < 1 ? 1 : cap > BATCH_ENTRIES ? BATCH_ENTRIES : cap;
-    if (!(x->resized = malloc(px * 3 * (size_t)x->threads)) || !(x->pixels = malloc(px * (size_t)x->channels * cap)))
+    if (!(x->resized = malloc(px * 3 * (size_t)x->threads)) ||
+        !(x->stored = malloc(px * (size_t)x->channels * (size_t)x->threads)))
         return nomem(err);
+    for (int i = 0; i < 2; i++)
+        if (!(x->batches[i].records = malloc(x->record_cap * cap)))
+            return nomem(err);
+    for (int t = 0; t < x->threads; t++)
+        TW_TRY(tw_example_builder_create(&x->builders[t], err));
     TW_TRY(tw_tower_pool_create(x->threads, &x->pool, err));
     x->batch_cap = cap;
     return TW_OK;
 }
 
+/* Makes the batch read ahead the current one (the first batch is read here) and decodes it, reading the
+ * next one ahead meanwhile. */
+static tw_status next_batch(archive_source *x, tw_error *err)
+{
+    if (!x->batch_cap) /* the first example: only the writing pass needs the batches (not a counting one) */
+        TW_TRY(batch_create(x, err));
+    if (!x->ahead)
+        read_batch(x, &x->batches[!x->cur]);
+    x->cur = !x->cur;
+    x->ahead = 0;
+    x->batch_at = 0;
+    batch *b = &x->batches[x->cur];
+    tw_tower_pool_run(x->pool, b->n < (size_t)x->threads ? (int)b->n : x->threads, decode_part, x);
+    return TW_OK;
+}
+
+/* The next Example, serialized when its batch was decoded (s->record; b stays empty). */
 static tw_status archive_next(tw_convert_src *s, tw_example_builder *b, tw_label_value *label, tw_error *err)
 {
+    (void)b;
     archive_source *x = (archive_source *)s;
-    if (x->batch_at == x->batch_n && x->at == x->n)
-        return TW_END;
-    if (!x->batch_cap) /* the first example: only the writing pass needs the batch (not a counting one) */
-        TW_TRY(batch_create(x, err));
-    if (x->batch_at == x->batch_n)
-        fill_batch(x);
-    const slot *k = &x->slots[x->batch_at++];
+    if (x->batch_at == x->batches[x->cur].n) {
+        if (!x->ahead && (x->stopped || x->at == x->n))
+            return TW_END;
+        TW_TRY(next_batch(x, err));
+    }
+    const slot *k = &x->batches[x->cur].slots[x->batch_at++];
     if (k->status != TW_OK) {
         *err = k->err;
         return k->status;
     }
-    label->i = k->en->label;
-    label->f = k->en->label;
-    s->label_i = k->en->label;
-    const int64_t h = x->height, w = x->width, d = x->channels;
-    TW_TRY(tw_example_add_bytes1(b, "image_raw", k->pixels, (size_t)(h * w * d), err));
-    TW_TRY(tw_example_add_int64s(b, "label", &s->label_i, 1, err));
-    TW_TRY(tw_example_add_int64s(b, "height", &x->dims[0], 1, err));
-    TW_TRY(tw_example_add_int64s(b, "width", &x->dims[1], 1, err));
-    return tw_example_add_int64s(b, "depth", &x->dims[2], 1, err);
+    label->i = k->label;
+    label->f = k->label;
+    s->record = k->record;
+    s->record_len = k->record_len;
+    return TW_OK;
 }
 
 static tw_status archive_next_label(tw_convert_src *s, tw_label_value *label, tw_error *err)
@@ -528,9 +608,14 @@ static void archive_close(tw_convert_src *s)
     free(x->folders);
     free(x->entries);
     free(x->classes);
-    free(x->data);
+    for (int i = 0; i < 2; i++) {
+        free(x->batches[i].data);
+        free(x->batches[i].records);
+    }
     free(x->resized);
-    free(x->pixels);
+    free(x->stored);
+    for (int t = 0; t < MAX_THREADS; t++)
+        tw_example_builder_destroy(x->builders[t]);
     tw_tower_pool_destroy(x->pool);
     for (int t = 0; t < MAX_THREADS; t++)
         sws_freeContext(x->sws[t]);

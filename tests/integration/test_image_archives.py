@@ -279,3 +279,33 @@ def test_tower_convert_of_an_archive_equals_the_servers(serve, tower_bin, tmp_pa
         r = subprocess.run([str(tower_bin), "convert", *map(str, args), "-o", tmp_path / "x.tfrecord"],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and says in r.stderr, r.stderr
+
+
+def test_tower_convert_hands_out_many_batches_in_archive_order(tower_bin, tmp_path):
+    """An archive of more entries than several of the converter's batches (each at most 256 entries; one is
+    decoded while the next is read): the records come out in the archive's order with their classes, each
+    the image its entry holds, in every channel layout; a truncated file deep in the archive is the entry
+    named, and nothing is written."""
+    import subprocess
+    names, files = ["b", "a", "c"], {}
+    for i in range(700):  # folders interleaved, so a wrong hand-out order shows in the labels too
+        files[f"{names[i % 3]}/{i:04d}.png"] = encoded(Image.fromarray(np.full((6, 5), i % 251, np.uint8), "L"), "PNG")
+    (tmp_path / "many.tar").write_bytes(tar_bytes(files, gz=False))
+    for channels in ("1", "3"):
+        out = tmp_path / f"many{channels}.tfrecord"
+        r = subprocess.run([str(tower_bin), "convert", "--image-archive", tmp_path / "many.tar", "--image-size",
+                            "6x5", "--channels", channels, "-o", out], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        got = records(out)
+        assert len(got) == 700
+        for i, (px, label, dims) in enumerate(got):
+            assert label == sorted(names).index(names[i % 3]) and dims == (6, 5, int(channels))
+            assert (px == i % 251).all(), i
+    bad = dict(files)
+    bad["a/0601.png"] = bad["a/0601.png"][:30]
+    (tmp_path / "bad.tar").write_bytes(tar_bytes(bad, gz=False))
+    r = subprocess.run([str(tower_bin), "convert", "--image-archive", tmp_path / "bad.tar", "--image-size", "6x5",
+                        "--channels", "1", "-o", tmp_path / "bad.tfrecord"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "archive entry 'a/0601.png'" in r.stderr, r.stderr
+    assert not (tmp_path / "bad.tfrecord").exists()
