@@ -1,8 +1,10 @@
 /* test_image.c — PNG and JPEG decoding (eventlog/image.c): every PNG colour type Tower converts (gray,
  * RGB, RGBA, palette, 16-bit), grayscale and colour JPEGs, CMYK refused, the size caps checked from the
  * header, every truncation and every single-byte corruption of the files refused or decoded without a
- * crash (ASan + UBSan in the sanitizer build), and tw_image_fit's channel and size rules. The files were
+ * crash (ASan + UBSan in the sanitizer build), every change to a PNG's compressed pixels refused (zlib's
+ * Adler-32 is not checked: the chunk's CRC-32 is what refuses it), and tw_image_fit's channel and size rules. The files were
  * written by Pillow (the expected pixels are what Pillow decodes from them). */
+#define _GNU_SOURCE /* memmem */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -287,6 +289,32 @@ static void truncated_and_corrupt(void **state)
     }
 }
 
+/* Every single-byte change to the compressed pixels of a PNG (its IDAT's data, the zlib stream's own
+ * Adler-32 included) is refused as corrupt: the chunk's CRC-32 covers them. */
+static void idat_changes_refused(void **state)
+{
+    (void)state;
+    const unsigned char *files[] = {GRAY_PNG, RGB_PNG, PALETTE_PNG};
+    size_t sizes[] = {sizeof GRAY_PNG, sizeof RGB_PNG, sizeof PALETTE_PNG};
+    for (int f = 0; f < 3; f++) {
+        const unsigned char *idat = memmem(files[f], sizes[f], "IDAT", 4);
+        assert_non_null(idat);
+        size_t start = (size_t)(idat - files[f]) + 4, len = (size_t)idat[-4] << 24 | (size_t)idat[-3] << 16 |
+                                                              (size_t)idat[-2] << 8 | idat[-1];
+        unsigned char *copy = malloc(sizes[f]);
+        for (size_t i = start; i < start + len; i++) {
+            memcpy(copy, files[f], sizes[f]);
+            copy[i] ^= 0x01;
+            tw_image img;
+            tw_error err;
+            if (tw_image_decode(copy, sizes[f], "bad", &img, &err) != TW_ERR_CORRUPT)
+                fail_msg("file %d: a change at byte %zu of its IDAT was not refused", f, i - start);
+            assert_null(img.pixels);
+        }
+        free(copy);
+    }
+}
+
 static void fit_channels_and_size(void **state)
 {
     (void)state;
@@ -318,6 +346,7 @@ int main(void)
         cmocka_unit_test(size_caps_before_allocating),
         cmocka_unit_test(wanted_size_before_decoding),
         cmocka_unit_test(truncated_and_corrupt),
+        cmocka_unit_test(idat_changes_refused),
         cmocka_unit_test(fit_channels_and_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
