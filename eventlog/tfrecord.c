@@ -1,8 +1,13 @@
 /* tfrecord.c — TFRecord framing over plain files and one zlib/gzip deflate stream. See tfrecord.h.
  *
  * Reader: record framing over a tw_gzfile byte stream (which reads, inflates and enforces the budget).
- * Writer: framing -> optional deflate -> a 256 KiB buffer -> write(2). */
+ * Writer: framing -> optional deflate -> a 256 KiB buffer -> write(2), and every WRITEBACK_BYTES the
+ * kernel is asked to start writing what came before to disk (sync_file_range), so the fsync that makes the
+ * file durable (its owner's) waits for the tail only, not for the whole file. */
+#define _GNU_SOURCE
 #include "tfrecord.h"
+
+#include <fcntl.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +16,7 @@
 #include "atomic_file.h"
 #include "crc32c.h"
 
-enum { BUF_BYTES = 256 * 1024, ZLIB_WINDOW_BITS = 15, GZIP_WINDOW_BITS = 15 + 16 };
+enum { BUF_BYTES = 256 * 1024, WRITEBACK_BYTES = 8 << 20, ZLIB_WINDOW_BITS = 15, GZIP_WINDOW_BITS = 15 + 16 };
 
 static const uint64_t DEFAULT_MAX_RECORD = 256ull << 20;
 
@@ -51,6 +56,7 @@ struct tw_tfrecord_writer {
     uint8_t *buf;          /* [BUF_BYTES] staged output (compressed bytes when comp != NONE) */
     size_t buf_len;
     uint64_t records, bytes;
+    uint64_t written_back; /* bytes the kernel was asked to start writing to disk */
     tw_status failed;      /* sticky I/O failure */
     int finished;
 };
@@ -83,12 +89,25 @@ tw_status tw_tfrecord_writer_create(int fd, tw_compression c, const char *name,
     return TW_OK;
 }
 
-static tw_status drain(tw_tfrecord_writer *w, tw_error *err)
+/* data[n] written to the file; past WRITEBACK_BYTES since the last hint, writeback of them is started (a
+ * hint: a file system without it, or a pipe, is written all the same). */
+static tw_status put(tw_tfrecord_writer *w, const void *data, size_t n, tw_error *err)
 {
-    tw_status s = tw_write_all(w->fd, w->buf, w->buf_len, w->name, err);
+    tw_status s = tw_write_all(w->fd, data, n, w->name, err);
     if (s != TW_OK)
         return w->failed = s;
-    w->bytes += w->buf_len;
+    w->bytes += n;
+    if (w->bytes - w->written_back >= WRITEBACK_BYTES) {
+        (void)sync_file_range(w->fd, (off64_t)w->written_back, (off64_t)(w->bytes - w->written_back),
+                              SYNC_FILE_RANGE_WRITE);
+        w->written_back = w->bytes;
+    }
+    return TW_OK;
+}
+
+static tw_status drain(tw_tfrecord_writer *w, tw_error *err)
+{
+    TW_TRY(put(w, w->buf, w->buf_len, err));
     w->buf_len = 0;
     return TW_OK;
 }
@@ -127,13 +146,8 @@ static tw_status emit(tw_tfrecord_writer *w, const void *data, size_t n, tw_erro
         return deflate_some(w, data, n, Z_NO_FLUSH, err);
     if (w->buf_len + n > BUF_BYTES) {
         TW_TRY(drain(w, err));
-        if (n > BUF_BYTES) {
-            tw_status s = tw_write_all(w->fd, data, n, w->name, err);
-            if (s != TW_OK)
-                return w->failed = s;
-            w->bytes += n;
-            return TW_OK;
-        }
+        if (n > BUF_BYTES)
+            return put(w, data, n, err);
     }
     memcpy(w->buf + w->buf_len, data, n);
     w->buf_len += n;

@@ -1,5 +1,7 @@
-/* test_tfrecord.c — TFRecord framing: round trips in every compression, and each way a file can be
+/* test_tfrecord.c — TFRecord framing: round trips in every compression, past the writer's writeback hints
+ * (to a file, and to a pipe, where the hint is refused and writing goes on), and each way a file can be
  * wrong (clean end vs truncated vs corrupted, with offsets; oversized lengths; gzip bombs). */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -86,6 +88,73 @@ static void test_round_trip_all_compressions(void **state)
         tw_tfrecord_reader_close(r);
         free(b.data);
     }
+}
+
+enum { BIG = 1 << 20, BIG_RECORDS = 20 }; /* 20 MiB: past the writer's writeback hint (every 8 MiB) twice */
+
+/* Writes BIG_RECORDS records of BIG bytes (record i all i) to fd, uncompressed. */
+static void write_big(int fd)
+{
+    tw_tfrecord_writer *w;
+    tw_error err;
+    assert_int_equal(tw_tfrecord_writer_create(fd, TW_COMPRESSION_NONE, "big", &w, &err), TW_OK);
+    uint8_t *rec = malloc(BIG);
+    for (int i = 0; i < BIG_RECORDS; i++) {
+        memset(rec, i, BIG);
+        assert_int_equal(tw_tfrecord_write(w, rec, BIG, &err), TW_OK);
+    }
+    assert_int_equal(tw_tfrecord_writer_finish(w, &err), TW_OK);
+    tw_tfrecord_writer_destroy(w);
+    free(rec);
+}
+
+typedef struct {
+    int fd[2];
+    size_t total; /* bytes the reader got */
+} piped;
+
+static void *drain_pipe(void *arg)
+{
+    piped *p = arg;
+    static uint8_t buf[1 << 16];
+    for (ssize_t got; (got = read(p->fd[0], buf, sizeof buf)) > 0;)
+        p->total += (size_t)got;
+    return NULL;
+}
+
+/* Past the writeback hints, a file holds every record as written; a pipe (where the hint fails) gets every
+ * byte. */
+static void test_past_writeback_hints(void **state)
+{
+    (void)state;
+    FILE *f = tmpfile();
+    write_big(fileno(f));
+    blob b = {.len = (size_t)ftell(f)};
+    b.data = malloc(b.len);
+    rewind(f);
+    assert_int_equal(fread(b.data, 1, b.len, f), b.len);
+    fclose(f);
+    tw_tfrecord_reader *r = open_mem(&b, TW_COMPRESSION_NONE);
+    const uint8_t *rec;
+    size_t len;
+    tw_error err;
+    for (int i = 0; i < BIG_RECORDS; i++) {
+        assert_int_equal(tw_tfrecord_read(r, &rec, &len, &err), TW_OK);
+        assert_int_equal(len, BIG);
+        assert_true(rec[0] == i && rec[BIG - 1] == i);
+    }
+    assert_int_equal(tw_tfrecord_read(r, &rec, &len, &err), TW_END);
+    tw_tfrecord_reader_close(r);
+    free(b.data);
+    piped p = {.total = 0};
+    assert_int_equal(pipe(p.fd), 0);
+    pthread_t reader;
+    assert_int_equal(pthread_create(&reader, NULL, drain_pipe, &p), 0);
+    write_big(p.fd[1]);
+    close(p.fd[1]);
+    pthread_join(reader, NULL);
+    close(p.fd[0]);
+    assert_int_equal(p.total, (size_t)BIG_RECORDS * (BIG + TW_TFRECORD_HEADER_BYTES + TW_TFRECORD_FOOTER_BYTES));
 }
 
 /* The exact bytes of one record: docs/formats.md §1.2's vector. */
@@ -291,6 +360,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip_all_compressions),
+        cmocka_unit_test(test_past_writeback_hints),
         cmocka_unit_test(test_framing_bytes),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_corruptions),
