@@ -8,8 +8,10 @@ Both sides read the same archive, decode every PNG, resize it to SIZE x SIZE (To
 side scaled, here the whole image; Pillow: Image.resize with BICUBIC), keep one grey channel, and write a
 TFRecord of tf.train.Example (image_raw, label, height, width, depth) with the class folder's index as the label.
 The rounds alternate (Tower, then the script) so both see the same machine; each side's wall time includes
-starting its process (TensorFlow's import is not timed: the script times from after it). Prints one Markdown
-row per round and the median ratio."""
+starting its process (TensorFlow's import is not timed: the script times from after it). Before each side runs,
+the file system is synced (os.sync), so neither side's run pays for the other's output still being written to
+disk; Tower's time includes its own fsync of what it wrote (the script's writer does not fsync). Prints one
+Markdown row per round and the median ratio."""
 import argparse
 import gzip
 import io
@@ -110,7 +112,9 @@ def main():
     script.write_text(REFERENCE)
     rows = []
     for k in range(a.rounds):
+        os.sync()
         t = tower(pathlib.Path(a.build), archive, work / "tower.tfrecord", a.size)
+        os.sync()
         p = reference(archive, work / "pillow.tfrecord", a.size, script)
         rows.append((k + 1, t, p))
         print(f"| {k + 1} | {70000 / t:,.0f} | {70000 / p:,.0f} | {p / t:.1f}x |", flush=True)
