@@ -719,7 +719,7 @@ typedef struct {
     float *y, *dx, *stats, *dgamma, *dbeta;
     double *part;   /* [2 * blocks * C]: each block's two sums per channel */
     int parts;
-    enum { BN_MEANS, BN_DEVIATIONS, BN_GRADS } pass; /* what bn_sums_part sums */
+    enum { BN_MOMENTS, BN_GRADS } pass; /* what bn_sums_part sums */
 } bn_job;
 
 static size_t bn_blocks(const tw_bn *p) { return ((size_t)p->rows + BN_BLOCK - 1) / BN_BLOCK; }
@@ -731,26 +731,45 @@ static void bn_cut(const bn_job *j, size_t n, int t, size_t *lo, size_t *hi)
     *hi = n * (size_t)(t + 1) / (size_t)j->parts;
 }
 
-/* Row r's terms added to its block's two sums s and q: the pass's (bn_job.pass). */
-static void bn_row_sums(const bn_job *j, size_t r, double *s, double *q)
+enum { BN_LANES = 16 }; /* channels summed together in registers */
+
+/* Rows [r0, r1)'s two sums per channel into s[C] and q[C], each in row order, BN_LANES channels at a time in
+ * float (a block of rows is short) and handed over in double: BN_MOMENTS, about each channel's value in row
+ * 0 (k), s = sum (x - k) and q = sum (x - k)^2 (the mean and the variance in one pass, without the
+ * cancellation of sums about 0); BN_GRADS, s = sum dy and q = sum dy xhat, stats holding the means and
+ * 1 / sqrt(variance + epsilon). */
+static void bn_rows_sums(const bn_job *j, size_t r0, size_t r1, double *restrict s, double *restrict q)
 {
     size_t C = (size_t)j->p->channels;
-    const float *x = j->x + r * C, *dy = j->pass == BN_GRADS ? j->dy + r * C : NULL, *ps = j->stats;
-    switch (j->pass) {
-    case BN_MEANS: /* s: x */
-        for (size_t c = 0; c < C; c++)
-            s[c] += x[c];
-        break;
-    case BN_DEVIATIONS: /* q: (x - mean)^2, stats holding the means */
-        for (size_t c = 0; c < C; c++)
-            q[c] += ((double)x[c] - ps[c]) * ((double)x[c] - ps[c]);
-        break;
-    case BN_GRADS: /* s: dy; q: dy xhat */
-        for (size_t c = 0; c < C; c++) {
-            s[c] += dy[c];
-            q[c] += (double)dy[c] * ((x[c] - ps[c]) * ps[C + c]);
+    const float *restrict ps = j->stats;
+    for (size_t c0 = 0; c0 < C; c0 += BN_LANES) {
+        size_t n = C - c0 < BN_LANES ? C - c0 : BN_LANES;
+        float sa[BN_LANES] = {0}, qa[BN_LANES] = {0}, k[BN_LANES] = {0}, inv[BN_LANES] = {0};
+        for (size_t c = 0; c < n; c++) {
+            k[c] = j->pass == BN_MOMENTS ? j->x[c0 + c] : ps[c0 + c];
+            inv[c] = j->pass == BN_MOMENTS ? 1.0f : ps[C + c0 + c];
         }
-        break;
+        if (j->pass == BN_MOMENTS)
+            for (size_t r = r0; r < r1; r++) {
+                const float *restrict x = j->x + r * C + c0;
+                for (size_t c = 0; c < n; c++) {
+                    float d = x[c] - k[c];
+                    sa[c] += d;
+                    qa[c] += d * d;
+                }
+            }
+        else
+            for (size_t r = r0; r < r1; r++) {
+                const float *restrict x = j->x + r * C + c0, *restrict dy = j->dy + r * C + c0;
+                for (size_t c = 0; c < n; c++) {
+                    sa[c] += dy[c];
+                    qa[c] += dy[c] * ((x[c] - k[c]) * inv[c]);
+                }
+            }
+        for (size_t c = 0; c < n; c++) {
+            s[c0 + c] = sa[c];
+            q[c0 + c] = qa[c];
+        }
     }
 }
 
@@ -760,14 +779,9 @@ static void bn_sums_part(void *arg, int t)
     const bn_job *j = arg;
     size_t R = (size_t)j->p->rows, C = (size_t)j->p->channels, nb = bn_blocks(j->p), lo, hi;
     bn_cut(j, nb, t, &lo, &hi);
-    for (size_t b = lo; b < hi; b++) {
-        double *s = j->part + b * C, *q = j->part + (nb + b) * C;
-        size_t r1 = (b + 1) * BN_BLOCK < R ? (b + 1) * BN_BLOCK : R;
-        for (size_t c = 0; c < C; c++)
-            s[c] = q[c] = 0.0;
-        for (size_t r = b * BN_BLOCK; r < r1; r++)
-            bn_row_sums(j, r, s, q);
-    }
+    for (size_t b = lo; b < hi; b++)
+        bn_rows_sums(j, b * BN_BLOCK, (b + 1) * BN_BLOCK < R ? (b + 1) * BN_BLOCK : R, j->part + b * C,
+                     j->part + (nb + b) * C);
 }
 
 /* sum[c] = the blocks' sums of set k (0 or 1) added in block order. */
@@ -799,24 +813,24 @@ static int bn_parts(void *ctx, const tw_bn *p)
     return (size_t)p->rows * (size_t)p->channels < SPLIT_BN ? 1 : tw_tower_pool_jobs(pool_of(ctx));
 }
 
-/* The batch's mean and 1 / sqrt(biased variance + epsilon) per channel into stats (two passes: the means,
- * then the squared deviations); with moving (TRAIN_UPDATE), the moving mean and variance follow the
- * batch's. sum[C]: scratch. */
+/* The batch's mean and 1 / sqrt(biased variance + epsilon) per channel into stats (one pass: the sums
+ * about row 0, bn_rows_sums); with moving (TRAIN_UPDATE), the moving mean and variance follow the batch's.
+ * sum[2 * C]: scratch. */
 static void bn_batch_stats(void *ctx, bn_job *j, float *moving, double *sum)
 {
     size_t R = (size_t)j->p->rows, C = (size_t)j->p->channels;
+    j->pass = BN_MOMENTS;
     tw_tower_pool_run(pool_of(ctx), j->parts, bn_sums_part, j);
     bn_combine(j, 0, sum);
-    for (size_t c = 0; c < C; c++)
-        j->stats[c] = (float)(sum[c] / (double)R);
-    j->pass = BN_DEVIATIONS;
-    tw_tower_pool_run(pool_of(ctx), j->parts, bn_sums_part, j);
-    bn_combine(j, 1, sum);
+    bn_combine(j, 1, sum + C);
     for (size_t c = 0; c < C; c++) {
-        j->stats[C + c] = (float)(1.0 / sqrt(sum[c] / (double)R + (double)j->p->epsilon));
+        double d = sum[c] / (double)R, var = sum[C + c] / (double)R - d * d; /* d: the mean less row 0's */
+        var = var > 0.0 ? var : 0.0;
+        j->stats[c] = (float)((double)j->x[c] + d);
+        j->stats[C + c] = (float)(1.0 / sqrt(var + (double)j->p->epsilon));
         if (moving) {
             moving[c] = tw_bn_moving(moving[c], j->stats[c], j->p->momentum);
-            moving[C + c] = tw_bn_moving(moving[C + c], (float)(sum[c] / (double)R), j->p->momentum);
+            moving[C + c] = tw_bn_moving(moving[C + c], (float)var, j->p->momentum);
         }
     }
 }
@@ -834,10 +848,10 @@ static tw_status cpu_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x,
             j.stats[C + c] = 1.0f / sqrtf(pm[C + c] + p->epsilon);
         }
     } else {
-        double *sum = malloc((2 * bn_blocks(p) + 1) * C * sizeof *sum);
+        double *sum = malloc((2 * bn_blocks(p) + 2) * C * sizeof *sum);
         if (!sum)
             return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "out of memory");
-        j.part = sum + C;
+        j.part = sum + 2 * C;
         bn_batch_stats(ctx, &j, p->mode == TW_BN_TRAIN_UPDATE ? pm : NULL, sum);
         free(sum);
     }

@@ -500,7 +500,8 @@ tw_status tw_cuda_avgpool_bwd(void *ctx, const tw_window *w, tw_tensor dx, tw_te
 typedef cub::BlockReduce<double, ROW_THREADS> channel_reduce;
 
 /* One block per channel c: the batch's mean and 1 / sqrt(biased variance + eps) into stats (two passes in
- * double, as the CPU; the sums' order is CUB's), and with moving (TRAIN_UPDATE) the moving statistics. */
+ * double, the sums' order CUB's; the CPU sums about row 0 in one pass: the two agree to rounding), and with
+ * moving (TRAIN_UPDATE) the moving statistics. */
 __global__ void __launch_bounds__(ROW_THREADS) k_bn_stats(tw_bn p, const float *x, float *stats, float *moving)
 {
     __shared__ typename channel_reduce::TempStorage tmp;

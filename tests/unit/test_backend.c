@@ -1030,6 +1030,41 @@ static void test_batch_norm(void **state)
         tw_backend_free(B, bufs[i]);
 }
 
+/* Channels far from zero and a constant one: the batch statistics keep their precision (a channel at 100
+ * with a spread of 1, one at -3000 with a spread of 2: the variance is not E[x^2] - E[x]^2 in float), and a
+ * constant channel normalises to beta exactly, its variance 0. */
+static void test_batch_norm_far_from_zero(void **state)
+{
+    (void)state;
+    bn_case c;
+    fill(c.x, BR * BC, -1, 1);
+    for (int r = 0; r < BR; r++) {
+        c.x[r * BC] += 100.0f;
+        c.x[r * BC + 1] = -3000.0f + 2.0f * c.x[r * BC + 1];
+        c.x[r * BC + 2] = 7.0f;
+    }
+    fill(c.gamma, BC, 0.5f, 1.5f);
+    fill(c.beta, BC, -1, 1);
+    float moving[2 * BC] = {0, 0, 0, 1, 1, 1}, y[BR * BC], m2[2 * BC];
+    double want[BR * BC], mean[BC], var[BC];
+    tw_bn p = {.rows = BR, .channels = BC, .momentum = 0.9f, .epsilon = 1e-3f, .mode = TW_BN_TRAIN_UPDATE};
+    tw_buffer *bx = dev_from(c.x, BR * BC), *bg = dev_from(c.gamma, BC), *bb = dev_from(c.beta, BC),
+              *bs = dev_new(2 * BC), *bm = dev_from(moving, 2 * BC), *by = dev_new(BR * BC);
+    OK(tw_bn_fwd(B, &p, view(by), view(bx), view(bg), view(bb), view(bs), view(bm), &E));
+    dev_read(y, by, BR * BC);
+    dev_read(m2, bm, 2 * BC);
+    bn_ref(&c, 1e-3, want, mean, var);
+    assert_all_near(y, want, BR * BC, 1e-3, 1e-4, "batch norm y far from zero");
+    for (int ch = 0; ch < BC; ch++)
+        assert_near(m2[BC + ch], 0.9 + 0.1 * var[ch], 1e-6, 1e-7, "moving variance", (size_t)ch);
+    assert_true(var[2] == 0.0);
+    for (int r = 0; r < BR; r++)
+        assert_true(y[r * BC + 2] == c.beta[2]);
+    tw_buffer *bufs[] = {bx, bg, bb, bs, bm, by};
+    for (size_t i = 0; i < 6; i++)
+        tw_backend_free(B, bufs[i]);
+}
+
 /* add: a + c; copy_cols: a channel block copied, then added, at an offset (a concat and its gradient). */
 static void test_joins(void **state)
 {
@@ -1850,6 +1885,7 @@ int main(void)
         cmocka_unit_test(test_update_nesterov),
         cmocka_unit_test(test_avgpool),
         cmocka_unit_test(test_batch_norm),
+        cmocka_unit_test(test_batch_norm_far_from_zero),
         cmocka_unit_test(test_joins),
         cmocka_unit_test(test_update_weight_decay),
         cmocka_unit_test(test_xent_label_smoothing),
