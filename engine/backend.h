@@ -92,6 +92,8 @@ typedef struct {
     int rows, channels;
     float momentum, epsilon;
     tw_bn_mode mode;
+    tw_activation activation; /* the forward applies it to y as it writes it (the layer's own: one pass over
+                                 memory fewer than tw_act_fwd after it); the backward ignores it */
 } tw_bn;
 
 typedef struct tw_backend_ops tw_backend_ops;
@@ -332,8 +334,8 @@ tw_status tw_copy_cols(tw_backend *b, tw_tensor dst, int dst_cols, int dst_at, t
 tw_status tw_avgpool_fwd(tw_backend *b, const tw_window *w, tw_tensor y, tw_tensor x, tw_error *err);
 tw_status tw_avgpool_bwd(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy, tw_error *err);
 
-/* Batch normalisation (docs/formats.md §6.12), p->mode as tw_bn_mode says: y[rows, channels] = gamma
- * (x - mean) / sqrt(variance + epsilon) + beta, the variance the batch's biased one (Keras'); gamma, beta
+/* Batch normalisation (docs/formats.md §6.12), p->mode as tw_bn_mode says: y[rows, channels] = act(gamma
+ * (x - mean) / sqrt(variance + epsilon) + beta), act p->activation, the variance the batch's biased one (Keras'); gamma, beta
  * [channels]; stats [2 * channels] (TRAIN: written, the batch's mean then 1 / sqrt(var + eps)); moving
  * [2 * channels] (the moving mean then the moving variance: read by INFER, updated by TRAIN_UPDATE). bwd
  * (after a TRAIN forward): dgamma, dbeta [channels] overwritten, dx[rows, channels] overwritten unless

@@ -918,17 +918,17 @@ static tw_bn bn_of(const layer *l, int rows, int train)
                       : (train & TW_FORWARD_TRAIN)      ? TW_BN_TRAIN
                                                         : TW_BN_INFER;
     return (tw_bn){.rows = rows * (l->out_size / l->out.c), .channels = l->out.c, .momentum = l->cfg->momentum,
-                   .epsilon = l->cfg->epsilon, .mode = mode};
+                   .epsilon = l->cfg->epsilon, .mode = mode, .activation = l->cfg->activation};
 }
 
-/* gamma and beta from base (the parameters or their EMA); the moving statistics always the parameters'. */
+/* gamma and beta from base (the parameters or their EMA); the moving statistics always the parameters'; the
+ * activation applied by the normalisation (tw_bn.activation). */
 static tw_status bn_fwd(tw_replica *r, const layer *l, int i, int rows, int train, tw_tensor base, tw_error *err)
 {
     tw_bn p = bn_of(l, rows, train);
-    tw_tensor y = r->ls[i].out;
-    TW_TRY(tw_bn_fwd(r->b, &p, y, in_view(r, l, 0), param_view(r, base, l->w_param), param_view(r, base, l->b_param),
-                     tw_tensor_of(r->ls[i].work), param_view(r, tw_replica_params(r), l->s_param), err));
-    return tw_act_fwd(r->b, l->cfg->activation, y, y, (size_t)rows * l->out_size, err);
+    return tw_bn_fwd(r->b, &p, r->ls[i].out, in_view(r, l, 0), param_view(r, base, l->w_param),
+                     param_view(r, base, l->b_param), tw_tensor_of(r->ls[i].work),
+                     param_view(r, tw_replica_params(r), l->s_param), err);
 }
 
 static tw_status add_fwd(tw_replica *r, const layer *l, int i, int rows, tw_error *err)

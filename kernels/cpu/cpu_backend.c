@@ -795,16 +795,22 @@ static void bn_combine(const bn_job *j, int k, double *sum)
             sum[c] += j->part[((size_t)k * nb + b) * C + c];
 }
 
-/* y = gamma (x - mean) inv + beta over part t's rows. */
+/* y = act(gamma (x - mean) inv + beta) over part t's rows, BN_BLOCK rows at a time: normalised, then
+ * activated while they are still in cache (act_fwd_loop, one loop per activation). */
 static void bn_norm_part(void *arg, int t)
 {
     const bn_job *j = arg;
     size_t C = (size_t)j->p->channels, lo, hi;
     const float *ps = j->stats;
     bn_cut(j, (size_t)j->p->rows, t, &lo, &hi);
-    for (size_t r = lo; r < hi; r++)
-        for (size_t c = 0; c < C; c++)
-            j->y[r * C + c] = tw_bn_norm(j->x[r * C + c], ps[c], ps[C + c], j->gamma[c], j->beta[c]);
+    for (size_t r0 = lo; r0 < hi; r0 += BN_BLOCK) {
+        size_t r1 = r0 + BN_BLOCK < hi ? r0 + BN_BLOCK : hi;
+        for (size_t r = r0; r < r1; r++)
+            for (size_t c = 0; c < C; c++)
+                j->y[r * C + c] = tw_bn_norm(j->x[r * C + c], ps[c], ps[C + c], j->gamma[c], j->beta[c]);
+        if (j->p->activation != TW_ACT_NONE)
+            act_fwd_loop(j->p->activation, j->y + r0 * C, j->y + r0 * C, (r1 - r0) * C);
+    }
 }
 
 /* How many parts a batch normalization of p is cut into on ctx's threads. */

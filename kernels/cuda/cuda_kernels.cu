@@ -544,7 +544,7 @@ __global__ void k_bn_norm(tw_bn p, float *y, const float *x, const float *gamma,
 {
     GRID_STRIDE(i, n) {
         int c = (int)(i % (size_t)p.channels);
-        y[i] = tw_bn_norm(x[i], stats[c], stats[p.channels + c], gamma[c], beta[c]);
+        y[i] = tw_activate(p.activation, tw_bn_norm(x[i], stats[c], stats[p.channels + c], gamma[c], beta[c]));
     }
 }
 

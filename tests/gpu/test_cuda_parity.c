@@ -421,6 +421,10 @@ static void test_joins_and_batch_norm(int rows, int channels)
     BOTH(tw_bn_fwd(b, &p, V(b, Y), V(b, X), V(b, G), V(b, Be), V(b, S), V(b, M), &e_));
     snprintf(name, sizeof name, "bn_fwd inference %dx%d", rows, channels);
     expect_close(name, Y, 1e-5, 1e-5, NULL);
+    p.activation = TW_ACT_RELU;
+    BOTH(tw_bn_fwd(b, &p, V(b, Y), V(b, X), V(b, G), V(b, Be), V(b, S), V(b, M), &e_));
+    snprintf(name, sizeof name, "bn_fwd inference relu %dx%d", rows, channels);
+    expect_close(name, Y, 1e-5, 1e-5, NULL);
     pair *all[] = {&X, &C, &Y, &G, &Be, &S, &M, &DX, &DG, &DB};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         pair_free(all[i]);

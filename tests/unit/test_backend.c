@@ -1014,6 +1014,17 @@ static void test_batch_norm(void **state)
     check_fd("batch norm dx", c.x, BR * BC, dx, bn_loss, &c);
     check_fd("batch norm dgamma", c.gamma, BC, dg, bn_loss, &c);
     check_fd("batch norm dbeta", c.beta, BC, db, bn_loss, &c);
+    /* the layer's activation applied as y is written: ReLU of the same outputs, the statistics untouched */
+    float relu[BR * BC], m3[2 * BC];
+    tw_bn pr = p;
+    pr.mode = TW_BN_TRAIN;
+    pr.activation = TW_ACT_RELU;
+    OK(tw_bn_fwd(B, &pr, view(by), view(bx), view(bg), view(bb), view(bs), view(bm), &E));
+    dev_read(relu, by, BR * BC);
+    dev_read(m3, bm, 2 * BC);
+    assert_memory_equal(m3, m2, sizeof m2);
+    for (int i = 0; i < BR * BC; i++)
+        assert_true(relu[i] == (y[i] < 0.0f ? 0.0f : y[i]));
     /* inference: (x - moving mean) / sqrt(moving variance + eps), the moving statistics untouched */
     p.mode = TW_BN_INFER;
     OK(tw_bn_fwd(B, &p, view(by), view(bx), view(bg), view(bb), view(bs), view(bm), &E));
