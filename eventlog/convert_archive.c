@@ -7,19 +7,26 @@
  * Owns: which entries are examples, the class of each (its top-level folder; the classes sorted by name,
  * class 0 the first, as Keras' image_dataset_from_directory orders them), the refusals (each naming the
  * entry inside the archive) and the skips, the resize rule (convert.h: TW_CONVERT_FIT_*). Nothing is ever
- * written to disk from the archive: entries are read into memory one at a time, each capped, and the whole
- * archive's unpacked size is capped by the conversion's max_bytes (a decompression bomb stops there).
+ * written to disk from the archive: entries are read into memory (each capped, a bounded number at a
+ * time), and the whole archive's unpacked size is capped by the conversion's max_bytes (a decompression
+ * bomb stops there).
  *
  * Two passes over the archive: the first reads only the headers (and the first bytes of each file, to
  * refuse a file that is no image before anything is written), the second decodes. The class counts a
- * stratified split needs come from the first (next_label). The second reads batches of entries in archive
- * order (the archive is a stream), decodes and resizes each on every core (base/tower_pool.h: libpng,
- * libjpeg and the resizer keep no shared state), then hands its examples out in order. Two batches take
- * turns: while the pool decodes one, its first thread reads the next from the archive before it joins the
- * decoding (the threads take the slots from a shared counter), and each thread also serializes the
- * tf.train.Example of what it decoded, so the writer only frames and writes the records. A batch is bounded in entries and bytes, so
- * memory stays bounded whatever the archive (two batches at most), and the first bad entry is the one
- * named, as without batches: an entry that cannot be read ends its batch, and nothing after it is read. */
+ * stratified split needs come from the first (next_label).
+ *
+ * The second pass starts while the first runs: a thread of its own, on a handle of its own, decodes the
+ * first examples (by the same rule for what is an example; up to EARLY_BYTES of stored pixels) into
+ * memory, and the writing pass takes that handle over where it stopped once the listing has said the
+ * archive is sound (its first entries must be the early ones: else the archive changed between the
+ * passes, refused as such). Then it reads batches of entries in archive order (the archive is a stream),
+ * decodes and resizes each on every core (base/tower_pool.h: libpng, libjpeg and the resizer keep no
+ * shared state), and hands its examples out in order. Two batches take turns: while the pool decodes one,
+ * its first thread reads the next before it joins the decoding (the threads take the slots from a shared
+ * counter); each thread also serializes the tf.train.Example of what it decoded, so the writer only frames
+ * and writes the records. A batch is bounded in entries and bytes, so memory stays bounded whatever the
+ * archive (the early examples and two batches at most), and the first bad entry is the one named, as
+ * without batches: an entry that cannot be read ends its batch, and nothing after it is read. */
 #include "convert_source.h"
 
 #include <archive.h>
@@ -47,6 +54,8 @@ enum {
     RECORD_SLACK = 256,         /* an Example's bytes beyond its pixels: five features' names, framing and
                                    int64 values (under 150) */
     MAX_THREADS = 8,
+    EARLY_BYTES = 16 << 20,     /* the stored pixels the early examples may take */
+    EARLY_ENTRIES = 1 << 14,    /* the most early examples */
 };
 
 typedef struct {
@@ -66,6 +75,14 @@ typedef struct {
     tw_error err;
 } slot;
 
+/* An example decoded while the listing pass ran: its path, its stored pixels, how decoding it ended. */
+typedef struct {
+    char *path;
+    uint8_t *pixels; /* [height * width * channels], early_pass.pixels' */
+    tw_status status;
+    tw_error err;
+} early_entry;
+
 /* A batch: up to batch_cap entries read one after another, their bytes and their Examples. */
 typedef struct {
     uint8_t *data;       /* [data_cap] the entries' bytes, one after another */
@@ -76,6 +93,20 @@ typedef struct {
     atomic_size_t taken; /* slots a decoding thread has taken */
 } batch;
 
+/* The early part of the writing pass (see the top): its thread, what it decoded, and its scratch. */
+typedef struct {
+    pthread_t thread;
+    int running, failed;         /* failed: a header it could not read, or a path the listing would refuse */
+    atomic_int stop;             /* the listing pass has ended: take no further entry */
+    early_entry *e;              /* [cap] in archive order, [n] decoded; handed out up to at */
+    size_t n, cap, at;
+    uint8_t *pixels;             /* [cap * height * width * channels] */
+    uint8_t *resized;            /* [height * width * 3] */
+    struct SwsContext *sws;
+    uint8_t *data;               /* [data_cap] one entry's bytes */
+    size_t data_cap;
+} early_pass;
+
 typedef struct {
     tw_convert_src base;
     const char *file;               /* borrowed */
@@ -83,7 +114,9 @@ typedef struct {
     uint64_t max_bytes, read_bytes; /* the unpacked budget, and what the writing pass read so far */
     struct archive *a;              /* the writing pass */
     entry *entries;                 /* [n] the images, in archive order */
-    size_t n, cap, at;
+    size_t n, cap, at;              /* at: the next the writing pass reads */
+    size_t label_at;                /* the next archive_next_label gives */
+    early_pass early;
     char **classes;                 /* [n_classes] sorted; classes[k] is class k's name */
     size_t n_classes;
     uint64_t skipped;               /* hidden files, and files outside a class folder */
@@ -306,20 +339,21 @@ static tw_status list_entries(archive_source *x, tw_error *err)
     return folders_hold_images(x, err);
 }
 
-/* The current entry's bytes into b's data from off; *len. */
-static tw_status read_data(archive_source *x, batch *b, const char *path, size_t off, size_t *len, tw_error *err)
+/* The current entry's bytes into *data (grown as needed: *cap) from off; *len. */
+static tw_status read_data(archive_source *x, uint8_t **data, size_t *cap, const char *path, size_t off, size_t *len,
+                           tw_error *err)
 {
     *len = 0;
     for (;;) {
-        if (off + *len == b->data_cap) {
-            size_t cap = b->data_cap ? 2 * b->data_cap : 1 << 16;
-            uint8_t *grown = realloc(b->data, cap);
+        if (off + *len == *cap) {
+            size_t more = *cap ? 2 * *cap : 1 << 16;
+            uint8_t *grown = realloc(*data, more);
             if (!grown)
                 return nomem(err);
-            b->data = grown;
-            b->data_cap = cap;
+            *data = grown;
+            *cap = more;
         }
-        la_ssize_t got = archive_read_data(x->a, b->data + off + *len, b->data_cap - off - *len);
+        la_ssize_t got = archive_read_data(x->a, *data + off + *len, *cap - off - *len);
         if (got < 0)
             return entry_error(x, TW_ERR_CORRUPT, path, archive_error_string(x->a), err);
         if (got == 0)
@@ -332,6 +366,14 @@ static tw_status read_data(archive_source *x, batch *b, const char *path, size_t
     }
 }
 
+/* The refusal of an archive whose entries the writing pass finds other than the listing pass did (at:
+ * where). */
+static tw_status changed(const archive_source *x, const char *at, tw_error *err)
+{
+    return tw_error_set(err, TW_ERR_CORRUPT, x->file, -1, "the archive changed between the listing pass and the "
+                        "writing pass (at '%.200s')", at);
+}
+
 /* The next listed entry's header in the writing pass (the ones between were skipped or are folders). */
 static tw_status seek_entry(archive_source *x, const char *want, tw_error *err)
 {
@@ -342,12 +384,13 @@ static tw_status seek_entry(archive_source *x, const char *want, tw_error *err)
         if (raw && !strcmp(relative(raw), want) && archive_entry_filetype(e) == AE_IFREG)
             return TW_OK;
     }
-    return tw_error_set(err, TW_ERR_CORRUPT, x->file, -1, "the archive changed between the listing pass and the "
-                        "writing pass (at '%.200s')", want);
+    return changed(x, want, err);
 }
 
 /* FFmpeg's messages (a warning about an unaligned row is a speed note) are kept off stderr. */
 static void quiet_ffmpeg(void) { av_log_set_level(AV_LOG_ERROR); }
+
+static pthread_once_t ffmpeg_once = PTHREAD_ONCE_INIT;
 
 /* The c-channel image src (w x h) scaled to dst (dw x dh) with *sws: each channel as a grey plane,
  * bicubic with B = 0, C = 0.5 (Catmull-Rom, Pillow's BICUBIC), widened when shrinking, bit-exact (the same
@@ -379,11 +422,11 @@ static int scale(struct SwsContext **sws, const uint8_t *src, int w, int h, int 
     return 0;
 }
 
-/* img resized to height x width by the source's fit into out[height * width * img's channels] with thread
- * t's scaler: crop scales the shorter side to the target and cuts the middle; pad scales the longer side to
- * it and centres the image on zeros. An image of the stored size is copied as it is. */
-static tw_status fit_image(archive_source *x, int t, const tw_image *img, const char *path, uint8_t *out,
-                           tw_error *err)
+/* img resized to height x width by the source's fit into out[height * width * img's channels] with the
+ * scaler *sws (a thread's): crop scales the shorter side to the target and cuts the middle; pad scales the
+ * longer side to it and centres the image on zeros. An image of the stored size is copied as it is. */
+static tw_status fit_image(const archive_source *x, struct SwsContext **sws, const tw_image *img, const char *path,
+                           uint8_t *out, tw_error *err)
 {
     int H = x->height, W = x->width, c = img->channels;
     double sy = (double)H / img->height, sx = (double)W / img->width;
@@ -399,7 +442,7 @@ static tw_status fit_image(archive_source *x, int t, const tw_image *img, const 
     uint8_t *tmp = same ? img->pixels : exact ? out : malloc((size_t)rh * rw * c);
     if (!tmp)
         return nomem(err);
-    if (!same && scale(&x->sws[t], img->pixels, img->width, img->height, c, tmp, rw, rh) != 0) {
+    if (!same && scale(sws, img->pixels, img->width, img->height, c, tmp, rw, rh) != 0) {
         if (tmp != out)
             free(tmp);
         return entry_error(x, TW_ERR_INTERNAL, path, "the resize failed", err);
@@ -420,17 +463,24 @@ static tw_status fit_image(archive_source *x, int t, const tw_image *img, const 
     return TW_OK;
 }
 
-/* Slot k's Example from thread t's stored pixels: image_raw, label, height, width, depth, serialized with
- * the thread's builder into the slot's record. */
+/* An example's features into b: image_raw (stored pixels), label, height, width, depth (b borrows them). */
+static tw_status add_features(const archive_source *x, tw_example_builder *b, const uint8_t *stored,
+                              const int64_t *label, tw_error *err)
+{
+    TW_TRY(tw_example_add_bytes1(b, "image_raw", stored, (size_t)(x->height * x->width * x->channels), err));
+    TW_TRY(tw_example_add_int64s(b, "label", label, 1, err));
+    TW_TRY(tw_example_add_int64s(b, "height", &x->dims[0], 1, err));
+    TW_TRY(tw_example_add_int64s(b, "width", &x->dims[1], 1, err));
+    return tw_example_add_int64s(b, "depth", &x->dims[2], 1, err);
+}
+
+/* Slot k's Example from thread t's stored pixels, serialized with the thread's builder into the slot's
+ * record. */
 static tw_status serialize_slot(archive_source *x, int t, slot *k, const uint8_t *stored, tw_error *err)
 {
     tw_example_builder *b = x->builders[t];
     tw_example_builder_reset(b);
-    TW_TRY(tw_example_add_bytes1(b, "image_raw", stored, (size_t)(x->height * x->width * x->channels), err));
-    TW_TRY(tw_example_add_int64s(b, "label", &k->label, 1, err));
-    TW_TRY(tw_example_add_int64s(b, "height", &x->dims[0], 1, err));
-    TW_TRY(tw_example_add_int64s(b, "width", &x->dims[1], 1, err));
-    TW_TRY(tw_example_add_int64s(b, "depth", &x->dims[2], 1, err));
+    TW_TRY(add_features(x, b, stored, &k->label, err));
     const uint8_t *data;
     TW_TRY(tw_example_serialize(b, &data, &k->record_len, err));
     if (k->record_len > x->record_cap)
@@ -439,24 +489,29 @@ static tw_status serialize_slot(archive_source *x, int t, slot *k, const uint8_t
     return TW_OK;
 }
 
-/* Slot k's bytes (in b's data) decoded, fitted and given the stored channels into stored (resized: for an
- * image whose channels differ from the stored ones), then serialized; the outcome in its status and err.
- * resized and stored: thread t's scratch. */
-static void decode_slot(archive_source *x, int t, const batch *b, slot *k, uint8_t *resized, uint8_t *stored)
+/* The entry at path (data[len]) decoded, fitted and given the stored channels into stored with the scaler
+ * *sws (resized: scratch, for an image whose channels differ from the stored ones). */
+static tw_status decode_entry(const archive_source *x, struct SwsContext **sws, const uint8_t *data, size_t len,
+                              const char *path, uint8_t *resized, uint8_t *stored, tw_error *err)
 {
-    const char *path = k->en->path;
     tw_image img;
     tw_error e;
-    if (tw_image_decode(b->data + k->off, k->len, path, &img, &e) != TW_OK) {
-        k->status = entry_error(x, e.status, path, e.message, &k->err);
-        return;
-    }
+    if (tw_image_decode(data, len, path, &img, &e) != TW_OK)
+        return entry_error(x, e.status, path, e.message, err);
     int direct = img.channels == x->channels;
-    k->status = fit_image(x, t, &img, path, direct ? stored : resized, &k->err);
+    tw_status s = fit_image(x, sws, &img, path, direct ? stored : resized, err);
     tw_image fitted = {.width = x->width, .height = x->height, .channels = img.channels, .pixels = resized};
-    if (k->status == TW_OK && !direct)
-        k->status = tw_image_fit(&fitted, x->height, x->width, x->channels, stored, path, &k->err);
+    if (s == TW_OK && !direct)
+        s = tw_image_fit(&fitted, x->height, x->width, x->channels, stored, path, err);
     tw_image_free(&img);
+    return s;
+}
+
+/* Slot k's bytes (in b's data) decoded and serialized, the outcome in its status and err; resized and
+ * stored: thread t's scratch. */
+static void decode_slot(archive_source *x, int t, const batch *b, slot *k, uint8_t *resized, uint8_t *stored)
+{
+    k->status = decode_entry(x, &x->sws[t], b->data + k->off, k->len, k->en->path, resized, stored, &k->err);
     if (k->status == TW_OK)
         k->status = serialize_slot(x, t, k, stored, &k->err);
 }
@@ -475,7 +530,7 @@ static void read_batch(archive_source *x, batch *b)
         x->at++;
         k->status = seek_entry(x, k->en->path, &k->err);
         if (k->status == TW_OK)
-            k->status = read_data(x, b, k->en->path, off, &k->len, &k->err);
+            k->status = read_data(x, &b->data, &b->data_cap, k->en->path, off, &k->len, &k->err);
         if (k->status != TW_OK) {
             x->stopped = 1;
             return;
@@ -505,8 +560,7 @@ static void decode_part(void *arg, int t)
  * (at most MAX_THREADS); batch_cap, set last, says it is made. */
 static tw_status batch_create(archive_source *x, tw_error *err)
 {
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, quiet_ffmpeg);
+    pthread_once(&ffmpeg_once, quiet_ffmpeg);
     size_t px = (size_t)x->height * (size_t)x->width;
     x->record_cap = px * (size_t)x->channels + RECORD_SLACK;
     size_t cap = BATCH_BYTES / x->record_cap;
@@ -542,11 +596,119 @@ static tw_status next_batch(archive_source *x, tw_error *err)
     return TW_OK;
 }
 
-/* The next Example, serialized when its batch was decoded (s->record; b stays empty). */
+/* ====================== the early part of the writing pass ====================== */
+
+/* The thread: takes the entries of the writing handle (x->a) that are examples, in order, reads and
+ * decodes each, until the listing ends (stop), the room is full, or an entry cannot be read (its error
+ * kept in it, handed out in its turn, and the writing pass stops there: x->stopped). It touches only x->a,
+ * x->read_bytes, x->stopped and the early pass; the listing, on the caller, owns the rest. */
+static void *early_main(void *arg)
+{
+    archive_source *x = arg;
+    early_pass *p = &x->early;
+    size_t px = (size_t)x->height * (size_t)x->width * (size_t)x->channels;
+    pthread_once(&ffmpeg_once, quiet_ffmpeg);
+    while (!atomic_load(&p->stop) && p->n < p->cap) {
+        struct archive_entry *e;
+        int r = archive_read_next_header(x->a, &e), example = 0;
+        if (r == ARCHIVE_EOF)
+            break;
+        const char *raw = r == ARCHIVE_OK ? archive_entry_pathname(e) : NULL;
+        tw_error ignored;
+        if (!raw || classify_path(x, relative(raw), &example, &ignored) != TW_OK) {
+            p->failed = 1;
+            break;
+        }
+        if (!example || archive_entry_filetype(e) != AE_IFREG)
+            continue;
+        early_entry *k = &p->e[p->n];
+        if (!(k->path = strdup(relative(raw)))) {
+            p->failed = 1;
+            break;
+        }
+        k->pixels = p->pixels + p->n++ * px;
+        size_t len;
+        k->status = read_data(x, &p->data, &p->data_cap, k->path, 0, &len, &k->err);
+        if (k->status != TW_OK) {
+            x->stopped = 1;
+            break;
+        }
+        k->status = decode_entry(x, &p->sws, p->data, len, k->path, p->resized, k->pixels, &k->err);
+    }
+    return NULL;
+}
+
+/* Opens the writing handle and starts the early thread (its room: EARLY_BYTES of pixels, at least one
+ * example). */
+static tw_status early_start(archive_source *x, tw_error *err)
+{
+    early_pass *p = &x->early;
+    size_t px = (size_t)x->height * (size_t)x->width * (size_t)x->channels;
+    TW_TRY(open_archive(x, &x->a, err));
+    p->cap = EARLY_BYTES / px < 1 ? 1 : EARLY_BYTES / px > EARLY_ENTRIES ? EARLY_ENTRIES : EARLY_BYTES / px;
+    if (!(p->e = calloc(p->cap, sizeof *p->e)) || !(p->pixels = malloc(p->cap * px)) ||
+        !(p->resized = malloc((size_t)x->height * (size_t)x->width * 3)))
+        return nomem(err);
+    if (pthread_create(&p->thread, NULL, early_main, x) != 0)
+        return tw_error_set(err, TW_ERR_INTERNAL, x->file, -1, "cannot start a thread to decode");
+    p->running = 1;
+    return TW_OK;
+}
+
+/* The early examples and their scratch freed (NULL-safe parts). */
+static void early_free(early_pass *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        free(p->e[i].path);
+    free(p->e);
+    free(p->pixels);
+    free(p->resized);
+    free(p->data);
+    sws_freeContext(p->sws);
+    *p = (early_pass){.n = 0};
+}
+
+/* Stops and joins the early thread once the listing has ended (listed: how). The early examples must be
+ * the listing's first ones; the writing pass goes on from them on the same handle. */
+static tw_status early_finish(archive_source *x, tw_status listed, tw_error *err)
+{
+    early_pass *p = &x->early;
+    atomic_store(&p->stop, 1);
+    if (p->running)
+        pthread_join(p->thread, NULL);
+    p->running = 0;
+    TW_TRY(listed);
+    if (p->failed || p->n > x->n)
+        return changed(x, p->n ? p->e[p->n - 1].path : "its first entry", err);
+    for (size_t i = 0; i < p->n; i++)
+        if (strcmp(p->e[i].path, x->entries[i].path))
+            return changed(x, p->e[i].path, err);
+    x->at = p->n;
+    return TW_OK;
+}
+
+/* The next early example, its features built into b. */
+static tw_status early_next(archive_source *x, tw_example_builder *b, tw_label_value *label, tw_error *err)
+{
+    const early_entry *k = &x->early.e[x->early.at];
+    const entry *en = &x->entries[x->early.at++];
+    if (k->status != TW_OK) {
+        *err = k->err;
+        return k->status;
+    }
+    label->i = en->label;
+    label->f = en->label;
+    x->base.label_i = en->label;
+    return add_features(x, b, k->pixels, &x->base.label_i, err);
+}
+
+/* The next Example: an early one, built into b, or one serialized when its batch was decoded (s->record; b
+ * stays empty). */
 static tw_status archive_next(tw_convert_src *s, tw_example_builder *b, tw_label_value *label, tw_error *err)
 {
-    (void)b;
     archive_source *x = (archive_source *)s;
+    if (x->early.at < x->early.n) /* built into b, which convert.c serializes */
+        return early_next(x, b, label, err);
     if (x->batch_at == x->batches[x->cur].n) {
         if (!x->ahead && (x->stopped || x->at == x->n))
             return TW_END;
@@ -568,10 +730,10 @@ static tw_status archive_next_label(tw_convert_src *s, tw_label_value *label, tw
 {
     (void)err;
     archive_source *x = (archive_source *)s;
-    if (x->at == x->n)
+    if (x->label_at == x->n)
         return TW_END;
-    label->i = x->entries[x->at].label;
-    label->f = x->entries[x->at++].label;
+    label->i = x->entries[x->label_at].label;
+    label->f = x->entries[x->label_at++].label;
     return TW_OK;
 }
 
@@ -597,6 +759,10 @@ static tw_status archive_describe(const tw_convert_src *s, json_t *meta, tw_erro
 static void archive_close(tw_convert_src *s)
 {
     archive_source *x = (archive_source *)s;
+    atomic_store(&x->early.stop, 1);
+    if (x->early.running)
+        pthread_join(x->early.thread, NULL);
+    early_free(&x->early);
     if (x->a)
         archive_read_free(x->a);
     for (size_t i = 0; i < x->n; i++)
@@ -640,6 +806,6 @@ tw_status tw_convert_archive_open(const tw_convert_options *o, tw_convert_src **
     x->dims[0] = x->height;
     x->dims[1] = x->width;
     x->dims[2] = x->channels;
-    TW_TRY(list_entries(x, err));
-    return open_archive(x, &x->a, err);
+    TW_TRY(early_start(x, err));
+    return early_finish(x, list_entries(x, err), err);
 }

@@ -309,3 +309,26 @@ def test_tower_convert_hands_out_many_batches_in_archive_order(tower_bin, tmp_pa
                        timeout=120)
     assert r.returncode != 0 and "archive entry 'a/0601.png'" in r.stderr, r.stderr
     assert not (tmp_path / "bad.tfrecord").exists()
+
+
+def test_an_entry_whose_bytes_fail_their_check_is_named(tower_bin, tmp_path):
+    """A .zip entry whose stored bytes are damaged past its first ones: the listing pass reads only an
+    entry's start, so the writing pass (the part that runs while the listing does, or a batch) finds it,
+    by the entry's CRC-32, and names it; nothing is written."""
+    import subprocess
+    files = {f"{c}/{i:04d}.png": encoded(picture(k, i, (28, 28), "L"), "PNG")
+             for k, c in enumerate(CLASSES) for i in range(4)}
+    b = io.BytesIO()
+    with zipfile.ZipFile(b, "w", compression=zipfile.ZIP_STORED) as z:
+        for path, data in files.items():
+            z.writestr(path, data)
+    data = bytearray(b.getvalue())
+    target = files["boot/0002.png"]
+    at = bytes(data).index(target) + len(target) // 2  # the entry's middle, past the bytes the listing reads
+    data[at] ^= 0xFF
+    (tmp_path / "bad.zip").write_bytes(bytes(data))
+    r = subprocess.run([str(tower_bin), "convert", "--image-archive", tmp_path / "bad.zip", "--image-size", "28",
+                        "--channels", "1", "-o", tmp_path / "bad.tfrecord"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode != 0 and "archive entry 'boot/0002.png'" in r.stderr, r.stderr
+    assert not (tmp_path / "bad.tfrecord").exists()
