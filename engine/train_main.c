@@ -163,11 +163,12 @@ static int handle_stop_signals(int within)
             e = errno;
     /* The poke: no SA_RESTART (the point is EINTR), on an alternate stack (main may be in oneDNN). */
     main_thread = pthread_self();
-    stack_t alt = {.ss_sp = malloc(POKE_STACK), .ss_size = POKE_STACK}; /* kept for the process */
+    static char poke_stack[POKE_STACK]; /* the process's (static: no allocation a leak check reports) */
+    stack_t alt = {.ss_sp = poke_stack, .ss_size = sizeof poke_stack};
     struct sigaction poke = {.sa_handler = on_poke, .sa_flags = SA_ONSTACK};
     sigfillset(&poke.sa_mask);
-    if (!e && (!alt.ss_sp || sigaltstack(&alt, NULL) != 0 || sigaction(SIGPOKE, &poke, NULL) != 0))
-        e = alt.ss_sp ? errno : ENOMEM;
+    if (!e && (sigaltstack(&alt, NULL) != 0 || sigaction(SIGPOKE, &poke, NULL) != 0))
+        e = errno;
     pthread_attr_t attr;
     pthread_t thread;
     if (!e && !(e = pthread_attr_init(&attr))) {
