@@ -19,14 +19,15 @@
  * first examples (by the same rule for what is an example; up to EARLY_BYTES of stored pixels) into
  * memory, and the writing pass takes that handle over where it stopped once the listing has said the
  * archive is sound (its first entries must be the early ones: else the archive changed between the
- * passes, refused as such). Then it reads batches of entries in archive order (the archive is a stream),
- * decodes and resizes each on every core (base/tower_pool.h: libpng, libjpeg and the resizer keep no
- * shared state), and hands its examples out in order. Two batches take turns: while the pool decodes one,
- * its first thread reads the next before it joins the decoding (the threads take the slots from a shared
- * counter); each thread also serializes the tf.train.Example of what it decoded, so the writer only frames
- * and writes the records. A batch is bounded in entries and bytes, so memory stays bounded whatever the
- * archive (the early examples and two batches at most), and the first bad entry is the one named, as
- * without batches: an entry that cannot be read ends its batch, and nothing after it is read. */
+ * passes, refused as such). Then batches of entries are read in archive order (the archive is a stream),
+ * decoded and resized on every core (base/tower_pool.h: libpng, libjpeg and the resizer keep no shared
+ * state), and handed out in order. A feeder thread drives the pool: while it decodes batch h, its pool's
+ * first job reads h + 1 before it joins the decoding (the jobs take the slots from a shared counter), and
+ * the writer (the caller of next()) hands out h - 1 meanwhile; each job also serializes the
+ * tf.train.Example of what it decoded, so the writer only frames and writes the records. A batch is
+ * bounded in entries and bytes, so memory stays bounded whatever the archive (the early examples and
+ * BATCHES batches at most), and the first bad entry is the one named, as without batches: an entry that
+ * cannot be read ends its batch, and nothing after it is read. */
 #include "convert_source.h"
 
 #include <archive.h>
@@ -56,6 +57,7 @@ enum {
     MAX_THREADS = 8,
     EARLY_BYTES = 16 << 20,     /* the stored pixels the early examples may take */
     EARLY_ENTRIES = 1 << 14,    /* the most early examples */
+    BATCHES = 4,                /* batches in memory: one handed out, one spare, one decoded, one read */
 };
 
 typedef struct {
@@ -122,11 +124,19 @@ typedef struct {
     uint64_t skipped;               /* hidden files, and files outside a class folder */
     char **folders;                 /* [n_folders] top-level folders the archive lists: each must hold images */
     size_t n_folders;
-    batch batches[2];               /* batches[cur] is handed out up to batch_at; the other one is read ahead
-                                       (ahead) or free */
-    int cur, ahead;
+    batch batches[BATCHES];         /* batch h in batches[h % BATCHES] */
     int stopped;                    /* an entry could not be read: the writing pass reads no further */
     size_t batch_cap, batch_at, record_cap;
+    uint64_t hand;                  /* the batch handed out (up to batch_at) */
+    /* The feeder thread decodes batch h (the pool's caller), its first job reading h + 1, while the writer
+     * hands out earlier ones: it may decode up to want - 1, so the batch it reads never is one the writer
+     * still hands out. Under mu: want (the writer's), made (batches decoded: the feeder's), quit. */
+    pthread_t feeder;
+    int feeder_running, quit;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    uint64_t want, made;
+    uint64_t decoding;              /* the batch the feeder's pool decodes (the feeder's) */
     uint8_t *resized;               /* [threads * height * width * 3]: each thread's resize scratch */
     uint8_t *stored;                /* [threads * height * width * channels]: each thread's stored pixels */
     tw_example_builder *builders[MAX_THREADS]; /* each thread's */
@@ -539,15 +549,16 @@ static void read_batch(archive_source *x, batch *b)
     }
 }
 
-/* Thread t of the pool: the first reads the next batch ahead (when there is one to read); then each takes
- * slots of the current batch until none is left. */
+/* Thread t of the feeder's pool: the first reads the batch after the one it decodes (an empty one when
+ * nothing is left to read); then each takes slots of the decoded batch until none is left. */
 static void decode_part(void *arg, int t)
 {
     archive_source *x = arg;
-    batch *b = &x->batches[x->cur], *next = &x->batches[!x->cur];
-    if (t == 0 && !x->stopped && x->at < x->n) {
-        read_batch(x, next);
-        x->ahead = 1;
+    batch *b = &x->batches[x->decoding % BATCHES], *next = &x->batches[(x->decoding + 1) % BATCHES];
+    if (t == 0) {
+        next->n = 0;
+        if (!x->stopped && x->at < x->n)
+            read_batch(x, next);
     }
     size_t px = (size_t)x->height * (size_t)x->width;
     uint8_t *resized = x->resized + (size_t)t * px * 3, *stored = x->stored + (size_t)t * px * (size_t)x->channels;
@@ -556,8 +567,30 @@ static void decode_part(void *arg, int t)
             decode_slot(x, t, b, &b->slots[k], resized, stored);
 }
 
-/* The batches' room (their records, each thread's scratch and builder) and the pool of one thread per core
- * (at most MAX_THREADS); batch_cap, set last, says it is made. */
+/* The feeder thread: decodes batch 0, 1, ... as want allows, each on the pool, and says so in made. */
+static void *feeder_main(void *arg)
+{
+    archive_source *x = arg;
+    for (uint64_t h = 0;; h++) {
+        pthread_mutex_lock(&x->mu);
+        while (!x->quit && x->want <= h)
+            pthread_cond_wait(&x->go, &x->mu);
+        int quit = x->quit;
+        pthread_mutex_unlock(&x->mu);
+        if (quit)
+            return NULL;
+        x->decoding = h;
+        size_t n = x->batches[h % BATCHES].n;
+        tw_tower_pool_run(x->pool, n < 1 ? 1 : n < (size_t)x->threads ? (int)n : x->threads, decode_part, x);
+        pthread_mutex_lock(&x->mu);
+        x->made = h + 1;
+        pthread_cond_signal(&x->done);
+        pthread_mutex_unlock(&x->mu);
+    }
+}
+
+/* The batches' room (their records, each thread's scratch and builder), the pool of one thread per core
+ * (at most MAX_THREADS) and the feeder; batch_cap, set last, says they are made. */
 static tw_status batch_create(archive_source *x, tw_error *err)
 {
     pthread_once(&ffmpeg_once, quiet_ffmpeg);
@@ -570,30 +603,51 @@ static tw_status batch_create(archive_source *x, tw_error *err)
     if (!(x->resized = malloc(px * 3 * (size_t)x->threads)) ||
         !(x->stored = malloc(px * (size_t)x->channels * (size_t)x->threads)))
         return nomem(err);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < BATCHES; i++)
         if (!(x->batches[i].records = malloc(x->record_cap * cap)))
             return nomem(err);
     for (int t = 0; t < x->threads; t++)
         TW_TRY(tw_example_builder_create(&x->builders[t], err));
     TW_TRY(tw_tower_pool_create(x->threads, &x->pool, err));
     x->batch_cap = cap;
+    read_batch(x, &x->batches[0]); /* the first, here; the feeder reads the others */
+    x->want = BATCHES - 1;
+    if (pthread_create(&x->feeder, NULL, feeder_main, x) != 0)
+        return tw_error_set(err, TW_ERR_INTERNAL, x->file, -1, "cannot start a thread to decode");
+    x->feeder_running = 1;
     return TW_OK;
 }
 
-/* Makes the batch read ahead the current one (the first batch is read here) and decodes it, reading the
- * next one ahead meanwhile. */
-static tw_status next_batch(archive_source *x, tw_error *err)
+/* Moves the writer to the next batch once the feeder has decoded it (the first: made here), and lets the
+ * feeder go on to the batch whose room the writer has left. *end: there is none (nothing left to read). */
+static tw_status next_batch(archive_source *x, int *end, tw_error *err)
 {
+    uint64_t h = x->batch_cap ? x->hand + 1 : 0;
     if (!x->batch_cap) /* the first example: only the writing pass needs the batches (not a counting one) */
         TW_TRY(batch_create(x, err));
-    if (!x->ahead)
-        read_batch(x, &x->batches[!x->cur]);
-    x->cur = !x->cur;
-    x->ahead = 0;
+    pthread_mutex_lock(&x->mu);
+    while (x->made <= h)
+        pthread_cond_wait(&x->done, &x->mu);
+    x->want = h + BATCHES - 1;
+    pthread_cond_signal(&x->go);
+    pthread_mutex_unlock(&x->mu);
+    x->hand = h;
     x->batch_at = 0;
-    batch *b = &x->batches[x->cur];
-    tw_tower_pool_run(x->pool, b->n < (size_t)x->threads ? (int)b->n : x->threads, decode_part, x);
+    *end = x->batches[h % BATCHES].n == 0;
     return TW_OK;
+}
+
+/* Stops and joins the feeder (after its current batch). */
+static void feeder_stop(archive_source *x)
+{
+    if (!x->feeder_running)
+        return;
+    pthread_mutex_lock(&x->mu);
+    x->quit = 1;
+    pthread_cond_signal(&x->go);
+    pthread_mutex_unlock(&x->mu);
+    pthread_join(x->feeder, NULL);
+    x->feeder_running = 0;
 }
 
 /* ====================== the early part of the writing pass ====================== */
@@ -709,12 +763,15 @@ static tw_status archive_next(tw_convert_src *s, tw_example_builder *b, tw_label
     archive_source *x = (archive_source *)s;
     if (x->early.at < x->early.n) /* built into b, which convert.c serializes */
         return early_next(x, b, label, err);
-    if (x->batch_at == x->batches[x->cur].n) {
-        if (!x->ahead && (x->stopped || x->at == x->n))
+    if (!x->batch_cap && (x->stopped || x->at == x->n)) /* every example was an early one */
+        return TW_END;
+    if (!x->batch_cap || x->batch_at == x->batches[x->hand % BATCHES].n) {
+        int end = 0;
+        TW_TRY(next_batch(x, &end, err));
+        if (end)
             return TW_END;
-        TW_TRY(next_batch(x, err));
     }
-    const slot *k = &x->batches[x->cur].slots[x->batch_at++];
+    const slot *k = &x->batches[x->hand % BATCHES].slots[x->batch_at++];
     if (k->status != TW_OK) {
         *err = k->err;
         return k->status;
@@ -774,7 +831,8 @@ static void archive_close(tw_convert_src *s)
     free(x->folders);
     free(x->entries);
     free(x->classes);
-    for (int i = 0; i < 2; i++) {
+    feeder_stop(x);
+    for (int i = 0; i < BATCHES; i++) {
         free(x->batches[i].data);
         free(x->batches[i].records);
     }
@@ -785,6 +843,9 @@ static void archive_close(tw_convert_src *s)
     tw_tower_pool_destroy(x->pool);
     for (int t = 0; t < MAX_THREADS; t++)
         sws_freeContext(x->sws[t]);
+    pthread_mutex_destroy(&x->mu);
+    pthread_cond_destroy(&x->go);
+    pthread_cond_destroy(&x->done);
     free(x);
 }
 
@@ -793,6 +854,9 @@ tw_status tw_convert_archive_open(const tw_convert_options *o, tw_convert_src **
     archive_source *x = calloc(1, sizeof *x);
     if (!x)
         return nomem(err);
+    pthread_mutex_init(&x->mu, NULL);
+    pthread_cond_init(&x->go, NULL);
+    pthread_cond_init(&x->done, NULL);
     x->base = (tw_convert_src){.kind = "archive", .int_labels = 1, .next = archive_next,
                                .describe = archive_describe, .close = archive_close,
                                .next_label = archive_next_label};
