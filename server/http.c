@@ -18,6 +18,7 @@
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -96,7 +97,7 @@ typedef struct {
 
 struct tw_http {
     struct MHD_Daemon *daemon;
-    int port;
+    atomic_int port;          /* the bound port, stored once MHD has bound it (its threads read it: admit) */
     int loopback;
     pthread_mutex_t mu;       /* guards streams */
     tw_deadlines *deadlines;  /* each connection's (deadlines.h) */
@@ -661,7 +662,7 @@ static int admit(tw_req *r)
     tw_server *S = r->S;
     const char *host = tw_req_header(r, MHD_HTTP_HEADER_HOST);
     int mutating = strcmp(r->route->method, "GET") != 0;
-    if (S->http->loopback && host && !loopback_host(host, S->http->port)) {
+    if (S->http->loopback && host && !loopback_host(host, atomic_load(&S->http->port))) {
         tw_reply_error(r, TW_API_PERMISSION_DENIED,
                        "Host '%.200s' is not this server's loopback address", host);
         return -1;
@@ -1008,8 +1009,8 @@ tw_status tw_http_start(tw_server *S, const tw_route *routes, int *port, tw_erro
                             "this machine)", S->opt.listen);
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    h->port = info ? info->port : ntohs(sa.sin_port);
-    *port = h->port;
+    *port = info ? info->port : ntohs(sa.sin_port);
+    atomic_store(&h->port, *port);
     return TW_OK;
 }
 
