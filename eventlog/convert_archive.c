@@ -57,7 +57,8 @@ enum {
     MAX_THREADS = 8,
     EARLY_BYTES = 16 << 20,     /* the stored pixels the early examples may take */
     EARLY_ENTRIES = 1 << 14,    /* the most early examples */
-    BATCHES = 4,                /* batches in memory: one handed out, one spare, one decoded, one read */
+    BATCHES = 4,                /* batches in memory: one handed out, one decoded and waiting, one being
+                                   decoded, one being read */
 };
 
 typedef struct {
@@ -459,7 +460,7 @@ static tw_status fit_image(const archive_source *x, struct SwsContext **sws, con
     }
     if (tmp == out)
         return TW_OK;
-    if (!exact)
+    if (x->fit != TW_CONVERT_FIT_CROP) /* pad's margins; a crop covers out */
         memset(out, 0, (size_t)H * W * c);
     int oy = (rh - H) / 2, ox = (rw - W) / 2; /* crop: where the middle starts; pad: negative, the margin */
     int j0 = ox < 0 ? -ox : 0, j1 = rw - ox < W ? rw - ox : W; /* the columns of out the image covers */
@@ -816,10 +817,8 @@ static tw_status archive_describe(const tw_convert_src *s, json_t *meta, tw_erro
 static void archive_close(tw_convert_src *s)
 {
     archive_source *x = (archive_source *)s;
-    atomic_store(&x->early.stop, 1);
-    if (x->early.running)
-        pthread_join(x->early.thread, NULL);
-    early_free(&x->early);
+    feeder_stop(x); /* first: its pool may be reading x->a and the entries */
+    early_free(&x->early); /* its thread is joined by early_finish */
     if (x->a)
         archive_read_free(x->a);
     for (size_t i = 0; i < x->n; i++)
@@ -831,7 +830,6 @@ static void archive_close(tw_convert_src *s)
     free(x->folders);
     free(x->entries);
     free(x->classes);
-    feeder_stop(x);
     for (int i = 0; i < BATCHES; i++) {
         free(x->batches[i].data);
         free(x->batches[i].records);
