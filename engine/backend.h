@@ -335,11 +335,11 @@ tw_status tw_avgpool_fwd(tw_backend *b, const tw_window *w, tw_tensor y, tw_tens
 tw_status tw_avgpool_bwd(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor dy, tw_error *err);
 
 /* Batch normalisation (docs/formats.md §6.12), p->mode as tw_bn_mode says: y[rows, channels] = act(gamma
- * (x - mean) / sqrt(variance + epsilon) + beta), act p->activation, the variance the batch's biased one (Keras'); gamma, beta
- * [channels]; stats [2 * channels] (TRAIN: written, the batch's mean then 1 / sqrt(var + eps)); moving
- * [2 * channels] (the moving mean then the moving variance: read by INFER, updated by TRAIN_UPDATE). bwd
- * (after a TRAIN forward): dgamma, dbeta [channels] overwritten, dx[rows, channels] overwritten unless
- * dx is empty ({NULL, 0}: not needed). */
+ * (x - mean) / sqrt(variance + epsilon) + beta), act p->activation, the variance the batch's biased one
+ * (Keras'); gamma, beta [channels]; stats [2 * channels] (TRAIN: written, the batch's mean then
+ * 1 / sqrt(var + eps)); moving [2 * channels] (the moving mean then the moving variance: read by INFER,
+ * updated by TRAIN_UPDATE). bwd (after a TRAIN forward): dgamma, dbeta [channels] overwritten,
+ * dx[rows, channels] overwritten unless dx is empty ({NULL, 0}: not needed). */
 tw_status tw_bn_fwd(tw_backend *b, const tw_bn *p, tw_tensor y, tw_tensor x, tw_tensor gamma, tw_tensor beta,
                     tw_tensor stats, tw_tensor moving, tw_error *err);
 tw_status tw_bn_bwd(tw_backend *b, const tw_bn *p, tw_tensor dx, tw_tensor dgamma, tw_tensor dbeta, tw_tensor dy,

@@ -8,7 +8,6 @@
 #include "tfrecord.h"
 
 #include <fcntl.h>
-
 #include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
