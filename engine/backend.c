@@ -424,7 +424,7 @@ tw_status tw_col2im(tw_backend *b, const tw_window *w, tw_tensor dx, tw_tensor c
 
 int tw_backend_has_conv(const tw_backend *b)
 {
-    return b && b->ops->conv_fwd && b->ops->conv_bwd_data && b->ops->conv_bwd_filter;
+    return b && b->ops->conv_fwd && b->ops->conv_bwd;
 }
 
 /* The value counts of a direct convolution: x and y as in window_sizes (y with `filters` channels) and
@@ -474,22 +474,22 @@ tw_status tw_conv_fwd(tw_backend *b, const tw_window *w, int filters, tw_tensor 
     return b->ops->conv_fwd(b->ctx, w, filters, y, x, f, bias, err);
 }
 
-tw_status tw_conv_bwd_data(tw_backend *b, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
-                           tw_tensor f, tw_error *err)
+/* dx's and f's checks for tw_conv_bwd, dx being given. */
+static tw_status check_conv_dx(const char *op, const conv_sizes *cs, tw_tensor dx, tw_tensor dy, tw_tensor f,
+                               tw_tensor df, tw_tensor x, int filters, tw_tensor dbias, tw_error *err)
 {
-    const char *op = __func__;
-    conv_sizes cs = {0};
-    TW_TRY(check_conv(op, b, w, filters, &cs, err));
-    TW_TRY(check_f32(op, "dx", dx, cs.x, err));
-    TW_TRY(check_f32(op, "dy", dy, cs.y, err));
-    TW_TRY(check_f32(op, "f", f, cs.f, err));
-    TW_TRY(check_disjoint(op, "dx", dx, cs.x, "dy", dy, cs.y, err));
-    TW_TRY(check_disjoint(op, "dx", dx, cs.x, "f", f, cs.f, err));
-    return b->ops->conv_bwd_data(b->ctx, w, filters, dx, dy, f, err);
+    TW_TRY(check_f32(op, "dx", dx, cs->x, err));
+    TW_TRY(check_f32(op, "f", f, cs->f, err));
+    TW_TRY(check_disjoint(op, "dx", dx, cs->x, "dy", dy, cs->y, err));
+    TW_TRY(check_disjoint(op, "dx", dx, cs->x, "f", f, cs->f, err));
+    TW_TRY(check_disjoint(op, "dx", dx, cs->x, "x", x, cs->x, err));
+    TW_TRY(check_disjoint(op, "dx", dx, cs->x, "df", df, cs->f, err));
+    TW_TRY(check_disjoint(op, "dx", dx, cs->x, "dbias", dbias, (size_t)filters, err));
+    return TW_OK;
 }
 
-tw_status tw_conv_bwd_filter(tw_backend *b, const tw_window *w, int filters, tw_tensor df,
-                             tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err)
+tw_status tw_conv_bwd(tw_backend *b, const tw_window *w, int filters, tw_tensor df, tw_tensor dbias,
+                      tw_tensor dx, tw_tensor x, tw_tensor dy, tw_tensor f, tw_error *err)
 {
     const char *op = __func__;
     conv_sizes cs = {0};
@@ -503,7 +503,9 @@ tw_status tw_conv_bwd_filter(tw_backend *b, const tw_window *w, int filters, tw_
     TW_TRY(check_disjoint(op, "df", df, cs.f, "dbias", dbias, (size_t)filters, err));
     TW_TRY(check_disjoint(op, "dbias", dbias, (size_t)filters, "x", x, cs.x, err));
     TW_TRY(check_disjoint(op, "dbias", dbias, (size_t)filters, "dy", dy, cs.y, err));
-    return b->ops->conv_bwd_filter(b->ctx, w, filters, df, dbias, x, dy, err);
+    if (dx.buf)
+        TW_TRY(check_conv_dx(op, &cs, dx, dy, f, df, x, filters, dbias, err));
+    return b->ops->conv_bwd(b->ctx, w, filters, df, dbias, dx, x, dy, f, err);
 }
 
 /* A pooling window whose input indices fit the int32 argmax. */
@@ -899,10 +901,10 @@ void tw_backend_free_host(tw_backend *b, void *p)
         free(p);
 }
 
-tw_status tw_backend_set_tf32(tw_backend *b, int on, tw_error *err)
+tw_status tw_backend_set_math(tw_backend *b, const tw_math *m, tw_error *err)
 {
     TW_TRY(check_backend(__func__, b, err));
-    return b->ops->set_tf32 ? b->ops->set_tf32(b->ctx, on != 0, err) : TW_OK;
+    return b->ops->set_math ? b->ops->set_math(b->ctx, m, err) : TW_OK;
 }
 
 int tw_backend_has_graphs(const tw_backend *b)

@@ -96,6 +96,12 @@ typedef struct {
                                  memory fewer than tw_act_fwd after it); the backward ignores it */
 } tw_bn;
 
+/* Faster arithmetic that rounds differently, each off (0) by default (tw_backend_set_math). */
+typedef struct {
+    int tf32;     /* CUDA: TF32 tensor-core GEMMs */
+    int winograd; /* CPU: Winograd 3x3 convolutions */
+} tw_math;
+
 typedef struct tw_backend_ops tw_backend_ops;
 typedef struct tw_backend tw_backend;
 
@@ -165,10 +171,11 @@ struct tw_backend_ops {
                              tw_tensor slot2, tw_tensor ema, tw_error *err);
     int allreduce_split; /* 1: allreduce_avg over disjoint ranges may run concurrently (host memory) */
     tw_status (*sync)(void *ctx, tw_error *err);
+    /* Optional (NULL: nothing of tw_math taken; the CPU takes winograd, CUDA tf32). */
+    tw_status (*set_math)(void *ctx, const tw_math *m, tw_error *err);
     /* Optional (NULL: not offered; the CPU backend offers none of them). */
     tw_status (*alloc_host)(void *ctx, size_t bytes, void **out, tw_error *err);
     void (*free_host)(void *ctx, void *p);
-    tw_status (*set_tf32)(void *ctx, int on, tw_error *err);
     tw_status (*capture_begin)(void *ctx, tw_error *err);
     tw_status (*capture_end)(void *ctx, int slot, int ok, tw_error *err);
     tw_status (*replay)(void *ctx, int slot, tw_error *err);
@@ -176,10 +183,8 @@ struct tw_backend_ops {
      * offers it through oneDNN, the CUDA backend does not). */
     tw_status (*conv_fwd)(void *ctx, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
                           tw_tensor f, tw_tensor bias, tw_error *err);
-    tw_status (*conv_bwd_data)(void *ctx, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
-                               tw_tensor f, tw_error *err);
-    tw_status (*conv_bwd_filter)(void *ctx, const tw_window *w, int filters, tw_tensor df,
-                                 tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err);
+    tw_status (*conv_bwd)(void *ctx, const tw_window *w, int filters, tw_tensor df, tw_tensor dbias,
+                          tw_tensor dx, tw_tensor x, tw_tensor dy, tw_tensor f, tw_error *err);
     /* Optional world of processes (NULL: not offered; the CPU backend's processes average through MPI,
      * world/world.h). The wrappers below check the arguments. */
     tw_status (*world_id)(void *ctx, void *id, tw_error *err);
@@ -291,16 +296,15 @@ int tw_backend_has_conv(const tw_backend *b);
 /* Direct convolution over window w with `filters` outputs per position, bias included, activation not
  * (tw_act_fwd follows, as after the GEMM): y[batch, out_d, out_h, out_w, filters] from
  * x[batch, in_d, in_h, in_w, in_c], f[k_d, k_h, k_w, in_c, filters] (TensorFlow's layout) and
- * bias[filters]; bwd_data overwrites dx (x's shape) from dy (y's shape) and f; bwd_filter overwrites
- * df (f's shape) and dbias[filters] from x and dy. Equal to im2col + gemm + bias_add (+ bias_grad) up
- * to float summation order. Errors: TW_ERR_UNSUPPORTED when the backend has no direct convolution; the
- * backend's own. */
+ * bias[filters]; bwd overwrites df (f's shape) and dbias[filters] from x and dy (y's shape) and then,
+ * unless dx is (tw_tensor){0} (f is then unused), dx (x's shape) from dy and f: one op, so that a backend
+ * which copies dy into another layout does so once. Equal to im2col + gemm + bias_add (+ bias_grad) up
+ * to float summation order (Winograd's rounding where tw_backend_set_math turned it on). Errors:
+ * TW_ERR_UNSUPPORTED when the backend has no direct convolution; the backend's own. */
 tw_status tw_conv_fwd(tw_backend *b, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
                       tw_tensor f, tw_tensor bias, tw_error *err);
-tw_status tw_conv_bwd_data(tw_backend *b, const tw_window *w, int filters, tw_tensor dx, tw_tensor dy,
-                           tw_tensor f, tw_error *err);
-tw_status tw_conv_bwd_filter(tw_backend *b, const tw_window *w, int filters, tw_tensor df,
-                             tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err);
+tw_status tw_conv_bwd(tw_backend *b, const tw_window *w, int filters, tw_tensor df, tw_tensor dbias,
+                      tw_tensor dx, tw_tensor x, tw_tensor dy, tw_tensor f, tw_error *err);
 
 /* y[batch, out_d, out_h, out_w, in_c] = max over each window of x; argmax (int32, same shape as y)
  * holds the flat index into x of each maximum (padding never wins). bwd: dx (zeroed first) gets dy
@@ -421,10 +425,12 @@ tw_status tw_backend_sync(tw_backend *b, tw_error *err);
 tw_status tw_backend_alloc_host(tw_backend *b, size_t bytes, void **out, tw_error *err);
 void tw_backend_free_host(tw_backend *b, void *p); /* NULL-safe (p) */
 
-/* on = 1 lets the backend's GEMMs use TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation:
- * about 1e-3 relative error per product; kernels/cuda/README.md); 0 (the default) keeps full FP32. A backend
- * without the notion ignores it (TW_OK). */
-tw_status tw_backend_set_tf32(tw_backend *b, int on, tw_error *err);
+/* How an instance computes where faster ways round differently; each backend takes what it has and ignores
+ * the rest (TW_OK), and both default to 0. tf32 = 1: the GEMMs use TF32 tensor cores (10-bit mantissa
+ * inputs, fp32 accumulation: about 1e-3 relative error per product; CUDA, kernels/cuda/README.md).
+ * winograd = 1: 3x3 stride-1 convolutions through oneDNN's Winograd kernels where it has them (about 1e-6
+ * relative; CPU, kernels/cpu/cpu_conv.h). */
+tw_status tw_backend_set_math(tw_backend *b, const tw_math *m, tw_error *err);
 
 /* 1 when the backend can record ops as a graph and replay it (capture_begin/end and replay). */
 int tw_backend_has_graphs(const tw_backend *b);

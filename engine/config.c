@@ -288,6 +288,7 @@ static const field CONFIG_FIELDS[] = {
     {.key = "input_memory_bytes", .kind = K_UINT64, .offset = AT(input_memory_bytes), IRANGE(0, INT64_MAX)},
     {.key = "cuda_graphs", .kind = K_BOOL, .offset = AT(cuda_graphs)},
     {.key = "tf32", .kind = K_BOOL, .offset = AT(tf32)},
+    {.key = "winograd", .kind = K_BOOL, .offset = AT(winograd)},
     {.key = "init_from", .kind = K_OBJECT, .flags = F_NULLABLE, .sub = &INIT_FROM_SCHEMA},
 };
 static const schema CONFIG_SCHEMA = SCHEMA(CONFIG_FIELDS);
@@ -355,6 +356,7 @@ void tw_config_defaults(tw_config *c)
     c->keep_checkpoints = 5;
     c->cuda_graphs = 1;
     c->tf32 = 0;
+    c->winograd = 0;
 }
 
 /* ---- small helpers ------------------------------------------------------------------------------- */

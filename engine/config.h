@@ -138,11 +138,15 @@ typedef struct {
                                         The budget picks in-memory or streaming order (input.h): a run is
                                         bit-exact across resumes only under one budget; set it here to pin it
                                         against a server default changed between attempts */
-    /* execution (CUDA only; the CPU backend ignores them) */
+    /* execution: cuda_graphs and tf32 are CUDA's (the CPU backend ignores them), winograd the CPU's (the
+       CUDA backend ignores it) */
     int cuda_graphs;                 /* 1 (default): from the second step on, each tower's step runs as
                                         CUDA Graphs (trainer.c); 0: op by op */
     int tf32;                        /* 1: GEMMs on TF32 tensor cores (~1e-3 relative error per
                                         product, kernels/cuda/README.md); 0 (default): full FP32 */
+    int winograd;                    /* 1: 3x3 stride-1 convolutions through oneDNN's Winograd kernels
+                                        where it has them (AVX-512; kernels/cpu/cpu_conv.h), rounding
+                                        differently (~1e-6 relative); 0 (default): direct */
     /* start from another run's weights: JSON "init_from": {"checkpoint": PATH, "weights": "raw" | "ema"}
        (null or absent: none). Only the parameters are read, by name and shape (trainer.h:
        tw_train_init_from); a run resuming from its own checkpoint ignores it. */

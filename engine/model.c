@@ -1050,20 +1050,18 @@ static tw_status dense_bwd(tw_replica *r, const layer *l, int i, int rows, const
     return add_into(r, l, 0, rows, err);
 }
 
-/* conv_bwd through the backend's direct convolution: filter and bias gradients in one pass, then (when
- * passed on) the input gradient. */
+/* conv_bwd through the backend's direct convolution: filter and bias gradients, and (when passed on) the
+ * input gradient, in one op. */
 static tw_status conv_bwd_direct(tw_replica *r, const layer *l, int i, int rows, const tw_window *w,
                                  tw_error *err)
 {
-    tw_tensor dz = r->ls[i].dout;
-    int F = l->cfg->filters;
+    int passes = pass_on(r->m, l, 0);
     tw_tensor grads = tw_replica_grads(r);
-    TW_TRY(tw_conv_bwd_filter(r->b, w, F, param_view(r, grads, l->w_param),
-                              param_view(r, grads, l->b_param), in_view(r, l, 0), dz, err));
-    if (!pass_on(r->m, l, 0))
-        return TW_OK;
-    TW_TRY(tw_conv_bwd_data(r->b, w, F, din(r, l, 0), dz, param_view(r, tw_replica_params(r), l->w_param), err));
-    return add_into(r, l, 0, rows, err);
+    TW_TRY(tw_conv_bwd(r->b, w, l->cfg->filters, param_view(r, grads, l->w_param),
+                       param_view(r, grads, l->b_param), passes ? din(r, l, 0) : (tw_tensor){0},
+                       in_view(r, l, 0), r->ls[i].dout,
+                       passes ? param_view(r, tw_replica_params(r), l->w_param) : (tw_tensor){0}, err));
+    return passes ? add_into(r, l, 0, rows, err) : TW_OK;
 }
 
 /* 1 when layer i is a max pool whose backward also applies the ReLU of the convolution it reads (the

@@ -151,7 +151,8 @@ tw_status tw_towers_create(tw_towers *T, const char *backend, tw_error *err)
             T->b[t] = T->b[0]; /* one instance, its threads all the process's share of the cores */
         } else {
             TW_TRY(tw_backend_create(backend, t, &T->b[t], err));
-            TW_TRY(tw_backend_set_tf32(T->b[t], T->c->tf32, err));
+            tw_math math = {.tf32 = T->c->tf32, .winograd = T->c->winograd};
+            TW_TRY(tw_backend_set_math(T->b[t], &math, err));
         }
         TW_TRY(tw_replica_create_sharing(T->m, T->b[t], T->c->batch_size, T->mode->shares && t ? T->r[0] : NULL,
                                          &T->r[t], err));

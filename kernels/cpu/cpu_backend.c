@@ -495,20 +495,14 @@ static tw_cpu_conv *conv_of(void *ctx) { return ((cpu_ctx *)ctx)->conv; }
 static tw_status cpu_conv_fwd(void *ctx, const tw_window *w, int filters, tw_tensor y, tw_tensor x,
                               tw_tensor f, tw_tensor bias, tw_error *err)
 {
-    return tw_cpu_conv_run(conv_of(ctx), TW_CONV_FWD, w, filters, f32(x), f32(f), f32(y), f32(bias), err);
+    return tw_cpu_conv_fwd(conv_of(ctx), w, filters, f32(x), f32(f), f32(y), f32(bias), err);
 }
 
-static tw_status cpu_conv_bwd_data(void *ctx, const tw_window *w, int filters, tw_tensor dx,
-                                   tw_tensor dy, tw_tensor f, tw_error *err)
+static tw_status cpu_conv_bwd(void *ctx, const tw_window *w, int filters, tw_tensor df, tw_tensor dbias,
+                              tw_tensor dx, tw_tensor x, tw_tensor dy, tw_tensor f, tw_error *err)
 {
-    return tw_cpu_conv_run(conv_of(ctx), TW_CONV_BWD_DATA, w, filters, f32(dy), f32(f), f32(dx), NULL, err);
-}
-
-static tw_status cpu_conv_bwd_filter(void *ctx, const tw_window *w, int filters, tw_tensor df,
-                                     tw_tensor dbias, tw_tensor x, tw_tensor dy, tw_error *err)
-{
-    return tw_cpu_conv_run(conv_of(ctx), TW_CONV_BWD_FILTER, w, filters, f32(x), f32(dy), f32(df),
-                           f32(dbias), err);
+    return tw_cpu_conv_bwd(conv_of(ctx), w, filters, f32(x), f32(dy), dx.buf ? f32(f) : NULL, f32(df),
+                           f32(dbias), dx.buf ? f32(dx) : NULL, err);
 }
 #endif
 
@@ -630,8 +624,12 @@ static tw_status cpu_add(void *ctx, tw_tensor y, tw_tensor a, tw_tensor c, size_
     (void)err;
     float *py = f32(y);
     const float *pa = f32(a), *pc = f32(c);
-    for (size_t i = 0; i < n; i++)
-        py[i] = pa[i] + pc[i];
+    if (py == pa) /* adding into y: one pointer, so the loop vectorises (see cpu_act_fwd) */
+        for (size_t i = 0; i < n; i++)
+            py[i] += pc[i];
+    else
+        for (size_t i = 0; i < n; i++)
+            py[i] = pa[i] + pc[i];
     return TW_OK;
 }
 
@@ -739,8 +737,15 @@ enum { BN_LANES = 16 }; /* channels summed together in registers */
  * time. */
 typedef float bn_lanes __attribute__((vector_size(BN_LANES * sizeof(float))));
 
+/* The loops batch normalization spends its time in, compiled for AVX-512, AVX2 and the baseline x86-64
+ * (GCC's target_clones; the loader picks one for the machine): bn_lanes is one AVX-512 register, four SSE
+ * ones spilled to the stack in the baseline (its sums were a third faster so; BENCHMARKS.md). No product
+ * is contracted into an FMA (kernels/cpu/CMakeLists.txt), so the three give the same bits. */
+#define BN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+
 /* Rows [r0, r1)'s two sums of channels [c0, c0 + n) (n <= BN_LANES) in float (see bn_rows_sums), into s
  * and q; with n = BN_LANES in registers. */
+BN_CLONES
 static void bn_lanes_sums(const bn_job *j, size_t r0, size_t r1, size_t c0, size_t n, double *restrict s,
                           double *restrict q)
 {
@@ -818,6 +823,7 @@ static void bn_combine(const bn_job *j, int k, double *sum)
 
 /* y = act(gamma (x - mean) inv + beta) over part t's rows, BN_BLOCK rows at a time: normalised, then
  * activated while they are still in cache (act_fwd_loop, one loop per activation). */
+BN_CLONES
 static void bn_norm_part(void *arg, int t)
 {
     const bn_job *j = arg;
@@ -887,6 +893,7 @@ static tw_status cpu_bn_fwd(void *ctx, const tw_bn *p, tw_tensor y, tw_tensor x,
 }
 
 /* dx = gamma inv / R (R dy - dbeta - xhat dgamma) over part t's rows. */
+BN_CLONES
 static void bn_dx_part(void *arg, int t)
 {
     const bn_job *j = arg;
@@ -1151,6 +1158,14 @@ static tw_status cpu_sync(void *ctx, tw_error *err)
     return TW_OK;
 }
 
+/* Winograd's convolutions on or off (cpu_conv.h); no TF32 here. */
+static tw_status cpu_set_math(void *ctx, const tw_math *m, tw_error *err)
+{
+    (void)err;
+    tw_cpu_conv_set_winograd(((cpu_ctx *)ctx)->conv, m->winograd);
+    return TW_OK;
+}
+
 const tw_backend_ops tw_cpu_backend_ops = {
     .kind = "cpu",
     .plan = cpu_plan,
@@ -1190,9 +1205,9 @@ const tw_backend_ops tw_cpu_backend_ops = {
     .gemm_update = cpu_gemm_update,
     .allreduce_split = 1, /* each call touches only its range, summed in the same order */
     .sync = cpu_sync,
+    .set_math = cpu_set_math,
 #ifdef TW_HAVE_DNNL /* without it the engine convolves through im2col + gemm (model.c) */
     .conv_fwd = cpu_conv_fwd,
-    .conv_bwd_data = cpu_conv_bwd_data,
-    .conv_bwd_filter = cpu_conv_bwd_filter,
+    .conv_bwd = cpu_conv_bwd,
 #endif
 };

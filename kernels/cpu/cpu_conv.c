@@ -4,9 +4,13 @@
  * materialising im2col's columns and use every core in each direction; a loop of our own would be the
  * im2col + sgemm this replaces, at half of TensorFlow's speed on the Fashion CNN (BENCHMARKS.md).
  *
- * Primitives: forward (with the bias), backward data and backward weights (with the bias gradient), the
- * activations in NHWC / NDHWC as they lie and the filters in the layout the primitive prefers (format
- * "any"); a cached reorder turns Tower's DHWIO filters into it or the filter gradient back. A 2-D window is
+ * Primitives: forward (with the bias), backward data and backward weights (with the bias gradient), direct
+ * ones with the activations in NHWC / NDHWC as they lie and the filters in the layout the primitive prefers
+ * (format "any"); a cached reorder turns Tower's DHWIO filters into it or the filter gradient back. With
+ * Winograd on (tw_cpu_conv_set_winograd) a window it takes uses Winograd's primitives, whose activations
+ * too are "any" (blocked by 16 channels) and reordered both ways: on the Fashion ResNet's 3x3 layers its
+ * kernels are 1.5x faster than direct ones, and the reorders take back a third of that (BENCHMARKS.md);
+ * the backward weights' copy of dy serves the backward data too (tw_cpu_conv_bwd). A 2-D window is
  * described in 2-D. Padding: pad_* before, and after whatever completes the last window (never negative).
  * Scratchpads are user-managed, one per cached primitive, so instances never share memory.
  *
@@ -19,10 +23,11 @@
  * tw_cpu_conv_process_init has main re-execute with OMP_WAIT_POLICY=passive and OPENBLAS_THREAD_TIMEOUT=4.
  * With 2 towers each tower's libraries run one thread (tw_backend_plan).
  *
- * Not used, measured (BENCHMARKS.md, "Convolutions"): blocked activation layouts, oneDNN's max pooling (it
- * skips NaNs, and its workspace is not the argmax the CUDA backend shares) and the ReLU post-op (it turns a
- * NaN into 0, where Tower and TensorFlow keep it for the loss check). The ReLU's backward rides on the
- * pool's instead (tw_maxpool_bwd_relu). */
+ * Not used, measured (BENCHMARKS.md, "Convolutions"): blocked activation layouts for direct convolutions
+ * (a blocked layout through the whole network would spare Winograd's reorders, but every op would need to
+ * read it), oneDNN's max pooling (it skips NaNs, and its workspace is not the argmax the CUDA backend
+ * shares) and the ReLU post-op (it turns a NaN into 0, where Tower and TensorFlow keep it for the loss
+ * check). The ReLU's backward rides on the pool's instead (tw_maxpool_bwd_relu). */
 #define _GNU_SOURCE
 #include "cpu_conv.h"
 #include "cpu_gemm.h"
@@ -35,27 +40,37 @@
 
 enum { CACHE_MAX = 64 }; /* primitives one instance keeps: 3 per conv layer and batch size */
 
+typedef enum { TW_CONV_FWD = 0, TW_CONV_BWD_DATA = 1, TW_CONV_BWD_FILTER = 2 } tw_conv_dir;
+
+/* One tensor argument of a primitive: Tower's array (its handle set per call) and, where the primitive
+ * wants another layout, the primitive's own copy and the reorder between the two. */
+typedef struct {
+    dnnl_memory_t user;       /* Tower's layout */
+    dnnl_memory_t prim;       /* the primitive's (== user when they agree) */
+    dnnl_primitive_t reorder; /* user -> prim for an input, prim -> user for an output; NULL when they agree */
+    void *buf;                /* prim's memory when it is a copy; owned */
+} operand;
+
+/* One cached primitive. Its operands by direction (tw_conv_dir): FWD x, f, y; BWD_DATA dy, f, dx;
+ * BWD_FILTER x, dy, df. */
 typedef struct entry {
     tw_window w;
     int filters;
     tw_conv_dir dir;
     dnnl_primitive_t prim;
-    dnnl_primitive_t reorder;  /* filters DHWIO <-> the primitive's layout; NULL when they agree */
-    dnnl_memory_t a, out;      /* the activation arguments (handles set per call) */
-    dnnl_memory_t user_f;      /* the filters (or their gradient) in DHWIO, handle set per call */
-    dnnl_memory_t prim_f;      /* the same in the primitive's layout (== user_f when they agree) */
-    dnnl_memory_t b;           /* BWD_FILTER: dy; else NULL (b is the filters) */
-    dnnl_memory_t bias;        /* FWD: the bias, BWD_FILTER: its gradient; else NULL */
-    dnnl_memory_t scratch;     /* NULL when the primitive needs none */
-    void *prim_f_buf, *scratch_buf; /* owned */
+    operand a, b, out;
+    dnnl_memory_t bias;     /* FWD: the bias, BWD_FILTER: its gradient; else NULL */
+    dnnl_memory_t scratch;  /* NULL when the primitive needs none */
+    void *scratch_buf;      /* owned */
     struct entry *next;
 } entry;
 
 struct tw_cpu_conv {
     dnnl_engine_t engine;
     dnnl_stream_t stream;
-    entry *cache; /* most recently created first */
+    entry *cache; /* most recently used first */
     int cached;
+    int winograd; /* tw_cpu_conv_set_winograd */
 };
 
 static atomic_int conv_threads;
@@ -115,41 +130,53 @@ tw_status tw_cpu_conv_create(tw_cpu_conv **out, tw_error *err)
     return TW_OK;
 }
 
+static void operand_destroy(operand *o)
+{
+    dnnl_primitive_destroy(o->reorder);
+    if (o->prim != o->user)
+        dnnl_memory_destroy(o->prim);
+    dnnl_memory_destroy(o->user);
+    free(o->buf);
+}
+
 static void entry_destroy(entry *e)
 {
     dnnl_primitive_destroy(e->prim);
-    dnnl_primitive_destroy(e->reorder);
-    if (e->prim_f != e->user_f)
-        dnnl_memory_destroy(e->prim_f);
-    dnnl_memory_destroy(e->user_f);
-    dnnl_memory_destroy(e->a);
-    dnnl_memory_destroy(e->b);
-    dnnl_memory_destroy(e->out);
+    operand_destroy(&e->a);
+    operand_destroy(&e->b);
+    operand_destroy(&e->out);
     dnnl_memory_destroy(e->bias);
     dnnl_memory_destroy(e->scratch);
-    free(e->prim_f_buf);
     free(e->scratch_buf);
     free(e);
+}
+
+static void cache_clear(tw_cpu_conv *c)
+{
+    for (entry *e = c->cache, *next; e; e = next) {
+        next = e->next;
+        entry_destroy(e);
+    }
+    c->cache = NULL;
+    c->cached = 0;
 }
 
 void tw_cpu_conv_destroy(tw_cpu_conv *c)
 {
     if (!c)
         return;
-    for (entry *e = c->cache, *next; e; e = next) {
-        next = e->next;
-        entry_destroy(e);
-    }
+    cache_clear(c);
     dnnl_stream_destroy(c->stream);
     dnnl_engine_destroy(c->engine);
     free(c);
 }
 
 /* The oneDNN descriptions of one window: activations x [N, C, (D,) H, W] and y [N, F, (D,) OH, OW] in
- * NHWC / NDHWC, filters [F, C, (KD,) KH, KW] in (D)HWIO, and the spatial strides and paddings. */
+ * NHWC / NDHWC (x_any, y_any: in the layout the primitive prefers), filters [F, C, (KD,) KH, KW] in
+ * (D)HWIO, and the spatial strides and paddings. */
 typedef struct {
     int nd; /* 4 (2-D) or 5 */
-    dnnl_memory_desc_t x, y, f_user, f_any, bias; /* bias [F] */
+    dnnl_memory_desc_t x, y, x_any, y_any, f_user, f_any, bias; /* bias [F] */
     dnnl_dims_t strides, pad_l, pad_r;
 } geometry;
 
@@ -179,6 +206,8 @@ static tw_status geometry_of(const tw_window *w, int filters, geometry *g, tw_er
     dnnl_format_tag_t act = three ? dnnl_ndhwc : dnnl_nhwc, fil = three ? dnnl_dhwio : dnnl_hwio;
     DN(dnnl_memory_desc_init_by_tag(&g->x, g->nd, xd, dnnl_f32, act));
     DN(dnnl_memory_desc_init_by_tag(&g->y, g->nd, yd, dnnl_f32, act));
+    DN(dnnl_memory_desc_init_by_tag(&g->x_any, g->nd, xd, dnnl_f32, dnnl_format_tag_any));
+    DN(dnnl_memory_desc_init_by_tag(&g->y_any, g->nd, yd, dnnl_f32, dnnl_format_tag_any));
     DN(dnnl_memory_desc_init_by_tag(&g->f_user, g->nd, fd, dnnl_f32, fil));
     DN(dnnl_memory_desc_init_by_tag(&g->f_any, g->nd, fd, dnnl_f32, dnnl_format_tag_any));
     const dnnl_dims_t bd = {filters};
@@ -186,30 +215,47 @@ static tw_status geometry_of(const tw_window *w, int filters, geometry *g, tw_er
     return TW_OK;
 }
 
-/* The primitive descriptor of direction dir (backward ones with the forward one as their hint). */
-static tw_status describe(const tw_cpu_conv *c, tw_conv_dir dir, const geometry *g,
-                          dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd, tw_error *err)
+/* oneDNN's Winograd kernels (F(4x4, 3x3), on AVX-512 only) take 2-D 3x3 windows at stride 1, in blocks of
+ * WINO_BLOCK channels: fewer input channels or filters are padded to a block, and the stem convolution of
+ * a grey image (1 channel) ran 3x slower than direct (BENCHMARKS.md). */
+enum { WINO_BLOCK = 16 };
+
+static int winograd_fits(const tw_window *w, int filters)
 {
+    return w->in_d == 1 && w->k_d == 1 && w->out_d == 1 && w->k_h == 3 && w->k_w == 3 && w->s_h == 1 &&
+           w->s_w == 1 && w->in_c >= WINO_BLOCK && filters >= WINO_BLOCK;
+}
+
+#define DS(call)                                                                                     \
+    do {                                                                                             \
+        dnnl_status_t st_ = (call);                                                                  \
+        if (st_ != dnnl_success)                                                                     \
+            return st_;                                                                              \
+    } while (0)
+
+/* The primitive descriptor of direction dir with algorithm alg (backward ones with the forward one as
+ * their hint). Winograd's activations are in the layout it prefers (blocked), direct's in Tower's. */
+static dnnl_status_t describe(const tw_cpu_conv *c, tw_conv_dir dir, const geometry *g, dnnl_alg_kind_t alg,
+                              dnnl_primitive_attr_t attr, dnnl_primitive_desc_t *pd)
+{
+    int any = alg == dnnl_convolution_winograd;
+    const dnnl_memory_desc_t *x = any ? &g->x_any : &g->x, *y = any ? &g->y_any : &g->y;
     dnnl_convolution_desc_t fwd, bwd;
     dnnl_primitive_desc_t hint = NULL;
-    DN(dnnl_convolution_forward_desc_init(&fwd, dnnl_forward_training, dnnl_convolution_direct, &g->x,
-                                          &g->f_any, &g->bias, &g->y, g->strides, g->pad_l, g->pad_r));
-    if (dir == TW_CONV_FWD) {
-        DN(dnnl_primitive_desc_create(pd, &fwd, attr, c->engine, NULL));
-        return TW_OK;
-    }
+    DS(dnnl_convolution_forward_desc_init(&fwd, dnnl_forward_training, alg, x, &g->f_any, &g->bias, y,
+                                          g->strides, g->pad_l, g->pad_r));
+    if (dir == TW_CONV_FWD)
+        return dnnl_primitive_desc_create(pd, &fwd, attr, c->engine, NULL);
     if (dir == TW_CONV_BWD_DATA)
-        DN(dnnl_convolution_backward_data_desc_init(&bwd, dnnl_convolution_direct, &g->x, &g->f_any,
-                                                    &g->y, g->strides, g->pad_l, g->pad_r));
+        DS(dnnl_convolution_backward_data_desc_init(&bwd, alg, x, &g->f_any, y, g->strides, g->pad_l,
+                                                    g->pad_r));
     else
-        DN(dnnl_convolution_backward_weights_desc_init(&bwd, dnnl_convolution_direct, &g->x,
-                                                       &g->f_any, &g->bias, &g->y, g->strides, g->pad_l,
-                                                       g->pad_r));
-    DN(dnnl_primitive_desc_create(&hint, &fwd, NULL, c->engine, NULL));
+        DS(dnnl_convolution_backward_weights_desc_init(&bwd, alg, x, &g->f_any, &g->bias, y, g->strides,
+                                                       g->pad_l, g->pad_r));
+    DS(dnnl_primitive_desc_create(&hint, &fwd, NULL, c->engine, NULL));
     dnnl_status_t st = dnnl_primitive_desc_create(pd, &bwd, attr, c->engine, hint);
     dnnl_primitive_desc_destroy(hint);
-    DN(st);
-    return TW_OK;
+    return st;
 }
 
 static tw_status alloc_memory(const tw_cpu_conv *c, const dnnl_memory_desc_t *md, void **buf,
@@ -223,41 +269,65 @@ static tw_status alloc_memory(const tw_cpu_conv *c, const dnnl_memory_desc_t *md
     return TW_OK;
 }
 
-/* The memories and the filter reorder of e, whose primitive descriptor is pd. */
-static tw_status bind(const tw_cpu_conv *c, entry *e, const geometry *g, const_dnnl_primitive_desc_t pd,
-                      tw_error *err)
+/* o's memories for Tower's layout `user` and the primitive's `prim`, and the reorder between them (from
+ * prim to user when the operand is an output). */
+static tw_status operand_bind(const tw_cpu_conv *c, operand *o, const dnnl_memory_desc_t *user,
+                              const dnnl_memory_desc_t *prim, int output, tw_error *err)
 {
-    int grad = e->dir == TW_CONV_BWD_FILTER;
-    const dnnl_memory_desc_t *pf =
-        dnnl_primitive_desc_query_md(pd, grad ? dnnl_query_diff_weights_md : dnnl_query_weights_md, 0);
-    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    const dnnl_memory_desc_t *a = e->dir == TW_CONV_BWD_DATA ? &g->y : &g->x;
-    const dnnl_memory_desc_t *out = e->dir == TW_CONV_FWD ? &g->y : &g->x; /* not for grad */
-    DN(dnnl_memory_create(&e->a, a, c->engine, DNNL_MEMORY_NONE));
-    DN(dnnl_memory_create(&e->user_f, &g->f_user, c->engine, DNNL_MEMORY_NONE));
-    if (grad)
-        DN(dnnl_memory_create(&e->b, &g->y, c->engine, DNNL_MEMORY_NONE));
-    else
-        DN(dnnl_memory_create(&e->out, out, c->engine, DNNL_MEMORY_NONE));
-    if (e->dir != TW_CONV_BWD_DATA)
-        DN(dnnl_memory_create(&e->bias, &g->bias, c->engine, DNNL_MEMORY_NONE));
-    if (sp && dnnl_memory_desc_get_size(sp) > 0)
-        TW_TRY(alloc_memory(c, sp, &e->scratch_buf, &e->scratch, err));
-    if (dnnl_memory_desc_equal(pf, &g->f_user)) {
-        e->prim_f = e->user_f;
+    DN(dnnl_memory_create(&o->user, user, c->engine, DNNL_MEMORY_NONE));
+    if (dnnl_memory_desc_equal(prim, user)) {
+        o->prim = o->user;
         return TW_OK;
     }
-    TW_TRY(alloc_memory(c, pf, &e->prim_f_buf, &e->prim_f, err));
+    TW_TRY(alloc_memory(c, prim, &o->buf, &o->prim, err));
     dnnl_primitive_desc_t rpd;
-    DN(dnnl_reorder_primitive_desc_create(&rpd, grad ? pf : &g->f_user, c->engine,
-                                          grad ? &g->f_user : pf, c->engine, NULL));
-    dnnl_status_t st = dnnl_primitive_create(&e->reorder, rpd);
+    DN(dnnl_reorder_primitive_desc_create(&rpd, output ? prim : user, c->engine, output ? user : prim,
+                                          c->engine, NULL));
+    dnnl_status_t st = dnnl_primitive_create(&o->reorder, rpd);
     dnnl_primitive_desc_destroy(rpd);
     DN(st);
     return TW_OK;
 }
 
-/* Creates e's primitive, memories and reorder. */
+/* The operands, bias and scratchpad of e, whose primitive descriptor is pd. */
+static tw_status bind(const tw_cpu_conv *c, entry *e, const geometry *g, const_dnnl_primitive_desc_t pd,
+                      tw_error *err)
+{
+    static const dnnl_query_t query[3][3] = {
+        {dnnl_query_src_md, dnnl_query_weights_md, dnnl_query_dst_md},
+        {dnnl_query_diff_dst_md, dnnl_query_weights_md, dnnl_query_diff_src_md},
+        {dnnl_query_src_md, dnnl_query_diff_dst_md, dnnl_query_diff_weights_md}};
+    const dnnl_memory_desc_t *user[3][3] = {
+        {&g->x, &g->f_user, &g->y}, {&g->y, &g->f_user, &g->x}, {&g->x, &g->y, &g->f_user}};
+    operand *o[3] = {&e->a, &e->b, &e->out};
+    for (int i = 0; i < 3; i++)
+        TW_TRY(operand_bind(c, o[i], user[e->dir][i], dnnl_primitive_desc_query_md(pd, query[e->dir][i], 0),
+                            i == 2, err));
+    if (e->dir != TW_CONV_BWD_DATA)
+        DN(dnnl_memory_create(&e->bias, &g->bias, c->engine, DNNL_MEMORY_NONE));
+    const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (sp && dnnl_memory_desc_get_size(sp) > 0)
+        TW_TRY(alloc_memory(c, sp, &e->scratch_buf, &e->scratch, err));
+    return TW_OK;
+}
+
+/* The primitive descriptor of e: Winograd's where it is on and oneDNN has it for e's window, else
+ * direct's. */
+static tw_status choose(const tw_cpu_conv *c, const entry *e, const geometry *g, dnnl_primitive_attr_t attr,
+                        dnnl_primitive_desc_t *pd, tw_error *err)
+{
+    dnnl_status_t st = dnnl_unimplemented;
+    if (c->winograd && winograd_fits(&e->w, e->filters))
+        st = describe(c, e->dir, g, dnnl_convolution_winograd, attr, pd);
+    if (st != dnnl_success)
+        st = describe(c, e->dir, g, dnnl_convolution_direct, attr, pd);
+    if (st != dnnl_success)
+        return tw_error_set(err, TW_ERR_INTERNAL, NULL, -1,
+                            "oneDNN: no convolution primitive for this window (status %d)", (int)st);
+    return TW_OK;
+}
+
+/* Creates e's primitive, memories and reorders. */
 static tw_status build(const tw_cpu_conv *c, entry *e, tw_error *err)
 {
     geometry g;
@@ -266,7 +336,7 @@ static tw_status build(const tw_cpu_conv *c, entry *e, tw_error *err)
     TW_TRY(geometry_of(&e->w, e->filters, &g, err));
     DN(dnnl_primitive_attr_create(&attr));
     dnnl_status_t st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-    tw_status s = st == dnnl_success ? describe(c, e->dir, &g, attr, &pd, err)
+    tw_status s = st == dnnl_success ? choose(c, e, &g, attr, &pd, err)
                                      : tw_error_set(err, TW_ERR_INTERNAL, NULL, -1,
                                                     "oneDNN: scratchpad mode failed (status %d)", st);
     dnnl_primitive_attr_destroy(attr);
@@ -279,16 +349,22 @@ static tw_status build(const tw_cpu_conv *c, entry *e, tw_error *err)
     return s;
 }
 
-/* The cached entry of (w, filters, dir), built on first use; the oldest goes when the cache is full. */
+/* The cached entry of (w, filters, dir), built on first use and moved to the front of the cache; the least
+ * recently used goes when the cache is full. */
 static tw_status lookup(tw_cpu_conv *c, tw_conv_dir dir, const tw_window *w, int filters, entry **out,
                         tw_error *err)
 {
-    for (entry *e = c->cache; e; e = e->next)
+    for (entry **at = &c->cache; *at; at = &(*at)->next) {
+        entry *e = *at;
         if (e->dir == dir && e->filters == filters && memcmp(&e->w, w, sizeof *w) == 0) {
+            *at = e->next;
+            e->next = c->cache;
+            c->cache = e;
             *out = e;
             return TW_OK;
         }
-    if (c->cached == CACHE_MAX) { /* drop the oldest, the last in the list */
+    }
+    if (c->cached == CACHE_MAX) { /* drop the least recently used, the last in the list */
         entry **last = &c->cache;
         while ((*last)->next)
             last = &(*last)->next;
@@ -321,41 +397,83 @@ static tw_status exec(tw_cpu_conv *c, dnnl_primitive_t p, int nargs, const dnnl_
     return TW_OK;
 }
 
-static tw_status reorder(tw_cpu_conv *c, const entry *e, dnnl_memory_t from, dnnl_memory_t to,
-                         tw_error *err)
+/* Copies o between Tower's layout and the primitive's: into the primitive's for an input, back for an
+ * output. No-op where they agree. */
+static tw_status reorder(tw_cpu_conv *c, const operand *o, int output, tw_error *err)
 {
-    dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, from}, {DNNL_ARG_TO, to}};
-    return exec(c, e->reorder, 2, args, err);
+    if (!o->reorder)
+        return TW_OK;
+    dnnl_exec_arg_t args[] = {{DNNL_ARG_FROM, output ? o->prim : o->user},
+                              {DNNL_ARG_TO, output ? o->user : o->prim}};
+    return exec(c, o->reorder, 2, args, err);
 }
 
-tw_status tw_cpu_conv_run(tw_cpu_conv *c, tw_conv_dir dir, const tw_window *w, int filters,
-                          const float *a, const float *b, float *out, float *bias, tw_error *err)
+void tw_cpu_conv_set_winograd(tw_cpu_conv *c, int on)
 {
-    entry *e = NULL;
-    apply_threads();
-    TW_TRY(lookup(c, dir, w, filters, &e, err));
-    int grad = dir == TW_CONV_BWD_FILTER;
-    DN(dnnl_memory_set_data_handle(e->a, (void *)a));
-    DN(dnnl_memory_set_data_handle(grad ? e->b : e->user_f, (void *)b));
-    DN(dnnl_memory_set_data_handle(grad ? e->user_f : e->out, out));
+    if (c->winograd == (on != 0))
+        return;
+    c->winograd = on != 0;
+    cache_clear(c); /* its primitives were chosen the other way */
+}
+
+/* Runs e on Tower's arrays a, b, out (and bias). ready: a's copy in the primitive's layout, already made
+ * (the same values as a), or NULL. */
+static tw_status execute(tw_cpu_conv *c, entry *e, const float *a, const float *b, float *out, float *bias,
+                         dnnl_memory_t ready, tw_error *err)
+{
+    DN(dnnl_memory_set_data_handle(e->a.user, (void *)a));
+    DN(dnnl_memory_set_data_handle(e->b.user, (void *)b));
+    DN(dnnl_memory_set_data_handle(e->out.user, out));
     if (e->bias)
         DN(dnnl_memory_set_data_handle(e->bias, bias));
-    if (!grad && e->reorder)
-        TW_TRY(reorder(c, e, e->user_f, e->prim_f, err));
+    if (!ready)
+        TW_TRY(reorder(c, &e->a, 0, err));
+    TW_TRY(reorder(c, &e->b, 0, err));
     static const int arg_a[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_SRC};
     static const int arg_b[] = {DNNL_ARG_WEIGHTS, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST};
     static const int arg_out[] = {DNNL_ARG_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_WEIGHTS};
-    dnnl_exec_arg_t args[5] = {{arg_a[dir], e->a},
-                               {arg_b[dir], grad ? e->b : e->prim_f},
-                               {arg_out[dir], grad ? e->prim_f : e->out}};
+    tw_conv_dir dir = e->dir;
+    dnnl_exec_arg_t args[5] = {
+        {arg_a[dir], ready ? ready : e->a.prim}, {arg_b[dir], e->b.prim}, {arg_out[dir], e->out.prim}};
     int n = 3;
     if (e->bias)
-        args[n++] = (dnnl_exec_arg_t){grad ? DNNL_ARG_DIFF_BIAS : DNNL_ARG_BIAS, e->bias};
+        args[n++] = (dnnl_exec_arg_t){dir == TW_CONV_BWD_FILTER ? DNNL_ARG_DIFF_BIAS : DNNL_ARG_BIAS, e->bias};
     if (e->scratch)
         args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, e->scratch};
     TW_TRY(exec(c, e->prim, n, args, err));
-    if (grad && e->reorder)
-        TW_TRY(reorder(c, e, e->prim_f, e->user_f, err));
+    TW_TRY(reorder(c, &e->out, 1, err));
     DN(dnnl_stream_wait(c->stream));
     return TW_OK;
+}
+
+tw_status tw_cpu_conv_fwd(tw_cpu_conv *c, const tw_window *w, int filters, const float *x, const float *f,
+                          float *y, float *bias, tw_error *err)
+{
+    entry *e = NULL;
+    apply_threads();
+    TW_TRY(lookup(c, TW_CONV_FWD, w, filters, &e, err));
+    return execute(c, e, x, f, y, bias, NULL, err);
+}
+
+/* The copy of dy that g (BWD_FILTER) made, when d (BWD_DATA) wants dy in that same layout, else NULL. */
+static dnnl_memory_t shared_dy(const entry *g, const entry *d)
+{
+    const dnnl_memory_desc_t *gm, *dm;
+    if (!g->b.reorder || !d->a.reorder || dnnl_memory_get_memory_desc(g->b.prim, &gm) != dnnl_success ||
+        dnnl_memory_get_memory_desc(d->a.prim, &dm) != dnnl_success)
+        return NULL;
+    return dnnl_memory_desc_equal(gm, dm) ? g->b.prim : NULL;
+}
+
+tw_status tw_cpu_conv_bwd(tw_cpu_conv *c, const tw_window *w, int filters, const float *x, const float *dy,
+                          const float *f, float *df, float *dbias, float *dx, tw_error *err)
+{
+    entry *g = NULL, *d = NULL;
+    apply_threads();
+    TW_TRY(lookup(c, TW_CONV_BWD_FILTER, w, filters, &g, err));
+    TW_TRY(execute(c, g, x, dy, df, dbias, NULL, err));
+    if (!dx)
+        return TW_OK;
+    TW_TRY(lookup(c, TW_CONV_BWD_DATA, w, filters, &d, err)); /* g stays: it is the most recently used */
+    return execute(c, d, dy, f, dx, NULL, shared_dy(g, d), err);
 }

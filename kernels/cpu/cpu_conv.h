@@ -14,13 +14,6 @@
 
 typedef struct tw_cpu_conv tw_cpu_conv;
 
-typedef enum {
-    TW_CONV_FWD = 0,        /* out = y[batch, out.., filters] from a = x, b = f, plus bias[filters] */
-    TW_CONV_BWD_DATA = 1,   /* out = dx[batch, in.., in_c] (overwritten) from a = dy, b = f; no bias */
-    TW_CONV_BWD_FILTER = 2, /* out = df[k.., in_c, filters] and bias = dbias[filters] (both
-                               overwritten) from a = x, b = dy */
-} tw_conv_dir;
-
 /* Caller owns *out. Errors: TW_ERR_INTERNAL when oneDNN has no CPU engine; TW_ERR_NOMEM. */
 tw_status tw_cpu_conv_create(tw_cpu_conv **out, tw_error *err);
 void tw_cpu_conv_destroy(tw_cpu_conv *c); /* NULL-safe */
@@ -37,10 +30,23 @@ void tw_cpu_conv_threads(int threads);
  * libraries' defaults). */
 void tw_cpu_conv_process_init(char **argv);
 
-/* One convolution of direction dir over window w with `filters` outputs per position; a, b and out are
- * host arrays of the shapes above. Errors: TW_ERR_INTERNAL naming the oneDNN call that failed;
- * TW_ERR_NOMEM. */
-tw_status tw_cpu_conv_run(tw_cpu_conv *c, tw_conv_dir dir, const tw_window *w, int filters,
-                          const float *a, const float *b, float *out, float *bias, tw_error *err);
+/* on = 1: the 2-D 3x3 stride-1 convolutions use oneDNN's Winograd kernels where it has them (AVX-512;
+ * elsewhere, and for every other window, direct ones), their activations copied to and from the blocked
+ * layout those want; 0 (the default): direct kernels throughout. Winograd's F(4x4, 3x3) rounds
+ * differently from a direct sum (about 1e-6 relative; BENCHMARKS.md). Cached primitives are dropped
+ * when the choice changes. */
+void tw_cpu_conv_set_winograd(tw_cpu_conv *c, int on);
+
+/* The forward convolution over window w with `filters` outputs per position: y[batch, out.., filters]
+ * (overwritten) from x[batch, in.., in_c], f and bias[filters]. Errors: TW_ERR_INTERNAL naming the oneDNN
+ * call that failed; TW_ERR_NOMEM. */
+tw_status tw_cpu_conv_fwd(tw_cpu_conv *c, const tw_window *w, int filters, const float *x, const float *f,
+                          float *y, float *bias, tw_error *err);
+
+/* Its backward: df[k.., in_c, filters] and dbias[filters] (both overwritten) from x and dy[batch, out..,
+ * filters]; then, when dx is not NULL, dx[batch, in.., in_c] (overwritten) from dy and f. The two share
+ * dy's copy where both want it in another layout than Tower's (Winograd's). Errors: as tw_cpu_conv_fwd. */
+tw_status tw_cpu_conv_bwd(tw_cpu_conv *c, const tw_window *w, int filters, const float *x, const float *dy,
+                          const float *f, float *df, float *dbias, float *dx, tw_error *err);
 
 #endif

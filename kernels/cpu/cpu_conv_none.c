@@ -16,4 +16,10 @@ void tw_cpu_conv_destroy(tw_cpu_conv *c) { (void)c; }
 
 void tw_cpu_conv_threads(int threads) { (void)threads; }
 
+void tw_cpu_conv_set_winograd(tw_cpu_conv *c, int on)
+{
+    (void)c;
+    (void)on;
+}
+
 void tw_cpu_conv_process_init(char **argv) { (void)argv; }

@@ -349,13 +349,14 @@ static void cuda_free_host(void *p, void *mem)
 
 /* ---- math mode ---- */
 
-/* TF32 tensor-core GEMMs (inputs rounded to a 10-bit mantissa, fp32 accumulation) or full FP32. */
-static tw_status cuda_set_tf32(void *p, int on, tw_error *err)
+/* TF32 tensor-core GEMMs (inputs rounded to a 10-bit mantissa, fp32 accumulation) or full FP32; no
+ * Winograd convolutions here (the engine convolves through im2col + cuBLAS). */
+static tw_status cuda_set_math(void *p, const tw_math *m, tw_error *err)
 {
     tw_cuda_ctx *ctx = (tw_cuda_ctx *)p;
     TW_TRY(tw_cuda_enter(ctx, err));
-    TW_CUBLAS_CHECK(ctx, cublasSetMathMode(ctx->blas, on ? CUBLAS_TF32_TENSOR_OP_MATH
-                                                         : CUBLAS_DEFAULT_MATH), err);
+    TW_CUBLAS_CHECK(ctx, cublasSetMathMode(ctx->blas, m->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                              : CUBLAS_DEFAULT_MATH), err);
     return TW_OK;
 }
 
@@ -487,15 +488,14 @@ extern "C" const tw_backend_ops tw_cuda_backend_ops = {
     .gemm_update = nullptr, /* its gradients are averaged by NCCL after the backward pass */
     .allreduce_split = 0, /* NCCL: one call for the whole group */
     .sync = cuda_sync,
+    .set_math = cuda_set_math,
     .alloc_host = cuda_alloc_host,
     .free_host = cuda_free_host,
-    .set_tf32 = cuda_set_tf32,
     .capture_begin = cuda_capture_begin,
     .capture_end = cuda_capture_end,
     .replay = cuda_replay,
     .conv_fwd = nullptr, /* the engine convolves through im2col + cuBLAS */
-    .conv_bwd_data = nullptr,
-    .conv_bwd_filter = nullptr,
+    .conv_bwd = nullptr,
     .world_id = tw_cuda_world_id,
     .world_join = tw_cuda_world_join,
     .maxpool_bwd_relu = nullptr, /* the engine calls maxpool_bwd, then act_bwd */

@@ -43,7 +43,7 @@ struct tw_cuda_ctx {
                                     stream by the two events below */
     cudaEvent_t before_copy;     /* recorded on stream before an upload: the copy waits for it */
     cudaEvent_t after_copy;      /* recorded on copy after an upload: stream waits for it */
-    cublasHandle_t blas;         /* bound to stream; FP32 math unless set_tf32 turned TF32 on */
+    cublasHandle_t blas;         /* bound to stream; FP32 math unless set_math turned TF32 on */
     int capturing;               /* stream is being captured into a graph (capture_begin..end) */
     cudaGraphExec_t exec[TW_GRAPH_SLOTS]; /* executable graph of each slot, or NULL */
     void *scratch;               /* [scratch_bytes] device, grow-only, stream-ordered: CUB temporary

@@ -161,18 +161,24 @@ def test_the_weights_after_training_are_keras(tower_bin, tmp_path, tiny, name):
 
 IMG = (6, 6, 2)
 
-RESIDUAL = [
-    {"type": "conv2d", "name": "c1", "filters": 4, "kernel": 3, "weight_init": {"type": "glorot_uniform"}},
-    {"type": "batch_norm", "name": "bn1", "activation": "relu"},
-    {"type": "conv2d", "name": "c2", "filters": 4, "kernel": 3, "weight_init": {"type": "glorot_uniform"}},
-    {"type": "batch_norm", "name": "bn2", "momentum": 0.9},
-    {"type": "add", "name": "add1", "inputs": ["bn2", "bn1"], "activation": "relu"},
-    {"type": "concat", "name": "cat", "inputs": ["add1", "c1"]},
-    {"type": "avg_pool2d", "name": "avg", "pool": 3, "strides": 2, "padding": "same"},
-    {"type": "global_avg_pool", "name": "gap"},
-    {"type": "batch_norm", "name": "bn3", "epsilon": 0.01},
-    {"type": "dense", "name": "out", "units": CLASSES, "weight_init": {"type": "glorot_uniform"}},
-]
+def residual_layers(filters):
+    return [
+        {"type": "conv2d", "name": "c1", "filters": filters, "kernel": 3, "weight_init": {"type": "glorot_uniform"}},
+        {"type": "batch_norm", "name": "bn1", "activation": "relu"},
+        {"type": "conv2d", "name": "c2", "filters": filters, "kernel": 3, "weight_init": {"type": "glorot_uniform"}},
+        {"type": "batch_norm", "name": "bn2", "momentum": 0.9},
+        {"type": "add", "name": "add1", "inputs": ["bn2", "bn1"], "activation": "relu"},
+        {"type": "concat", "name": "cat", "inputs": ["add1", "c1"]},
+        {"type": "avg_pool2d", "name": "avg", "pool": 3, "strides": 2, "padding": "same"},
+        {"type": "global_avg_pool", "name": "gap"},
+        {"type": "batch_norm", "name": "bn3", "epsilon": 0.01},
+        {"type": "dense", "name": "out", "units": CLASSES, "weight_init": {"type": "glorot_uniform"}},
+    ]
+
+
+RESIDUAL = residual_layers(4)
+# c2 (16 channels to 16 filters, 3x3, stride 1) is a window of oneDNN's Winograd kernels (on AVX-512)
+MATH = {"direct": {}, "winograd": {"winograd": True, "model": {"layers": residual_layers(16)}}}
 
 
 @pytest.fixture(scope="module")
@@ -205,9 +211,10 @@ def keras_residual(weights):
     import keras
     L = keras.layers
     inp = keras.Input(IMG)
-    c1 = L.Conv2D(4, 3, padding="same", name="c1")(inp)
+    filters = weights["c1/weights"].shape[-1]
+    c1 = L.Conv2D(filters, 3, padding="same", name="c1")(inp)
     bn1 = L.Activation("relu")(L.BatchNormalization(name="bn1")(c1))
-    c2 = L.Conv2D(4, 3, padding="same", name="c2")(bn1)
+    c2 = L.Conv2D(filters, 3, padding="same", name="c2")(bn1)
     bn2 = L.BatchNormalization(momentum=0.9, name="bn2")(c2)
     add1 = L.Activation("relu")(L.Add()([bn2, bn1]))
     cat = L.Concatenate()([add1, c1])
@@ -230,20 +237,22 @@ def checkpoint(logdir):
     return load_file(str(logdir / "checkpoints" / latest))
 
 
-def test_a_residual_batch_norm_graph_trains_as_keras(tower_bin, tmp_path, images):
+@pytest.mark.parametrize("math", MATH)
+def test_a_residual_batch_norm_graph_trains_as_keras(tower_bin, tmp_path, images, math):
     """Ten full-batch SGD steps of a graph with batch norm (batch statistics in training, moving ones
     following them), a residual add, a concat reading a layer twice read, average and global average
-    pooling: Tower's weights and moving statistics are Keras' from the same start."""
+    pooling: Tower's weights and moving statistics are Keras' from the same start, with direct and with
+    Winograd convolutions."""
     import keras
     # the start: one step at a rate too small to move a weight (the moving statistics do move; their
     # start is known: zeros and ones)
-    start = checkpoint(train(tower_bin, tmp_path, residual_config(images, steps=1,
+    start = checkpoint(train(tower_bin, tmp_path, residual_config(images, steps=1, **MATH[math],
                                                                  optimizer={"type": "sgd", "learning_rate": 1e-30}),
                              "start"))
     for name in ("bn1", "bn2", "bn3"):
         start[f"{name}/BatchNorm/moving_mean"] = np.zeros_like(start[f"{name}/BatchNorm/moving_mean"])
         start[f"{name}/BatchNorm/moving_variance"] = np.ones_like(start[f"{name}/BatchNorm/moving_variance"])
-    got = checkpoint(train(tower_bin, tmp_path, residual_config(images), "run"))
+    got = checkpoint(train(tower_bin, tmp_path, residual_config(images, **MATH[math]), "run"))
     model = keras_residual(start)
     model.compile(optimizer=keras.optimizers.SGD(0.1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -287,12 +296,13 @@ def test_a_residual_batch_norm_graph_exports(tower_bin, run_tower, tmp_path, ima
     assert reader.get_tensor("global_step") == 10
 
 
-def test_a_batch_norm_graph_resumes_bit_exact(tower_bin, tmp_path, images):
+@pytest.mark.parametrize("math", MATH)
+def test_a_batch_norm_graph_resumes_bit_exact(tower_bin, tmp_path, images, math):
     """Two towers (each normalising its own half of the batch, the first moving the statistics), Adam, an EMA,
-    clipping and augmentation: 12 steps straight, and 6 then a resume to 12, end with the same weights and
-    moving statistics, bit for bit."""
+    clipping and augmentation, direct or Winograd convolutions: 12 steps straight, and 6 then a resume to 12,
+    end with the same weights and moving statistics, bit for bit."""
     full = residual_config(images, steps=12, towers=2, batch_size=EXAMPLES // 4, checkpoint_every=6, ema_decay=0.9,
-                           optimizer={"type": "adam", "learning_rate": 0.01, "global_clipnorm": 1.0})
+                           optimizer={"type": "adam", "learning_rate": 0.01, "global_clipnorm": 1.0}, **MATH[math])
     full["dataset"] = dict(full["dataset"], augment=AUGMENT)
     whole = checkpoint(train(tower_bin, tmp_path, full, "whole"))
     first = dict(full, steps=6)

@@ -550,7 +550,7 @@ static void conv_ref(const conv_case *c, double *y)
         }
 }
 
-/* The input, filter and bias gradients of conv_fwd for output gradient dy: tw_conv_bwd_data/filter,
+/* The input, filter and bias gradients of conv_fwd for output gradient dy: tw_conv_bwd,
  * or dx = col2im(dy f^T), df = im2col(x)^T dy and bias_grad. */
 static void conv_bwd(const conv_case *c, tw_buffer *x, tw_buffer *f, tw_buffer *dy, tw_buffer *dx,
                      tw_buffer *df, tw_buffer *db)
@@ -561,8 +561,7 @@ static void conv_bwd(const conv_case *c, tw_buffer *x, tw_buffer *f, tw_buffer *
         dev_fill_nan(dx, win_x(w)); /* all overwrite */
         dev_fill_nan(df, k * c->filters);
         dev_fill_nan(db, (size_t)c->filters);
-        OK(tw_conv_bwd_filter(B, w, c->filters, view(df), view(db), view(x), view(dy), &E));
-        OK(tw_conv_bwd_data(B, w, c->filters, view(dx), view(dy), view(f), &E));
+        OK(tw_conv_bwd(B, w, c->filters, view(df), view(db), view(dx), view(x), view(dy), view(f), &E));
         return;
     }
     OK(tw_bias_grad(B, view(db), view(dy), (int)rows, c->filters, &E));
@@ -577,13 +576,11 @@ static void conv_bwd(const conv_case *c, tw_buffer *x, tw_buffer *f, tw_buffer *
     tw_backend_free(B, dcols);
 }
 
-/* Convolution forward against the direct formula, its input, filter and bias gradients against finite
- * differences, by one route. */
-static void check_conv_route(tw_window w, int filters, int direct)
+/* A convolution case of random values in [-1, 1); conv_case_free frees it. */
+static conv_case conv_case_new(tw_window w, int filters, int direct)
 {
     conv_case c = {.w = w, .filters = filters, .direct = direct};
-    size_t rows = win_rows(&w), k = win_taps(&w) * (size_t)w.in_c, nx = win_x(&w);
-    size_t nf = k * filters, ny = rows * filters;
+    size_t nx = win_x(&w), nf = win_taps(&w) * (size_t)w.in_c * filters, ny = win_rows(&w) * filters;
     c.x = floats(nx);
     c.f = floats(nf);
     c.b = floats((size_t)filters);
@@ -592,28 +589,49 @@ static void check_conv_route(tw_window w, int filters, int direct)
     fill(c.f, nf, -1, 1);
     fill(c.b, (size_t)filters, -1, 1);
     fill(c.r, ny, -1, 1);
-    float *y = floats(ny), *gx = floats(nx), *gf = floats(nf), *gb = floats((size_t)filters);
-    double *want = calloc(ny, sizeof *want);
-    conv_fwd(&c, y);
-    conv_ref(&c, want);
-    assert_all_near(y, want, ny, 1e-5, 1e-5, "conv y");
+    return c;
+}
 
-    tw_buffer *x = dev_from(c.x, nx), *f = dev_from(c.f, nf), *dy = dev_from(c.r, ny);
-    tw_buffer *dx = dev_new(nx), *df = dev_new(nf), *db = dev_new((size_t)filters);
-    conv_bwd(&c, x, f, dy, dx, df, db);
+static void conv_case_free(conv_case *c)
+{
+    free(c->x);
+    free(c->f);
+    free(c->b);
+    free(c->r);
+}
+
+/* c's forward into y and its input, filter and bias gradients for dy = c->r into gx, gf and gb. */
+static void conv_run(const conv_case *c, float *y, float *gx, float *gf, float *gb)
+{
+    size_t nx = win_x(&c->w), nf = win_taps(&c->w) * (size_t)c->w.in_c * c->filters;
+    size_t ny = win_rows(&c->w) * c->filters;
+    conv_fwd(c, y);
+    tw_buffer *x = dev_from(c->x, nx), *f = dev_from(c->f, nf), *dy = dev_from(c->r, ny);
+    tw_buffer *dx = dev_new(nx), *df = dev_new(nf), *db = dev_new((size_t)c->filters);
+    conv_bwd(c, x, f, dy, dx, df, db);
     dev_read(gx, dx, nx);
     dev_read(gf, df, nf);
-    dev_read(gb, db, (size_t)filters);
-    check_fd(direct ? "direct conv dx" : "conv dx", c.x, nx, gx, conv_loss, &c);
-    check_fd(direct ? "direct conv df" : "conv df", c.f, nf, gf, conv_loss, &c);
-    check_fd(direct ? "direct conv db" : "conv db", c.b, (size_t)filters, gb, conv_loss, &c);
+    dev_read(gb, db, (size_t)c->filters);
     tw_buffer *bufs[] = {x, f, dy, dx, df, db};
     for (size_t i = 0; i < 6; i++)
         tw_backend_free(B, bufs[i]);
-    free(c.x);
-    free(c.f);
-    free(c.b);
-    free(c.r);
+}
+
+/* Convolution forward against the direct formula, its input, filter and bias gradients against finite
+ * differences, by one route. */
+static void check_conv_route(tw_window w, int filters, int direct)
+{
+    conv_case c = conv_case_new(w, filters, direct);
+    size_t nx = win_x(&w), nf = win_taps(&w) * (size_t)w.in_c * filters, ny = win_rows(&w) * filters;
+    float *y = floats(ny), *gx = floats(nx), *gf = floats(nf), *gb = floats((size_t)filters);
+    double *want = calloc(ny, sizeof *want);
+    conv_run(&c, y, gx, gf, gb);
+    conv_ref(&c, want);
+    assert_all_near(y, want, ny, 1e-5, 1e-5, "conv y");
+    check_fd(direct ? "direct conv dx" : "conv dx", c.x, nx, gx, conv_loss, &c);
+    check_fd(direct ? "direct conv df" : "conv df", c.f, nf, gf, conv_loss, &c);
+    check_fd(direct ? "direct conv db" : "conv db", c.b, (size_t)filters, gb, conv_loss, &c);
+    conv_case_free(&c);
     free(y);
     free(gx);
     free(gf);
@@ -672,6 +690,75 @@ static void test_conv_same3d_valid_leftover(void **state)
     assert_int_equal(w.out_h, 3);
     assert_int_equal(w.out_w, 4);
     check_conv(w, 5);
+}
+
+/* tw_conv_bwd without dx: the same filter and bias gradients, bit for bit, as with it. */
+static void check_conv_bwd_without_dx(tw_window w, int filters)
+{
+    size_t nx = win_x(&w), nf = win_taps(&w) * (size_t)w.in_c * filters, ny = win_rows(&w) * filters;
+    float *hx = floats(nx), *hf = floats(nf), *hy = floats(ny), *want = floats(nf + filters);
+    float *got = floats(nf + filters);
+    fill(hx, nx, -1, 1);
+    fill(hf, nf, -1, 1);
+    fill(hy, ny, -1, 1);
+    tw_buffer *x = dev_from(hx, nx), *f = dev_from(hf, nf), *dy = dev_from(hy, ny), *dx = dev_new(nx);
+    tw_buffer *df = dev_new(nf), *db = dev_new((size_t)filters);
+    OK(tw_conv_bwd(B, &w, filters, view(df), view(db), view(dx), view(x), view(dy), view(f), &E));
+    dev_read(want, df, nf);
+    dev_read(want + nf, db, (size_t)filters);
+    dev_fill_nan(df, nf);
+    dev_fill_nan(db, (size_t)filters);
+    OK(tw_conv_bwd(B, &w, filters, view(df), view(db), (tw_tensor){0}, view(x), view(dy), (tw_tensor){0}, &E));
+    dev_read(got, df, nf);
+    dev_read(got + nf, db, (size_t)filters);
+    assert_memory_equal(got, want, (nf + filters) * sizeof *got);
+    tw_buffer *bufs[] = {x, f, dy, dx, df, db};
+    for (size_t i = 0; i < 6; i++)
+        tw_backend_free(B, bufs[i]);
+    free(hx);
+    free(hf);
+    free(hy);
+    free(want);
+    free(got);
+}
+
+/* Winograd's convolutions (tw_math.winograd; oneDNN's on AVX-512, direct elsewhere): the forward and the
+ * three gradients of a 3x3 stride-1 window of 16 channels and filters (Winograd's) and of one at stride 2
+ * (direct's: the same bits) against the direct route's (checked against the formula and finite
+ * differences above; a finite difference of Winograd's forward is lost in its rounding), within 1e-5; the
+ * backward without dx as with it; direct again once turned off. */
+static void test_conv_winograd(void **state)
+{
+    (void)state;
+    tw_math on = {.winograd = 1}, off = {0};
+    const tw_window ws[] = {window2d(2, 9, 11, 16, 3, 1, 1), window2d(2, 9, 11, 16, 3, 2, 1)};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) {
+        conv_case c = conv_case_new(ws[i], 16, 1);
+        size_t n[4] = {win_rows(&ws[i]) * 16, win_x(&ws[i]), win_taps(&ws[i]) * 16 * 16, 16};
+        float *got[4], *want[4];
+        for (int k = 0; k < 4; k++) {
+            got[k] = floats(n[k]);
+            want[k] = floats(n[k]);
+        }
+        conv_run(&c, want[0], want[1], want[2], want[3]);
+        OK(tw_backend_set_math(B, &on, &E));
+        conv_run(&c, got[0], got[1], got[2], got[3]);
+        check_conv_bwd_without_dx(ws[i], 16);
+        OK(tw_backend_set_math(B, &off, &E));
+        for (int k = 0; k < 4; k++) {
+            if (i == 1) /* not Winograd's window: direct's bits */
+                assert_memory_equal(got[k], want[k], n[k] * sizeof *got[k]);
+            double *w = calloc(n[k], sizeof *w);
+            for (size_t j = 0; j < n[k]; j++)
+                w[j] = want[k][j];
+            assert_all_near(got[k], w, n[k], 1e-5, 1e-5, "winograd against direct");
+            free(w);
+            free(got[k]);
+            free(want[k]);
+        }
+        conv_case_free(&c);
+    }
+    check_conv_route(ws[0], 16, 1);
 }
 
 /* <im2col(x), c> == <x, col2im(c)> for padded, strided, 2-D and 3-D windows; col2im zeroes dx first. */
@@ -1843,8 +1930,9 @@ static void test_optional_ops(void **state)
     tw_backend_free_host(B, NULL);
     assert_invalid(tw_backend_alloc_host(B, 0, &p, &E), "tw_backend_alloc_host", "bytes");
     assert_invalid(tw_backend_alloc_host(B, 8, NULL, &E), "tw_backend_alloc_host", "out");
-    OK(tw_backend_set_tf32(B, 1, &E)); /* no TF32 on the CPU: ignored */
-    OK(tw_backend_set_tf32(B, 0, &E));
+    tw_math tf32 = {.tf32 = 1}, none = {0};
+    OK(tw_backend_set_math(B, &tf32, &E)); /* no TF32 on the CPU: ignored */
+    OK(tw_backend_set_math(B, &none, &E));
     assert_int_equal(tw_backend_has_graphs(B), 0);
     assert_int_equal(tw_backend_has_graphs(NULL), 0);
     assert_int_equal(tw_backend_capture_begin(B, &E), TW_ERR_UNSUPPORTED);
@@ -1880,6 +1968,7 @@ int main(void)
         cmocka_unit_test(test_conv2d_same_stride2),
         cmocka_unit_test(test_conv3d_valid),
         cmocka_unit_test(test_conv_same3d_valid_leftover),
+        cmocka_unit_test(test_conv_winograd),
         cmocka_unit_test(test_col2im_adjoint),
         cmocka_unit_test(test_maxpool2d),
         cmocka_unit_test(test_maxpool3d),

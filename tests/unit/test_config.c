@@ -209,6 +209,7 @@ static const bad_case BAD[] = {
     {TOP("'cuda_graphs':1"), "cuda_graphs", "must be true or false"},
     {TOP("'cuda_graphs':null"), "cuda_graphs", NULL},
     {TOP("'tf32':'yes'"), "tf32", "must be true or false"},
+    {TOP("'winograd':1"), "winograd", "must be true or false"},
     {TOP("'tf33':true"), "tf33", "unknown key"},
     {TOP("'cuda_graph':false"), "cuda_graph", "unknown key (did you mean 'cuda_graphs'?)"},
     {DS("'shuffle_buffer':0"), "dataset.shuffle_buffer", NULL},
@@ -348,6 +349,7 @@ static const char *const GOOD[] = {
     TOP("'seed':0"),
     TOP("'cuda_graphs':false,'tf32':true"),
     TOP("'cuda_graphs':true,'tf32':false"),
+    TOP("'winograd':true"),
     TOP("'seed':9223372036854775807"),
     TOP("'summary_every':1,'eval_every':1,'checkpoint_every':9223372036854775807"),
     DS("'shuffle_buffer':1"),
@@ -587,10 +589,13 @@ static void test_defaults(void **state)
     assert_int_equal(d.keep_checkpoints, 5);
     assert_int_equal(d.cuda_graphs, 1);
     assert_int_equal(d.tf32, 0);
+    assert_int_equal(d.winograd, 0);
     assert_string_equal(d.test_path, "");
-    assert_int_equal(parse_text(TOP("'cuda_graphs':false,'tf32':true"), NULL, &c, &err), TW_OK);
+    assert_int_equal(parse_text(TOP("'cuda_graphs':false,'tf32':true,'winograd':true"), NULL, &c, &err),
+                     TW_OK);
     assert_int_equal(c.cuda_graphs, 0);
     assert_int_equal(c.tf32, 1);
+    assert_int_equal(c.winograd, 1);
 
     assert_int_equal(parse_text(LAYERS("{'type':'conv2d','filters':8,'kernel':5},"
                                        "{'type':'max_pool2d','pool':[2,3]},"
@@ -671,7 +676,7 @@ static void test_round_trip(void **state)
         "'lr_decay':{'type':'exponential','decay_steps':100,'decay_rate':0.5,'staircase':true},"
         "'batch_size':3,'towers':8,'steps':123456789,'seed':9223372036854775807,"
         "'summary_every':7,'eval_every':11,'checkpoint_every':13,'keep_checkpoints':1000,"
-        "'input_memory_bytes':67108864,'cuda_graphs':false,'tf32':true}",
+        "'input_memory_bytes':67108864,'cuda_graphs':false,'tf32':true,'winograd':true}",
         NULL);
     assert_round_trip(OPT("'type':'momentum','momentum':0.5,'learning_rate':0.3"), NULL);
     assert_round_trip(OPT("'type':'momentum','nesterov':true,'weight_decay':0.01,'global_clipnorm':1.5"), NULL);
@@ -708,7 +713,7 @@ static void test_round_trip(void **state)
         "\"name\":\"layer1\",\"type\":\"dense\",\"units\":10,\"weight_init\":{\"stddev\":0.1,"
         "\"type\":\"truncated_normal\"}}]},\"optimizer\":{\"global_clipnorm\":0.0,\"learning_rate\":0.001,"
         "\"type\":\"sgd\",\"weight_decay\":0.0},"
-        "\"seed\":1,\"steps\":5,\"summary_every\":100,\"tf32\":false,\"towers\":1}";
+        "\"seed\":1,\"steps\":5,\"summary_every\":100,\"tf32\":false,\"towers\":1,\"winograd\":false}";
     assert_string_equal(json, expected);
     free(json);
 }
