@@ -12,7 +12,9 @@
  * kernels are 1.5x faster than direct ones, and the reorders take back a third of that (BENCHMARKS.md);
  * the backward weights' copy of dy serves the backward data too (tw_cpu_conv_bwd). A 2-D window is
  * described in 2-D. Padding: pad_* before, and after whatever completes the last window (never negative).
- * Scratchpads are user-managed, one per cached primitive, so instances never share memory.
+ * Scratchpads are user-managed and, with the copies, live in one arena per instance (its regions below), so
+ * instances never share memory and the primitives of one share theirs (200 MB less at the Fashion ResNet's
+ * peak than a copy per primitive; BENCHMARKS.md).
  *
  * Determinism: for a fixed thread count and machine, oneDNN's CPU convolutions reduce in a fixed order, so
  * a step gives the same bits run to run (bit-exact resume, test_trainer.c).
@@ -42,13 +44,22 @@ enum { CACHE_MAX = 64 }; /* primitives one instance keeps: 3 per conv layer and 
 
 typedef enum { TW_CONV_FWD = 0, TW_CONV_BWD_DATA = 1, TW_CONV_BWD_FILTER = 2 } tw_conv_dir;
 
+/* Where the primitives' copies of their operands and their scratchpads live during a call: one arena per
+ * instance in REGIONS regions, one per tensor (x or dx, y or dy, the filters or their gradient, the
+ * scratchpad), each as large as the largest any cached primitive needs. A call copies its inputs into their
+ * regions and its output out of its region before it returns, so the primitives share them: memory for one
+ * layer's copies, not one per window, and the backward weights' copy of dy stays in REGION_Y where the
+ * backward data reads it (tw_cpu_conv_bwd). */
+enum { REGION_X, REGION_Y, REGION_F, REGION_SCRATCH, REGIONS };
+
 /* One tensor argument of a primitive: Tower's array (its handle set per call) and, where the primitive
- * wants another layout, the primitive's own copy and the reorder between the two. */
+ * wants another layout, the primitive's copy (in region `region` of the arena, its handle set per call)
+ * and the reorder between the two. */
 typedef struct {
     dnnl_memory_t user;       /* Tower's layout */
     dnnl_memory_t prim;       /* the primitive's (== user when they agree) */
     dnnl_primitive_t reorder; /* user -> prim for an input, prim -> user for an output; NULL when they agree */
-    void *buf;                /* prim's memory when it is a copy; owned */
+    int region;               /* REGION_X, _Y or _F */
 } operand;
 
 /* One cached primitive. Its operands by direction (tw_conv_dir): FWD x, f, y; BWD_DATA dy, f, dx;
@@ -60,8 +71,7 @@ typedef struct entry {
     dnnl_primitive_t prim;
     operand a, b, out;
     dnnl_memory_t bias;     /* FWD: the bias, BWD_FILTER: its gradient; else NULL */
-    dnnl_memory_t scratch;  /* NULL when the primitive needs none */
-    void *scratch_buf;      /* owned */
+    dnnl_memory_t scratch;  /* in REGION_SCRATCH; NULL when the primitive needs none */
     struct entry *next;
 } entry;
 
@@ -71,6 +81,9 @@ struct tw_cpu_conv {
     entry *cache; /* most recently used first */
     int cached;
     int winograd; /* tw_cpu_conv_set_winograd */
+    size_t need[REGIONS]; /* each region's bytes: the most one primitive built since the last clear needs */
+    void *arena;          /* the regions, in order, each a multiple of 64 bytes; owned */
+    size_t arena_bytes;
 };
 
 static atomic_int conv_threads;
@@ -136,7 +149,6 @@ static void operand_destroy(operand *o)
     if (o->prim != o->user)
         dnnl_memory_destroy(o->prim);
     dnnl_memory_destroy(o->user);
-    free(o->buf);
 }
 
 static void entry_destroy(entry *e)
@@ -147,7 +159,6 @@ static void entry_destroy(entry *e)
     operand_destroy(&e->out);
     dnnl_memory_destroy(e->bias);
     dnnl_memory_destroy(e->scratch);
-    free(e->scratch_buf);
     free(e);
 }
 
@@ -159,6 +170,7 @@ static void cache_clear(tw_cpu_conv *c)
     }
     c->cache = NULL;
     c->cached = 0;
+    memset(c->need, 0, sizeof c->need);
 }
 
 void tw_cpu_conv_destroy(tw_cpu_conv *c)
@@ -166,6 +178,7 @@ void tw_cpu_conv_destroy(tw_cpu_conv *c)
     if (!c)
         return;
     cache_clear(c);
+    free(c->arena);
     dnnl_stream_destroy(c->stream);
     dnnl_engine_destroy(c->engine);
     free(c);
@@ -258,28 +271,55 @@ static dnnl_status_t describe(const tw_cpu_conv *c, tw_conv_dir dir, const geome
     return st;
 }
 
-static tw_status alloc_memory(const tw_cpu_conv *c, const dnnl_memory_desc_t *md, void **buf,
-                              dnnl_memory_t *mem, tw_error *err)
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+/* A memory of md whose data lives in region r (its handle set per call), and r's need raised to hold it. */
+static tw_status region_memory(tw_cpu_conv *c, int r, const dnnl_memory_desc_t *md, dnnl_memory_t *mem,
+                               tw_error *err)
 {
-    size_t bytes = dnnl_memory_desc_get_size(md);
-    *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
-    if (!*buf)
-        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: cannot allocate %zu bytes", bytes);
-    DN(dnnl_memory_create(mem, md, c->engine, *buf));
+    size_t bytes = round64(dnnl_memory_desc_get_size(md));
+    c->need[r] = bytes > c->need[r] ? bytes : c->need[r];
+    DN(dnnl_memory_create(mem, md, c->engine, DNNL_MEMORY_NONE));
     return TW_OK;
 }
 
-/* o's memories for Tower's layout `user` and the primitive's `prim`, and the reorder between them (from
- * prim to user when the operand is an output). */
-static tw_status operand_bind(const tw_cpu_conv *c, operand *o, const dnnl_memory_desc_t *user,
-                              const dnnl_memory_desc_t *prim, int output, tw_error *err)
+/* The arena grown to the regions' needs (its contents are not kept: only lookups grow it, between calls). */
+static tw_status arena_fit(tw_cpu_conv *c, tw_error *err)
+{
+    size_t total = 0;
+    for (int r = 0; r < REGIONS; r++)
+        total += c->need[r];
+    if (total <= c->arena_bytes)
+        return TW_OK;
+    free(c->arena);
+    c->arena_bytes = 0;
+    if (!(c->arena = aligned_alloc(64, total)))
+        return tw_error_set(err, TW_ERR_NOMEM, NULL, -1, "cpu: cannot allocate %zu bytes for convolutions",
+                            total);
+    c->arena_bytes = total;
+    return TW_OK;
+}
+
+static void *region_at(const tw_cpu_conv *c, int r)
+{
+    size_t at = 0;
+    for (int k = 0; k < r; k++)
+        at += c->need[k];
+    return (char *)c->arena + at;
+}
+
+/* o's memories for Tower's layout `user` and the primitive's `prim` (a copy in region r where they differ),
+ * and the reorder between them (from prim to user when the operand is an output). */
+static tw_status operand_bind(tw_cpu_conv *c, operand *o, const dnnl_memory_desc_t *user,
+                              const dnnl_memory_desc_t *prim, int r, int output, tw_error *err)
 {
     DN(dnnl_memory_create(&o->user, user, c->engine, DNNL_MEMORY_NONE));
+    o->region = r;
     if (dnnl_memory_desc_equal(prim, user)) {
         o->prim = o->user;
         return TW_OK;
     }
-    TW_TRY(alloc_memory(c, prim, &o->buf, &o->prim, err));
+    TW_TRY(region_memory(c, r, prim, &o->prim, err));
     dnnl_primitive_desc_t rpd;
     DN(dnnl_reorder_primitive_desc_create(&rpd, output ? prim : user, c->engine, output ? user : prim,
                                           c->engine, NULL));
@@ -290,7 +330,7 @@ static tw_status operand_bind(const tw_cpu_conv *c, operand *o, const dnnl_memor
 }
 
 /* The operands, bias and scratchpad of e, whose primitive descriptor is pd. */
-static tw_status bind(const tw_cpu_conv *c, entry *e, const geometry *g, const_dnnl_primitive_desc_t pd,
+static tw_status bind(tw_cpu_conv *c, entry *e, const geometry *g, const_dnnl_primitive_desc_t pd,
                       tw_error *err)
 {
     static const dnnl_query_t query[3][3] = {
@@ -299,15 +339,17 @@ static tw_status bind(const tw_cpu_conv *c, entry *e, const geometry *g, const_d
         {dnnl_query_src_md, dnnl_query_diff_dst_md, dnnl_query_diff_weights_md}};
     const dnnl_memory_desc_t *user[3][3] = {
         {&g->x, &g->f_user, &g->y}, {&g->y, &g->f_user, &g->x}, {&g->x, &g->y, &g->f_user}};
+    static const int region[3][3] = {
+        {REGION_X, REGION_F, REGION_Y}, {REGION_Y, REGION_F, REGION_X}, {REGION_X, REGION_Y, REGION_F}};
     operand *o[3] = {&e->a, &e->b, &e->out};
     for (int i = 0; i < 3; i++)
         TW_TRY(operand_bind(c, o[i], user[e->dir][i], dnnl_primitive_desc_query_md(pd, query[e->dir][i], 0),
-                            i == 2, err));
+                            region[e->dir][i], i == 2, err));
     if (e->dir != TW_CONV_BWD_DATA)
         DN(dnnl_memory_create(&e->bias, &g->bias, c->engine, DNNL_MEMORY_NONE));
     const dnnl_memory_desc_t *sp = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     if (sp && dnnl_memory_desc_get_size(sp) > 0)
-        TW_TRY(alloc_memory(c, sp, &e->scratch_buf, &e->scratch, err));
+        TW_TRY(region_memory(c, REGION_SCRATCH, sp, &e->scratch, err));
     return TW_OK;
 }
 
@@ -328,7 +370,7 @@ static tw_status choose(const tw_cpu_conv *c, const entry *e, const geometry *g,
 }
 
 /* Creates e's primitive, memories and reorders. */
-static tw_status build(const tw_cpu_conv *c, entry *e, tw_error *err)
+static tw_status build(tw_cpu_conv *c, entry *e, tw_error *err)
 {
     geometry g;
     dnnl_primitive_attr_t attr;
@@ -379,6 +421,8 @@ static tw_status lookup(tw_cpu_conv *c, tw_conv_dir dir, const tw_window *w, int
     e->filters = filters;
     e->dir = dir;
     tw_status s = build(c, e, err);
+    if (s == TW_OK)
+        s = arena_fit(c, err);
     if (s != TW_OK) {
         entry_destroy(e);
         return s;
@@ -416,25 +460,37 @@ void tw_cpu_conv_set_winograd(tw_cpu_conv *c, int on)
     cache_clear(c); /* its primitives were chosen the other way */
 }
 
-/* Runs e on Tower's arrays a, b, out (and bias). ready: a's copy in the primitive's layout, already made
- * (the same values as a), or NULL. */
+/* Points o's copy (where it has one) at its region of the arena. */
+static tw_status place(const tw_cpu_conv *c, const operand *o, tw_error *err)
+{
+    if (o->prim != o->user)
+        DN(dnnl_memory_set_data_handle(o->prim, region_at(c, o->region)));
+    return TW_OK;
+}
+
+/* Runs e on Tower's arrays a, b, out (and bias). a_ready: a's copy is already in its region (the same
+ * values as a, in the layout e wants). */
 static tw_status execute(tw_cpu_conv *c, entry *e, const float *a, const float *b, float *out, float *bias,
-                         dnnl_memory_t ready, tw_error *err)
+                         int a_ready, tw_error *err)
 {
     DN(dnnl_memory_set_data_handle(e->a.user, (void *)a));
     DN(dnnl_memory_set_data_handle(e->b.user, (void *)b));
     DN(dnnl_memory_set_data_handle(e->out.user, out));
+    TW_TRY(place(c, &e->a, err));
+    TW_TRY(place(c, &e->b, err));
+    TW_TRY(place(c, &e->out, err));
     if (e->bias)
         DN(dnnl_memory_set_data_handle(e->bias, bias));
-    if (!ready)
+    if (e->scratch)
+        DN(dnnl_memory_set_data_handle(e->scratch, region_at(c, REGION_SCRATCH)));
+    if (!a_ready)
         TW_TRY(reorder(c, &e->a, 0, err));
     TW_TRY(reorder(c, &e->b, 0, err));
     static const int arg_a[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_SRC};
     static const int arg_b[] = {DNNL_ARG_WEIGHTS, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_DST};
     static const int arg_out[] = {DNNL_ARG_DST, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_WEIGHTS};
     tw_conv_dir dir = e->dir;
-    dnnl_exec_arg_t args[5] = {
-        {arg_a[dir], ready ? ready : e->a.prim}, {arg_b[dir], e->b.prim}, {arg_out[dir], e->out.prim}};
+    dnnl_exec_arg_t args[5] = {{arg_a[dir], e->a.prim}, {arg_b[dir], e->b.prim}, {arg_out[dir], e->out.prim}};
     int n = 3;
     if (e->bias)
         args[n++] = (dnnl_exec_arg_t){dir == TW_CONV_BWD_FILTER ? DNNL_ARG_DIFF_BIAS : DNNL_ARG_BIAS, e->bias};
@@ -452,17 +508,18 @@ tw_status tw_cpu_conv_fwd(tw_cpu_conv *c, const tw_window *w, int filters, const
     entry *e = NULL;
     apply_threads();
     TW_TRY(lookup(c, TW_CONV_FWD, w, filters, &e, err));
-    return execute(c, e, x, f, y, bias, NULL, err);
+    return execute(c, e, x, f, y, bias, 0, err);
 }
 
-/* The copy of dy that g (BWD_FILTER) made, when d (BWD_DATA) wants dy in that same layout, else NULL. */
-static dnnl_memory_t shared_dy(const entry *g, const entry *d)
+/* 1 when g (BWD_FILTER) leaves in REGION_Y the copy of dy that d (BWD_DATA) wants: both copy it, to the same
+ * layout. */
+static int shares_dy(const entry *g, const entry *d)
 {
     const dnnl_memory_desc_t *gm, *dm;
     if (!g->b.reorder || !d->a.reorder || dnnl_memory_get_memory_desc(g->b.prim, &gm) != dnnl_success ||
         dnnl_memory_get_memory_desc(d->a.prim, &dm) != dnnl_success)
-        return NULL;
-    return dnnl_memory_desc_equal(gm, dm) ? g->b.prim : NULL;
+        return 0;
+    return dnnl_memory_desc_equal(gm, dm);
 }
 
 tw_status tw_cpu_conv_bwd(tw_cpu_conv *c, const tw_window *w, int filters, const float *x, const float *dy,
@@ -471,9 +528,10 @@ tw_status tw_cpu_conv_bwd(tw_cpu_conv *c, const tw_window *w, int filters, const
     entry *g = NULL, *d = NULL;
     apply_threads();
     TW_TRY(lookup(c, TW_CONV_BWD_FILTER, w, filters, &g, err));
-    TW_TRY(execute(c, g, x, dy, df, dbias, NULL, err));
-    if (!dx)
-        return TW_OK;
-    TW_TRY(lookup(c, TW_CONV_BWD_DATA, w, filters, &d, err)); /* g stays: it is the most recently used */
-    return execute(c, d, dy, f, dx, NULL, shared_dy(g, d), err);
+    /* both looked up (the arena grown) before either runs, so g's copy of dy is still there for d; and the
+       second lookup cannot evict the first, the most recently used */
+    if (dx)
+        TW_TRY(lookup(c, TW_CONV_BWD_DATA, w, filters, &d, err));
+    TW_TRY(execute(c, g, x, dy, df, dbias, 0, err));
+    return d ? execute(c, d, dy, f, dx, NULL, shares_dy(g, d), err) : TW_OK;
 }
