@@ -1814,6 +1814,12 @@ static void test_wrapper_checks(void **state)
     assert_invalid(s, "tw_gemm", "argument c overlaps argument a");
     s = tw_gemm(NULL, 0, 0, 2, 2, 3, 1, va, va, 0, vc, &E);
     assert_invalid(s, "tw_gemm", "no backend");
+    tw_window one = window2d(1, 1, 1, 1, 1, 1, 0); /* x, y and f of one value each */
+    tw_tensor v1 = tw_tensor_at(va, 1), v2 = tw_tensor_at(va, 2), v3 = tw_tensor_at(va, 3);
+    s = tw_conv_bwd(B, &one, 1, v1, v2, va, va, v3, vc, &E);
+    assert_invalid(s, "tw_conv_bwd", "argument dx overlaps argument x");
+    s = tw_conv_bwd(B, &one, 1, v1, v2, vc, va, v3, none, &E);
+    assert_invalid(s, "tw_conv_bwd", "argument f has no buffer");
     assert_invalid(tw_act_fwd(B, (tw_activation)9, va, va, 6, &E), "tw_act_fwd", "activation 9");
     assert_invalid(tw_act_bwd(B, TW_ACT_RELU, va, va, vs, 6, &E), "tw_act_bwd", "argument y");
     assert_invalid(tw_dropout_fwd(B, va, va, 6, 1.0f, 1, &E), "tw_dropout_fwd", "rate");
