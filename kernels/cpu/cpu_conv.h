@@ -2,7 +2,8 @@
  * (and the backend registry, whose tw_backend_process_init calls tw_cpu_conv_process_init for main).
  *
  * Owns: one oneDNN engine and stream per CPU backend instance and its cache of convolution primitives,
- * one per (window, filters, direction), created on first use and executed on every later call. Layouts
+ * one per (window, filters, direction), created on first use and executed on every later call, and one
+ * arena for the primitives' copies of their operands and their scratchpads (cpu_conv.c). Layouts
  * are Tower's: activations NHWC / NDHWC, filters [kd, kh, kw, in_c, filters] (TensorFlow's DHWIO).
  * Does not own: argument checks (backend.c) or the activation (act_fwd/act_bwd follow, as on every
  * backend: oneDNN's ReLU post-op turns a NaN into 0, where TensorFlow's and Tower's ReLU keep it; see
