@@ -144,23 +144,15 @@ static const Twpb__Summary__Value *only_value(const Twpb__Event *ev)
     return ev->summary->value[0];
 }
 
-/* CLOCK_REALTIME in seconds, as the writer stamps wall_time. */
-static double realtime(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9; /* the writer's formula */
-}
-
 /* ---- naming and the first record ---- */
 
 static void test_file_name_and_version_record(void **state)
 {
     fixture *f = *state;
     time_t before = time(NULL);
-    double precise_before = realtime();
+    double precise_before = tw_test_realtime();
     tw_events_writer *w = f->w = create(f->dir, NULL);
-    double precise_after = realtime();
+    double precise_after = tw_test_realtime();
     time_t after = time(NULL);
     const char *path = tw_events_path(w);
     assert_memory_equal(path, f->dir, strlen(f->dir));

@@ -12,6 +12,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The tests' scratch root: $TW_TEST_TMP (created if missing) or /tmp. */
@@ -65,6 +66,15 @@ static inline int tw_test_free_port(void)
     if (s >= 0)
         close(s);
     return ok ? ntohs(a.sin_port) : -1;
+}
+
+/* CLOCK_REALTIME in seconds, as the event writer stamps wall_time. time() reads a coarser clock that
+ * may differ from it by a tick either way, so bounds on a wall_time are taken with this. */
+static inline double tw_test_realtime(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9; /* the writer's formula */
 }
 
 #endif
