@@ -1,6 +1,9 @@
 /* image.c — PNG (libpng) and JPEG (libjpeg-turbo) decoding from memory, and the channel rules of
  * tw_image_fit (image.h).
  *
+ * The plain 8-bit PNG, most of an image-folder dataset, is decoded by png_fast.c (ISA-L's inflate, one call
+ * an image); every other PNG, and any that path leaves undecided, by libpng.
+ *
  * Both libraries report errors by longjmp. Each decoder keeps what must be freed after one in a job
  * struct of its caller's frame, reached through a pointer (never a local of the function that calls
  * setjmp), and the function holding the setjmp (png_run, jpeg_run) only calls the library: the longjmp
@@ -13,6 +16,8 @@
 #include <setjmp.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "png_fast.h"
 
 static const char *label(const char *name) { return name ? name : "image"; }
 
@@ -152,6 +157,9 @@ static tw_status decode_png(const uint8_t *p, size_t n, want_size want, const ch
                                                         : TW_OK;
     if (s != TW_OK)
         return tw_error_set(err, s, label(name), 16, "PNG: %s", j.msg);
+    tw_png_fast_result fast = tw_png_fast_decode(p, n, out);
+    if (fast != TW_PNG_FAST_UNDECIDED)
+        return fast == TW_PNG_FAST_DONE ? TW_OK : tw_error_set(err, TW_ERR_NOMEM, label(name), -1, "out of memory");
     j.png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &j, png_fail, png_warn);
     if (j.png)
         j.info = png_create_info_struct(j.png);

@@ -1,8 +1,9 @@
 /* image.h — PNG and JPEG images read from memory into 8-bit pixels, and fitted to a given shape.
  *
  * Owns: recognising the two formats by their signatures, decoding them with libpng and libjpeg-turbo
- * (each library's documented setjmp error pattern, kept inside image.c: no longjmp crosses a frame of
- * ours that holds a resource), the decompression-bomb caps (width, height and pixel count checked from
+ * (the plain 8-bit PNG through png_fast.h, to libpng's result; each library's documented setjmp error
+ * pattern, kept inside image.c: no longjmp crosses a frame of ours that holds a resource), the
+ * decompression-bomb caps (width, height and pixel count checked from
  * the header, before any pixel buffer is allocated), and the channel rules of tw_image_fit. Does not own
  * what the pixels mean to a model (scaling, the shape a run takes: engine/predict.c) or resizing (there
  * is none: an image of another size is refused, so what the model sees is exactly what was sent).
