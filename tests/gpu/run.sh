@@ -9,6 +9,11 @@
 #
 #   tests/gpu/run.sh [BUILD_DIR]     (default build-gpu; logs in BUILD_DIR/gpu-logs/)
 #
+# On a machine without Tower's build dependencies (the lent device machines: CUDA, cuBLAS and NCCL, no
+# network), carry the kit scripts/gpu-kit.sh packs here (gpu-kit/tower-gpu-kit.tar.xz): when it is there,
+# its prebuilt programs and libraries are used instead of a build, cuBLAS and NCCL are taken from this
+# machine's CUDA or pip folders, and the unit tests are not run.
+#
 # Exit status: 0 when the gpu tests and the smoke run passed, 1 otherwise, 2 when the build failed.
 # TW_FASHION_MNIST=DIR reads the four Fashion-MNIST .gz files from DIR instead of Debian's folder.
 set -uo pipefail
@@ -31,17 +36,38 @@ else
 fi
 nvcc --version 2>/dev/null | tail -n 1
 
-stage "configure and build ($jobs jobs)"
-if ! timeout 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTW_CUDA=ON \
-     > "$logs/configure.log" 2>&1; then
-  tail -n 30 "$logs/configure.log"; echo "configure FAILED"; exit 2
+kit_archive="$root/gpu-kit/tower-gpu-kit.tar.xz"
+kit=""
+if [ -f "$kit_archive" ]; then
+  stage "kit (prebuilt by scripts/gpu-kit.sh)"
+  kit="$build/kit"
+  rm -rf "$kit"
+  tar -xJf "$kit_archive" -C "$build" || { echo "cannot unpack $kit_archive"; exit 2; }
+  echo "commit $(cat "$kit/COMMIT"), this tree $(git -C "$root" rev-parse HEAD 2>/dev/null || echo '(no git)')"
+  # cuBLAS and NCCL of this machine, the CUDA toolkit's folders before the pip wheels' (nvidia/*/lib)
+  cuda_dirs=$(find /usr/local /opt /usr/lib -xdev \( -name 'libcublas.so.13*' -o -name 'libnccl.so.2*' \) \
+                -printf '%h\n' 2>/dev/null | awk '!seen[$0]++' | tr '\n' ':')
+  echo "cuBLAS and NCCL from: ${cuda_dirs:-nowhere found}"
+  export LD_LIBRARY_PATH="$kit/lib:${cuda_dirs}${LD_LIBRARY_PATH:-}"
+  export TOWER_CUDA_MODULE="$kit/bin/tower-cuda.so"
+  tower="$kit/bin/tower"
+  if ldd "$tower" "$TOWER_CUDA_MODULE" "$kit"/bin/test_* | grep "not found"; then
+    echo "kit: the libraries above are missing"; exit 2
+  fi
+else
+  stage "configure and build ($jobs jobs)"
+  if ! timeout 120 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTW_CUDA=ON \
+       > "$logs/configure.log" 2>&1; then
+    tail -n 30 "$logs/configure.log"; echo "configure FAILED (no build dependencies? see scripts/gpu-kit.sh)"
+    exit 2
+  fi
+  grep "Tower:" "$logs/configure.log"
+  if ! timeout 300 cmake --build "$build" -j "$jobs" > "$logs/build.log" 2>&1; then
+    grep -E "error|Error" "$logs/build.log" | head -n 30; echo "build FAILED"; exit 2
+  fi
+  echo "built in $(( $(date +%s) - t0 )) s"
+  tower="$build/server/tower"
 fi
-grep "Tower:" "$logs/configure.log"
-if ! timeout 300 cmake --build "$build" -j "$jobs" > "$logs/build.log" 2>&1; then
-  grep -E "error|Error" "$logs/build.log" | head -n 30; echo "build FAILED"; exit 2
-fi
-echo "built in $(( $(date +%s) - t0 )) s"
-tower="$build/server/tower"
 
 stage "dataset"
 src="${TW_FASHION_MNIST:-/usr/share/datasets/fashion-mnist}"
@@ -100,8 +126,27 @@ fi
 tail -n 3 "$logs/convert.log"
 export TW_GPU_DATA="$data"
 
+# The kit's gpu test programs one after the other, logged as `ctest -V` logs them (its status codes too:
+# 8 for a failure, 124 when the 420 s ran out).
+kit_gpu_tests() {
+  local end=$(( $(date +%s) + 420 )) rc=0 i=0 name r verdict
+  for name in cuda_parity cuda_sticky train_parity graph_parity nccl_world; do
+    i=$((i + 1))
+    [ "$(date +%s)" -ge "$end" ] && return 124
+    timeout $(( end - $(date +%s) )) "$kit/bin/test_$name" 2>&1 | sed "s/^/$i: /"
+    r=${PIPESTATUS[0]}
+    case $r in 0) verdict="   Passed" ;; 77) verdict="***Skipped" ;; 124) return 124 ;; *) verdict="***Failed"; rc=8 ;; esac
+    echo "$i/5 Test #$i: gpu_$name ..........$verdict"
+  done
+  return $rc
+}
+
 stage "gpu tests"
-timeout 420 ctest --test-dir "$build" -L gpu --output-on-failure -V > "$logs/gpu-tests.log" 2>&1
+if [ -n "$kit" ]; then
+  kit_gpu_tests > "$logs/gpu-tests.log" 2>&1
+else
+  timeout 420 ctest --test-dir "$build" -L gpu --output-on-failure -V > "$logs/gpu-tests.log" 2>&1
+fi
 gpu_rc=$?
 # every failed check, every run's line, every verdict (the tests print "ok"/"FAIL" per check)
 grep -E "^[0-9]+: (FAIL|skip|SKIP|     ran|PASSED|FAILED|training parity|parity of)" \
@@ -135,12 +180,17 @@ for towers in 1 2; do
 done
 
 stage "unit tests (informational)"
-timeout 120 ctest --test-dir "$build" -L unit > "$logs/unit-tests.log" 2>&1
-unit_rc=$?
-grep -E "tests passed|Failed|\*\*\*" "$logs/unit-tests.log" | head -n 10
-if grep -q "unit_backend .*Failed" "$logs/unit-tests.log"; then
-  echo "  note: unit_backend's test_registry expects no CUDA device ('cuda' unsupported, 'auto' = cpu);"
-  echo "        on a GPU machine that expectation is wrong, not the backend (see the CUDA backend report)"
+unit_rc=0
+if [ -n "$kit" ]; then
+  echo "skipped: the kit holds no unit tests"
+else
+  timeout 120 ctest --test-dir "$build" -L unit > "$logs/unit-tests.log" 2>&1
+  unit_rc=$?
+  grep -E "tests passed|Failed|\*\*\*" "$logs/unit-tests.log" | head -n 10
+  if grep -q "unit_backend .*Failed" "$logs/unit-tests.log"; then
+    echo "  note: unit_backend's test_registry expects no CUDA device ('cuda' unsupported, 'auto' = cpu);"
+    echo "        on a GPU machine that expectation is wrong, not the backend (see the CUDA backend report)"
+  fi
 fi
 
 stage "summary"
@@ -150,7 +200,8 @@ elif [ "$gpu_skipped" -gt 0 ]; then
 else gpu_verdict=PASSED; fi
 echo "gpu tests: $gpu_verdict"
 echo "smoke:     $([ $smoke_rc -eq 0 ] && echo PASSED || echo FAILED)"
-echo "unit:      $([ $unit_rc -eq 0 ] && echo PASSED || echo "failures (ctest $unit_rc): $logs/unit-tests.log")"
+if [ -n "$kit" ]; then echo "unit:      not run (the kit holds no unit tests)"
+else echo "unit:      $([ $unit_rc -eq 0 ] && echo PASSED || echo "failures (ctest $unit_rc): $logs/unit-tests.log")"; fi
 echo "logs:      $logs (gpu-tests.log has every check and every loss compared)"
 echo "total:     $(( $(date +%s) - t0 )) s"
 # where a harness collects files (the device machines' $OUT), leave the logs there too
