@@ -1,19 +1,20 @@
 /* png_fast.c — the common PNG decoded without libpng. See png_fast.h.
  *
- * Why by hand: libpng inflates its image data a row at a time through zlib and cannot be given another
- * inflater. For the small images of an image-folder dataset that is most of a conversion's time: a 28x28
- * gray PNG is one small compressed block, inflated 29 bytes a call (BENCHMARKS.md, image-folder
- * conversion). Here the whole stream goes through ISA-L's inflate (libisal, as gzfile.c uses it) in one
- * call, about 1.5x zlib's speed on these files, and libpng's per-row machinery is skipped.
+ * Why by hand: libpng inflates the image data through zlib a row at a time and cannot be given another
+ * inflater; zlib and libpng's per-row work were over half of the CPU an image-folder conversion of small
+ * PNGs took (BENCHMARKS.md, image-folder conversion). Here the whole stream goes through ISA-L's inflate
+ * (libisal, as gzfile.c uses it) in one call, about 1.5x zlib's speed on such files, and the per-row
+ * machinery is skipped.
  *
  * What is written here is only the plain case of the PNG specification: the chunk walk (every chunk's
- * length, name and CRC-32 checked), the one zlib stream of consecutive IDAT chunks, the five row filters
- * (None, Sub, Up, Average, Paeth) and dropping the alpha samples. Any departure — another bit depth or
- * colour type, interlacing, a palette, any critical chunk but IHDR, IDAT and IEND, a CRC mismatch, a
- * zlib window under 32 KiB, a stream that is short, long or followed by more data, a filter type over 4 —
- * returns UNDECIDED before anything is kept, and libpng decodes the file or refuses it with its own message.
- * So a file is accepted exactly when libpng accepts it (libpng treats every ancillary chunk's fault as a
- * warning, and image.c ignores those), and PNG decoding being exact, to the same pixels. */
+ * name, CRC-32 and length — within libpng's caps — checked), the one zlib stream of consecutive IDAT
+ * chunks, the five row filters (None, Sub, Up, Average, Paeth) and dropping the alpha samples. Any
+ * departure — another bit depth or colour type, interlacing, a palette, any critical chunk but IHDR, IDAT
+ * and IEND, a CRC mismatch, a zlib window smaller than both 32 KiB and the image, a stream that is short,
+ * long or followed by more data, a filter type over 4 — returns UNDECIDED before anything is kept, and
+ * libpng decodes the file or refuses it with its own message. So a file is accepted exactly when libpng
+ * accepts it (libpng treats every ancillary chunk's fault as a warning, and image.c ignores those), and,
+ * PNG decoding being exact, to the same pixels. */
 #include "png_fast.h"
 
 #include <stdlib.h>
@@ -22,9 +23,7 @@
 #include <isa-l/igzip_lib.h>
 
 enum {
-    CHUNK_MAX = 0x7fffffff,     /* a chunk's length is 31 bits (PNG's rule; libpng refuses more) */
-    ANCILLARY_MAX = 8000000,    /* libpng's default cap on a chunk it reads into memory */
-    FILTERS = 5,
+    CHUNK_MAX = 8000000, /* libpng's cap on a chunk's length (PNG_USER_CHUNK_MALLOC_MAX), IDAT's aside */
 };
 
 typedef struct {
@@ -46,15 +45,27 @@ static uint32_t be32(const uint8_t *p)
 
 static int is_letter(uint8_t c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
 
-/* The chunk at *at: 1 with *c and *at moved past it when it is whole, its name four letters and its CRC
- * right; else 0. */
-static int next_chunk(const uint8_t *p, size_t n, size_t *at, chunk *c)
+/* The longest chunk libpng reads in an image of header h (NULL: before IHDR): CHUNK_MAX, or for IDAT as
+ * much as the whole image's data with deflate's overhead, as libpng's png_check_chunk_length allows. */
+static size_t chunk_cap(const header *h, const uint8_t *type)
+{
+    if (!h || memcmp(type, "IDAT", 4))
+        return CHUNK_MAX;
+    size_t row = 1 + (size_t)h->width * (size_t)h->bpp, rows = row > 32566 ? 32566 : row;
+    size_t idat = (size_t)h->height * row;
+    idat += 6 + 5 * (idat / rows + 1);
+    return idat > CHUNK_MAX ? idat : CHUNK_MAX;
+}
+
+/* The chunk at *at of an image of header h (NULL: its IHDR): 1 with *c and *at moved past it when it is
+ * whole, its name four letters, its length within chunk_cap and its CRC right; else 0. */
+static int next_chunk(const uint8_t *p, size_t n, size_t *at, const header *h, chunk *c)
 {
     if (n - *at < 12)
         return 0;
     const uint8_t *q = p + *at;
     uint32_t len = be32(q);
-    if (len > CHUNK_MAX || len > n - *at - 12)
+    if (len > chunk_cap(h, q + 4) || len > n - *at - 12)
         return 0;
     for (int i = 4; i < 8; i++)
         if (!is_letter(q[i]))
@@ -88,11 +99,11 @@ static int plain_header(const chunk *c, header *h)
     return 1;
 }
 
-/* Inflates the IDAT chunks from *at on (the first is c) into out[0..size): 1 when they are consecutive,
- * their stream a zlib one with a 32 KiB window that fills out exactly and ends with the last of them; then
- * *at is past the last IDAT and *c the chunk after it. Else 0. */
-static int inflate_idats(const uint8_t *p, size_t n, size_t *at, chunk *c, uint8_t *out, size_t size,
-                         struct inflate_state *zs)
+/* Inflates the IDAT chunks from *at on (the first is c) into out[0..size): 1 when they are consecutive and
+ * hold one zlib stream, in a window zlib accepts, that fills out exactly and ends with the last of them;
+ * then *at is past the last IDAT and *c the chunk after it. Else 0. */
+static int inflate_idats(const uint8_t *p, size_t n, size_t *at, const header *h, chunk *c, uint8_t *out,
+                         size_t size, struct inflate_state *zs)
 {
     /* zlib's header: deflate, its check bits right, no preset dictionary, and a window (zlib refuses a
      * distance past it, igzip only one past the start) of 32 KiB or at least the image's size, as encoders
@@ -113,7 +124,7 @@ static int inflate_idats(const uint8_t *p, size_t n, size_t *at, chunk *c, uint8
             return 0; /* a fault, output full before the stream's end, or bytes after it */
         int ended = zs->block_state == ISAL_BLOCK_FINISH;
         /* at the end, whole bytes left in igzip's bit buffer were read past it: more data */
-        if ((ended && zs->read_in_length >= 8) || !next_chunk(p, n, at, c))
+        if ((ended && zs->read_in_length >= 8) || !next_chunk(p, n, at, h, c))
             return 0;
         if (!named(c, "IDAT"))
             return ended && zs->avail_out == 0;
@@ -184,15 +195,15 @@ static int image_data(const uint8_t *p, size_t n, size_t at, const header *h, ui
     size_t stride = 1 + (size_t)h->width * (size_t)h->bpp;
     chunk c;
     int seen = 0; /* the IDAT run */
-    while (next_chunk(p, n, &at, &c)) {
+    while (next_chunk(p, n, &at, h, &c)) {
         if (named(&c, "IDAT") && !seen) {
-            if (!inflate_idats(p, n, &at, &c, raw + stride, stride * h->height, zs))
+            if (!inflate_idats(p, n, &at, h, &c, raw + stride, stride * h->height, zs))
                 return 0;
             seen = 1;
         }
         if (named(&c, "IEND"))
             return seen && c.len == 0;
-        if (!(c.type[0] & 0x20) || c.len > ANCILLARY_MAX) /* critical (PLTE, a second IDAT run, ...) */
+        if (!(c.type[0] & 0x20)) /* critical: PLTE, a second IDAT run, one we do not know */
             return 0;
     }
     return 0;
@@ -204,7 +215,7 @@ tw_png_fast_result tw_png_fast_decode(const uint8_t *p, size_t n, tw_image *out)
     size_t at = 8;
     chunk c;
     header h;
-    if (n < 8 || memcmp(p, "\x89PNG\r\n\x1a\n", 8) || !next_chunk(p, n, &at, &c) || !plain_header(&c, &h))
+    if (n < 8 || memcmp(p, "\x89PNG\r\n\x1a\n", 8) || !next_chunk(p, n, &at, NULL, &c) || !plain_header(&c, &h))
         return TW_PNG_FAST_UNDECIDED;
     size_t stride = 1 + (size_t)h.width * (size_t)h.bpp;
     uint8_t *raw = malloc(stride * ((size_t)h.height + 1));

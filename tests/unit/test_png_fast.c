@@ -219,23 +219,27 @@ static size_t find_chunk(const uint8_t *file, size_t n, const char *name)
     return 0;
 }
 
-/* file with an empty chunk `name` (its CRC right) inserted before the first chunk named `before`; its length
- * in *m. */
-static uint8_t *with_empty_chunk(const uint8_t *file, size_t n, const char *before, const char *name, size_t *m)
+/* file with a chunk `name` of len bytes ('x's, its CRC right) inserted before the first chunk named
+ * `before`; its length in *m. */
+static uint8_t *with_chunk(const uint8_t *file, size_t n, const char *before, const char *name, uint32_t len,
+                           size_t *m)
 {
     size_t at = find_chunk(file, n, before);
-    uint8_t *out = malloc(n + 12);
+    uint8_t *out = malloc(n + 12 + len);
+    assert_non_null(out);
     memcpy(out, file, at);
-    put32(out + at, 0);
+    put32(out + at, len);
     memcpy(out + at + 4, name, 4);
-    put32(out + at + 8, (uint32_t)crc32(0, out + at + 4, 4));
-    memcpy(out + at + 12, file + at, n - at);
-    *m = n + 12;
+    memset(out + at + 8, 'x', len);
+    put32(out + at + 8 + len, (uint32_t)crc32(0, out + at + 4, len + 4));
+    memcpy(out + at + 12 + len, file + at, n - at);
+    *m = n + 12 + len;
     return out;
 }
 
 /* Files the fast path refuses to judge: a bad CRC on an ancillary chunk (libpng warns and reads on, so the
- * file decodes), an empty IDAT after the stream's end (decodes), an unknown critical chunk (refused). */
+ * file decodes), an empty IDAT after the stream's end (decodes), an unknown critical chunk (refused), an
+ * ancillary chunk over libpng's cap on lengths (decodes, through libpng). */
 static void departures_are_decided_by_libpng(void **state)
 {
     (void)state;
@@ -254,17 +258,30 @@ static void departures_are_decided_by_libpng(void **state)
 
     /* An empty IDAT between the image data and IEND: the stream has ended before it. */
     size_t m;
-    uint8_t *more = with_empty_chunk(file, n, "IEND", "IDAT", &m);
+    uint8_t *more = with_chunk(file, n, "IEND", "IDAT", 0, &m);
     assert_int_equal(tw_png_fast_decode(more, m, &img), TW_PNG_FAST_UNDECIDED);
     assert_decodes(more, m, px, w, h, sp.type);
     free(more);
 
     /* A critical chunk nobody knows, before the image data: libpng refuses the file. */
-    more = with_empty_chunk(file, n, "IDAT", "QXYZ", &m);
+    more = with_chunk(file, n, "IDAT", "QXYZ", 0, &m);
     assert_int_equal(tw_png_fast_decode(more, m, &img), TW_PNG_FAST_UNDECIDED);
     tw_error err;
     assert_int_equal(tw_image_decode(more, m, "t.png", &img, &err), TW_ERR_CORRUPT);
     assert_non_null(strstr(err.message, "unhandled critical chunk"));
+    free(more);
+
+    /* libpng's cap on a chunk's length, 8,000,000 bytes: at it a private ancillary chunk is skipped on both
+     * paths; over it the fast path leaves the file to libpng, which warns and decodes it. */
+    more = with_chunk(file, n, "IDAT", "tsTx", 8000000, &m);
+    assert_int_equal(tw_png_fast_decode(more, m, &img), TW_PNG_FAST_DONE);
+    assert_colours(&img, px, w, h, sp.type);
+    tw_image_free(&img);
+    assert_decodes(more, m, px, w, h, sp.type);
+    free(more);
+    more = with_chunk(file, n, "IDAT", "tsTx", 8000001, &m);
+    assert_int_equal(tw_png_fast_decode(more, m, &img), TW_PNG_FAST_UNDECIDED);
+    assert_decodes(more, m, px, w, h, sp.type);
     free(more);
     free(file);
     free(px);
