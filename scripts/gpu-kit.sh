@@ -3,7 +3,10 @@
 # dependencies and no network (a bare image with the driver, cuBLAS and NCCL, as the lent device
 # machines are): a CUDA build made here, and the shared libraries it loads, in one archive.
 #
-#   scripts/gpu-kit.sh [BUILD_DIR]      (default build-gpu; writes gpu-kit/tower-gpu-kit.tar.xz)
+#   scripts/gpu-kit.sh [BUILD_DIR [ARCHIVE]]   (defaults build-gpu, gpu-kit/tower-gpu-kit.tar.xz)
+#
+# A BUILD_DIR already configured is built as it is (it must have found CUDA); a new one is configured as a
+# Release build with -DTW_CUDA=ON. XZ_OPT=-0 packs faster, larger.
 #
 # The archive holds bin/ (tower, tower-cuda.so, the gpu test programs) and lib/ (every library they load
 # as resolved on this machine, except glibc's, the C++ runtime — the other machine's newer ones serve —
@@ -13,11 +16,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${1:-$root/build-gpu}"
-out="$root/gpu-kit"
+archive="${2:-$root/gpu-kit/tower-gpu-kit.tar.xz}"
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTW_CUDA=ON > /dev/null
+[ -f "$build/CMakeCache.txt" ] || cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DTW_CUDA=ON > /dev/null
 cmake --build "$build" -j "$(nproc)" --target tower tower-cuda test_cuda_parity test_cuda_sticky \
   test_train_parity test_graph_parity test_nccl_world > /dev/null
 
@@ -30,8 +33,7 @@ skip='/(ld-linux-x86-64|libc|libm|libdl|libpthread|librt|libresolv|libutil|libst
 for f in "$kit"/bin/*; do ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   grep -vE "$skip" | while read -r lib; do cp -L "$lib" "$kit/lib/"; done
 git -C "$root" describe --always --dirty --abbrev=40 > "$kit/COMMIT"
-mkdir -p "$out"
-tar -c -I "xz -T0" -f "$out/tower-gpu-kit.tar.xz.part" -C "$stage" kit
-mv "$out/tower-gpu-kit.tar.xz.part" "$out/tower-gpu-kit.tar.xz"
-echo "$out/tower-gpu-kit.tar.xz: $(du -h "$out/tower-gpu-kit.tar.xz" | cut -f1), $(ls "$kit/lib" | wc -l) libraries," \
-     "commit $(cut -c1-12 "$kit/COMMIT")"
+mkdir -p "$(dirname "$archive")"
+tar -c -I "xz -T0" -f "$archive.part" -C "$stage" kit
+mv "$archive.part" "$archive"
+echo "$archive: $(du -h "$archive" | cut -f1), $(ls "$kit/lib" | wc -l) libraries, commit $(cut -c1-12 "$kit/COMMIT")"

@@ -10,9 +10,9 @@
 #   tests/gpu/run.sh [BUILD_DIR]     (default build-gpu; logs in BUILD_DIR/gpu-logs/)
 #
 # On a machine without Tower's build dependencies (the lent device machines: CUDA, cuBLAS and NCCL, no
-# network), carry the kit scripts/gpu-kit.sh packs here (gpu-kit/tower-gpu-kit.tar.xz): when it is there,
-# its prebuilt programs and libraries are used instead of a build, cuBLAS and NCCL are taken from this
-# machine's CUDA or pip folders, and the unit tests are not run.
+# network), carry the kit scripts/gpu-kit.sh packs here (gpu-kit/tower-gpu-kit.tar.xz, or $TW_GPU_KIT):
+# when it is there, its prebuilt programs and libraries are used instead of a build, cuBLAS and NCCL are
+# taken from this machine's CUDA or pip folders, and the unit tests are not run.
 #
 # Exit status: 0 when the gpu tests and the smoke run passed, 1 otherwise, 2 when the build failed.
 # TW_FASHION_MNIST=DIR reads the four Fashion-MNIST .gz files from DIR instead of Debian's folder.
@@ -36,7 +36,7 @@ else
 fi
 nvcc --version 2>/dev/null | tail -n 1
 
-kit_archive="$root/gpu-kit/tower-gpu-kit.tar.xz"
+kit_archive="${TW_GPU_KIT:-$root/gpu-kit/tower-gpu-kit.tar.xz}"
 kit=""
 if [ -f "$kit_archive" ]; then
   stage "kit (prebuilt by scripts/gpu-kit.sh)"
