@@ -42,7 +42,10 @@ if [ -f "$kit_archive" ]; then
   stage "kit (prebuilt by scripts/gpu-kit.sh)"
   kit="$build/kit"
   rm -rf "$kit"
-  tar -xJf "$kit_archive" -C "$build" || { echo "cannot unpack $kit_archive"; exit 2; }
+  # Python's tarfile where tar has no xz to call
+  tar -xJf "$kit_archive" -C "$build" 2>/dev/null ||
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$kit_archive" "$build" ||
+    { echo "cannot unpack $kit_archive"; exit 2; }
   echo "commit $(cat "$kit/COMMIT"), this tree $(git -C "$root" rev-parse HEAD 2>/dev/null || echo '(no git)')"
   # cuBLAS and NCCL of this machine, the CUDA toolkit's folders before the pip wheels' (nvidia/*/lib)
   cuda_dirs=$(find /usr/local /opt /usr/lib -xdev \( -name 'libcublas.so.13*' -o -name 'libnccl.so.2*' \) \
