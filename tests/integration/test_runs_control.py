@@ -116,7 +116,7 @@ def test_a_cancelled_run_resumed_gives_the_losses_of_an_uninterrupted_run(serve)
     assert cut["status"] == "cancelled" and cut["step"] < STEPS, cut
     assert "unknown key" in error(post(server, f"/runs/{first}/resume", {"step": 5}), 400, "INVALID_ARGUMENT")
     r = post(server, f"/runs/{first}/resume")
-    assert r.status_code == 202 and r.json()["status"] == "queued", r.text
+    assert r.status_code == 202 and r.json()["status"] in ("queued", "running"), r.text  # the scheduler may be quick
     assert wait_run(server, first)["status"] == "succeeded"
     whole = submit(server, {**cfg, "name": "whole"}).json()["id"]
     assert wait_run(server, whole)["status"] == "succeeded"
