@@ -241,6 +241,23 @@ int tw_fs_mkdir(const char *path, mode_t mode)
     return b < 0 ? -1 : b ? at_parent(rel, mkdir_at, mode) : mkdir(path, mode);
 }
 
+tw_status tw_fs_mkdirs(const char *path, const char *what, tw_error *err)
+{
+    char dir[PATH_MAX];
+    if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
+        return tw_error_set(err, TW_ERR_INVALID, path, -1, "%s: the path is too long", what);
+    for (char *p = dir + 1;; p++) { /* each prefix ending before a '/', then the whole path */
+        if (*p && *p != '/')
+            continue;
+        char end = *p;
+        *p = '\0';
+        if (tw_fs_mkdir(dir, 0755) != 0 && errno != EEXIST)
+            return tw_fs_error(err, dir, "%s", what);
+        if (!(*p = end))
+            return TW_OK;
+    }
+}
+
 int tw_fs_unlink(const char *path)
 {
     char rel[PATH_MAX];

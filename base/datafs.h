@@ -2,7 +2,7 @@
  *
  * Owns: the process-wide confinement root (set once at start-up by `tower serve` and by the trainer it
  * starts, `tower train --data-root`) and the file operations every module uses on paths that may lie under
- * it: open (read, write, create, append), opendir, mkdir, unlink, stat, the folder that holds a path (for
+ * it: open (read, write, create, append), opendir, mkdir (and mkdir -p), unlink, stat, the folder that holds a path (for
  * atomic_file's create/rename/fsync) and remove-tree. Does not own: what is read or written, or error
  * reports (callers report against their own path and sentence; tw_fs_error words the two errnos below).
  *
@@ -46,6 +46,11 @@ DIR *tw_fs_opendir(const char *path);
 /* mkdir(2), unlink(2): 0 or -1 with errno. */
 int tw_fs_mkdir(const char *path, mode_t mode);
 int tw_fs_unlink(const char *path);
+
+/* Creates the folder path and every missing folder above it (0755), as `mkdir -p` and TensorFlow's writers
+ * do; one that exists is fine. Errors: tw_fs_error naming the folder that could not be made, in the words
+ * `what` ("cannot create the log folder"); TW_ERR_INVALID for a path over PATH_MAX. */
+tw_status tw_fs_mkdirs(const char *path, const char *what, tw_error *err);
 
 /* stat(2) of path; under the root the final component is not followed either (a symlink is ELOOP). */
 int tw_fs_stat(const char *path, struct stat *st);

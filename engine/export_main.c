@@ -15,10 +15,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/stat.h>
 
 #include "atomic_file.h"
 #include "checkpoint.h"
+#include "datafs.h"
 #include "child.h"
 #include "export.h"
 #include "npy.h"
@@ -45,7 +47,7 @@ static const tw_opt OPTIONS[] = {
              "names (--names), the EMA as <var>/ExponentialMovingAverage, the step\n"
              "onnx: an ONNX inference graph (opset 13) in the file OUT"},
     {.name = "output", .letter = 'o', .kind = TW_OPT_STRING, .offset = offsetof(options, out), .arg = "OUT",
-     .required = 1, .help = "where it goes (required)"},
+     .required = 1, .help = "where it goes (missing folders are made; required)"},
     {.name = "names", .kind = TW_OPT_STRING, .offset = offsetof(options, names), .arg = "MAP",
      .help = "tf: the variables' names: tower (default: layer1/weights, layer1/biases,\n"
              "an int64 global_step), seed (the seed program's graph: layer1/w, layer1/bias,\n"
@@ -214,6 +216,17 @@ static tw_status export_tf(const char *path, const options *o, tw_error *err)
     return s;
 }
 
+/* The folder path's file goes in, with any missing folder above it, as TensorFlow's savers make them. */
+static tw_status make_parent(const char *path, tw_error *err)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash || slash == path)
+        return TW_OK;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    return tw_fs_mkdirs(dir, "cannot create the output folder", err);
+}
+
 int tw_export_main(int argc, char **argv)
 {
     options o;
@@ -223,6 +236,10 @@ int tw_export_main(int argc, char **argv)
     char path[TW_CKPT_MAX_PATH];
     tw_error err;
     tw_status s = resolve(o.checkpoint, path, sizeof path, &err);
+    if (s == TW_OK)
+        s = make_parent(o.out, &err);
+    if (s == TW_OK && o.verify_out)
+        s = make_parent(o.verify_out, &err);
     if (s == TW_OK)
         s = o.format == FORMAT_TF ? export_tf(path, &o, &err) : export_onnx(path, &o, &err);
     if (s == TW_OK)

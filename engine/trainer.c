@@ -801,24 +801,6 @@ static void final_line(run *R, tw_train_outcome outcome)
     tw_child_final(&R->out, names[outcome], R->T.step, now() - R->t_start);
 }
 
-/* Creates the log folder and any missing folder above it, as TensorFlow's summary writers do. */
-static tw_status make_logdir(const char *logdir, tw_error *err)
-{
-    char path[PATH_MAX];
-    if (snprintf(path, sizeof path, "%s", logdir) >= (int)sizeof path)
-        return tw_error_set(err, TW_ERR_INVALID, logdir, -1, "the log folder's path is too long");
-    for (char *p = path + 1;; p++) { /* each prefix ending before a '/', then the whole path */
-        if (*p && *p != '/')
-            continue;
-        char end = *p;
-        *p = '\0';
-        if (tw_fs_mkdir(path, 0755) != 0 && errno != EEXIST)
-            return tw_fs_error(err, path, "cannot create the log folder");
-        if (!(*p = end))
-            return TW_OK;
-    }
-}
-
 tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outcome *outcome,
                    tw_error *err)
 {
@@ -832,7 +814,7 @@ tw_status tw_train(const tw_config *c, const tw_train_options *o, tw_train_outco
         warn_no_test(&R);
     }
     if (s == TW_OK && writes(&R))
-        s = make_logdir(o->logdir, err);
+        s = tw_fs_mkdirs(o->logdir, "cannot create the log folder", err);
     if (s == TW_OK && writes(&R))
         s = maybe_resume(&R, &resumed, err);
     if (s == TW_OK)

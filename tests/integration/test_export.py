@@ -79,8 +79,7 @@ def test_tf_checkpoint_restores_into_the_seed_graph(seed_run, run_tower, tmp_pat
     from safetensors.numpy import load_file
     logdir, ev, c = seed_run
     ckpt = checkpoint_of(logdir)
-    prefix = tmp_path / "tf" / "model.ckpt-200"
-    prefix.parent.mkdir()
+    prefix = tmp_path / "tf" / "model.ckpt-200"  # its folder is made, as TensorFlow's savers make it
     res = run_tower("export", logdir, "--format", "tf", "-o", prefix)
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "tf" / "checkpoint").read_text() == (
@@ -154,6 +153,10 @@ def test_tf_export_usage_errors(seed_run, run_tower, tmp_path):
     res = run_tower("export", tmp_path / "missing.safetensors", "--format", "tf", "-o", tmp_path / "m")
     assert res.returncode != 0 and "missing.safetensors" in res.stderr
     assert not list(tmp_path.glob("m*"))
+    (tmp_path / "plain").write_text("a file, not a folder")
+    res = run_tower("export", logdir, "--format", "tf", "-o", tmp_path / "plain" / "sub" / "m")
+    assert res.returncode == 1, res.stderr
+    assert f"{tmp_path / 'plain' / 'sub'}: cannot create the output folder" in res.stderr, res.stderr
 
 
 # ---------------------------------------------------------------- ONNX
@@ -164,7 +167,7 @@ def onnx_matches_tower(run_tower, tmp_path, ckpt, x, weights, *extra):
     (relative to the logit's size where it is over 1). Returns Tower's outputs."""
     import onnx
     import onnxruntime as ort
-    model, xs, ys = tmp_path / f"m-{weights}.onnx", tmp_path / "x.npy", tmp_path / f"y-{weights}.npy"
+    model, xs, ys = tmp_path / "out" / f"m-{weights}.onnx", tmp_path / "x.npy", tmp_path / "out" / f"y-{weights}.npy"
     np.save(xs, x)
     res = run_tower("export", ckpt, "--format", "onnx", "-o", model, "--weights", weights,
                     "--verify", xs, "--verify-out", ys, *extra)

@@ -197,6 +197,25 @@ static void test_symlinked_folder(void **state)
     outside_intact(x);
 }
 
+/* mkdir -p: each missing folder made, those there kept; under the root a symlink on the way is refused,
+ * named, and nothing is made past it. */
+static void test_mkdirs(void **state)
+{
+    fixture *x = *state;
+    tw_error err;
+    assert_int_equal(tw_fs_mkdirs(at(x->root, "sub/a/b/c"), "cannot make it", &err), TW_OK);
+    struct stat st;
+    assert_int_equal(tw_fs_stat(at(x->root, "sub/a/b/c"), &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(tw_fs_mkdirs(at(x->root, "sub/a/b/c"), "cannot make it", &err), TW_OK);
+    assert_int_equal(tw_fs_mkdirs(at(x->root, "dir_link/d/e"), "cannot make it", &err), TW_ERR_IO);
+    assert_int_equal(err.errno_value, ELOOP);
+    assert_non_null(strstr(err.file, "dir_link/d"));
+    assert_non_null(strstr(err.message, "cannot make it"));
+    assert_int_equal(access(at(x->outside, "d"), F_OK), -1);
+    outside_intact(x);
+}
+
 static void test_dotdot_escape(void **state)
 {
     fixture *x = *state;
@@ -255,6 +274,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         BOTH(test_plain_files_inside), BOTH(test_symlinked_file),   BOTH(test_symlinked_folder),
         BOTH(test_dotdot_escape),      BOTH(test_remove_tree),      BOTH(test_outside_and_unconfined),
+        BOTH(test_mkdirs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
