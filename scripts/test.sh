@@ -3,7 +3,8 @@
 # configurations and runs every test. Exit status 0 only if all of them pass.
 #
 #   build/       release build (CUDA probed)   -> ctest -L unit, then pytest tests/integration
-#   build-asan/  ASan + UBSan                  -> ctest -L unit
+#   build-asan/  ASan + UBSan                  -> ctest -L unit, then the integration tests of the code
+#                                                 that reads what clients send (ASAN_SUITE below)
 #   build-fuzz/  clang libFuzzer + ASan/UBSan  -> ctest -L fuzz (TW_FUZZ_SECONDS per target, default 20)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +35,13 @@ build() { # build DIR CMAKE-ARGS... [-- TARGETS...]
   fi
 }
 
+# Integration tests run again on the sanitizer build: those whose C code parses what users send (requests,
+# uploads, archives, images, checkpoints, exports) or trains the residual recipe. A sanitizer report aborts
+# the process (ASAN_OPTIONS below), which fails its test.
+ASAN_SUITE=(test_server_hardening.py test_server_inputs.py test_symlinks.py test_client_uploads.py
+            test_dataset_splits.py test_image_archives.py test_images.py test_convert.py test_predict.py
+            test_safetensors.py test_export.py test_recipe.py)
+
 fuzz_targets=()
 for f in "$root"/tests/fuzz/fuzz_*.c; do fuzz_targets+=("$(basename "${f%.c}")"); done
 
@@ -55,6 +63,8 @@ step "unit tests (asan+ubsan)" ctest --test-dir build-asan -L unit --output-on-f
 step "fuzz" ctest --test-dir build-fuzz -L fuzz --output-on-failure
 step "unit tests" ctest --test-dir build -L unit --output-on-failure
 step "integration tests" env TOWER_BUILD="$root/build" "$py" -m pytest -q -rs "$root/tests/integration"
+step "integration tests (asan+ubsan)" env TOWER_BUILD="$root/build-asan" "$py" -m pytest -q -rs \
+  "${ASAN_SUITE[@]/#/$root/tests/integration/}"
 
 # The runners' own summary lines close the output; a failed step is named before exiting non-zero.
 if [ ${#failed[@]} -gt 0 ]; then
