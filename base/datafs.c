@@ -244,6 +244,8 @@ int tw_fs_mkdir(const char *path, mode_t mode)
 tw_status tw_fs_mkdirs(const char *path, const char *what, tw_error *err)
 {
     char dir[PATH_MAX];
+    if (!path[0])
+        return tw_error_set(err, TW_ERR_INVALID, NULL, -1, "%s: the path is empty", what);
     if (snprintf(dir, sizeof dir, "%s", path) >= (int)sizeof dir)
         return tw_error_set(err, TW_ERR_INVALID, path, -1, "%s: the path is too long", what);
     for (char *p = dir + 1;; p++) { /* each prefix ending before a '/', then the whole path */

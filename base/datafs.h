@@ -49,7 +49,7 @@ int tw_fs_unlink(const char *path);
 
 /* Creates the folder path and every missing folder above it (0755), as `mkdir -p` and TensorFlow's writers
  * do; one that exists is fine. Errors: tw_fs_error naming the folder that could not be made, in the words
- * `what` ("cannot create the log folder"); TW_ERR_INVALID for a path over PATH_MAX. */
+ * `what` ("cannot create the log folder"); TW_ERR_INVALID for an empty path or one over PATH_MAX. */
 tw_status tw_fs_mkdirs(const char *path, const char *what, tw_error *err);
 
 /* stat(2) of path; under the root the final component is not followed either (a symlink is ELOOP). */

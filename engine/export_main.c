@@ -11,17 +11,17 @@
  * input file (engine/child.h's table). */
 #include "export_main.h"
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <limits.h>
 #include <sys/stat.h>
 
 #include "atomic_file.h"
 #include "checkpoint.h"
-#include "datafs.h"
 #include "child.h"
+#include "datafs.h"
 #include "export.h"
 #include "npy.h"
 #include "options.h"
@@ -223,6 +223,8 @@ static tw_status make_parent(const char *path, tw_error *err)
     if (!slash || slash == path)
         return TW_OK;
     char dir[PATH_MAX];
+    if ((size_t)(slash - path) >= sizeof dir)
+        return tw_error_set(err, TW_ERR_INVALID, path, -1, "the output path is too long");
     snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     return tw_fs_mkdirs(dir, "cannot create the output folder", err);
 }

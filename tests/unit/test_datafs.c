@@ -214,6 +214,7 @@ static void test_mkdirs(void **state)
     assert_non_null(strstr(err.message, "cannot make it"));
     assert_int_equal(access(at(x->outside, "d"), F_OK), -1);
     outside_intact(x);
+    assert_int_equal(tw_fs_mkdirs("", "cannot make it", &err), TW_ERR_INVALID);
 }
 
 static void test_dotdot_escape(void **state)
