@@ -51,9 +51,9 @@ static size_t chunk_cap(const header *h, const uint8_t *type)
 {
     if (!h || memcmp(type, "IDAT", 4))
         return CHUNK_MAX;
-    size_t row = 1 + (size_t)h->width * (size_t)h->bpp, rows = row > 32566 ? 32566 : row;
+    size_t row = 1 + (size_t)h->width * (size_t)h->bpp, block = row > 32566 ? 32566 : row;
     size_t idat = (size_t)h->height * row;
-    idat += 6 + 5 * (idat / rows + 1);
+    idat += 6 + 5 * (idat / block + 1); /* zlib's header and sum, 5 bytes a stored block (libpng's sum) */
     return idat > CHUNK_MAX ? idat : CHUNK_MAX;
 }
 
