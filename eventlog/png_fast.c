@@ -34,8 +34,9 @@ typedef struct {
 
 typedef struct {
     uint32_t width, height;
-    int bpp;     /* bytes a pixel in the file: 1, 2 (gray + alpha), 3 or 4 (RGBA) */
-    int keep;    /* of which the first `keep` are kept: 1 or 3 */
+    int bpp;       /* bytes a pixel in the file: 1, 2 (gray + alpha), 3 or 4 (RGBA) */
+    int keep;      /* of which the first `keep` are kept: 1 or 3 */
+    size_t stride; /* bytes an inflated row: its filter type, then width · bpp */
 } header;
 
 static uint32_t be32(const uint8_t *p)
@@ -51,8 +52,8 @@ static size_t chunk_cap(const header *h, const uint8_t *type)
 {
     if (!h || memcmp(type, "IDAT", 4))
         return CHUNK_MAX;
-    size_t row = 1 + (size_t)h->width * (size_t)h->bpp, block = row > 32566 ? 32566 : row;
-    size_t idat = (size_t)h->height * row;
+    size_t block = h->stride > 32566 ? 32566 : h->stride;
+    size_t idat = (size_t)h->height * h->stride;
     idat += 6 + 5 * (idat / block + 1); /* zlib's header and sum, 5 bytes a stored block (libpng's sum) */
     return idat > CHUNK_MAX ? idat : CHUNK_MAX;
 }
@@ -96,15 +97,17 @@ static int plain_header(const chunk *c, header *h)
         return 0;
     h->bpp = bpp_of[type];
     h->keep = type & 2 ? 3 : 1;
+    h->stride = 1 + (size_t)h->width * (size_t)h->bpp;
     return 1;
 }
 
-/* Inflates the IDAT chunks from *at on (the first is c) into out[0..size): 1 when they are consecutive and
- * hold one zlib stream, in a window zlib accepts, that fills out exactly and ends with the last of them;
- * then *at is past the last IDAT and *c the chunk after it. Else 0. */
+/* Inflates the IDAT chunks from *at on (the first is c) into out, h's height rows of h->stride bytes: 1
+ * when they are consecutive and hold one zlib stream, in a window zlib accepts, that fills out exactly and
+ * ends with the last of them; then *at is past the last IDAT and *c the chunk after it. Else 0. */
 static int inflate_idats(const uint8_t *p, size_t n, size_t *at, const header *h, chunk *c, uint8_t *out,
-                         size_t size, struct inflate_state *zs)
+                         struct inflate_state *zs)
 {
+    size_t size = h->stride * h->height;
     /* zlib's header: deflate, its check bits right, no preset dictionary, and a window (zlib refuses a
      * distance past it, igzip only one past the start) of 32 KiB or at least the image's size, as encoders
      * declare for small images: either way the two inflaters accept the same streams */
@@ -171,7 +174,7 @@ static int unfilter_row(uint8_t *x, const uint8_t *f, const uint8_t *up, size_t 
  * with it, in place, then every pixel's colour copied. */
 static int unfilter(uint8_t *raw, const header *h, uint8_t *pixels)
 {
-    size_t len = (size_t)h->width * (size_t)h->bpp, stride = 1 + len, bpp = (size_t)h->bpp;
+    size_t stride = h->stride, len = stride - 1, bpp = (size_t)h->bpp;
     for (uint32_t y = 0; y < h->height; y++) {
         uint8_t *row = raw + (size_t)(y + 1) * stride;
         uint8_t *dst = pixels + (size_t)y * h->width * (size_t)h->keep;
@@ -192,12 +195,11 @@ static int unfilter(uint8_t *raw, const header *h, uint8_t *pixels)
 static int image_data(const uint8_t *p, size_t n, size_t at, const header *h, uint8_t *raw,
                       struct inflate_state *zs)
 {
-    size_t stride = 1 + (size_t)h->width * (size_t)h->bpp;
     chunk c;
     int seen = 0; /* the IDAT run */
     while (next_chunk(p, n, &at, h, &c)) {
         if (named(&c, "IDAT") && !seen) {
-            if (!inflate_idats(p, n, &at, h, &c, raw + stride, stride * h->height, zs))
+            if (!inflate_idats(p, n, &at, h, &c, raw + h->stride, zs))
                 return 0;
             seen = 1;
         }
@@ -217,13 +219,12 @@ tw_png_fast_result tw_png_fast_decode(const uint8_t *p, size_t n, tw_image *out)
     header h;
     if (n < 8 || memcmp(p, "\x89PNG\r\n\x1a\n", 8) || !next_chunk(p, n, &at, NULL, &c) || !plain_header(&c, &h))
         return TW_PNG_FAST_UNDECIDED;
-    size_t stride = 1 + (size_t)h.width * (size_t)h.bpp;
-    uint8_t *raw = malloc(stride * ((size_t)h.height + 1));
+    uint8_t *raw = malloc(h.stride * ((size_t)h.height + 1));
     uint8_t *pixels = malloc((size_t)h.width * h.height * (size_t)h.keep);
     struct inflate_state *zs = malloc(sizeof *zs);
     tw_png_fast_result r = TW_PNG_FAST_NOMEM;
     if (raw && pixels && zs) {
-        memset(raw, 0, stride);
+        memset(raw, 0, h.stride);
         r = image_data(p, n, at, &h, raw, zs) && unfilter(raw, &h, pixels) ? TW_PNG_FAST_DONE
                                                                              : TW_PNG_FAST_UNDECIDED;
     }
