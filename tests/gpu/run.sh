@@ -129,17 +129,17 @@ fi
 tail -n 3 "$logs/convert.log"
 export TW_GPU_DATA="$data"
 
-# The kit's gpu test programs one after the other, logged as `ctest -V` logs them (its status codes too:
-# 8 for a failure, 124 when the 420 s ran out).
+# The kit's gpu test programs (every test_* it holds) one after the other, logged as `ctest -V` logs them
+# (its status codes too: 8 for a failure, 124 when the 420 s ran out).
 kit_gpu_tests() {
-  local end=$(( $(date +%s) + 420 )) rc=0 i=0 name r verdict
-  for name in cuda_parity cuda_sticky train_parity graph_parity nccl_world; do
+  local end=$(( $(date +%s) + 420 )) rc=0 i=0 programs=("$kit"/bin/test_*) prog r verdict
+  for prog in "${programs[@]}"; do
     i=$((i + 1))
     [ "$(date +%s)" -ge "$end" ] && return 124
-    timeout $(( end - $(date +%s) )) "$kit/bin/test_$name" 2>&1 | sed "s/^/$i: /"
+    timeout $(( end - $(date +%s) )) "$prog" 2>&1 | sed "s/^/$i: /"
     r=${PIPESTATUS[0]}
     case $r in 0) verdict="   Passed" ;; 77) verdict="***Skipped" ;; 124) return 124 ;; *) verdict="***Failed"; rc=8 ;; esac
-    echo "$i/5 Test #$i: gpu_$name ..........$verdict"
+    echo "$i/${#programs[@]} Test #$i: gpu_${prog##*/test_} ..........$verdict"
   done
   return $rc
 }
